@@ -1,0 +1,92 @@
+// Package cmd is the command line of infer: cobra wiring only. Each command is
+// an options struct, newCmdX(runF) binding flags into it, and runX(ctx, opts)
+// with no cobra inside. Errors become exit codes in exit.go.
+package cmd
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// Main runs the command line and returns the process exit code. The first
+// SIGINT or SIGTERM cancels the command's context (servers drain); a second
+// one exits at once.
+func Main() int {
+	ctx, stop := signalContext()
+	defer stop()
+	root := newCmdRoot(os.Stdout, os.Stderr)
+	err := root.ExecuteContext(ctx)
+	return exitCode(err, root.ErrOrStderr())
+}
+
+func signalContext() (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		if _, ok := <-sigs; !ok {
+			return
+		}
+		cancel()
+		if _, ok := <-sigs; ok {
+			os.Exit(exitInterrupted)
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(sigs)
+		cancel()
+	}
+}
+
+func newCmdRoot(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "infer",
+		Short: "Serve a model with dynamic batching, load-test it, and report the results",
+		Long: `infer serves a model through a naive and a dynamically batched endpoint side
+by side, load-tests inference servers, and draws the results.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return &usageError{msg: err.Error()}
+	})
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.AddCommand(newCmdServe(nil), newCmdVersion(nil))
+	return root
+}
+
+// logOptions are the logging flags shared by long-running commands.
+type logOptions struct {
+	Level  string
+	Format string
+}
+
+func (o *logOptions) bind(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&o.Level, "log-level", "info", "log level: debug, info, warn, error")
+	cmd.Flags().StringVar(&o.Format, "log-format", "text", "log format: text or json")
+}
+
+func (o logOptions) logger(w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.Level)); err != nil {
+		return nil, usageErrorf("--log-level %q: want debug, info, warn or error", o.Level)
+	}
+	hopts := &slog.HandlerOptions{Level: level}
+	switch strings.ToLower(o.Format) {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, hopts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, hopts)), nil
+	default:
+		return nil, usageErrorf("--log-format %q: want text or json", o.Format)
+	}
+}

@@ -1,0 +1,134 @@
+package cmd
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/inferhq/infer/server"
+	"github.com/inferhq/infer/server/batch"
+)
+
+type serveOptions struct {
+	Addr         string
+	Batch        int
+	MaxLatency   time.Duration
+	Workers      int
+	QueueCap     int
+	Policy       string
+	Timeout      time.Duration
+	MaxBody      byteSize
+	MaxItems     int
+	DrainTimeout time.Duration
+	Model        modelOptions
+	Log          logOptions
+	Stderr       io.Writer
+}
+
+func newCmdServe(runF func(context.Context, *serveOptions) error) *cobra.Command {
+	opts := &serveOptions{MaxBody: 1 << 20}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve a model through naive and dynamically batched endpoints",
+		Long: `Serve a model over HTTP through two endpoints side by side:
+
+  POST /naive    each request runs alone on its own model instance
+  POST /batched  requests are queued and run in dynamic batches
+
+plus KServe v2 (POST /v2/models/{name}/infer), /healthz, /readyz and /metrics.
+A batch closes when it holds --batch items or --max-latency after its first
+item arrived, whichever comes first.`,
+		Example: `  infer serve --batch 64 --max-latency 100ms
+  infer serve --model sim --sim-fixed 4ms --sim-per-item 0.1ms --workers 4
+  curl -d 'Paris is the [MASK] of France.' 127.0.0.1:8080/batched`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Stderr = cmd.ErrOrStderr()
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return runServe(cmd.Context(), opts)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Addr, "addr", "127.0.0.1:8080", "listen address")
+	f.IntVar(&opts.Batch, "batch", 64, "most items per batch")
+	f.DurationVar(&opts.MaxLatency, "max-latency", 100*time.Millisecond, "longest a batch waits for company, from its first item's arrival")
+	f.IntVar(&opts.Workers, "workers", 1, "model instances behind the batched endpoint")
+	f.IntVar(&opts.QueueCap, "queue-cap", 0, "most items waiting before requests are refused with 429 (0: 16 × batch × workers)")
+	f.StringVar(&opts.Policy, "policy", string(batch.Fixed), fmt.Sprintf("batching policy: %v", batch.Policies()))
+	f.DurationVar(&opts.Timeout, "timeout", 30*time.Second, "default deadline of a request; X-Request-Timeout may shorten it")
+	f.Var(&opts.MaxBody, "max-body", "largest request body (e.g. 1MiB, 512KiB, 65536)")
+	f.IntVar(&opts.MaxItems, "max-items", 0, "most items in one request (0: 256, or the queue capacity if smaller)")
+	f.DurationVar(&opts.DrainTimeout, "drain-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long to finish admitted requests")
+	opts.Model.bind(cmd)
+	opts.Log.bind(cmd)
+	return cmd
+}
+
+func (o *serveOptions) config() (server.Config, error) {
+	policy, err := batch.ParsePolicy(o.Policy)
+	if err != nil {
+		return server.Config{}, usageErrorf("--policy: %v", err)
+	}
+	switch {
+	case o.Batch < 1:
+		return server.Config{}, usageErrorf("--batch %d: must be at least 1", o.Batch)
+	case o.Workers < 1:
+		return server.Config{}, usageErrorf("--workers %d: must be at least 1", o.Workers)
+	case o.MaxLatency < 0:
+		return server.Config{}, usageErrorf("--max-latency %v: must not be negative", o.MaxLatency)
+	case o.QueueCap < 0:
+		return server.Config{}, usageErrorf("--queue-cap %d: must not be negative", o.QueueCap)
+	case o.Timeout <= 0:
+		return server.Config{}, usageErrorf("--timeout %v: must be positive", o.Timeout)
+	case o.MaxItems < 0:
+		return server.Config{}, usageErrorf("--max-items %d: must not be negative", o.MaxItems)
+	case o.DrainTimeout <= 0:
+		return server.Config{}, usageErrorf("--drain-timeout %v: must be positive", o.DrainTimeout)
+	}
+	ver, _ := Version()
+	cfg := server.Config{
+		Addr: o.Addr,
+		Batch: batch.Config{
+			MaxBatch:   o.Batch,
+			MaxLatency: o.MaxLatency,
+			Policy:     policy,
+			QueueCap:   o.QueueCap,
+		},
+		Workers:      o.Workers,
+		Timeout:      o.Timeout,
+		MaxBody:      int64(o.MaxBody),
+		MaxItems:     o.MaxItems,
+		DrainTimeout: o.DrainTimeout,
+		Version:      ver,
+	}
+	if err := cfg.Validate(); err != nil {
+		return server.Config{}, usageErrorf("%v", err)
+	}
+	return cfg, nil
+}
+
+func runServe(ctx context.Context, opts *serveOptions) error {
+	cfg, err := opts.config()
+	if err != nil {
+		return err
+	}
+	if cfg.Logger, err = opts.Log.logger(opts.Stderr); err != nil {
+		return err
+	}
+	factory, err := opts.Model.open()
+	if err != nil {
+		return err
+	}
+	defer factory.Close()
+	cfg.Logger.Info("model", "name", describe(factory.Info()))
+	srv, err := server.New(cfg, factory)
+	if err != nil {
+		return usageErrorf("%v", err)
+	}
+	return srv.Run(ctx)
+}

@@ -1,0 +1,101 @@
+// Package sim is a simulated accelerator: a batch of n items takes
+// Fixed + PerItem·n of wall time without using the CPU, the way a host thread
+// waits on a GPU, and yields deterministic outputs. It exists to study
+// batching where no accelerator is present and to make tests fast and exact.
+package sim
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"time"
+
+	"github.com/inferhq/infer/models"
+)
+
+// Config is the simulated cost of a batch. The zero value computes instantly.
+type Config struct {
+	// Fixed is the cost of any batch, whatever its size (kernel launch,
+	// transfers, the weights' pass through memory).
+	Fixed time.Duration
+	// PerItem is the added cost of each item in a batch.
+	PerItem time.Duration
+}
+
+// Cost returns the simulated wall time of a batch of n items.
+func (c Config) Cost(n int) time.Duration { return c.Fixed + time.Duration(n)*c.PerItem }
+
+// Prediction is the output for one item: a label and a score derived from a
+// hash of the text, so the same text always gets the same answer.
+type Prediction struct {
+	Label string  `json:"label"`
+	Score float64 `json:"score"`
+}
+
+// Predict returns the deterministic prediction for text.
+func Predict(text string) Prediction {
+	h := fnv.New64a()
+	h.Write([]byte(text))
+	v := h.Sum64()
+	return Prediction{
+		Label: labels[v%uint64(len(labels))],
+		Score: math.Round(float64(v>>11)/(1<<53)*1e6) / 1e6,
+	}
+}
+
+var labels = []string{"LABEL_0", "LABEL_1", "LABEL_2", "LABEL_3", "LABEL_4", "LABEL_5", "LABEL_6", "LABEL_7"}
+
+// Factory creates simulated model instances.
+type Factory struct{ cfg Config }
+
+// New returns a factory for the simulated model.
+func New(cfg Config) (*Factory, error) {
+	if cfg.Fixed < 0 || cfg.PerItem < 0 {
+		return nil, fmt.Errorf("sim: negative cost (fixed %v, per item %v)", cfg.Fixed, cfg.PerItem)
+	}
+	return &Factory{cfg: cfg}, nil
+}
+
+// Info describes the simulated model.
+func (f *Factory) Info() models.Info {
+	return models.Info{
+		Name:    "sim",
+		Task:    "classify",
+		Backend: "sim",
+		Params:  fmt.Sprintf("fixed=%v per_item=%v", f.cfg.Fixed, f.cfg.PerItem),
+	}
+}
+
+// Prepare accepts any text.
+func (f *Factory) Prepare(text string) (models.Input, error) {
+	return models.Input{Text: text}, nil
+}
+
+// New returns an instance; each has its own clock compensation.
+func (f *Factory) New(context.Context, int) (models.Model, error) {
+	return &Model{cfg: f.cfg}, nil
+}
+
+// Close does nothing.
+func (f *Factory) Close() error { return nil }
+
+// Model is one simulated accelerator. It is not safe for concurrent use.
+type Model struct {
+	cfg   Config
+	clock waiter
+}
+
+// Predict waits Cost(len(in)) without using the CPU, then fills out. The wait
+// is not interrupted by ctx: like a kernel on a device, a started batch runs
+// to its end.
+func (m *Model) Predict(_ context.Context, in []models.Input, out []models.Output) error {
+	m.clock.wait(m.cfg.Cost(len(in)))
+	for i, x := range in {
+		out[i] = Predict(x.Text)
+	}
+	return nil
+}
+
+// Close does nothing.
+func (m *Model) Close() error { return nil }

@@ -1,0 +1,184 @@
+package server
+
+import (
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/inferhq/infer/server/batch"
+)
+
+// Endpoint labels. v2 requests run on the batched path but are counted apart.
+const (
+	endpointNaive   = "naive"
+	endpointBatched = "batched"
+	endpointV2      = "v2"
+)
+
+// metrics holds the server's collectors, on a registry of its own.
+type metrics struct {
+	reg      *prometheus.Registry
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	inFlight *prometheus.GaugeVec
+	queueDur *prometheus.HistogramVec
+	batch    *prometheus.HistogramVec
+	compute  *prometheus.HistogramVec
+	items    *prometheus.CounterVec
+	dropped  *prometheus.CounterVec
+	failed   *prometheus.CounterVec
+
+	eps map[string]*epMetrics
+}
+
+// epMetrics holds one endpoint's resolved children, so that the hot path does
+// no label hashing.
+type epMetrics struct {
+	duration prometheus.Observer
+	queueDur prometheus.Observer
+	inFlight prometheus.Gauge
+	batch    prometheus.Observer
+	compute  prometheus.Observer
+	items    prometheus.Counter
+	dropped  prometheus.Counter
+	failed   prometheus.Counter
+
+	mu    sync.RWMutex
+	codes map[int]prometheus.Counter
+	vec   *prometheus.CounterVec
+	name  string
+}
+
+// latencyBuckets span 0.5 ms to ~65 s.
+var latencyBuckets = prometheus.ExponentialBuckets(0.0005, 2, 18)
+
+func newMetrics(s *Server) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "infer_requests_total", Help: "HTTP inference requests by endpoint and status code (499: client went away).",
+		}, []string{"endpoint", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "infer_request_duration_seconds", Help: "Time from a request's arrival to its answer.", Buckets: latencyBuckets,
+		}, []string{"endpoint"}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "infer_in_flight_requests", Help: "Inference requests being handled.",
+		}, []string{"endpoint"}),
+		queueDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "infer_queue_duration_seconds", Help: "Time a request's items waited before their batch started.", Buckets: latencyBuckets,
+		}, []string{"endpoint"}),
+		batch: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "infer_batch_size", Help: "Items computed per batch.",
+			Buckets: []float64{1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 512},
+		}, []string{"endpoint"}),
+		compute: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "infer_compute_duration_seconds", Help: "Time the model spent on one batch.", Buckets: latencyBuckets,
+		}, []string{"endpoint"}),
+		items: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "infer_items_total", Help: "Items computed by the model.",
+		}, []string{"endpoint"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "infer_dropped_items_total", Help: "Items dropped before compute because their deadline passed or their client went away.",
+		}, []string{"endpoint"}),
+		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "infer_failed_items_total", Help: "Items the model failed on.",
+		}, []string{"endpoint"}),
+		eps: make(map[string]*epMetrics),
+	}
+	for _, ep := range []string{endpointNaive, endpointBatched, endpointV2} {
+		e := &epMetrics{
+			duration: m.duration.WithLabelValues(ep),
+			queueDur: m.queueDur.WithLabelValues(ep),
+			inFlight: m.inFlight.WithLabelValues(ep),
+			codes:    make(map[int]prometheus.Counter),
+			vec:      m.requests,
+			name:     ep,
+		}
+		if ep != endpointV2 { // v2 requests run in the batched endpoint's batches
+			e.batch = m.batch.WithLabelValues(ep)
+			e.compute = m.compute.WithLabelValues(ep)
+			e.items = m.items.WithLabelValues(ep)
+			e.dropped = m.dropped.WithLabelValues(ep)
+			e.failed = m.failed.WithLabelValues(ep)
+		}
+		m.eps[ep] = e
+	}
+	queueDepth := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "infer_queue_depth", Help: "Items admitted and not yet taken by a model instance.",
+		ConstLabels: prometheus.Labels{"endpoint": endpointBatched},
+	}, func() float64 {
+		if b := s.batched.Load(); b != nil {
+			return float64(b.Len())
+		}
+		return 0
+	})
+	naiveDepth := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "infer_queue_depth", Help: "Items admitted and not yet taken by a model instance.",
+		ConstLabels: prometheus.Labels{"endpoint": endpointNaive},
+	}, func() float64 {
+		if n := s.naive.Load(); n != nil {
+			return float64(n.Len())
+		}
+		return 0
+	})
+	ready := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "infer_ready", Help: "1 when the model is loaded and warm and the server is not draining.",
+	}, func() float64 {
+		if s.Ready() {
+			return 1
+		}
+		return 0
+	})
+	info := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "infer_model_info", Help: "The model served and the batching settings; always 1.",
+		ConstLabels: prometheus.Labels{
+			"model": s.info.Name, "task": s.info.Task, "backend": s.info.Backend,
+			"workers": strconv.Itoa(s.cfg.Workers), "max_batch": strconv.Itoa(s.cfg.Batch.MaxBatch),
+			"max_latency": s.cfg.Batch.MaxLatency.String(), "policy": string(s.cfg.Batch.Policy),
+		},
+	})
+	info.Set(1)
+	m.reg.MustRegister(m.requests, m.duration, m.inFlight, m.queueDur, m.batch, m.compute,
+		m.items, m.dropped, m.failed, queueDepth, naiveDepth, ready, info,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// request counts one answered request.
+func (e *epMetrics) request(code int, took time.Duration) {
+	e.mu.RLock()
+	c, ok := e.codes[code]
+	e.mu.RUnlock()
+	if !ok {
+		c = e.vec.WithLabelValues(e.name, strconv.Itoa(code))
+		e.mu.Lock()
+		e.codes[code] = c
+		e.mu.Unlock()
+	}
+	c.Inc()
+	e.duration.Observe(took.Seconds())
+}
+
+func (e *epMetrics) observeBatch(info batch.Info) {
+	if info.Dropped > 0 {
+		e.dropped.Add(float64(info.Dropped))
+	}
+	if info.Size == 0 {
+		return
+	}
+	e.batch.Observe(float64(info.Size))
+	e.compute.Observe(info.Compute.Seconds())
+	e.items.Add(float64(info.Size))
+	if info.Failed > 0 {
+		e.failed.Add(float64(info.Failed))
+	}
+}

@@ -1,0 +1,288 @@
+// Package server is the HTTP surface of infer serve: a naive endpoint and a
+// dynamically batched endpoint over the same model, the KServe v2 protocol on
+// the batched path, health, readiness and Prometheus metrics, and a graceful
+// drain on shutdown.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/inferhq/infer/models"
+	"github.com/inferhq/infer/server/batch"
+)
+
+// Config configures a Server. The zero value serves on 127.0.0.1:8080 with
+// the documented defaults.
+type Config struct {
+	// Addr is the listen address. Default "127.0.0.1:8080".
+	Addr string
+	// Batch configures the batched endpoint: batch size, max latency,
+	// policy and queue capacity (see batch.Config for their defaults).
+	Batch batch.Config
+	// Workers is the number of model instances behind the batched
+	// endpoint. Default 1. The naive endpoint has one instance of its own.
+	Workers int
+	// Timeout is the default deadline of a request, from its arrival to its
+	// answer; a request may shorten it with the X-Request-Timeout header.
+	// Default 30s.
+	Timeout time.Duration
+	// MaxBody is the largest request body accepted, in bytes. Default 1 MiB.
+	MaxBody int64
+	// MaxItems is the most items one request may carry. Default 256, or
+	// the batched queue's capacity if smaller; it may not exceed it.
+	MaxItems int
+	// DrainTimeout bounds how long shutdown waits for admitted requests.
+	// Default 30s.
+	DrainTimeout time.Duration
+	// Version is reported by GET /v2.
+	Version string
+	// Logger receives lifecycle events; nil discards them.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Addr == "" {
+		c.Addr = "127.0.0.1:8080"
+	}
+	if c.Workers <= 0 {
+		c.Workers = 1
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 30 * time.Second
+	}
+	if c.MaxBody <= 0 {
+		c.MaxBody = 1 << 20
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = 30 * time.Second
+	}
+	if c.Batch.MaxBatch <= 0 {
+		c.Batch.MaxBatch = 64
+	}
+	if c.Batch.Policy == "" {
+		c.Batch.Policy = batch.Fixed
+	}
+	if c.Batch.QueueCap <= 0 {
+		c.Batch.QueueCap = 16 * c.Batch.MaxBatch * c.Workers
+	}
+	if c.MaxItems <= 0 {
+		c.MaxItems = min(256, c.Batch.QueueCap)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate reports settings that cannot work together.
+func (c Config) Validate() error {
+	if err := c.Batch.Validate(); err != nil {
+		return err
+	}
+	d := c.withDefaults()
+	if d.MaxItems > d.Batch.QueueCap {
+		return fmt.Errorf("max items per request (%d) exceeds the queue capacity (%d): such requests could never be admitted", d.MaxItems, d.Batch.QueueCap)
+	}
+	return nil
+}
+
+// Server serves one model. Create it with New, run it with Run or Serve.
+type Server struct {
+	cfg     Config
+	factory models.Factory
+	info    models.Info
+	log     *slog.Logger
+	metrics *metrics
+	handler http.Handler
+
+	// Set once loading is done; read by handlers.
+	batched  atomic.Pointer[batch.Batcher[models.Input, models.Output]]
+	naive    atomic.Pointer[naive]
+	ready    atomic.Bool
+	draining atomic.Bool
+	rate     rateMeter // items per second through the batched endpoint
+}
+
+// New returns a server for the model made by factory. It loads nothing yet.
+func New(cfg Config, factory models.Factory) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	s := &Server{
+		cfg:     cfg,
+		factory: factory,
+		info:    factory.Info(),
+		log:     cfg.Logger,
+	}
+	s.metrics = newMetrics(s)
+	s.handler = s.routes()
+	return s, nil
+}
+
+// Handler returns the server's HTTP handler. Inference endpoints answer 503
+// until Serve has loaded and warmed the model.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Ready reports whether the model is loaded and warm and the server is not
+// draining.
+func (s *Server) Ready() bool { return s.ready.Load() && !s.draining.Load() }
+
+// Run listens on Config.Addr and serves until ctx is done, then drains.
+func (s *Server) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve serves on ln: it answers health checks at once, loads and warms the
+// model instances, then turns ready. When ctx is done it drains: /readyz
+// turns 503, new requests are refused with 503, admitted requests are
+// finished within Config.DrainTimeout, and Serve returns. It returns an error
+// if loading fails or the drain timed out.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      s.cfg.Timeout + 10*time.Second,
+		IdleTimeout:       90 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	s.log.Info("listening", "addr", ln.Addr().String(), "model", s.info.Name)
+
+	var wg sync.WaitGroup
+	batchCtx, stopBatch := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBatch()
+	instances, loadErr := s.load(ctx, batchCtx, &wg)
+	if loadErr == nil {
+		s.ready.Store(true)
+		s.log.Info("ready", "model", s.info.Name, "workers", s.cfg.Workers,
+			"batch", s.cfg.Batch.MaxBatch, "max_latency", s.cfg.Batch.MaxLatency, "policy", s.cfg.Batch.Policy)
+	}
+
+	if loadErr == nil {
+		select {
+		case <-ctx.Done():
+		case err := <-serveErr:
+			loadErr = fmt.Errorf("serve: %w", err)
+		}
+	}
+
+	// Drain: refuse new work, finish admitted work, then stop.
+	s.draining.Store(true)
+	s.log.Info("draining", "queued", s.queued(), "timeout", s.cfg.DrainTimeout)
+	drainCtx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
+	defer cancel()
+	stopBatch()
+	batchDone := make(chan struct{})
+	go func() { wg.Wait(); close(batchDone) }()
+	var drainErr error
+	select {
+	case <-batchDone:
+	case <-drainCtx.Done():
+		drainErr = fmt.Errorf("drain timed out after %v with %d items queued", s.cfg.DrainTimeout, s.queued())
+	}
+	if err := srv.Shutdown(drainCtx); err != nil && drainErr == nil {
+		drainErr = fmt.Errorf("drain timed out after %v: %w", s.cfg.DrainTimeout, err)
+	}
+	if drainErr == nil {
+		for _, m := range instances {
+			if err := m.Close(); err != nil {
+				drainErr = errors.Join(drainErr, fmt.Errorf("close model: %w", err))
+			}
+		}
+	}
+	s.log.Info("stopped")
+	return errors.Join(loadErr, drainErr)
+}
+
+// load creates and warms the instances, and starts the batcher under
+// batchCtx. It returns every instance created, for closing.
+func (s *Server) load(ctx, batchCtx context.Context, wg *sync.WaitGroup) ([]models.Model, error) {
+	start := time.Now()
+	n := s.cfg.Workers + 1 // the last one serves /naive
+	instances := make([]models.Model, n)
+	errs := make([]error, n)
+	var lw sync.WaitGroup
+	for i := range n {
+		lw.Go(func() {
+			m, err := s.factory.New(ctx, i%max(s.cfg.Workers, 1))
+			if err != nil {
+				errs[i] = fmt.Errorf("load instance %d: %w", i, err)
+				return
+			}
+			instances[i] = m
+			errs[i] = s.warm(ctx, m)
+		})
+	}
+	lw.Wait()
+	var all []models.Model
+	for _, m := range instances {
+		if m != nil {
+			all = append(all, m)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return all, err
+	}
+
+	workers := make([]batch.Func[models.Input, models.Output], s.cfg.Workers)
+	for i := range workers {
+		workers[i] = instances[i].Predict
+	}
+	bcfg := s.cfg.Batch
+	bcfg.OnBatch = func(info batch.Info) {
+		s.metrics.eps[endpointBatched].observeBatch(info)
+		s.rate.add(info.Size, info.Compute, s.cfg.Workers)
+	}
+	b := batch.New(bcfg, workers...)
+	s.batched.Store(b)
+	wg.Go(func() { b.Run(batchCtx) })
+	s.naive.Store(newNaive(instances[n-1], s.cfg.Batch.QueueCap, s.metrics.eps[endpointNaive].observeBatch))
+	s.log.Info("model loaded", "model", s.info.Name, "instances", n, "took", time.Since(start).Round(time.Millisecond))
+	return all, nil
+}
+
+// warm runs a single item and a full batch through a fresh instance, so that
+// first requests do not pay for lazy initialisation.
+func (s *Server) warm(ctx context.Context, m models.Model) error {
+	in, err := s.factory.Prepare("Warm up the [MASK] before serving.")
+	if err != nil {
+		return fmt.Errorf("warm up: %w", err)
+	}
+	for _, n := range []int{1, s.cfg.Batch.MaxBatch} {
+		ins := make([]models.Input, n)
+		for i := range ins {
+			ins[i] = in
+		}
+		if err := m.Predict(ctx, ins, make([]models.Output, n)); err != nil {
+			return fmt.Errorf("warm up with %d items: %w", n, err)
+		}
+	}
+	return nil
+}
+
+func (s *Server) queued() int {
+	n := 0
+	if b := s.batched.Load(); b != nil {
+		n += b.Len()
+	}
+	if nv := s.naive.Load(); nv != nil {
+		n += nv.Len()
+	}
+	return n
+}
