@@ -42,6 +42,11 @@ type Config struct {
 	// DrainTimeout bounds how long shutdown waits for admitted requests.
 	// Default 30s.
 	DrainTimeout time.Duration
+	// Scheduler, if set, runs the batched endpoint's requests instead of an
+	// in-process batcher over Workers local instances: distributed mode
+	// plugs in here. The server then loads only the naive endpoint's
+	// instance, and runs the scheduler from Serve.
+	Scheduler Scheduler
 	// Version is reported by GET /v2.
 	Version string
 	// Logger receives lifecycle events; nil discards them.
@@ -94,6 +99,19 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// Scheduler runs batched requests. *batch.Batcher[models.Input,
+// models.Output] is the in-process one.
+type Scheduler interface {
+	// Run schedules until ctx is done, then stops admitting, finishes what
+	// was admitted, and returns.
+	Run(ctx context.Context) error
+	// Do computes the items of one request; it has the contract of
+	// batch.Batcher.Do (ErrQueueFull, ErrClosed, ctx errors, *ItemsError).
+	Do(ctx context.Context, ins []models.Input) ([]models.Output, batch.Stats, error)
+	// Len returns the number of items admitted and waiting.
+	Len() int
+}
+
 // Server serves one model. Create it with New, run it with Run or Serve.
 type Server struct {
 	cfg     Config
@@ -104,7 +122,7 @@ type Server struct {
 	handler http.Handler
 
 	// Set once loading is done; read by handlers.
-	batched  atomic.Pointer[batch.Batcher[models.Input, models.Output]]
+	batched  atomic.Pointer[schedulerBox]
 	naive    atomic.Pointer[naive]
 	ready    atomic.Bool
 	draining atomic.Bool
@@ -215,6 +233,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 func (s *Server) load(ctx, batchCtx context.Context, wg *sync.WaitGroup) ([]models.Model, error) {
 	start := time.Now()
 	n := s.cfg.Workers + 1 // the last one serves /naive
+	if s.cfg.Scheduler != nil {
+		n = 1 // batches run elsewhere
+	}
 	instances := make([]models.Model, n)
 	errs := make([]error, n)
 	var lw sync.WaitGroup
@@ -240,18 +261,25 @@ func (s *Server) load(ctx, batchCtx context.Context, wg *sync.WaitGroup) ([]mode
 		return all, err
 	}
 
-	workers := make([]batch.Func[models.Input, models.Output], s.cfg.Workers)
-	for i := range workers {
-		workers[i] = instances[i].Predict
+	sched := s.cfg.Scheduler
+	if sched == nil {
+		workers := make([]batch.Func[models.Input, models.Output], s.cfg.Workers)
+		for i := range workers {
+			workers[i] = instances[i].Predict
+		}
+		bcfg := s.cfg.Batch
+		bcfg.OnBatch = func(info batch.Info) {
+			s.metrics.eps[endpointBatched].observeBatch(info)
+			s.rate.add(info.Size, info.Compute, s.cfg.Workers)
+		}
+		sched = batch.New(bcfg, workers...)
 	}
-	bcfg := s.cfg.Batch
-	bcfg.OnBatch = func(info batch.Info) {
-		s.metrics.eps[endpointBatched].observeBatch(info)
-		s.rate.add(info.Size, info.Compute, s.cfg.Workers)
-	}
-	b := batch.New(bcfg, workers...)
-	s.batched.Store(b)
-	wg.Go(func() { b.Run(batchCtx) })
+	s.batched.Store(&schedulerBox{sched})
+	wg.Go(func() {
+		if err := sched.Run(batchCtx); err != nil {
+			s.log.Error("batched scheduler stopped", "err", err)
+		}
+	})
 	s.naive.Store(newNaive(instances[n-1], s.cfg.Batch.QueueCap, s.metrics.eps[endpointNaive].observeBatch))
 	s.log.Info("model loaded", "model", s.info.Name, "instances", n, "took", time.Since(start).Round(time.Millisecond))
 	return all, nil
@@ -286,3 +314,6 @@ func (s *Server) queued() int {
 	}
 	return n
 }
+
+// schedulerBox lets an interface value sit in an atomic.Pointer.
+type schedulerBox struct{ Scheduler }

@@ -1,0 +1,311 @@
+// Package record is the schema of a bench run's results: the manifest of a
+// run, one Record per sweep point, and a latency Histogram that keeps enough
+// of the distribution to recompute percentiles and compare runs later. It is
+// what `infer bench` writes and `infer report` reads; it has no dependencies
+// beyond the standard library.
+package record
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// File names inside a run directory.
+const (
+	ManifestFile = "manifest.json"
+	ResultsFile  = "results.jsonl"
+)
+
+// Manifest describes a whole run.
+type Manifest struct {
+	Scenario     string    `json:"scenario"`      // scenario name
+	ScenarioFile string    `json:"scenario_file"` // path it was read from
+	ScenarioYAML string    `json:"scenario_yaml"` // the file's text, verbatim
+	InferVersion string    `json:"infer_version"`
+	InferCommit  string    `json:"infer_commit"`
+	Model        string    `json:"model,omitempty"`      // model served, when infer started the server
+	ModelHash    string    `json:"model_hash,omitempty"` // sha256 of the model file, when there is one
+	Runtime      string    `json:"runtime,omitempty"`    // e.g. "onnxruntime 1.30.0"
+	Cores        int       `json:"cores"`
+	GoVersion    string    `json:"go_version"`
+	OS           string    `json:"os"` // GOOS/GOARCH
+	Host         string    `json:"host,omitempty"`
+	Start        time.Time `json:"start"`
+	End          time.Time `json:"end,omitzero"`
+	// Offline is the model's own ceiling without HTTP, items per second by
+	// batch size, when known (from `infer models bench`).
+	Offline map[int]float64 `json:"offline,omitempty"`
+	// SLO holds the scenario's thresholds, for the report's verdicts.
+	SLO SLO `json:"slo,omitzero"`
+	// Interrupted is set when the run was stopped before its last point.
+	Interrupted bool `json:"interrupted,omitempty"`
+}
+
+// SLO thresholds; a zero field is not checked.
+type SLO struct {
+	P99           Duration `json:"p99,omitzero"`            // p99 latency at most
+	MaxErrorRate  float64  `json:"max_error_rate,omitzero"` // failed / sent at most (0.01 = 1 %)
+	MinThroughput float64  `json:"min_throughput,omitzero"` // successful requests per second at least
+}
+
+// Point is the configuration of one sweep point.
+type Point struct {
+	Name     string   `json:"name"`              // human label, e.g. "batched b=64 w=2 rate=400"
+	Endpoint string   `json:"endpoint"`          // "naive", "batched", "v2", or a URL path
+	Targets  []string `json:"targets"`           // URLs the load was sent to
+	Batch    int      `json:"batch,omitempty"`   // server --batch, when infer started or configured it
+	Workers  int      `json:"workers,omitempty"` // server --workers
+	Latency  Duration `json:"max_latency,omitzero"`
+	Policy   string   `json:"policy,omitempty"`
+	Load     Load     `json:"load"`
+	Items    int      `json:"items_per_request"` // items in each request body
+}
+
+// Load is how the generator drove one point.
+type Load struct {
+	Mode        string  `json:"mode"`                  // "open" (paced rate) or "closed" (fixed concurrency)
+	Pacer       string  `json:"pacer,omitempty"`       // open loop: "constant" or "ramp"
+	Rate        float64 `json:"rate,omitempty"`        // open loop: target requests/s (the ramp's end for "ramp")
+	RampFrom    float64 `json:"ramp_from,omitempty"`   // ramp: starting requests/s
+	Concurrency int     `json:"concurrency,omitempty"` // closed loop: clients
+}
+
+// Record is the result of one sweep point, over all its repeats.
+type Record struct {
+	Index    int       `json:"index"` // position in the sweep, from 0
+	Point    Point     `json:"point"`
+	Start    time.Time `json:"start"`
+	Duration Duration  `json:"duration"` // measured time, warm-up excluded, summed over repeats
+
+	Sent         int     `json:"sent"`          // requests sent in the measured time
+	TargetRate   float64 `json:"target_rate"`   // requests/s asked for (open loop), 0 for closed loop
+	AchievedRate float64 `json:"achieved_rate"` // requests/s actually sent
+	Throughput   float64 `json:"throughput"`    // successful requests/s
+	ItemsPerSec  float64 `json:"items_per_sec"` // successful items/s
+
+	Latency   Percentiles    `json:"latency"`             // over successful requests
+	Histogram *Histogram     `json:"histogram,omitempty"` // latencies of successful requests
+	Status    map[string]int `json:"status"`              // HTTP status (or "error") → count
+	Errors    map[string]int `json:"errors,omitempty"`    // transport/check error text → count
+
+	Server ServerSide `json:"server"`
+
+	Repeats []Repeat `json:"repeats,omitempty"` // one per repeat, when more than one
+
+	// Valid is false when a flag makes the point's numbers untrustworthy.
+	Valid bool     `json:"valid"`
+	Flags []string `json:"flags,omitempty"`
+	// Partial is set when the point was cut short (the user stopped the run).
+	Partial bool `json:"partial,omitempty"`
+	// GeneratorCPU is the load generator's CPU use during the point, in
+	// cores (1.0 = one core busy).
+	GeneratorCPU float64 `json:"generator_cpu"`
+}
+
+// Validity flags.
+const (
+	// FlagCoordinatedOmission: an open-loop point achieved less than 95 % of
+	// its target rate, so the server slowed the generator down and the
+	// latencies under-state what clients at that rate would see.
+	FlagCoordinatedOmission = "coordinated-omission"
+	// FlagGeneratorSaturated: the load generator used (nearly) all the CPU it
+	// could; the server may have been faster than measured.
+	FlagGeneratorSaturated = "generator-saturated"
+	// FlagErrors: some requests failed.
+	FlagErrors = "errors"
+	// FlagNoSuccess: no request succeeded; latencies are meaningless.
+	FlagNoSuccess = "no-success"
+)
+
+// Percentiles of a latency distribution.
+type Percentiles struct {
+	Mean Duration `json:"mean"`
+	P50  Duration `json:"p50"`
+	P90  Duration `json:"p90"`
+	P99  Duration `json:"p99"`
+	P999 Duration `json:"p999"`
+	Max  Duration `json:"max"`
+}
+
+// ServerSide is what the server said about the point: from Server-Timing
+// headers of successful responses and from /metrics where reachable.
+type ServerSide struct {
+	MeanBatch   float64  `json:"mean_batch,omitempty"`  // items per batch, mean over responses
+	MeanQueue   Duration `json:"mean_queue,omitzero"`   // queue time, mean over responses
+	MeanCompute Duration `json:"mean_compute,omitzero"` // compute time, mean over responses
+	Timed       int      `json:"timed,omitempty"`       // responses that carried Server-Timing
+	Metrics     *Metrics `json:"metrics,omitempty"`     // /metrics deltas over the point
+	CPUSeconds  float64  `json:"cpu_seconds,omitempty"` // server process CPU over the point, when known
+	RSSBytes    int64    `json:"rss_bytes,omitempty"`   // server resident memory at the end, when known
+}
+
+// Metrics are deltas of the server's Prometheus metrics over a point.
+type Metrics struct {
+	Batches   float64  `json:"batches"`
+	Items     float64  `json:"items"`
+	MeanBatch float64  `json:"mean_batch"`
+	MeanQueue Duration `json:"mean_queue"`
+	Dropped   float64  `json:"dropped,omitempty"`
+}
+
+// Repeat is one repeat of a point.
+type Repeat struct {
+	Throughput   float64  `json:"throughput"`
+	AchievedRate float64  `json:"achieved_rate"`
+	P50          Duration `json:"p50"`
+	P99          Duration `json:"p99"`
+}
+
+// Spread returns the smallest and largest throughput over the repeats, or
+// the record's own throughput twice when there are none.
+func (r *Record) Spread() (lo, hi float64) {
+	if len(r.Repeats) == 0 {
+		return r.Throughput, r.Throughput
+	}
+	lo, hi = r.Repeats[0].Throughput, r.Repeats[0].Throughput
+	for _, rp := range r.Repeats[1:] {
+		lo, hi = min(lo, rp.Throughput), max(hi, rp.Throughput)
+	}
+	return lo, hi
+}
+
+// ErrorRate is the share of sent requests that did not succeed.
+func (r *Record) ErrorRate() float64 {
+	if r.Sent == 0 {
+		return 0
+	}
+	ok := r.Status["200"]
+	return float64(r.Sent-ok) / float64(r.Sent)
+}
+
+// Duration is a time.Duration that encodes in JSON as a string like "1.5ms"
+// and decodes from such a string or from a number of nanoseconds.
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// Ms returns d in milliseconds.
+func (d Duration) Ms() float64 { return float64(d) / 1e6 }
+
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("duration %q: %w", s, err)
+		}
+		*d = Duration(v)
+		return nil
+	}
+	var n int64
+	if err := json.Unmarshal(b, &n); err != nil {
+		return fmt.Errorf("duration: want a string like \"1.5ms\" or nanoseconds, got %s", b)
+	}
+	*d = Duration(n)
+	return nil
+}
+
+// WriteManifest writes m into dir.
+func WriteManifest(dir string, m *Manifest) error {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, ManifestFile), append(b, '\n'), 0o644)
+}
+
+// Writer appends records to a results.jsonl file, one JSON object a line,
+// flushed after each so that a run cut short keeps its finished points.
+type Writer struct {
+	f *os.File
+}
+
+// Create opens dir/results.jsonl for appending records.
+func Create(dir string) (*Writer, error) {
+	f, err := os.OpenFile(filepath.Join(dir, ResultsFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	return &Writer{f: f}, nil
+}
+
+// Write appends r.
+func (w *Writer) Write(r *Record) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = w.f.Write(append(b, '\n'))
+	return err
+}
+
+// Close closes the file.
+func (w *Writer) Close() error { return w.f.Close() }
+
+// Run is a run directory read back.
+type Run struct {
+	Dir      string
+	Manifest Manifest
+	Records  []Record
+}
+
+// ReadRun reads a run directory. A missing manifest is tolerated (the zero
+// Manifest is returned), as is a truncated last line of results (a run
+// killed mid-write); any other malformed line is an error naming its line.
+func ReadRun(dir string) (*Run, error) {
+	run := &Run{Dir: dir}
+	if b, err := os.ReadFile(filepath.Join(dir, ManifestFile)); err == nil {
+		if err := json.Unmarshal(b, &run.Manifest); err != nil {
+			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, ManifestFile), err)
+		}
+	} else if !os.IsNotExist(err) {
+		return nil, err
+	}
+	f, err := os.Open(filepath.Join(dir, ResultsFile))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	recs, err := Read(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, ResultsFile), err)
+	}
+	run.Records = recs
+	return run, nil
+}
+
+// Read decodes JSON-lines records. A malformed final line without a newline
+// is ignored as a write cut short.
+func Read(r io.Reader) ([]Record, error) {
+	br := bufio.NewReader(r)
+	var recs []Record
+	for line := 1; ; line++ {
+		b, err := br.ReadBytes('\n')
+		if len(b) > 0 && !(len(b) == 1 && b[0] == '\n') {
+			var rec Record
+			if jerr := json.Unmarshal(b, &rec); jerr != nil {
+				if err == io.EOF { // last line, no newline: cut short
+					return recs, nil
+				}
+				return nil, fmt.Errorf("line %d: %w", line, jerr)
+			}
+			recs = append(recs, rec)
+		}
+		if err == io.EOF {
+			return recs, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
