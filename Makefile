@@ -6,15 +6,18 @@ VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X github.com/inferhq/infer/cmd.version=$(VERSION) -X github.com/inferhq/infer/cmd.commit=$(COMMIT)
 
-.PHONY: help build test vet fmt-check bench demo clean
+.PHONY: help setup build test vet fmt-check bench demo clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
+setup: ## fetch the ONNX Runtime library into .cache/onnxruntime (once)
+	./scripts/setup-ort.sh
+
 build: ## build bin/infer
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) .
 
-test: fmt-check vet ## the full test suite: gofmt, go vet, go test -race
+test: setup fmt-check vet ## the full test suite: gofmt, go vet, go test -race
 	$(GO) test -race -count=1 ./...
 
 vet:
@@ -26,7 +29,7 @@ fmt-check:
 bench: ## Go benchmarks of the batcher and the simulated accelerator
 	$(GO) test -run='^$$' -bench=. -benchmem ./server/batch ./models/sim
 
-demo: build ## serve the default model and show both endpoints
+demo: setup build ## serve the default model and show both endpoints
 	./scripts/demo.sh
 
 clean:
