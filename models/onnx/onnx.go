@@ -1,0 +1,354 @@
+// Package onnx serves a BERT-family ONNX graph with ONNX Runtime: it
+// tokenizes text, pads each batch to its own longest item, runs the graph on
+// the CPU or a CUDA device, and decodes the outputs it finds in the graph
+// (fill-mask candidates or an embedding vector). It is the only importer of
+// github.com/yalue/onnxruntime_go.
+//
+// The graph takes int64 input_ids and attention_mask [batch, sequence] and,
+// if it declares it, token_type_ids. Its outputs decide the task:
+//
+//	mask_positions, top_scores, top_ids   fill-mask, top-k inside the graph (models/bert)
+//	logits [batch, sequence, vocab]       fill-mask, softmax and top-k here (a masked-LM export)
+//	embedding [batch, hidden]             embed, the vector as is (models/bert)
+//	last_hidden_state [b, s, hidden]      embed, mean-pooled over the tokens and L2-normalised here
+//	any other float32 [batch, n]          embed, the vector as is
+//
+// A fill-mask output is a *FillMask; an embed output is a []float32.
+package onnx
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+
+	ort "github.com/yalue/onnxruntime_go"
+
+	"github.com/inferhq/infer/models"
+)
+
+// Tokenizer turns text into token ids ([CLS] … [SEP]). *wordpiece.Tokenizer
+// satisfies it. It must be safe for concurrent use.
+type Tokenizer interface {
+	// AppendEncode appends the ids of text to dst, at most maxLen of them
+	// (maxLen <= 0: no limit), and reports whether it truncated.
+	AppendEncode(dst []int32, text string, maxLen int) ([]int32, bool)
+	// Token returns the text of id, "" if there is none.
+	Token(id int32) string
+	// ID returns the id of token.
+	ID(token string) (int32, bool)
+}
+
+// MaskToken is the token a fill-mask input must contain.
+const MaskToken = "[MASK]"
+
+// Config configures a Factory. Path and Tokenizer are required; every other
+// field has a documented default for its zero value.
+type Config struct {
+	// Path is the .onnx file.
+	Path string
+	// Tokenizer tokenizes inputs, and names the token ids of results.
+	Tokenizer Tokenizer
+	// Name is the model's name as clients address it. Default: the file's
+	// base name without ".onnx".
+	Name string
+	// MaxSeqLen is the most tokens of one item, [CLS] and [SEP] included.
+	// Default 128.
+	MaxSeqLen int
+	// RejectLong refuses items longer than MaxSeqLen with
+	// models.ErrInputTooLong (HTTP 413). Default false: such items are
+	// truncated to their first MaxSeqLen-1 tokens and [SEP].
+	RejectLong bool
+	// Devices are where instances run; the instance of worker i runs on
+	// models.ForWorker(Devices, i). A cuda device needs a runtime built
+	// with CUDA; auto takes cuda:0 if the runtime can use it, else the CPU.
+	// Default: the CPU.
+	Devices []models.Device
+	// Workers is the number of instances that compute at the same time; it
+	// sets the default of Threads. Default 1.
+	Workers int
+	// Threads is the number of intra-op threads of each session. Default:
+	// the number of CPUs divided among the sessions that compute at once
+	// (one per CPU device, or Workers with SessionPerInstance), at least 1.
+	Threads int
+	// SessionPerInstance gives every instance a session of its own, with
+	// its own copy of the weights and its own thread pool. Default false:
+	// the instances on one device share one session (ONNX Runtime's Run is
+	// safe for concurrent use), so the weights are in memory once.
+	SessionPerInstance bool
+	// Spin lets ONNX Runtime's idle pool threads spin waiting for work.
+	// Default false: spinning threads would hold the cores that the HTTP
+	// server and the tokenizer need between batches.
+	Spin bool
+	// Library is the ONNX Runtime shared library. Default: FindLibrary's
+	// search, then the system's.
+	Library string
+	// Logger receives what the factory decides (library, device, threads);
+	// nil discards it.
+	Logger *slog.Logger
+}
+
+// Factory loads one ONNX graph and makes model instances of it. It is a
+// models.Factory.
+type Factory struct {
+	cfg     Config
+	log     *slog.Logger
+	sig     signature
+	dec     decoder
+	devices []models.Device // resolved: auto is replaced by what it chose
+	threads int
+	lib     string
+
+	mu       sync.Mutex
+	sessions map[models.Device]*ort.DynamicAdvancedSession // shared, by device
+	closed   bool
+
+	hashOnce sync.Once
+	hash     string
+	hashErr  error
+}
+
+// New loads the ONNX Runtime (once per process), reads the graph's inputs and
+// outputs, and checks the devices. It creates no session yet.
+func New(cfg Config) (*Factory, error) {
+	if cfg.Path == "" {
+		return nil, fmt.Errorf("onnx: no model path")
+	}
+	if cfg.Tokenizer == nil {
+		return nil, fmt.Errorf("onnx: no tokenizer")
+	}
+	if cfg.Name == "" {
+		cfg.Name = strings.TrimSuffix(filepath.Base(cfg.Path), ".onnx")
+	}
+	if cfg.MaxSeqLen <= 0 {
+		cfg.MaxSeqLen = 128
+	}
+	if cfg.MaxSeqLen < 3 {
+		return nil, fmt.Errorf("onnx: max sequence length %d: want at least 3 ([CLS], a token, [SEP])", cfg.MaxSeqLen)
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 1
+	}
+	if len(cfg.Devices) == 0 {
+		cfg.Devices = []models.Device{{Kind: "cpu"}}
+	}
+	f := &Factory{cfg: cfg, log: cfg.Logger, sessions: map[models.Device]*ort.DynamicAdvancedSession{}}
+	if f.log == nil {
+		f.log = slog.New(slog.DiscardHandler)
+	}
+	if _, err := os.Stat(cfg.Path); err != nil {
+		return nil, fmt.Errorf("onnx: model: %w", err)
+	}
+	lib, err := loadRuntime(cfg.Library)
+	if err != nil {
+		return nil, err
+	}
+	f.lib = lib
+	if f.devices, err = f.resolveDevices(cfg.Devices); err != nil {
+		return nil, err
+	}
+	f.threads = cfg.Threads
+	if f.threads <= 0 {
+		f.threads = max(1, runtime.NumCPU()/f.concurrentSessions())
+	}
+	ins, outs, err := ort.GetInputOutputInfo(cfg.Path)
+	if err != nil {
+		return nil, fmt.Errorf("onnx: read %s: %w", cfg.Path, err)
+	}
+	if f.sig, err = readSignature(ins, outs); err != nil {
+		return nil, fmt.Errorf("onnx: %s: %w", cfg.Path, err)
+	}
+	f.dec = decoder{tok: cfg.Tokenizer, maskID: -1}
+	if f.sig.head.task() == TaskFillMask {
+		id, ok := cfg.Tokenizer.ID(MaskToken)
+		if !ok {
+			return nil, fmt.Errorf("onnx: %s is a fill-mask model but the tokenizer has no %s token", cfg.Path, MaskToken)
+		}
+		f.dec.maskID = id
+	}
+	f.log.Info("onnx model", "path", cfg.Path, "task", f.sig.head.task(), "outputs", strings.Join(f.sig.outputs, ","),
+		"runtime", RuntimeVersion(), "library", lib, "threads", f.threads, "devices", devicesString(f.devices),
+		"session_per_instance", cfg.SessionPerInstance)
+	return f, nil
+}
+
+// concurrentSessions is the number of sessions that may compute at once on
+// the CPU, among which the CPUs are divided.
+func (f *Factory) concurrentSessions() int {
+	if f.cfg.SessionPerInstance {
+		return f.cfg.Workers
+	}
+	n := 0
+	seen := map[models.Device]bool{}
+	for _, d := range f.devices {
+		if d.Kind == "cpu" && !seen[d] {
+			seen[d] = true
+			n++
+		}
+	}
+	return max(1, n)
+}
+
+// Info describes the model.
+func (f *Factory) Info() models.Info {
+	sessions := "shared"
+	if f.cfg.SessionPerInstance {
+		sessions = "per-instance"
+	}
+	return models.Info{
+		Name:    f.cfg.Name,
+		Task:    f.sig.head.task(),
+		Backend: "onnx",
+		Params: fmt.Sprintf("onnxruntime=%s devices=%s threads=%d sessions=%s max_seq_len=%d",
+			RuntimeVersion(), devicesString(f.devices), f.threads, sessions, f.cfg.MaxSeqLen),
+	}
+}
+
+// Task returns TaskFillMask or TaskEmbed, as found from the graph's outputs.
+func (f *Factory) Task() string { return f.sig.head.task() }
+
+// Threads returns the intra-op threads of each session.
+func (f *Factory) Threads() int { return f.threads }
+
+// SHA256 returns the hex SHA-256 of the model file, for manifests. It reads
+// the file on the first call.
+func (f *Factory) SHA256() (string, error) {
+	f.hashOnce.Do(func() {
+		file, err := os.Open(f.cfg.Path)
+		if err != nil {
+			f.hashErr = fmt.Errorf("hash model: %w", err)
+			return
+		}
+		defer file.Close()
+		h := sha256.New()
+		if _, err := io.Copy(h, file); err != nil {
+			f.hashErr = fmt.Errorf("hash model: %w", err)
+			return
+		}
+		f.hash = hex.EncodeToString(h.Sum(nil))
+	})
+	return f.hash, f.hashErr
+}
+
+// Prepare tokenizes one item. An item longer than MaxSeqLen tokens is
+// truncated, or refused with models.ErrInputTooLong under RejectLong. A
+// fill-mask item must hold a [MASK] within its first MaxSeqLen tokens, or it
+// is refused with models.ErrInvalidInput. It is safe for concurrent use.
+func (f *Factory) Prepare(text string) (models.Input, error) {
+	ids, truncated := f.cfg.Tokenizer.AppendEncode(nil, text, f.cfg.MaxSeqLen)
+	if truncated && f.cfg.RejectLong {
+		return models.Input{}, fmt.Errorf("%w: more than %d tokens", models.ErrInputTooLong, f.cfg.MaxSeqLen)
+	}
+	if f.dec.maskID >= 0 && !containsID(ids, f.dec.maskID) {
+		if truncated {
+			return models.Input{}, fmt.Errorf("%w: no %s within the first %d tokens (the rest is truncated)", models.ErrInvalidInput, MaskToken, f.cfg.MaxSeqLen)
+		}
+		return models.Input{}, fmt.Errorf("%w: no %s token to fill", models.ErrInvalidInput, MaskToken)
+	}
+	return models.Input{Text: text, Tokens: ids}, nil
+}
+
+func containsID(ids []int32, id int32) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+// New returns the instance of worker number worker, on its device.
+func (f *Factory) New(_ context.Context, worker int) (models.Model, error) {
+	dev := models.ForWorker(f.devices, worker)
+	if f.cfg.SessionPerInstance {
+		s, err := f.newSession(dev)
+		if err != nil {
+			return nil, err
+		}
+		return &Model{f: f, sess: s, own: true}, nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil, fmt.Errorf("onnx: factory closed")
+	}
+	s := f.sessions[dev]
+	if s == nil {
+		var err error
+		if s, err = f.newSession(dev); err != nil {
+			return nil, err
+		}
+		f.sessions[dev] = s
+	}
+	return &Model{f: f, sess: s}, nil
+}
+
+// Close releases the shared sessions; the instances must be closed first.
+func (f *Factory) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closed = true
+	for d, s := range f.sessions {
+		s.Destroy()
+		delete(f.sessions, d)
+	}
+	return nil
+}
+
+func (f *Factory) newSession(dev models.Device) (*ort.DynamicAdvancedSession, error) {
+	opts, err := f.sessionOptions(dev)
+	if err != nil {
+		return nil, err
+	}
+	defer opts.Destroy()
+	s, err := ort.NewDynamicAdvancedSession(f.cfg.Path, f.sig.inputs, f.sig.outputs, opts)
+	if err != nil {
+		return nil, fmt.Errorf("onnx: session on %v: %w", dev, err)
+	}
+	return s, nil
+}
+
+// sessionOptions sets threads, spinning and the execution provider of dev.
+func (f *Factory) sessionOptions(dev models.Device) (*ort.SessionOptions, error) {
+	opts, err := ort.NewSessionOptions()
+	if err != nil {
+		return nil, fmt.Errorf("onnx: session options: %w", err)
+	}
+	spin := "0"
+	if f.cfg.Spin {
+		spin = "1"
+	}
+	for _, step := range []func() error{
+		func() error { return opts.SetIntraOpNumThreads(f.threads) },
+		func() error { return opts.SetInterOpNumThreads(1) },
+		func() error { return opts.AddSessionConfigEntry("session.intra_op.allow_spinning", spin) },
+		func() error { return opts.AddSessionConfigEntry("session.inter_op.allow_spinning", spin) },
+		func() error {
+			if dev.Kind == "cuda" {
+				return appendCUDA(opts, dev.Index)
+			}
+			return nil
+		},
+	} {
+		if err := step(); err != nil {
+			opts.Destroy()
+			return nil, fmt.Errorf("onnx: session options for %v: %w", dev, err)
+		}
+	}
+	return opts, nil
+}
+
+func devicesString(ds []models.Device) string {
+	s := make([]string, len(ds))
+	for i, d := range ds {
+		s[i] = d.String()
+	}
+	return strings.Join(s, ",")
+}
