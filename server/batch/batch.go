@@ -2,12 +2,14 @@
 // multi-item requests, the batcher groups items into batches and hands each
 // batch to the next free worker.
 //
-// A batch is ready when it holds Config.MaxBatch items or when
-// Config.MaxLatency has passed since its first item arrived, whichever comes
-// first. The deadline is set once, by the first item, and never moved by later
-// arrivals. A ready batch that is waiting for a free worker keeps taking items
-// up to MaxBatch: it would wait for the worker anyway, so the extra items cost
-// nobody any latency.
+// Under the Fixed policy a batch is ready when it holds Config.MaxBatch items
+// or when Config.MaxLatency has passed since its first item arrived,
+// whichever comes first. The deadline is set once, by the first item, and
+// never moved by later arrivals. Immediate sends a batch as soon as a worker
+// is free; Adaptive waits only when waiting pays, judged from the measured
+// arrival rate and batch cost, never past MaxLatency. A ready batch that is
+// waiting for a free worker keeps taking items up to MaxBatch: it would wait
+// for the worker anyway, so the extra items cost nobody any latency.
 //
 // Items, not requests, count toward the batch size: a request of many items may
 // span several batches and completes when all of its items are done. Each item
@@ -15,7 +17,16 @@
 // takes its batch is dropped and never reaches the worker's function.
 //
 // Admission is bounded: when Config.QueueCap items are already waiting,
-// Submit and Do fail at once with ErrQueueFull.
+// Submit and Do fail at once with ErrQueueFull; and a request whose deadline
+// the backlog cannot meet is refused at once with ErrWouldMissDeadline
+// instead of timing out later.
+//
+// When a batch fails as a whole, the batcher bisects it to find the failing
+// items, so that one bad input fails only itself.
+//
+// With WithSize, items have sizes (token counts); a batch pads to its largest
+// item, the padding is reported, and Config.Buckets groups items of similar
+// size into separate batches.
 //
 // The package has no HTTP and no models inside; the zero Config is usable.
 package batch
@@ -39,6 +50,10 @@ var (
 	// ErrClosed is returned once the batcher has stopped admitting (draining
 	// or stopped).
 	ErrClosed = errors.New("batch: closed")
+	// ErrWouldMissDeadline is returned when the backlog ahead of a request
+	// means it would finish after its context's deadline. It wraps
+	// ErrQueueFull: the remedy is the same, retry later.
+	ErrWouldMissDeadline = fmt.Errorf("%w: the backlog would outlast the request's deadline", ErrQueueFull)
 )
 
 // Func computes one batch. It must set out[i] for every in[i] and return nil,
@@ -115,6 +130,7 @@ type Stats struct {
 	Queue     time.Duration // from arrival to the start of the batch's computation
 	Compute   time.Duration // the computation of the batch
 	BatchSize int           // items in the batch
+	Padding   float64       // batch size × largest item ÷ total item size (1 without WithSize)
 }
 
 // Info describes one batch after it ran. It is passed to Config.OnBatch.
@@ -125,63 +141,118 @@ type Info struct {
 	Failed  int           // items that got an error from the worker's Func
 	Wait    time.Duration // from the arrival of the first item to the start of compute
 	Compute time.Duration // time spent in the worker's Func
+	Calls   int           // calls of the Func: 1, more when a failed batch was bisected
+	Padding float64       // Size × largest item ÷ total item size; 1 without WithSize
 }
 
-// Batcher groups submitted items into batches for a fixed set of workers. Its
-// methods are safe for concurrent use. Run must be running for work to be done.
+// Batcher groups submitted items into batches for its workers. Its methods
+// are safe for concurrent use. Run must be running for work to be done.
 type Batcher[In, Out any] struct {
-	cfg     Config
-	workers []Func[In, Out]
-	policy  policy
+	cfg     atomic.Pointer[Config] // replaced whole by Reconfigure
+	size    func(In) int           // item size for padding and buckets; nil: all 1
+	est     estimator
+	onBatch func(Info)
 
 	in    chan item[In, Out]  // admitted items; capacity QueueCap
 	ready chan *slab[In, Out] // unbuffered: a receive means a worker is free
-	free  chan *slab[In, Out] // spare batch buffers
+	idle  chan struct{}       // capacity 1: a worker finished a batch
 	calls sync.Pool           // *call[Out]
 
-	queued  atomic.Int64 // admitted items not yet taken by a worker
-	mu      sync.RWMutex // guards closed against concurrent admission
-	closed  bool
+	back chan *slab[In, Out] // slabs returned by workers for reuse
+
+	queued   atomic.Int64 // admitted items not yet taken by a worker
+	busy     atomic.Int32 // workers computing a batch
+	nworkers atomic.Int32 // len(workers), readable without the lock
+	mu       sync.RWMutex // guards closed against concurrent admission
+	closed   bool
+
+	wmu     sync.Mutex // guards workers and runCtx
+	workers []*worker[In, Out]
+	runCtx  context.Context // the workers' context once Run started; nil before
+	wg      sync.WaitGroup  // the running workers and the dispatcher
+	nextID  int
 	started atomic.Bool
 }
 
 type item[In, Out any] struct {
-	c   *call[Out]
-	in  In
-	idx int
+	c    *call[Out]
+	in   In
+	idx  int
+	size int
 }
 
+// slab is one batch: forming, ready, or handed to a worker.
 type slab[In, Out any] struct {
 	items []item[In, Out]
+	first time.Time // arrival of the first item
+	key   int       // size bucket
+	max   int       // largest item size
+	sum   int       // total item size
 }
 
 // New returns a batcher with one worker per Func. Each Func owns its model
-// instance: it is never called concurrently with itself. New panics if no
-// worker is given, since that is a programming error.
+// instance: it is never called concurrently with itself. Workers can be
+// added and removed later with AddWorker and RemoveWorker.
 func New[In, Out any](cfg Config, workers ...Func[In, Out]) *Batcher[In, Out] {
-	if len(workers) == 0 {
-		panic("batch.New: no workers")
-	}
-	cfg = cfg.withDefaults(len(workers))
+	cfg = cfg.withDefaults(max(1, len(workers)))
 	b := &Batcher[In, Out]{
-		cfg:     cfg,
-		workers: workers,
-		policy:  newPolicy(cfg),
+		onBatch: cfg.OnBatch,
 		in:      make(chan item[In, Out], cfg.QueueCap),
 		ready:   make(chan *slab[In, Out]),
-		free:    make(chan *slab[In, Out], len(workers)+1),
+		idle:    make(chan struct{}, 1),
+		back:    make(chan *slab[In, Out], 64),
 	}
-	for range len(workers) + 1 {
-		b.free <- &slab[In, Out]{items: make([]item[In, Out], 0, cfg.MaxBatch)}
+	b.cfg.Store(&cfg)
+	for _, fn := range workers {
+		b.AddWorker(fn)
 	}
 	return b
 }
 
+// WithSize sets the function giving an item's size, such as its token count.
+// A batch is padded to its largest item: the batcher then reports padding
+// (Info.Padding, Stats.Padding) and, with Config.Buckets, groups items of
+// similar size. Call it before Run.
+func (b *Batcher[In, Out]) WithSize(size func(In) int) *Batcher[In, Out] {
+	b.size = size
+	return b
+}
+
 // Config returns the configuration in effect, defaults filled in.
-func (b *Batcher[In, Out]) Config() Config { return b.cfg }
+func (b *Batcher[In, Out]) Config() Config { return *b.cfg.Load() }
+
+// Reconfigure changes MaxBatch, MaxLatency, Policy and Buckets at once; the
+// batch being formed is judged by the new rules from its next arrival on.
+// QueueCap and OnBatch keep their values. Zero fields take their defaults.
+func (b *Batcher[In, Out]) Reconfigure(c Config) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	old := b.cfg.Load()
+	c.QueueCap, c.OnBatch = old.QueueCap, old.OnBatch
+	c = c.withDefaults(b.Workers())
+	b.cfg.Store(&c)
+	b.notify()
+	return nil
+}
 
 // Len returns the number of admitted items not yet taken by a worker.
 func (b *Batcher[In, Out]) Len() int { return int(b.queued.Load()) }
+
+// Workers returns the number of workers.
+func (b *Batcher[In, Out]) Workers() int {
+	b.wmu.Lock()
+	defer b.wmu.Unlock()
+	return len(b.workers)
+}
+
+// Backlog estimates how long the items now queued need to clear at the
+// workers' measured capacity; zero until the batcher has measured some
+// batches. It is what a Retry-After should say.
+func (b *Batcher[In, Out]) Backlog() time.Duration {
+	cfg := b.cfg.Load()
+	return b.est.clear(int(b.queued.Load()), cfg.MaxBatch, b.Workers())
+}
 
 // Run starts the workers and forms batches until ctx is done. Then it stops
 // admitting (Submit and Do return ErrClosed), finishes every admitted item
@@ -192,19 +263,27 @@ func (b *Batcher[In, Out]) Run(ctx context.Context) error {
 	if !b.started.CompareAndSwap(false, true) {
 		return errors.New("batch: Run called twice")
 	}
-	work := context.WithoutCancel(ctx)
-	var wg sync.WaitGroup
-	for i, fn := range b.workers {
-		wg.Go(func() { b.work(work, i, fn) })
+	b.wmu.Lock()
+	b.runCtx = context.WithoutCancel(ctx)
+	for _, w := range b.workers {
+		b.startWorker(w)
 	}
-	wg.Go(b.dispatch)
+	b.wmu.Unlock()
+	dispatched := make(chan struct{})
+	go func() { b.dispatch(); close(dispatched) }()
 
 	<-ctx.Done()
 	b.mu.Lock()
 	b.closed = true
 	close(b.in)
 	b.mu.Unlock()
-	wg.Wait()
+	<-dispatched // every admitted item is now with a worker
+	b.wmu.Lock()
+	for _, w := range b.workers {
+		w.stop()
+	}
+	b.wmu.Unlock()
+	b.wg.Wait()
 	return nil
 }
 
@@ -254,8 +333,9 @@ func (b *Batcher[In, Out]) Do(ctx context.Context, ins []In) ([]Out, Stats, erro
 }
 
 func (b *Batcher[In, Out]) admit(c *call[Out], ins []In) error {
+	cfg := b.cfg.Load()
 	n := int64(len(ins))
-	if n > int64(b.cfg.QueueCap) {
+	if n > int64(cfg.QueueCap) {
 		return ErrTooLarge
 	}
 	b.mu.RLock()
@@ -263,14 +343,25 @@ func (b *Batcher[In, Out]) admit(c *call[Out], ins []In) error {
 	if b.closed {
 		return ErrClosed
 	}
-	if b.queued.Add(n) > int64(b.cfg.QueueCap) {
+	q := b.queued.Add(n)
+	if q > int64(cfg.QueueCap) {
 		b.queued.Add(-n)
 		return ErrQueueFull
+	}
+	if deadline, ok := c.ctx.Deadline(); ok && !cfg.AdmitLate {
+		if wait, ok := b.est.completion(int(q), cfg.MaxBatch, int(b.nworkers.Load())); ok && c.enq.Add(wait).After(deadline) {
+			b.queued.Add(-n)
+			return ErrWouldMissDeadline
+		}
 	}
 	c.pending.Store(int32(n))
 	// The counter bounds the channel's contents, so these sends never block.
 	for i := range ins {
-		b.in <- item[In, Out]{c: c, in: ins[i], idx: i}
+		size := 1
+		if b.size != nil {
+			size = b.size(ins[i])
+		}
+		b.in <- item[In, Out]{c: c, in: ins[i], idx: i, size: size}
 	}
 	return nil
 }
@@ -283,149 +374,6 @@ func (b *Batcher[In, Out]) wait(ctx context.Context, c *call[Out]) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	}
-}
-
-// dispatch forms batches and hands each to the next free worker.
-func (b *Batcher[In, Out]) dispatch() {
-	defer close(b.ready)
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	in := b.in
-	for {
-		s := <-b.free
-		first, ok := <-in
-		if !ok {
-			return
-		}
-		s.items = append(s.items[:0], first)
-		max := b.cfg.MaxBatch
-
-		// Forming: wait for company until full or the first item's deadline.
-		if wait := b.policy.wait(first.c.enq); wait > 0 && len(s.items) < max {
-			timer.Reset(wait)
-		forming:
-			for len(s.items) < max {
-				select {
-				case it, ok := <-in:
-					if !ok { // draining: nothing more will come
-						in = nil
-						break forming
-					}
-					s.items = append(s.items, it)
-				case <-timer.C:
-					break forming
-				}
-			}
-			timer.Stop()
-		}
-
-		// Ready: offer to the workers, taking more items while none is free.
-		// Once sent, s belongs to the worker: count its items before.
-	offering:
-		for {
-			s.items, in = drain(s.items, in, max)
-			n := int64(len(s.items))
-			if n >= int64(max) {
-				b.ready <- s
-				b.queued.Add(-n)
-				break
-			}
-			select {
-			case b.ready <- s:
-				b.queued.Add(-n)
-				break offering
-			case it, ok := <-in:
-				if !ok {
-					in = nil
-					continue
-				}
-				s.items = append(s.items, it)
-			}
-		}
-		if in == nil {
-			// Closed and empty: receiving from nil would block forever.
-			in = closedChan[In, Out]()
-		}
-	}
-}
-
-// drain appends the items already waiting in in, up to max in all, without
-// blocking. It returns in, or nil once in is closed and empty.
-func drain[In, Out any](items []item[In, Out], in chan item[In, Out], max int) ([]item[In, Out], chan item[In, Out]) {
-	for in != nil && len(items) < max {
-		select {
-		case it, ok := <-in:
-			if !ok {
-				return items, nil
-			}
-			items = append(items, it)
-		default:
-			return items, in
-		}
-	}
-	return items, in
-}
-
-func closedChan[In, Out any]() chan item[In, Out] {
-	c := make(chan item[In, Out])
-	close(c)
-	return c
-}
-
-// work runs batches on one worker until the dispatcher stops.
-func (b *Batcher[In, Out]) work(ctx context.Context, id int, fn Func[In, Out]) {
-	max := b.cfg.MaxBatch
-	live := make([]item[In, Out], 0, max)
-	ins := make([]In, 0, max)
-	outs := make([]Out, max)
-	var zeroIn In
-	for s := range b.ready {
-		start := time.Now()
-		info := Info{Worker: id, Wait: start.Sub(s.items[0].c.enq)}
-		live, ins = live[:0], ins[:0]
-		for _, it := range s.items {
-			if err := it.c.ctx.Err(); err != nil {
-				it.c.finish(it.idx, *new(Out), err, Stats{})
-				info.Dropped++
-				continue
-			}
-			live = append(live, it)
-			ins = append(ins, it.in)
-		}
-		clear(s.items)
-		s.items = s.items[:0]
-		b.free <- s
-
-		if n := len(live); n > 0 {
-			out := outs[:n]
-			clear(out)
-			errs := ItemErrors(Call(ctx, fn, ins, out), n)
-			info.Compute = time.Since(start)
-			info.Size = n
-			for i, it := range live {
-				var ierr error
-				if errs != nil {
-					ierr = errs[i]
-				}
-				if ierr != nil {
-					info.Failed++
-				}
-				it.c.finish(it.idx, out[i], ierr, Stats{
-					Queue:     start.Sub(it.c.enq),
-					Compute:   info.Compute,
-					BatchSize: n,
-				})
-			}
-			clear(out)
-			clear(live)
-			for i := range ins {
-				ins[i] = zeroIn
-			}
-		}
-		if b.cfg.OnBatch != nil {
-			b.cfg.OnBatch(info)
-		}
 	}
 }
 
@@ -458,6 +406,7 @@ func (b *Batcher[In, Out]) putCall(c *call[Out]) {
 	c.queue.Store(0)
 	c.compute.Store(0)
 	c.size.Store(0)
+	c.padding.Store(0)
 	b.calls.Put(c)
 }
 
@@ -475,6 +424,7 @@ type call[Out any] struct {
 	queue   atomic.Int64
 	compute atomic.Int64
 	size    atomic.Int64
+	padding atomic.Int64 // ×1000
 }
 
 func (c *call[Out]) finish(idx int, out Out, err error, st Stats) {
@@ -491,6 +441,7 @@ func (c *call[Out]) finish(idx int, out Out, err error, st Stats) {
 	storeMax(&c.queue, int64(st.Queue))
 	storeMax(&c.compute, int64(st.Compute))
 	storeMax(&c.size, int64(st.BatchSize))
+	storeMax(&c.padding, int64(st.Padding*1000))
 	if c.pending.Add(-1) == 0 {
 		c.done <- struct{}{}
 	}
@@ -508,6 +459,7 @@ func (c *call[Out]) stats() Stats {
 		Queue:     time.Duration(c.queue.Load()),
 		Compute:   time.Duration(c.compute.Load()),
 		BatchSize: int(c.size.Load()),
+		Padding:   float64(c.padding.Load()) / 1000,
 	}
 }
 

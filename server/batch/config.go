@@ -15,10 +15,15 @@ const (
 	// Immediate never waits: a free worker takes whatever is queued, up to
 	// MaxBatch. The zero-delay baseline.
 	Immediate Policy = "immediate"
+	// Adaptive sends at once while other workers are idle (or there is only
+	// one worker), and otherwise waits for the batch size at which batches
+	// keep up with the measured arrival rate, given the measured batch cost
+	// t(n) = a + b·n — never past MaxLatency.
+	Adaptive Policy = "adaptive"
 )
 
 // Policies lists the accepted policy names.
-func Policies() []Policy { return []Policy{Fixed, Immediate} }
+func Policies() []Policy { return []Policy{Fixed, Immediate, Adaptive} }
 
 // ParsePolicy returns the policy with that name.
 func ParsePolicy(s string) (Policy, error) {
@@ -43,6 +48,17 @@ type Config struct {
 	// beyond it admission fails with ErrQueueFull. Default 16 × MaxBatch ×
 	// workers: at most about sixteen batch times of waiting.
 	QueueCap int
+	// Buckets, with Batcher.WithSize, are upper bounds of item size (e.g.
+	// 16, 32, 64 tokens): items are batched only with items of the same
+	// bucket, so that a batch pads to similar sizes. Empty: one bucket.
+	Buckets []int
+	// DisableIsolation turns off the bisection of batches that fail as a
+	// whole; then every item of such a batch gets the error.
+	DisableIsolation bool
+	// AdmitLate admits requests even when the backlog predicts they will
+	// miss their deadline (by default they are refused at once with
+	// ErrWouldMissDeadline).
+	AdmitLate bool
 	// OnBatch, if set, is called by the worker after each batch. It runs on
 	// the worker's goroutine, between batches, so it must be quick.
 	OnBatch func(Info)
@@ -80,33 +96,10 @@ func (c Config) Validate() error {
 			return err
 		}
 	}
+	for i, ub := range c.Buckets {
+		if ub <= 0 || (i > 0 && ub <= c.Buckets[i-1]) {
+			return fmt.Errorf("buckets %v: want positive, increasing bounds", c.Buckets)
+		}
+	}
 	return nil
 }
-
-// policy computes how long a batch whose first item arrived at first may
-// still wait for company.
-type policy interface {
-	wait(first time.Time) time.Duration
-}
-
-func newPolicy(c Config) policy {
-	switch c.Policy {
-	case Immediate:
-		return immediate{}
-	default:
-		return fixed{maxLatency: c.MaxLatency}
-	}
-}
-
-type fixed struct{ maxLatency time.Duration }
-
-func (p fixed) wait(first time.Time) time.Duration {
-	if p.maxLatency <= 0 {
-		return 0
-	}
-	return time.Until(first.Add(p.maxLatency))
-}
-
-type immediate struct{}
-
-func (immediate) wait(time.Time) time.Duration { return 0 }

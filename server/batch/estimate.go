@@ -1,0 +1,118 @@
+package batch
+
+import (
+	"math"
+	"sync"
+	"time"
+)
+
+// estimator measures what the adaptive policy and deadline-aware admission
+// need: the arrival rate of items and the cost of a batch, t(n) = a + b·n,
+// fitted online by least squares with exponential forgetting. Safe for
+// concurrent use.
+type estimator struct {
+	mu sync.Mutex
+	// Arrivals: an exponentially decayed count; count/rateTau estimates the
+	// rate in items per second.
+	count  float64
+	countT time.Time
+	// Cost: decayed sums of 1, n, n², t, n·t over observed batches.
+	sw, sn, snn, st, snt float64
+	samples              int
+}
+
+const (
+	rateTau    = time.Second
+	costDecay  = 0.95 // weight of the past per new batch
+	minSamples = 3
+)
+
+func (e *estimator) arrive(t time.Time) {
+	e.mu.Lock()
+	if e.countT.IsZero() {
+		e.countT = t
+	}
+	if dt := t.Sub(e.countT); dt > 0 {
+		e.count *= math.Exp(-float64(dt) / float64(rateTau))
+		e.countT = t
+	}
+	e.count++
+	e.mu.Unlock()
+}
+
+// rate returns the estimated arrival rate at now, in items per second.
+func (e *estimator) rate(now time.Time) float64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c := e.count
+	if dt := now.Sub(e.countT); dt > 0 {
+		c *= math.Exp(-float64(dt) / float64(rateTau))
+	}
+	return c / rateTau.Seconds()
+}
+
+func (e *estimator) observe(n int, d time.Duration) {
+	x, y := float64(n), d.Seconds()
+	e.mu.Lock()
+	e.sw = e.sw*costDecay + 1
+	e.sn = e.sn*costDecay + x
+	e.snn = e.snn*costDecay + x*x
+	e.st = e.st*costDecay + y
+	e.snt = e.snt*costDecay + x*y
+	e.samples++
+	e.mu.Unlock()
+}
+
+// cost returns the fitted t(n) = a + per·n in seconds, and whether enough
+// batches were seen. Both coefficients are kept non-negative; when all
+// batches had the same size, per is 0 and a is their mean time.
+func (e *estimator) cost() (a, per float64, ok bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.samples < minSamples {
+		return 0, 0, false
+	}
+	den := e.sw*e.snn - e.sn*e.sn
+	if den > 1e-9*e.sw*e.snn {
+		per = (e.sw*e.snt - e.sn*e.st) / den
+	}
+	if per < 0 {
+		per = 0
+	}
+	a = (e.st - per*e.sn) / e.sw
+	if a < 0 {
+		a, per = 0, e.st/e.sn
+	}
+	return a, per, true
+}
+
+// batchTime returns the estimated time of a batch of n items.
+func (e *estimator) batchTime(n int) (time.Duration, bool) {
+	a, per, ok := e.cost()
+	if !ok {
+		return 0, false
+	}
+	return time.Duration((a + per*float64(n)) * float64(time.Second)), true
+}
+
+// clear estimates how long q queued items take to clear with workers
+// running full batches of maxBatch; 0 when nothing is known yet.
+func (e *estimator) clear(q, maxBatch, workers int) time.Duration {
+	full, ok := e.batchTime(maxBatch)
+	if !ok || q <= 0 || workers <= 0 || full <= 0 {
+		return 0
+	}
+	capacity := float64(workers*maxBatch) / full.Seconds() // items per second
+	return time.Duration(float64(q) / capacity * float64(time.Second))
+}
+
+// completion estimates when an item admitted behind q others (itself
+// included) would be done: the queue ahead clearing, then its own batch.
+func (e *estimator) completion(q, maxBatch, workers int) (time.Duration, bool) {
+	own, ok := e.batchTime(min(q, maxBatch))
+	if !ok {
+		return 0, false
+	}
+	ahead := max(0, q-maxBatch)
+	return e.clear(ahead, maxBatch, workers) + own, true
+}

@@ -1,0 +1,188 @@
+package batch
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// worker is one model instance's goroutine.
+type worker[In, Out any] struct {
+	id       int
+	fn       Func[In, Out]
+	quit     chan struct{}
+	done     chan struct{}
+	stopOnce sync.Once
+}
+
+func (w *worker[In, Out]) stop() { w.stopOnce.Do(func() { close(w.quit) }) }
+
+// AddWorker adds a worker owning its own model instance. While Run is
+// running it starts taking batches at once.
+func (b *Batcher[In, Out]) AddWorker(fn Func[In, Out]) {
+	b.wmu.Lock()
+	defer b.wmu.Unlock()
+	w := &worker[In, Out]{id: b.nextID, fn: fn, quit: make(chan struct{}), done: make(chan struct{})}
+	b.nextID++
+	b.workers = append(b.workers, w)
+	b.nworkers.Store(int32(len(b.workers)))
+	if b.runCtx != nil {
+		b.startWorker(w)
+	}
+	b.notify()
+}
+
+// RemoveWorker stops the most recently added worker once its current batch,
+// if any, is done, and returns its Func so that its owner can release the
+// model instance. It waits for the worker unless ctx ends first. The last
+// worker cannot be removed.
+func (b *Batcher[In, Out]) RemoveWorker(ctx context.Context) (Func[In, Out], error) {
+	b.wmu.Lock()
+	if len(b.workers) <= 1 {
+		b.wmu.Unlock()
+		return nil, errors.New("batch: cannot remove the last worker")
+	}
+	w := b.workers[len(b.workers)-1]
+	b.workers = b.workers[:len(b.workers)-1]
+	b.nworkers.Store(int32(len(b.workers)))
+	started := b.runCtx != nil
+	b.wmu.Unlock()
+	w.stop()
+	if started {
+		select {
+		case <-w.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return w.fn, nil
+}
+
+// startWorker runs w; b.wmu must be held.
+func (b *Batcher[In, Out]) startWorker(w *worker[In, Out]) {
+	ctx := b.runCtx
+	b.wg.Go(func() {
+		defer close(w.done)
+		var buf workerBuf[In, Out]
+		for {
+			select {
+			case <-w.quit:
+				return
+			case s, ok := <-b.ready:
+				if !ok {
+					return
+				}
+				b.runBatch(ctx, w, s, &buf)
+			}
+		}
+	})
+}
+
+// workerBuf holds a worker's reusable slices.
+type workerBuf[In, Out any] struct {
+	live []item[In, Out]
+	ins  []In
+	outs []Out
+}
+
+// runBatch computes one batch handed over by the dispatcher.
+func (b *Batcher[In, Out]) runBatch(ctx context.Context, w *worker[In, Out], s *slab[In, Out], buf *workerBuf[In, Out]) {
+	b.busy.Add(1)
+	start := time.Now()
+	info := Info{Worker: w.id, Wait: start.Sub(s.first)}
+	live, ins := buf.live[:0], buf.ins[:0]
+	maxSize, sumSize := 0, 0
+	for _, it := range s.items {
+		if err := it.c.ctx.Err(); err != nil {
+			it.c.finish(it.idx, *new(Out), err, Stats{})
+			info.Dropped++
+			continue
+		}
+		live = append(live, it)
+		ins = append(ins, it.in)
+		maxSize, sumSize = max(maxSize, it.size), sumSize+it.size
+	}
+	clear(s.items)
+	s.items = s.items[:0]
+	select { // give the slab back for reuse, or leave it to the GC
+	case b.back <- s:
+	default:
+	}
+
+	if n := len(live); n > 0 {
+		if cap(buf.outs) < n {
+			buf.outs = make([]Out, n)
+		}
+		out := buf.outs[:n]
+		errs, calls := b.compute(ctx, w.fn, ins, out)
+		info.Compute = time.Since(start)
+		info.Size = n
+		info.Calls = calls
+		info.Padding = 1
+		if sumSize > 0 {
+			info.Padding = float64(n*maxSize) / float64(sumSize)
+		}
+		if calls == 1 {
+			b.est.observe(n, info.Compute)
+		}
+		st := Stats{Compute: info.Compute, BatchSize: n, Padding: info.Padding}
+		for i, it := range live {
+			var err error
+			if errs != nil {
+				err = errs[i]
+			}
+			if err != nil {
+				info.Failed++
+			}
+			st.Queue = start.Sub(it.c.enq)
+			it.c.finish(it.idx, out[i], err, st)
+		}
+		clear(out)
+		clear(live)
+		clear(ins)
+	}
+	buf.live, buf.ins = live, ins
+	b.busy.Add(-1)
+	b.notify()
+	if b.onBatch != nil {
+		b.onBatch(info)
+	}
+}
+
+// compute runs fn on a batch. When the batch fails as a whole and isolation
+// is on, it bisects: each half is run again, recursively, so that one bad
+// item fails only itself and the others succeed. It returns the per-item
+// errors (nil when all succeeded) and the number of calls made, the cost of
+// the isolation.
+func (b *Batcher[In, Out]) compute(ctx context.Context, fn Func[In, Out], in []In, out []Out) ([]error, int) {
+	err := Call(ctx, fn, in, out)
+	if err == nil {
+		return nil, 1
+	}
+	errs := ItemErrors(err, len(in))
+	if len(in) == 1 || b.cfg.Load().DisableIsolation || !wholeBatch(errs, err) {
+		return errs, 1
+	}
+	mid := len(in) / 2
+	left, c1 := b.compute(ctx, fn, in[:mid], out[:mid])
+	right, c2 := b.compute(ctx, fn, in[mid:], out[mid:])
+	if left == nil && right == nil {
+		return nil, 1 + c1 + c2
+	}
+	errs = make([]error, len(in))
+	copy(errs, left)
+	copy(errs[mid:], right)
+	return errs, 1 + c1 + c2
+}
+
+// wholeBatch reports whether errs is err spread over every item, rather than
+// the items' own errors.
+func wholeBatch(errs []error, err error) bool {
+	for _, e := range errs {
+		if e != err {
+			return false
+		}
+	}
+	return true
+}
