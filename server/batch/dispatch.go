@@ -1,6 +1,7 @@
 package batch
 
 import (
+	"math"
 	"time"
 )
 
@@ -144,31 +145,43 @@ func (b *Batcher[In, Out]) pick(open []*slab[In, Out], now time.Time, draining b
 }
 
 // adaptiveTarget is how many items a forming batch should hold before it is
-// worth sending. Waiting only pays when sending now would leave no worker
-// free for the next arrivals: with two or more workers idle, or with the
-// only worker idle, a batch goes at once (the greedy rule, best at low
-// load). Otherwise the batch waits for its fair share of the arrivals: the
-// size n at which batches of n, one per worker in turn, keep up with the
-// arrival rate λ — n = λ·t(n)/W with t(n) = a + b·n the measured cost —
-// never past MaxLatency (the caller checks the deadline).
+// worth sending. With one worker the rule is greedy (send at once): the batch
+// grows by itself while the worker is busy, and waiting only adds latency.
+// With several, idle workers grabbing tiny batches would tie themselves up
+// for a whole batch time each, so a batch waits for its share of the
+// arrivals: the size n at which batches of n, taken by the W workers in
+// turn, keep up with the arrival rate λ at utilisation adaptiveUtil —
+// n = λ·a / (W·u − λ·b) with t(n) = a + b·n the measured cost. When two or
+// more workers are idle the share is rounded down (latency first), when only
+// one is, up (keeping up first). The caller never waits past MaxLatency.
 func (b *Batcher[In, Out]) adaptiveTarget(cfg *Config) int {
 	workers := int(b.nworkers.Load())
-	idle := workers - int(b.busy.Load())
-	if idle >= 2 || workers <= 1 {
+	if workers <= 1 {
 		return 1
 	}
+	idle := workers - int(b.busy.Load())
 	lambda := b.est.rate(time.Now())
 	a, per, ok := b.est.cost()
 	if !ok || lambda <= 0 {
 		return 1
 	}
-	den := float64(workers) - lambda*per
+	den := float64(workers)*adaptiveUtil - lambda*per
 	if den <= 0 {
 		return cfg.MaxBatch
 	}
 	n := lambda * a / den
-	return min(cfg.MaxBatch, max(1, int(n+0.999)))
+	if idle >= 2 {
+		n = math.Floor(n)
+	} else {
+		n = math.Ceil(n)
+	}
+	return min(cfg.MaxBatch, max(1, int(n)))
 }
+
+// adaptiveUtil is the utilisation the adaptive policy sizes batches for:
+// close to 1 wastes least capacity on fixed costs, but leaves no headroom
+// for bursts, and queueing delay grows as 1/(1-u).
+const adaptiveUtil = 0.9
 
 // bucketOf returns the index of the first bound at or above size, or
 // len(bounds) when size exceeds them all. Without bounds every item is in

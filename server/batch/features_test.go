@@ -63,9 +63,10 @@ func TestAdaptiveTarget(t *testing.T) {
 		want          int
 	}{
 		{"one worker: greedy", 1, 0, 1000, 1},
-		{"two idle: greedy", 4, 2, 1000, 1},
-		{"last idle worker waits for its share", 4, 3, 1000, 28}, // 1000·0.077/(4−1.16) = 27.1
-		{"low rate", 4, 3, 50, 1},                                // 50·0.077/(4−0.058) = 0.98
+		{"last idle worker waits for its share", 4, 3, 1000, 32}, // 1000·0.077/(3.6−1.16) = 31.6, up
+		{"two idle: share rounded down", 4, 2, 1000, 31},
+		{"low rate, two idle: at once", 4, 2, 50, 1}, // 50·0.077/(3.6−0.058) = 1.09, down
+		{"low rate, last idle: two", 4, 3, 50, 2},    // up
 		{"overload: full batches", 4, 3, 4000, 64},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -95,19 +96,17 @@ func TestAdaptiveNeverWaitsPastMaxLatency(t *testing.T) {
 		stop := start(t, b)
 		defer stop()
 
-		var wg sync.WaitGroup
-		wg.Go(func() { b.Submit(context.Background(), 1) }) // one worker busy
-		synctest.Wait()
 		t0 := time.Now()
-		wg.Go(func() { b.Submit(context.Background(), 2) })
+		var wg sync.WaitGroup
+		wg.Go(func() { b.Submit(context.Background(), 1) })
 		synctest.Wait()
 		time.Sleep(time.Hour)
 		_, starts := r.snapshot()
-		if len(starts) != 2 {
-			t.Fatalf("%d batches started, want 2", len(starts))
+		if len(starts) != 1 {
+			t.Fatalf("%d batches started, want 1", len(starts))
 		}
-		if got := starts[1].Sub(t0); got != 50*time.Millisecond {
-			t.Errorf("lone item on the last idle worker waited %v, want exactly MaxLatency 50ms", got)
+		if got := starts[0].Sub(t0); got != 50*time.Millisecond {
+			t.Errorf("a lone item waited %v for company that pays, want exactly MaxLatency 50ms", got)
 		}
 		close(r.gate)
 		wg.Wait()
