@@ -1,0 +1,5 @@
+//go:build !race
+
+package wordpiece
+
+const raceEnabled = false
