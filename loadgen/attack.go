@@ -1,0 +1,214 @@
+package loadgen
+
+import (
+	"context"
+	"math"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+
+	"github.com/inferhq/infer/loadgen/record"
+)
+
+// maxResponse bounds the bytes read of one response body; a longer body
+// fails the shape check.
+const maxResponse = 4 << 20
+
+// stopGrace is how long requests in flight may finish after a stop before
+// they are cancelled.
+const stopGrace = 2 * time.Second
+
+// attack is one repeat of a point: warm-up, then the measured window.
+type attack struct {
+	traffic     *traffic
+	load        record.Load
+	warmup      time.Duration
+	duration    time.Duration
+	timeout     time.Duration
+	maxInFlight int // open loop
+}
+
+// attackResult is what one repeat measured.
+type attackResult struct {
+	tally   tally
+	start   time.Time     // of the measured window
+	window  time.Duration // measured time; shorter than asked when stopped
+	stopped bool          // ctx was done before the end
+}
+
+// run sends the load until the end or until ctx is done. Every answer goes
+// to live; those of requests sent in the measured window are tallied. mark
+// is called, from another goroutine, when the window starts (end false)
+// and when it ends (end true, only if it started).
+func (a attack) run(ctx context.Context, live func(*outcome), mark func(end bool)) attackResult {
+	workers, conns := a.workers()
+	tr := &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConnsPerHost: conns,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}
+	defer tr.CloseIdleConnections()
+	// Requests carry reqCtx, cancelled a grace period after a stop, so
+	// that stopping never waits out a slow server's timeouts.
+	reqCtx, cancelReqs := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelReqs()
+	client := &http.Client{Transport: ctxTransport{tr, reqCtx}, Timeout: a.timeout}
+	// Closed loop: exactly the clients asked for. Open loop: a few
+	// workers to begin with; vegeta adds more, up to the bound, when all
+	// are waiting on answers.
+	initial := workers
+	if a.load.Mode != "closed" {
+		initial = min(workers, 16)
+	}
+	atk := vegeta.NewAttacker(
+		vegeta.Client(client),
+		vegeta.Workers(uint64(initial)),
+		vegeta.MaxWorkers(uint64(workers)),
+		vegeta.MaxBody(maxResponse),
+	)
+
+	began := time.Now()
+	res := attackResult{start: began.Add(a.warmup)}
+	end := res.start.Add(a.duration)
+	results := atk.Attack(a.traffic.targeter(), a.pacer(), a.warmup+a.duration, "")
+
+	var (
+		wg        sync.WaitGroup
+		finished  = make(chan struct{})
+		mu        sync.Mutex
+		stoppedAt time.Time
+	)
+	wg.Add(2)
+	go func() { // stopper
+		defer wg.Done()
+		select {
+		case <-ctx.Done():
+			mu.Lock()
+			stoppedAt = time.Now()
+			mu.Unlock()
+			atk.Stop()
+			select {
+			case <-time.After(stopGrace):
+				cancelReqs()
+			case <-finished:
+			}
+		case <-finished:
+		}
+	}()
+	go func() { // marks the window
+		defer wg.Done()
+		if !waitUntil(ctx, res.start) {
+			return
+		}
+		mark(false)
+		waitUntil(ctx, end)
+		mark(true)
+	}()
+
+	for r := range results {
+		mu.Lock()
+		stopped := !stoppedAt.IsZero()
+		mu.Unlock()
+		if stopped && strings.Contains(r.Error, context.Canceled.Error()) {
+			continue // cut off by the stop, not by the server
+		}
+		o := classify(int(r.Code), r.Error, r.Body, r.Headers.Get("Server-Timing"), a.traffic.check)
+		o.sent, o.latency = r.Timestamp, r.Latency
+		live(&o)
+		if !o.sent.Before(res.start) && o.sent.Before(end) {
+			res.tally.add(&o)
+		}
+	}
+	close(finished)
+	wg.Wait()
+
+	res.window = a.duration
+	if !stoppedAt.IsZero() {
+		res.stopped = true
+		res.window = max(0, min(stoppedAt.Sub(res.start), a.duration))
+	}
+	return res
+}
+
+// workers returns the attacker's worker bound (the most requests in
+// flight) and the connections to keep per host.
+func (a attack) workers() (workers, conns int) {
+	if a.load.Mode == "closed" {
+		return a.load.Concurrency, a.load.Concurrency
+	}
+	return a.maxInFlight, a.maxInFlight
+}
+
+// pacer returns the schedule of sends: none for closed loop (each client
+// sends when answered), a constant rate, or a ramp that holds its start
+// rate through the warm-up.
+func (a attack) pacer() vegeta.Pacer {
+	switch {
+	case a.load.Mode == "closed":
+		return vegeta.ConstantPacer{} // as fast as the workers go
+	case a.load.Pacer == "ramp":
+		from := constantPacer(a.load.RampFrom)
+		return warmedPacer{
+			warmup: a.warmup,
+			before: from,
+			after:  vegeta.LinearPacer{StartAt: from, Slope: (a.load.Rate - a.load.RampFrom) / a.duration.Seconds()},
+			hits:   uint64(a.load.RampFrom * a.warmup.Seconds()),
+		}
+	default:
+		return constantPacer(a.load.Rate)
+	}
+}
+
+// constantPacer returns vegeta's constant pacer for a rate in requests per
+// second, exact for whole rates and to a thousandth otherwise.
+func constantPacer(rate float64) vegeta.ConstantPacer {
+	if rate == math.Trunc(rate) {
+		return vegeta.ConstantPacer{Freq: int(rate), Per: time.Second}
+	}
+	return vegeta.ConstantPacer{Freq: int(math.Round(rate * 1000)), Per: 1000 * time.Second}
+}
+
+// warmedPacer runs before until warmup has passed, then after, from its
+// own start: hits is how many requests before should have sent by then.
+type warmedPacer struct {
+	warmup        time.Duration
+	before, after vegeta.Pacer
+	hits          uint64
+}
+
+func (p warmedPacer) Pace(elapsed time.Duration, hits uint64) (time.Duration, bool) {
+	if elapsed < p.warmup {
+		return p.before.Pace(elapsed, hits)
+	}
+	if hits < p.hits {
+		return 0, false // behind on the warm-up: catch up
+	}
+	return p.after.Pace(elapsed-p.warmup, hits-p.hits)
+}
+
+func (p warmedPacer) Rate(elapsed time.Duration) float64 {
+	if elapsed < p.warmup {
+		return p.before.Rate(elapsed)
+	}
+	return p.after.Rate(elapsed - p.warmup)
+}
+
+// ctxTransport gives every request ctx, so that cancelling it aborts them.
+type ctxTransport struct {
+	base http.RoundTripper
+	ctx  context.Context
+}
+
+func (t ctxTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	return t.base.RoundTrip(r.WithContext(t.ctx))
+}
+
+// waitUntil sleeps until t; it returns false if ctx is done first.
+func waitUntil(ctx context.Context, t time.Time) bool {
+	return sleepCtx(ctx, time.Until(t)) == nil
+}

@@ -1,0 +1,166 @@
+package loadgen
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/inferhq/infer/loadgen/record"
+)
+
+// Plan is one point of a sweep, ready to run.
+type Plan struct {
+	Index int
+	// Point is the point's configuration. Targets are filled in when the
+	// server is known; Batch, Workers, Latency and Policy are those the
+	// sweep sets (zero when it leaves them to the server; the record then
+	// holds what the server reports, when it does).
+	Point record.Point
+	// Group numbers the server configurations: consecutive plans of one
+	// group run against one server.
+	Group int
+	// Serve holds the `infer serve` flags of the group's server (without
+	// --addr); nil when the scenario loads existing targets.
+	Serve []string
+}
+
+// Estimate is the time the point's load takes: warm-up and measurement,
+// for every repeat.
+func (s *Scenario) Estimate() time.Duration {
+	return time.Duration(s.Load.Repeats) * (s.Load.Warmup + s.Load.Duration)
+}
+
+// serverConfig is one combination of the sweep's server dimensions; a zero
+// field is left to the server.
+type serverConfig struct {
+	batch, workers int
+	latency        time.Duration
+	latencySet     bool
+	policy         string
+}
+
+// Plans expands the sweep. Points that share a server configuration are
+// consecutive, in the order policy, max latency, workers, batch (batch
+// varies fastest); within one configuration, endpoints, then load levels.
+// The naive endpoint does not depend on the batching settings, so it is
+// measured once per load level, with the first configuration.
+func (s *Scenario) Plans() []Plan {
+	var plans []Plan
+	for g, sc := range s.serverConfigs() {
+		var serve []string
+		if s.Server != nil {
+			serve = append(append([]string(nil), s.Server.Flags...), sc.flags()...)
+		}
+		for _, ep := range s.Sweep.Endpoints {
+			if ep == "naive" && g > 0 {
+				continue
+			}
+			for _, load := range s.loads() {
+				p := record.Point{Endpoint: ep, Load: load, Items: s.Payload.N}
+				if ep != "naive" {
+					p.Batch, p.Workers, p.Latency, p.Policy = sc.batch, sc.workers, record.Duration(sc.latency), sc.policy
+				}
+				p.Name = pointName(p, sc.latencySet && ep != "naive")
+				plans = append(plans, Plan{Index: len(plans), Point: p, Group: g, Serve: serve})
+			}
+		}
+	}
+	return plans
+}
+
+func (s *Scenario) serverConfigs() []serverConfig {
+	or := func(n int) int { return max(n, 1) }
+	var out []serverConfig
+	for pi := range or(len(s.Sweep.Policy)) {
+		for li := range or(len(s.Sweep.MaxLatency)) {
+			for wi := range or(len(s.Sweep.Workers)) {
+				for bi := range or(len(s.Sweep.Batch)) {
+					var c serverConfig
+					if len(s.Sweep.Policy) > 0 {
+						c.policy = s.Sweep.Policy[pi]
+					}
+					if len(s.Sweep.MaxLatency) > 0 {
+						c.latency, c.latencySet = s.Sweep.MaxLatency[li], true
+					}
+					if len(s.Sweep.Workers) > 0 {
+						c.workers = s.Sweep.Workers[wi]
+					}
+					if len(s.Sweep.Batch) > 0 {
+						c.batch = s.Sweep.Batch[bi]
+					}
+					out = append(out, c)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func (c serverConfig) flags() []string {
+	var f []string
+	if c.batch > 0 {
+		f = append(f, "--batch", strconv.Itoa(c.batch))
+	}
+	if c.workers > 0 {
+		f = append(f, "--workers", strconv.Itoa(c.workers))
+	}
+	if c.latencySet {
+		f = append(f, "--max-latency", c.latency.String())
+	}
+	if c.policy != "" {
+		f = append(f, "--policy", c.policy)
+	}
+	return f
+}
+
+// loads returns the load of each level.
+func (s *Scenario) loads() []record.Load {
+	var out []record.Load
+	for _, c := range s.Load.Concurrency {
+		out = append(out, record.Load{Mode: "closed", Concurrency: c})
+	}
+	for _, r := range s.Load.Rates {
+		l := record.Load{Mode: "open", Pacer: s.Load.Pacer, Rate: r}
+		if s.Load.Pacer == "ramp" {
+			l.RampFrom = s.Load.RampFrom
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// pointName labels a point: "batched b=64 w=2 lat=10ms c=32".
+func pointName(p record.Point, latencySet bool) string {
+	parts := []string{p.Endpoint}
+	if p.Batch > 0 {
+		parts = append(parts, fmt.Sprintf("b=%d", p.Batch))
+	}
+	if p.Workers > 0 {
+		parts = append(parts, fmt.Sprintf("w=%d", p.Workers))
+	}
+	if latencySet {
+		parts = append(parts, "lat="+p.Latency.D().String())
+	}
+	if p.Policy != "" {
+		parts = append(parts, p.Policy)
+	}
+	parts = append(parts, loadName(p.Load))
+	if p.Items > 1 {
+		parts = append(parts, fmt.Sprintf("items=%d", p.Items))
+	}
+	return strings.Join(parts, " ")
+}
+
+func loadName(l record.Load) string {
+	switch {
+	case l.Mode == "closed":
+		return fmt.Sprintf("c=%d", l.Concurrency)
+	case l.Pacer == "ramp":
+		return fmt.Sprintf("ramp=%s→%s/s", fmtRate(l.RampFrom), fmtRate(l.Rate))
+	default:
+		return fmt.Sprintf("rate=%s/s", fmtRate(l.Rate))
+	}
+}
+
+func fmtRate(r float64) string { return strconv.FormatFloat(r, 'f', -1, 64) }

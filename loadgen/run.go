@@ -1,0 +1,521 @@
+package loadgen
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/inferhq/infer/loadgen/record"
+)
+
+// Config configures Run. The zero value runs scenarios that load existing
+// targets, into the default run directory.
+type Config struct {
+	// Dir is the run directory, created if missing; it must not hold
+	// results already. Default results/<scenario>-<YYYYMMDD-HHMMSS>.
+	Dir string
+	// Launcher starts the servers of scenarios with a server section;
+	// such scenarios need one.
+	Launcher Launcher
+	// Progress, if set, receives a Snapshot every Tick and a last one
+	// (PhaseDone) when the run ends. It is called from one goroutine and
+	// should return quickly.
+	Progress func(Snapshot)
+	// Tick is the snapshot period. Default 250ms.
+	Tick time.Duration
+	// Cores is the CPU the generator may use, for the saturation check.
+	// Default GOMAXPROCS.
+	Cores int
+	// Version and Commit identify infer in the manifest.
+	Version, Commit string
+	// Logger receives the run's events; nil discards them.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults(sc *Scenario, now time.Time) Config {
+	if c.Dir == "" {
+		c.Dir = DefaultDir(sc, now)
+	}
+	if c.Tick <= 0 {
+		c.Tick = DefaultTick
+	}
+	if c.Cores <= 0 {
+		c.Cores = runtime.GOMAXPROCS(0)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// DefaultDir is the run directory of a run of sc started at now:
+// results/<scenario>-<YYYYMMDD-HHMMSS>.
+func DefaultDir(sc *Scenario, now time.Time) string {
+	return filepath.Join("results", sc.Name+"-"+now.Format("20060102-150405"))
+}
+
+// Outcome is what a run produced; the same is in its directory.
+type Outcome struct {
+	Dir         string
+	Manifest    record.Manifest
+	Records     []record.Record // one per finished point, in order
+	Points      int             // points planned
+	Interrupted bool            // ctx was done before the last point
+}
+
+// ServerLog is the file in the run directory that collects the output of
+// the servers infer started.
+const ServerLog = "server.log"
+
+// Run runs the scenario's sweep and writes the run directory: the manifest
+// first (rewritten at the end), then each point's record as soon as it is
+// done. When ctx is done it stops the current point, records what it
+// measured (marked partial), stops the server and returns the outcome with
+// Interrupted set and no error. Targets that do not answer fail the run at
+// once with an error wrapping ErrUnreachable.
+func Run(ctx context.Context, sc *Scenario, cfg Config) (*Outcome, error) {
+	start := time.Now()
+	cfg = cfg.withDefaults(sc, start)
+	if sc.Server != nil && cfg.Launcher == nil {
+		return nil, errors.New("scenario starts servers, but no launcher was given")
+	}
+	r := &runner{sc: sc, cfg: cfg, log: cfg.Logger, client: &http.Client{Timeout: 5 * time.Second}}
+	defer r.client.CloseIdleConnections()
+	if len(sc.Targets) > 0 {
+		if err := r.probeTargets(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if err := prepareDir(cfg.Dir); err != nil {
+		return nil, err
+	}
+	plans := sc.Plans()
+	out := &Outcome{Dir: cfg.Dir, Points: len(plans), Manifest: r.manifest(start)}
+	if err := record.WriteManifest(cfg.Dir, &out.Manifest); err != nil {
+		return nil, fmt.Errorf("write manifest: %w", err)
+	}
+	w, err := record.Create(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("create results: %w", err)
+	}
+	defer w.Close()
+
+	r.mon = newMonitor(time.Now, sc.Name, cfg.Dir, len(plans))
+	var wg sync.WaitGroup
+	tickerDone := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(cfg.Tick)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				if ctx.Err() != nil {
+					r.mon.stopping()
+				}
+				r.mon.tick()
+				if cfg.Progress != nil {
+					cfg.Progress(r.mon.snapshot(cfg.Tick))
+				}
+			case <-tickerDone:
+				return
+			}
+		}
+	}()
+
+	runErr := r.sweep(ctx, plans, w, out)
+	if r.server != nil {
+		r.stopServer()
+	}
+	out.Interrupted = ctx.Err() != nil && len(out.Records) < len(plans)
+	out.Manifest.End = time.Now()
+	out.Manifest.Interrupted = out.Interrupted
+	if err := record.WriteManifest(cfg.Dir, &out.Manifest); err != nil && runErr == nil {
+		runErr = fmt.Errorf("write manifest: %w", err)
+	}
+	close(tickerDone)
+	wg.Wait()
+	if cfg.Progress != nil {
+		r.mon.setPhase(PhaseDone)
+		cfg.Progress(r.mon.snapshot(cfg.Tick))
+	}
+	if r.serverLog != nil {
+		r.serverLog.Close()
+	}
+	return out, runErr
+}
+
+// runner is one run's state.
+type runner struct {
+	sc     *Scenario
+	cfg    Config
+	log    *slog.Logger
+	client *http.Client // probes and /metrics
+	mon    *monitor
+
+	bases     []string   // where the load goes
+	model     string     // the model's name, for v2
+	info      serverInfo // what the server's metrics say about it
+	server    Server     // the server infer started, if any
+	group     int        // its configuration
+	serverLog *os.File
+}
+
+func prepareDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create run directory: %w", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, record.ResultsFile)); err == nil {
+		return fmt.Errorf("%s already holds results; choose another directory", dir)
+	}
+	return nil
+}
+
+func (r *runner) probeTargets(ctx context.Context) error {
+	r.bases = r.sc.Targets
+	r.model = r.sc.Model
+	for i, base := range r.sc.Targets {
+		model, err := probeTarget(ctx, r.client, base, 30*time.Second)
+		if err != nil {
+			return err
+		}
+		if i == 0 && r.model == "" {
+			r.model = model
+		}
+	}
+	if samples, err := scrape(ctx, r.client, r.bases[0]); err == nil {
+		r.info = infoOf(samples)
+	}
+	return nil
+}
+
+func (r *runner) manifest(start time.Time) record.Manifest {
+	host, _ := os.Hostname()
+	m := record.Manifest{
+		Scenario:     r.sc.Name,
+		ScenarioFile: r.sc.File,
+		ScenarioYAML: string(r.sc.Source),
+		InferVersion: r.cfg.Version,
+		InferCommit:  r.cfg.Commit,
+		Cores:        runtime.NumCPU(),
+		GoVersion:    runtime.Version(),
+		OS:           runtime.GOOS + "/" + runtime.GOARCH,
+		Host:         host,
+		Start:        start,
+		SLO:          r.sc.SLO.Record(),
+	}
+	if r.sc.Server != nil {
+		m.Model = r.sc.Server.Model
+		m.ModelHash = fileHash(m.Model)
+	} else {
+		m.Model = r.info.model
+		m.Runtime = r.info.backend
+	}
+	return m
+}
+
+// fileHash returns the sha256 of the file at path, or "" if it is not a
+// readable file (a built-in model name).
+func fileHash(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return ""
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return ""
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func (r *runner) sweep(ctx context.Context, plans []Plan, w *record.Writer, out *Outcome) error {
+	perPoint := r.sc.Estimate()
+	for i, p := range plans {
+		if ctx.Err() != nil {
+			return nil
+		}
+		r.mon.startPoint(p, r.sc.Load.Repeats, r.sc.Estimate()/time.Duration(r.sc.Load.Repeats), time.Duration(len(plans)-i-1)*perPoint)
+		if r.sc.Server != nil && (r.server == nil || p.Group != r.group) {
+			if err := r.startServer(ctx, p); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+		}
+		rec, err := r.point(ctx, p)
+		if err != nil {
+			return err
+		}
+		if rec == nil { // stopped before anything was measured
+			return nil
+		}
+		if err := w.Write(rec); err != nil {
+			return fmt.Errorf("write results: %w", err)
+		}
+		out.Records = append(out.Records, *rec)
+		r.mon.finishPoint(RowOf(rec, r.sc.SLO))
+		r.log.Info("point done", "index", p.Index, "name", p.Point.Name, "throughput", rec.Throughput,
+			"p99", rec.Latency.P99.D(), "flags", rec.Flags)
+	}
+	return nil
+}
+
+// startServer stops the running server, if any, and starts the one of p's
+// group, waiting until it is ready.
+func (r *runner) startServer(ctx context.Context, p Plan) error {
+	if r.server != nil {
+		r.stopServer()
+	}
+	r.mon.setPhase(PhaseStarting)
+	if r.serverLog == nil {
+		f, err := os.OpenFile(filepath.Join(r.cfg.Dir, ServerLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return fmt.Errorf("create server log: %w", err)
+		}
+		r.serverLog = f
+	}
+	fmt.Fprintf(r.serverLog, "=== %s infer serve %v\n", time.Now().Format(time.RFC3339), p.Serve)
+	r.log.Info("starting server", "flags", p.Serve)
+	srv, err := r.cfg.Launcher.Launch(ctx, p.Serve, r.serverLog)
+	if err != nil {
+		return fmt.Errorf("start server %v: %w", p.Serve, err)
+	}
+	model, err := waitReady(ctx, r.client, srv, r.sc.Server.ReadyTimeout)
+	if err != nil {
+		srv.Stop(context.Background())
+		return fmt.Errorf("start server %v: %w", p.Serve, err)
+	}
+	r.server, r.group, r.bases, r.model = srv, p.Group, []string{srv.URL()}, model
+	r.info = serverInfo{}
+	if samples, err := scrape(ctx, r.client, srv.URL()); err == nil {
+		r.info = infoOf(samples)
+	}
+	return nil
+}
+
+// stopServer drains and stops the server infer started.
+func (r *runner) stopServer() {
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	if err := r.server.Stop(ctx); err != nil {
+		r.log.Warn("stop server", "err", err)
+	}
+	r.server = nil
+}
+
+// reading is what the probes saw at one edge of a measured window.
+type reading struct {
+	gen      time.Duration // this process's CPU
+	srv      time.Duration // the server's CPU
+	srvOK    bool
+	rss      int64
+	counters counters // the endpoint's batching counters, over targets
+	countsOK bool
+}
+
+func (r *runner) read(ctx context.Context, endpoint string) reading {
+	rd := reading{gen: selfCPU()}
+	if r.server != nil && r.server.PID() > 0 {
+		cpu, err := procCPU(r.server.PID())
+		rd.srv, rd.srvOK = cpu, err == nil
+		rd.rss, _ = procRSS(r.server.PID())
+	}
+	label := metricsEndpoint(endpoint)
+	if label == "" {
+		return rd
+	}
+	rd.countsOK = true
+	for _, base := range r.bases {
+		samples, err := scrape(ctx, r.client, base)
+		if err != nil {
+			rd.countsOK = false
+			break
+		}
+		rd.counters = rd.counters.add(countersOf(samples, label))
+	}
+	return rd
+}
+
+// point runs every repeat of p and builds its record; nil if it was
+// stopped before measuring anything.
+func (r *runner) point(ctx context.Context, p Plan) (*record.Record, error) {
+	pt := p.Point
+	if pt.Endpoint != "naive" && r.info.ok {
+		if pt.Batch == 0 {
+			pt.Batch = r.info.batch
+		}
+		if pt.Workers == 0 {
+			pt.Workers = r.info.workers
+		}
+		if pt.Latency == 0 {
+			pt.Latency = record.Duration(r.info.latency)
+		}
+		if pt.Policy == "" {
+			pt.Policy = r.info.policy
+		}
+	}
+	tr, err := newTraffic(r.bases, pt.Endpoint, r.model, r.sc.Payload.Format, r.sc.Payload.Items, r.sc.Payload.N)
+	if err != nil {
+		return nil, fmt.Errorf("point %q: %w", pt.Name, err)
+	}
+	pt.Targets = tr.urls
+	a := attack{traffic: tr, load: pt.Load, warmup: r.sc.Load.Warmup, duration: r.sc.Load.Duration,
+		timeout: r.sc.Load.Timeout, maxInFlight: r.sc.Load.MaxInFlight}
+
+	var (
+		total   tally
+		m       measure
+		repeats []record.Repeat
+		first   time.Time
+		partial bool
+	)
+	for rep := 1; rep <= r.sc.Load.Repeats; rep++ {
+		r.mon.startAttack(rep, pt.Load, a.warmup, a.duration)
+		r.mon.setPhase(PhaseWarmup)
+		var begin, end reading
+		res := a.run(ctx, r.mon.add, func(isEnd bool) {
+			rd := r.read(context.WithoutCancel(ctx), pt.Endpoint)
+			if isEnd {
+				end = rd
+			} else {
+				begin = rd
+			}
+		})
+		if res.window <= 0 {
+			partial = true
+			break
+		}
+		if first.IsZero() {
+			first = res.start
+		}
+		total.merge(&res.tally)
+		m.add(res.window, begin, end)
+		secs := res.window.Seconds()
+		repeats = append(repeats, record.Repeat{
+			Throughput:   float64(res.tally.ok) / secs,
+			AchievedRate: float64(res.tally.sent) / secs,
+			P50:          record.Duration(res.tally.hist.Quantile(0.5)),
+			P99:          record.Duration(res.tally.hist.Quantile(0.99)),
+		})
+		if res.stopped {
+			partial = true
+			break
+		}
+	}
+	if total.sent == 0 {
+		return nil, nil
+	}
+	rec := buildRecord(p.Index, pt, first, &total, &m, repeats, r.sc.Payload.N)
+	rec.Partial = partial
+	judge(rec, r.cfg.Cores)
+	return rec, nil
+}
+
+// measure sums the probes' deltas over the windows of a point's repeats;
+// a server figure is kept only if every window had it.
+type measure struct {
+	window        time.Duration
+	gen           time.Duration
+	srv           time.Duration
+	srvMissing    bool
+	rss           int64
+	before, after counters
+	countsMissing bool
+}
+
+func (m *measure) add(window time.Duration, begin, end reading) {
+	m.window += window
+	m.gen += end.gen - begin.gen
+	m.srv += end.srv - begin.srv
+	m.srvMissing = m.srvMissing || !begin.srvOK || !end.srvOK
+	m.rss = max(m.rss, end.rss)
+	m.before = m.before.add(begin.counters)
+	m.after = m.after.add(end.counters)
+	m.countsMissing = m.countsMissing || !begin.countsOK || !end.countsOK
+}
+
+// buildRecord turns a point's measurements into its record.
+func buildRecord(index int, pt record.Point, start time.Time, t *tally, m *measure, repeats []record.Repeat, items int) *record.Record {
+	secs := m.window.Seconds()
+	rec := &record.Record{
+		Index:        index,
+		Point:        pt,
+		Start:        start,
+		Duration:     record.Duration(m.window),
+		Sent:         t.sent,
+		AchievedRate: float64(t.sent) / secs,
+		Throughput:   float64(t.ok) / secs,
+		ItemsPerSec:  float64(t.ok*items) / secs,
+		Latency:      t.hist.Percentiles(),
+		Histogram:    &t.hist,
+		Status:       copyCounts(t.status),
+		Errors:       copyCounts(t.errors),
+		Server:       t.serverSide(),
+		GeneratorCPU: m.gen.Seconds() / secs,
+	}
+	if pt.Load.Mode == "open" {
+		rec.TargetRate = pt.Load.Rate
+		if pt.Load.Pacer == "ramp" {
+			rec.TargetRate = (pt.Load.RampFrom + pt.Load.Rate) / 2
+		}
+	}
+	if !m.srvMissing {
+		rec.Server.CPUSeconds = m.srv.Seconds()
+	}
+	rec.Server.RSSBytes = m.rss
+	if !m.countsMissing {
+		rec.Server.Metrics = m.before.delta(m.after)
+	}
+	if len(repeats) > 1 {
+		rec.Repeats = repeats
+	}
+	return rec
+}
+
+// Validity thresholds.
+const (
+	// An open-loop point that sent less than this share of its target
+	// rate was held back by the server: coordinated omission.
+	minAchieved = 0.95
+	// A generator using this share of its cores or more was the limit.
+	maxGeneratorCPU = 0.9
+)
+
+// judge sets the record's validity flags.
+func judge(r *record.Record, cores int) {
+	r.Flags = nil
+	if r.TargetRate > 0 && r.AchievedRate < minAchieved*r.TargetRate {
+		r.Flags = append(r.Flags, record.FlagCoordinatedOmission)
+	}
+	if r.GeneratorCPU >= maxGeneratorCPU*float64(cores) {
+		r.Flags = append(r.Flags, record.FlagGeneratorSaturated)
+	}
+	if r.Sent > r.Status["200"] {
+		r.Flags = append(r.Flags, record.FlagErrors)
+	}
+	if r.Status["200"] == 0 {
+		r.Flags = append(r.Flags, record.FlagNoSuccess)
+	}
+	r.Valid = true
+	for _, f := range r.Flags {
+		if f != record.FlagErrors {
+			r.Valid = false
+		}
+	}
+}

@@ -1,0 +1,264 @@
+package loadgen
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+const minimal = `
+server:
+  model: sim
+load:
+  concurrency: 8
+`
+
+func TestParseDefaults(t *testing.T) {
+	sc, err := Parse("dir/min.yaml", "dir", []byte(minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.Name != "min" {
+		t.Errorf("Name = %q, want min (from the file name)", sc.Name)
+	}
+	l := sc.Load
+	if l.Warmup != DefaultWarmup || l.Duration != DefaultDuration || l.Timeout != DefaultTimeout || l.Repeats != 1 || l.Pacer != "constant" {
+		t.Errorf("load defaults = %+v", l)
+	}
+	if !slices.Equal(l.Concurrency, []int{8}) || l.Open() {
+		t.Errorf("concurrency = %v, open = %v; want [8], closed", l.Concurrency, l.Open())
+	}
+	if p := sc.Payload; p.N != 1 || p.Format != "json" || p.Corpus != "builtin" || len(p.Items) < 100 {
+		t.Errorf("payload = %+v items, %d", p.Corpus, len(p.Items))
+	}
+	if !slices.Equal(sc.Sweep.Endpoints, []string{"batched"}) {
+		t.Errorf("endpoints = %v, want [batched]", sc.Sweep.Endpoints)
+	}
+	if sc.Server == nil || sc.Server.Model != "sim" || sc.Server.ReadyTimeout != DefaultReadyTimeout {
+		t.Errorf("server = %+v", sc.Server)
+	}
+	if sc.SLO.Require != "all" {
+		t.Errorf("slo.require = %q, want all", sc.SLO.Require)
+	}
+}
+
+func TestParseFull(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "items.txt"), []byte("a [MASK]\nb [MASK]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	src := `
+name: full
+server:
+  model: sim
+  sim_fixed: 4ms
+  sim_per_item: 0.1ms
+  queue_cap: 512
+  timeout: 5s
+  args: [--max-items, "64"]
+  ready_timeout: 10s
+payload:
+  corpus: items.txt
+  items: 4
+load:
+  rate: [100, 250.5]
+  pacer: ramp
+  ramp_from: 10
+  max_in_flight: 64
+  warmup: 0s
+  duration: 3s
+  repeats: 2
+  timeout: 2s
+sweep:
+  endpoints: [naive, batched, v2]
+  batch: [8, 64]
+  workers: 2
+  max_latency: [1ms, 10ms]
+  policy: [fixed, immediate]
+slo:
+  p99: 250ms
+  max_error_rate: 0.01
+  min_throughput: 100
+  require: any
+`
+	sc, err := Parse(filepath.Join(dir, "full.yaml"), dir, []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantFlags := []string{"--model", "sim", "--sim-fixed", "4ms", "--sim-per-item", "100µs", "--queue-cap", "512", "--timeout", "5s", "--max-items", "64"}
+	if !slices.Equal(sc.Server.Flags, wantFlags) || sc.Server.ReadyTimeout != 10*time.Second {
+		t.Errorf("server flags = %q, ready %v; want %q, 10s", sc.Server.Flags, sc.Server.ReadyTimeout, wantFlags)
+	}
+	if !slices.Equal(sc.Payload.Items, []string{"a [MASK]", "b [MASK]"}) || sc.Payload.N != 4 {
+		t.Errorf("payload = %q × %d", sc.Payload.Items, sc.Payload.N)
+	}
+	l := sc.Load
+	if !slices.Equal(l.Rates, []float64{100, 250.5}) || l.Pacer != "ramp" || l.RampFrom != 10 || l.MaxInFlight != 64 ||
+		l.Warmup != 0 || l.Duration != 3*time.Second || l.Repeats != 2 || l.Timeout != 2*time.Second {
+		t.Errorf("load = %+v", l)
+	}
+	sw := sc.Sweep
+	if !slices.Equal(sw.Batch, []int{8, 64}) || !slices.Equal(sw.Workers, []int{2}) ||
+		!slices.Equal(sw.MaxLatency, []time.Duration{time.Millisecond, 10 * time.Millisecond}) || !slices.Equal(sw.Policy, []string{"fixed", "immediate"}) {
+		t.Errorf("sweep = %+v", sw)
+	}
+	if s := sc.SLO; s.P99 != 250*time.Millisecond || s.MaxErrorRate != 0.01 || s.MinThroughput != 100 || s.Require != "any" {
+		t.Errorf("slo = %+v", s)
+	}
+	if !strings.Contains(string(sc.Source), "require: any") {
+		t.Error("Source does not hold the file's text")
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		src  string
+		line int
+		want string
+	}{
+		{"typo", "server:\n  model: sim\nload:\n  concurrency: 8\n  duraton: 3s\n", 5, `unknown field "duraton" (did you mean "duration"?)`},
+		{"unknown section", "server:\n  model: sim\nloads:\n  concurrency: 8\n", 3, `unknown field "loads" (did you mean "load"?)`},
+		{"bad duration", "server:\n  model: sim\nload:\n  concurrency: 8\n  duration: 3 seconds\n", 5, `load.duration "3 seconds": want a duration like 10s`},
+		{"bare number duration", "server:\n  model: sim\nload:\n  concurrency: 8\n  warmup: 3\n", 5, `load.warmup "3": want a duration`},
+		{"zero duration", "server:\n  model: sim\nload:\n  concurrency: 8\n  duration: 0s\n", 5, "load.duration 0s: must be positive"},
+		{"wrong type", "server:\n  model: sim\nload:\n  concurrency: [8, lots]\n", 4, "cannot unmarshal string"},
+		{"batch zero", "server:\n  model: sim\nload:\n  concurrency: 8\nsweep:\n  batch: [1, 0]\n", 6, "sweep.batch 0: must be at least 1"},
+		{"bad latency", "server:\n  model: sim\nload:\n  concurrency: 8\nsweep:\n  max_latency: [1ms, soon]\n", 6, `sweep.max_latency[1] "soon"`},
+		{"bad policy", "server:\n  model: sim\nload:\n  concurrency: 8\nsweep:\n  policy: sometimes\n", 6, "unknown batching policy"},
+		{"bad endpoint", "server:\n  model: sim\nload:\n  concurrency: 8\nsweep:\n  endpoints: [batched, fast]\n", 6, `sweep.endpoints[1] "fast"`},
+		{"no load", "server:\n  model: sim\n", 0, "no load"},
+		{"both loops", "server:\n  model: sim\nload:\n  concurrency: 8\n  rate: 100\n", 5, "both concurrency"},
+		{"neither loop", "server:\n  model: sim\nload:\n  duration: 1s\n", 3, "set concurrency"},
+		{"negative rate", "server:\n  model: sim\nload:\n  rate: [10, -1]\n", 4, "load.rate -1"},
+		{"ramp without start", "server:\n  model: sim\nload:\n  rate: 100\n  pacer: ramp\n", 5, "needs load.ramp_from"},
+		{"ramp closed", "server:\n  model: sim\nload:\n  concurrency: 8\n  pacer: ramp\n  ramp_from: 1\n", 5, "ramp needs load.rate"},
+		{"in flight closed", "server:\n  model: sim\nload:\n  concurrency: 8\n  max_in_flight: 9\n", 5, "open loop (rate) only"},
+		{"no server", "load:\n  concurrency: 8\n", 0, "no target or server"},
+		{"both", "server:\n  model: sim\ntarget:\n  urls: http://x\nload:\n  concurrency: 8\n", 3, "both target and server"},
+		{"no model", "server:\n  devices: cpu\nload:\n  concurrency: 8\n", 1, "server.model"},
+		{"sim flag on bert", "server:\n  model: bert-mini\n  sim_fixed: 1ms\nload:\n  concurrency: 8\n", 3, "applies to model sim only"},
+		{"bench flag in args", "server:\n  model: sim\n  args: [--batch, \"8\"]\nload:\n  concurrency: 8\n", 3, "--batch is set by infer bench"},
+		{"bad url", "target:\n  urls: [http://a:1, ftp://b]\nload:\n  concurrency: 8\n", 2, `target.urls[1]: "ftp://b"`},
+		{"batch on target", "target:\n  urls: http://a:1\nload:\n  concurrency: 8\nsweep:\n  batch: 8\n", 6, "a target's batching settings are its own"},
+		{"text items", "server:\n  model: sim\npayload:\n  format: text\n  items: 2\nload:\n  concurrency: 8\n", 4, "one item per request"},
+		{"text v2", "server:\n  model: sim\npayload:\n  format: text\nload:\n  concurrency: 8\nsweep:\n  endpoints: v2\n", 4, "cannot be sent to the v2"},
+		{"missing corpus", "server:\n  model: sim\npayload:\n  corpus: nowhere.txt\nload:\n  concurrency: 8\n", 4, "nowhere.txt"},
+		{"bad name", "name: my run\nserver:\n  model: sim\nload:\n  concurrency: 8\n", 1, "names the run directory"},
+		{"error rate", "server:\n  model: sim\nload:\n  concurrency: 8\nslo:\n  max_error_rate: 5\n", 6, "fraction from 0 to 1"},
+		{"require", "server:\n  model: sim\nload:\n  concurrency: 8\nslo:\n  require: most\n", 6, "slo.require"},
+		{"syntax", "server:\n  model: [sim\nload:\n  concurrency: 8\n", 3, "must be specified"},
+		{"duplicate key", "server:\n  model: sim\nserver:\n  model: sim\n", 3, "already defined"},
+		{"not a mapping", "- a\n- b\n", 1, "sequence was used where mapping is expected"},
+		{"empty", "", 0, "want one YAML document"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("s.yaml", t.TempDir(), []byte(tc.src))
+			if err == nil {
+				t.Fatalf("Parse succeeded, want an error containing %q", tc.want)
+			}
+			var se *ScenarioError
+			if !errors.As(err, &se) {
+				t.Fatalf("error %v (%T) is not a *ScenarioError", err, err)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error = %q, want it to contain %q", err, tc.want)
+			}
+			if se.File != "s.yaml" || se.Line != tc.line {
+				t.Errorf("error at %s:%d, want s.yaml:%d (%v)", se.File, se.Line, tc.line, err)
+			}
+			if tc.line > 0 && !strings.HasPrefix(err.Error(), "s.yaml:") {
+				t.Errorf("error %q does not start with the file and line", err)
+			}
+		})
+	}
+}
+
+func TestLoadFileMissing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "nope.yaml")
+	_, err := LoadFile(path)
+	var se *ScenarioError
+	if !errors.As(err, &se) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "no such file") {
+		t.Errorf("LoadFile(missing) = %v, want a *ScenarioError naming the file", err)
+	}
+}
+
+func TestWithTargets(t *testing.T) {
+	sc, err := Parse("s.yaml", ".", []byte(minimal+"sweep:\n  endpoints: [naive, batched]\n  batch: [1, 8]\n  workers: 2\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, notes, err := sc.WithTargets([]string{"http://10.0.0.1:8080/", "http://10.0.0.2:8080"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Server != nil || !slices.Equal(got.Targets, []string{"http://10.0.0.1:8080", "http://10.0.0.2:8080"}) {
+		t.Errorf("targets = %v, server %v", got.Targets, got.Server)
+	}
+	if len(got.Sweep.Batch) != 0 || len(got.Sweep.Workers) != 0 || !slices.Equal(got.Sweep.Endpoints, []string{"naive", "batched"}) {
+		t.Errorf("sweep = %+v", got.Sweep)
+	}
+	if len(notes) != 2 {
+		t.Errorf("notes = %q, want two (batch, workers)", notes)
+	}
+	if sc.Server == nil {
+		t.Error("WithTargets changed the original")
+	}
+	if _, _, err := sc.WithTargets([]string{"localhost:8080"}); err == nil {
+		t.Error("WithTargets accepted a URL without a scheme")
+	}
+}
+
+// TestScenarioFiles loads and validates every scenario shipped in
+// scenarios/.
+func TestScenarioFiles(t *testing.T) {
+	files, err := filepath.Glob("../scenarios/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"bert.yaml", "overload.yaml", "quick.yaml", "reference.yaml", "sim-gpu.yaml"}
+	var got []string
+	for _, f := range files {
+		got = append(got, filepath.Base(f))
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("scenarios = %v, want %v", got, want)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			sc, err := LoadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(sc.Plans()) == 0 {
+				t.Error("no points")
+			}
+			if sc.Server != nil && !slices.Contains(sc.Server.Flags, "--model") {
+				t.Errorf("server flags %q do not name the model", sc.Server.Flags)
+			}
+		})
+	}
+}
+
+func TestQuickScenarioFitsTwoMinutes(t *testing.T) {
+	sc, err := LoadFile("../scenarios/quick.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plans := sc.Plans()
+	load := time.Duration(len(plans)) * sc.Estimate()
+	if load > 80*time.Second {
+		t.Errorf("quick.yaml plans %v of load (%d points); keep it well under two minutes", load, len(plans))
+	}
+	eps := map[string]bool{}
+	for _, p := range plans {
+		eps[p.Point.Endpoint] = true
+	}
+	if !eps["naive"] || !eps["batched"] {
+		t.Errorf("quick.yaml endpoints %v; the report needs naive and batched", eps)
+	}
+}

@@ -1,0 +1,250 @@
+package loadgen
+
+import (
+	"sync"
+	"time"
+
+	"github.com/inferhq/infer/loadgen/record"
+)
+
+// Phase is what a run is doing.
+type Phase string
+
+// Phases of a run.
+const (
+	PhaseStarting  Phase = "starting server"
+	PhaseWarmup    Phase = "warm-up"
+	PhaseMeasuring Phase = "measuring"
+	PhaseStopping  Phase = "stopping"
+	PhaseDone      Phase = "done"
+)
+
+// Snapshot is a run's state at one moment, aggregated for display: Run
+// publishes one a few times a second, never one per request.
+type Snapshot struct {
+	Scenario string
+	Dir      string // the run directory
+	Points   int    // points in the sweep
+	Done     int    // points finished
+	Elapsed  time.Duration
+	ETA      time.Duration // estimated time left
+
+	Phase   Phase
+	Index   int          // the current point's index
+	Point   record.Point // the current point
+	Repeat  int          // from 1
+	Repeats int
+	// PointElapsed and PointTotal are the load time spent and planned in
+	// the current point (warm-ups included, server start excluded).
+	PointElapsed, PointTotal time.Duration
+
+	// Over the last Window: answers per second, the open loop's target
+	// rate now (0 in closed loop), latency percentiles of successful
+	// requests, and the server's mean batch size from Server-Timing.
+	Window     time.Duration
+	RPS        float64
+	TargetRate float64
+	P50, P99   time.Duration
+	Batch      float64
+	// Status counts answers by status since the current point began
+	// (warm-up included); LastError is the latest failure's text.
+	Status    map[string]int
+	LastError string
+	// Spark holds the p99 latency of each recent tick, oldest first.
+	Spark []time.Duration
+
+	Finished []Row // summaries of the finished points, in order
+	Stopping bool  // a stop was asked for
+}
+
+// Snapshot defaults.
+const (
+	DefaultTick = 250 * time.Millisecond
+	windowTicks = 8  // the live window: 2 s at the default tick
+	sparkLen    = 60 // ticks of sparkline history
+)
+
+// monitor holds what snapshots are made from. The run loop sets the
+// progress fields; the attack feeds outcomes; a ticker takes snapshots.
+type monitor struct {
+	mu  sync.Mutex
+	now func() time.Time
+
+	snap      Snapshot  // progress fields, as last set
+	runStart  time.Time //
+	remaining time.Duration
+	// The current attack: when it began and its shape.
+	attackStart      time.Time
+	warmup, duration time.Duration
+	load             record.Load
+	perRepeat        time.Duration
+
+	buckets  [windowTicks]bucket
+	cur      int
+	ticks    int // ticks since the current point began, up to windowTicks-1
+	lastTick time.Time
+	spark    []time.Duration
+}
+
+type bucket struct {
+	answers, ok int
+	hist        record.Histogram
+	batchItems  int
+	timed       int
+}
+
+func newMonitor(now func() time.Time, scenario, dir string, points int) *monitor {
+	m := &monitor{now: now, runStart: now()}
+	m.lastTick = m.runStart
+	m.snap = Snapshot{Scenario: scenario, Dir: dir, Points: points, Phase: PhaseStarting}
+	return m
+}
+
+// startPoint resets the live numbers for point p; remaining is the planned
+// time of the points after it.
+func (m *monitor) startPoint(p Plan, repeats int, perRepeat, remaining time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.snap.Index, m.snap.Point = p.Index, p.Point
+	m.snap.Repeat, m.snap.Repeats = 0, repeats
+	m.snap.PointTotal = time.Duration(repeats) * perRepeat
+	m.snap.Status, m.snap.LastError = nil, ""
+	m.perRepeat, m.remaining = perRepeat, remaining
+	m.attackStart = time.Time{}
+	m.buckets = [windowTicks]bucket{}
+	m.ticks = 0
+	m.lastTick = m.now()
+	m.spark = nil
+}
+
+func (m *monitor) setPhase(ph Phase) {
+	m.mu.Lock()
+	m.snap.Phase = ph
+	m.mu.Unlock()
+}
+
+// startAttack marks the start of repeat (from 1) of the current point.
+func (m *monitor) startAttack(repeat int, load record.Load, warmup, duration time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.snap.Repeat = repeat
+	m.attackStart = m.now()
+	m.load, m.warmup, m.duration = load, warmup, duration
+}
+
+func (m *monitor) finishPoint(r Row) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.snap.Done++
+	m.snap.Finished = append(m.snap.Finished, r)
+	m.attackStart = time.Time{}
+}
+
+func (m *monitor) stopping() {
+	m.mu.Lock()
+	m.snap.Stopping = true
+	m.mu.Unlock()
+}
+
+// add counts one answer.
+func (m *monitor) add(o *outcome) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b := &m.buckets[m.cur]
+	b.answers++
+	if m.snap.Status == nil {
+		m.snap.Status = make(map[string]int)
+	}
+	m.snap.Status[o.status]++
+	if !o.ok() {
+		m.snap.LastError = o.errText
+		return
+	}
+	b.ok++
+	b.hist.Record(o.latency)
+	if o.timed {
+		b.timed++
+		b.batchItems += o.timing.batch
+	}
+}
+
+// tick closes the current bucket: its p99 joins the sparkline.
+func (m *monitor) tick() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.attackStart.IsZero() {
+		m.spark = append(m.spark, m.buckets[m.cur].hist.Quantile(0.99))
+		if len(m.spark) > sparkLen {
+			m.spark = m.spark[len(m.spark)-sparkLen:]
+		}
+	}
+	m.cur = (m.cur + 1) % windowTicks
+	m.buckets[m.cur] = bucket{}
+	m.ticks = min(m.ticks+1, windowTicks-1)
+	m.lastTick = m.now()
+}
+
+// snapshot returns the state now; tick is the ticker's period.
+func (m *monitor) snapshot(tick time.Duration) Snapshot {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	s := m.snap
+	s.Status = copyCounts(m.snap.Status)
+	s.Finished = append([]Row(nil), m.snap.Finished...)
+	s.Spark = append([]time.Duration(nil), m.spark...)
+	s.Elapsed = now.Sub(m.runStart)
+	if !m.attackStart.IsZero() {
+		in := now.Sub(m.attackStart)
+		s.PointElapsed = min(time.Duration(max(s.Repeat-1, 0))*m.perRepeat+min(in, m.perRepeat), s.PointTotal)
+		if s.Phase == PhaseWarmup || s.Phase == PhaseMeasuring {
+			if in < m.warmup {
+				s.Phase = PhaseWarmup
+			} else {
+				s.Phase = PhaseMeasuring
+			}
+		}
+		s.TargetRate = targetRate(m.load, in-m.warmup, m.duration)
+	}
+	s.ETA = s.PointTotal - s.PointElapsed + m.remaining
+	if s.Phase == PhaseDone {
+		s.ETA = 0
+	}
+	// The live window: the finished buckets plus the filling one.
+	var agg bucket
+	n := m.ticks + 1
+	for i := range n {
+		b := &m.buckets[(m.cur-i+windowTicks)%windowTicks]
+		agg.answers += b.answers
+		agg.ok += b.ok
+		agg.hist.Merge(&b.hist)
+		agg.timed += b.timed
+		agg.batchItems += b.batchItems
+	}
+	s.Window = time.Duration(n-1)*tick + now.Sub(m.lastTick)
+	if s.Window > 0 {
+		s.RPS = float64(agg.answers) / s.Window.Seconds()
+	}
+	s.P50, s.P99 = agg.hist.Quantile(0.5), agg.hist.Quantile(0.99)
+	if agg.timed > 0 {
+		s.Batch = float64(agg.batchItems) / float64(agg.timed)
+	}
+	return s
+}
+
+// targetRate is an open loop's rate t into the measured window (negative t:
+// in the warm-up); 0 for closed loop.
+func targetRate(l record.Load, t, duration time.Duration) float64 {
+	switch {
+	case l.Mode != "open":
+		return 0
+	case l.Pacer != "ramp":
+		return l.Rate
+	case t <= 0:
+		return l.RampFrom
+	case t >= duration:
+		return l.Rate
+	default:
+		return l.RampFrom + (l.Rate-l.RampFrom)*t.Seconds()/duration.Seconds()
+	}
+}

@@ -1,0 +1,181 @@
+package loadgen
+
+import (
+	"encoding/json"
+	"maps"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/inferhq/infer/loadgen/record"
+)
+
+// Status keys beyond HTTP codes.
+const (
+	// StatusError counts requests that got no HTTP answer (refused,
+	// reset, timed out).
+	StatusError = "error"
+	// StatusInvalid counts 200 answers whose body failed the check (not
+	// one output per item sent).
+	StatusInvalid = "invalid"
+)
+
+// maxErrorKinds bounds the distinct error texts kept per point.
+const maxErrorKinds = 20
+
+// outcome is one request, classified.
+type outcome struct {
+	sent    time.Time
+	latency time.Duration
+	status  string // "200", "429", StatusError, StatusInvalid
+	errText string // for failures
+	timing  serverTiming
+	timed   bool
+}
+
+// ok reports whether the request succeeded.
+func (o *outcome) ok() bool { return o.status == "200" }
+
+// tally accumulates the outcomes of a measured window. The zero value is
+// empty and usable.
+type tally struct {
+	sent, ok   int
+	hist       record.Histogram
+	status     map[string]int
+	errors     map[string]int
+	timed      int
+	queue      time.Duration
+	compute    time.Duration
+	batchItems int
+}
+
+func (t *tally) add(o *outcome) {
+	t.sent++
+	if t.status == nil {
+		t.status = make(map[string]int)
+	}
+	t.status[o.status]++
+	if !o.ok() {
+		t.addError(o.errText, 1)
+		return
+	}
+	t.ok++
+	t.hist.Record(o.latency)
+	if o.timed {
+		t.timed++
+		t.queue += o.timing.queue
+		t.compute += o.timing.compute
+		t.batchItems += o.timing.batch
+	}
+}
+
+func (t *tally) addError(text string, n int) {
+	if text == "" {
+		return
+	}
+	if t.errors == nil {
+		t.errors = make(map[string]int)
+	}
+	if _, ok := t.errors[text]; !ok && len(t.errors) >= maxErrorKinds {
+		text = "other errors"
+	}
+	t.errors[text] += n
+}
+
+func (t *tally) merge(o *tally) {
+	t.sent += o.sent
+	t.ok += o.ok
+	t.hist.Merge(&o.hist)
+	if len(o.status) > 0 && t.status == nil {
+		t.status = make(map[string]int)
+	}
+	for k, v := range o.status {
+		t.status[k] += v
+	}
+	for k, v := range o.errors {
+		t.addError(k, v)
+	}
+	t.timed += o.timed
+	t.queue += o.queue
+	t.compute += o.compute
+	t.batchItems += o.batchItems
+}
+
+// serverSide returns the means of the Server-Timing headers seen.
+func (t *tally) serverSide() record.ServerSide {
+	if t.timed == 0 {
+		return record.ServerSide{}
+	}
+	n := time.Duration(t.timed)
+	return record.ServerSide{
+		MeanBatch:   float64(t.batchItems) / float64(t.timed),
+		MeanQueue:   record.Duration(t.queue / n),
+		MeanCompute: record.Duration(t.compute / n),
+		Timed:       t.timed,
+	}
+}
+
+// classify turns a raw answer into an outcome: transport errors, HTTP
+// statuses with the server's error code, and 200s whose body fails check.
+func classify(code int, errText string, body []byte, timing string, check func([]byte) error) outcome {
+	o := outcome{status: strconv.Itoa(code)}
+	switch {
+	case code == 0:
+		o.status = StatusError
+		o.errText = trimRequestPrefix(errText)
+	case code != 200:
+		o.errText = "HTTP " + o.status
+		if c := errorCode(body); c != "" {
+			o.errText += " " + c
+		}
+	default:
+		if err := check(body); err != nil {
+			o.status = StatusInvalid
+			o.errText = err.Error()
+			return o
+		}
+		o.timing, o.timed = parseServerTiming(timing)
+	}
+	return o
+}
+
+// trimRequestPrefix drops the `Post "http://…": ` that Go's client puts
+// before transport errors, so that errors group across targets.
+func trimRequestPrefix(s string) string {
+	if strings.HasPrefix(s, "Post \"") {
+		if i := strings.Index(s, "\": "); i > 0 {
+			return s[i+3:]
+		}
+	}
+	return s
+}
+
+// errorCode returns the code of an infer error body ({"error": {"code":
+// …}}) or the message of a KServe v2 one ({"error": "…"}), if short.
+func errorCode(body []byte) string {
+	var e struct {
+		Error json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(body, &e) != nil || len(e.Error) == 0 {
+		return ""
+	}
+	var obj struct {
+		Code string `json:"code"`
+	}
+	if json.Unmarshal(e.Error, &obj) == nil && obj.Code != "" {
+		return obj.Code
+	}
+	var msg string
+	if json.Unmarshal(e.Error, &msg) == nil && len(msg) <= 80 {
+		return msg
+	}
+	return ""
+}
+
+// copyCounts returns a copy of m (nil stays nil).
+func copyCounts(m map[string]int) map[string]int {
+	if m == nil {
+		return nil
+	}
+	return maps.Clone(m)
+}

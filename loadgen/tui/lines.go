@@ -1,0 +1,82 @@
+package tui
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/inferhq/infer/loadgen"
+)
+
+// Lines writes a run's progress as plain lines, for logs and pipes: one
+// when a point starts, one every Every while it runs, and one when it
+// finishes. Put it in loadgen.Config.Progress.
+type Lines struct {
+	W     io.Writer
+	Every time.Duration // default 5s
+
+	started  bool
+	index    int
+	finished int
+	last     time.Duration // Elapsed at the last progress line
+	stopping bool
+}
+
+// Put writes the lines the snapshot calls for.
+func (l *Lines) Put(s loadgen.Snapshot) {
+	every := l.Every
+	if every <= 0 {
+		every = 5 * time.Second
+	}
+	for _, r := range s.Finished[min(l.finished, len(s.Finished)):] {
+		fmt.Fprintf(l.W, "[%d/%d] done %s: %.1f ok/s, %.1f items/s, p50 %s, p99 %s, errors %.2f%%%s\n",
+			r.Index+1, s.Points, r.Name, r.Throughput, r.ItemsPerSec, fmtLat(r.P50.D()), fmtLat(r.P99.D()), 100*r.ErrorRate, notes(r))
+	}
+	l.finished = len(s.Finished)
+	if s.Stopping && !l.stopping {
+		l.stopping = true
+		fmt.Fprintln(l.W, "stopping: finishing the current point and writing results…")
+	}
+	if s.Phase == loadgen.PhaseDone || s.Done >= s.Points {
+		return
+	}
+	if !l.started || s.Index != l.index {
+		l.started, l.index, l.last = true, s.Index, s.Elapsed
+		fmt.Fprintf(l.W, "[%d/%d] %s: %s · ETA %s\n", s.Index+1, s.Points, s.Point.Name, s.Phase, fmtDur(s.ETA))
+		return
+	}
+	if s.Elapsed-l.last < every {
+		return
+	}
+	l.last = s.Elapsed
+	line := fmt.Sprintf("[%d/%d] %s: %s %s of %s · %.1f answers/s", s.Index+1, s.Points, s.Point.Name, s.Phase,
+		fmtDur(s.PointElapsed), fmtDur(s.PointTotal), s.RPS)
+	if s.TargetRate > 0 {
+		line += fmt.Sprintf(" (target %.0f/s)", s.TargetRate)
+	}
+	line += fmt.Sprintf(" · p50 %s p99 %s", fmtLat(s.P50), fmtLat(s.P99))
+	if s.Batch > 0 {
+		line += fmt.Sprintf(" · batch %.1f", s.Batch)
+	}
+	if bad := failures(s.Status); bad > 0 {
+		line += fmt.Sprintf(" · %d failed", bad)
+	}
+	fmt.Fprintf(l.W, "%s · ETA %s\n", line, fmtDur(s.ETA))
+}
+
+func notes(r loadgen.Row) string {
+	if n := r.Notes(); n != "" {
+		return " [" + n + "]"
+	}
+	return ""
+}
+
+func failures(status map[string]int) int {
+	n := 0
+	for k, v := range status {
+		if k != "200" {
+			n += v
+		}
+	}
+	return n
+}

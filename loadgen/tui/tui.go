@@ -1,0 +1,322 @@
+// Package tui shows a bench run as it goes: a live terminal view (bubbletea)
+// and, without a terminal, plain progress lines. Both are fed the
+// aggregated snapshots that loadgen publishes a few times a second; neither
+// holds any load logic.
+package tui
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/charmbracelet/bubbles/spinner"
+	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/x/term"
+
+	"github.com/inferhq/infer/loadgen"
+)
+
+// IsTerminal reports whether f is a terminal.
+func IsTerminal(f *os.File) bool { return term.IsTerminal(f.Fd()) }
+
+// Feed carries snapshots from a run to a view: Put never blocks, and a
+// snapshot not yet read is replaced by a newer one. One goroutine may Put.
+type Feed struct{ ch chan loadgen.Snapshot }
+
+// NewFeed returns an empty feed.
+func NewFeed() *Feed { return &Feed{ch: make(chan loadgen.Snapshot, 1)} }
+
+// Put offers s, dropping an unread older snapshot.
+func (f *Feed) Put(s loadgen.Snapshot) {
+	for {
+		select {
+		case f.ch <- s:
+			return
+		default:
+		}
+		select {
+		case <-f.ch:
+		default:
+		}
+	}
+}
+
+// Close ends the feed: the view shows the last snapshot and exits.
+func (f *Feed) Close() { close(f.ch) }
+
+// Run shows the live view on a terminal until the feed is closed. The first
+// q or Ctrl-C calls stop (the run then finishes its current point partially,
+// writes its results and closes the feed); a second one leaves at once.
+func Run(in io.Reader, out io.Writer, feed *Feed, stop func()) error {
+	p := tea.NewProgram(New(feed, stop), tea.WithInput(in), tea.WithOutput(out), tea.WithoutSignalHandler())
+	_, err := p.Run()
+	return err
+}
+
+// Model is the bubbletea model of the live view.
+type Model struct {
+	feed     <-chan loadgen.Snapshot
+	stop     func()
+	snap     loadgen.Snapshot
+	have     bool // a snapshot has arrived
+	stopping bool // the user asked to stop
+	done     bool // the feed is closed
+	width    int
+	spin     spinner.Model
+}
+
+// New returns the view of the snapshots from feed; stop is called when the
+// user asks to stop.
+func New(feed *Feed, stop func()) Model {
+	return Model{feed: feed.ch, stop: stop, width: 80, spin: spinner.New(spinner.WithSpinner(spinner.MiniDot))}
+}
+
+type snapshotMsg loadgen.Snapshot
+
+type doneMsg struct{}
+
+// next reads one snapshot from the feed.
+func next(feed <-chan loadgen.Snapshot) tea.Cmd {
+	return func() tea.Msg {
+		s, ok := <-feed
+		if !ok {
+			return doneMsg{}
+		}
+		return snapshotMsg(s)
+	}
+}
+
+// Init starts reading the feed.
+func (m Model) Init() tea.Cmd { return tea.Batch(next(m.feed), m.spin.Tick) }
+
+// Update handles keys, resizes and snapshots.
+func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	switch msg := msg.(type) {
+	case tea.KeyMsg:
+		switch msg.String() {
+		case "q", "ctrl+c", "esc":
+			if m.stopping {
+				return m, tea.Quit
+			}
+			m.stopping = true
+			stop := m.stop
+			return m, func() tea.Msg { stop(); return nil }
+		}
+	case tea.WindowSizeMsg:
+		m.width = msg.Width
+	case snapshotMsg:
+		m.snap, m.have = loadgen.Snapshot(msg), true
+		return m, next(m.feed)
+	case doneMsg:
+		m.done = true
+		return m, tea.Quit
+	case spinner.TickMsg:
+		var cmd tea.Cmd
+		m.spin, cmd = m.spin.Update(msg)
+		return m, cmd
+	}
+	return m, nil
+}
+
+var (
+	titleStyle = lipgloss.NewStyle().Bold(true)
+	dimStyle   = lipgloss.NewStyle().Faint(true)
+	warnStyle  = lipgloss.NewStyle().Foreground(lipgloss.Color("3"))
+	badStyle   = lipgloss.NewStyle().Foreground(lipgloss.Color("1"))
+	labelStyle = lipgloss.NewStyle().Faint(true).Width(9)
+	barStyle   = lipgloss.NewStyle().Foreground(lipgloss.Color("63"))
+)
+
+// finishedRows is how many finished points the view lists.
+const finishedRows = 8
+
+// View renders the current snapshot.
+func (m Model) View() string {
+	if !m.have {
+		return "infer bench: starting…\n"
+	}
+	s := m.snap
+	w := max(m.width, 40)
+	var b strings.Builder
+	head := titleStyle.Render("infer bench · "+s.Scenario) + fmt.Sprintf("   %d/%d points · %s elapsed", s.Done, s.Points, fmtDur(s.Elapsed))
+	if s.Phase != loadgen.PhaseDone {
+		head += " · ETA " + fmtDur(s.ETA)
+	}
+	b.WriteString(head + "\n")
+	b.WriteString(bar(sweepDone(s), min(w-2, 70)) + "\n\n")
+
+	if s.Phase != loadgen.PhaseDone && s.Done < s.Points {
+		b.WriteString(m.spin.View() + " " + titleStyle.Render(fmt.Sprintf("%d/%d %s", s.Index+1, s.Points, s.Point.Name)) + "\n")
+		phase := string(s.Phase)
+		if s.Repeats > 1 && s.Repeat > 0 {
+			phase += fmt.Sprintf(" · repeat %d/%d", s.Repeat, s.Repeats)
+		}
+		if s.PointTotal > 0 {
+			phase += fmt.Sprintf(" · %s of %s", fmtDur(s.PointElapsed), fmtDur(s.PointTotal))
+		}
+		b.WriteString("  " + dimStyle.Render(phase) + "\n")
+		b.WriteString(m.live(s))
+	}
+	switch {
+	case m.done || s.Phase == loadgen.PhaseDone:
+		b.WriteString("\n" + titleStyle.Render("done") + "\n")
+	case m.stopping || s.Stopping:
+		b.WriteString("\n" + warnStyle.Render("stopping: finishing the current point and writing results… (q again to leave now)") + "\n")
+	}
+	if len(s.Finished) > 0 {
+		b.WriteString("\n" + finishedTable(s.Finished, w))
+	}
+	foot := "results in " + s.Dir
+	if !m.done && s.Phase != loadgen.PhaseDone && !m.stopping {
+		foot = "q stop · " + foot
+	}
+	b.WriteString("\n" + dimStyle.Render(foot) + "\n")
+	return b.String()
+}
+
+// live renders the current point's live numbers.
+func (m Model) live(s loadgen.Snapshot) string {
+	var b strings.Builder
+	line := func(label, text string) { b.WriteString("  " + labelStyle.Render(label) + text + "\n") }
+	rate := fmt.Sprintf("%.1f answers/s", s.RPS)
+	if s.TargetRate > 0 {
+		rate += fmt.Sprintf(" · target %.0f/s", s.TargetRate)
+		if s.Phase == loadgen.PhaseMeasuring && s.RPS < 0.95*s.TargetRate && s.Window >= time.Second {
+			rate += " " + warnStyle.Render("(behind)")
+		}
+	}
+	line("rate", rate)
+	line("latency", fmt.Sprintf("p50 %-9s p99 %-9s %s", fmtLat(s.P50), fmtLat(s.P99), dimStyle.Render("last "+fmtDur(s.Window))))
+	if s.Batch > 0 {
+		line("batch", fmt.Sprintf("%.1f items per batch (server)", s.Batch))
+	}
+	line("status", statusLine(s.Status))
+	if len(s.Spark) > 0 {
+		line("p99", Sparkline(s.Spark, min(60, max(m.width-24, 10)))+dimStyle.Render(" max "+fmtLat(slices.Max(s.Spark))))
+	}
+	if s.LastError != "" {
+		line("error", badStyle.Render(truncate(s.LastError, max(m.width-14, 20))))
+	}
+	return b.String()
+}
+
+// sweepDone is the share of the sweep done, counting the current point's
+// progress.
+func sweepDone(s loadgen.Snapshot) float64 {
+	done := float64(s.Done)
+	if s.PointTotal > 0 && s.Done < s.Points && s.Phase != loadgen.PhaseDone {
+		done += float64(s.PointElapsed) / float64(s.PointTotal)
+	}
+	return fraction(done, float64(s.Points))
+}
+
+// bar draws a progress bar width cells wide, done (0…1) of it full.
+func bar(done float64, width int) string {
+	full := int(done*float64(width) + 0.5)
+	return barStyle.Render(strings.Repeat("█", full)) + dimStyle.Render(strings.Repeat("░", width-full))
+}
+
+func fraction(a, b float64) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return min(max(a/b, 0), 1)
+}
+
+// statusLine renders status counts, 200 first, then by code.
+func statusLine(status map[string]int) string {
+	if len(status) == 0 {
+		return "-"
+	}
+	keys := slices.Sorted(maps.Keys(status))
+	var parts []string
+	for _, k := range keys {
+		text := fmt.Sprintf("%s: %d", k, status[k])
+		if k != "200" {
+			text = badStyle.Render(text)
+		}
+		parts = append(parts, text)
+	}
+	return strings.Join(parts, "  ")
+}
+
+// finishedTable lists the last finished points.
+func finishedTable(rows []loadgen.Row, width int) string {
+	var b strings.Builder
+	skipped := max(len(rows)-finishedRows, 0)
+	title := "finished"
+	if skipped > 0 {
+		title += fmt.Sprintf(" (last %d of %d)", finishedRows, len(rows))
+	}
+	b.WriteString(titleStyle.Render(title) + "\n")
+	nameW := 12
+	for _, r := range rows[skipped:] {
+		nameW = max(nameW, len([]rune(r.Name)))
+	}
+	nameW = min(nameW, max(width-52, 12))
+	b.WriteString(dimStyle.Render(fmt.Sprintf("  %-*s %9s %9s %9s %7s  %s", nameW, "POINT", "OK/s", "P50", "P99", "ERRORS", "NOTES")) + "\n")
+	for _, r := range rows[skipped:] {
+		line := fmt.Sprintf("  %-*s %9.1f %9s %9s %6.2f%%  %s", nameW, truncate(r.Name, nameW), r.Throughput,
+			fmtLat(r.P50.D()), fmtLat(r.P99.D()), 100*r.ErrorRate, r.Notes())
+		if !r.Valid || len(r.Violations) > 0 {
+			line = warnStyle.Render(line)
+		}
+		b.WriteString(line + "\n")
+	}
+	return b.String()
+}
+
+// Sparkline draws values as block characters, scaled to the largest, using
+// at most width of the latest values.
+func Sparkline(values []time.Duration, width int) string {
+	const blocks = "▁▂▃▄▅▆▇█"
+	runes := []rune(blocks)
+	if len(values) > width {
+		values = values[len(values)-width:]
+	}
+	top := slices.Max(values)
+	var b strings.Builder
+	for _, v := range values {
+		i := 0
+		if top > 0 {
+			i = int(float64(v) / float64(top) * float64(len(runes)-1))
+		}
+		b.WriteRune(runes[min(max(i, 0), len(runes)-1)])
+	}
+	return b.String()
+}
+
+func truncate(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:max(n-1, 0)]) + "…"
+}
+
+// fmtLat formats a latency to about 3 significant digits.
+func fmtLat(d time.Duration) string {
+	if d == 0 {
+		return "-"
+	}
+	return loadgen.Round(d).String()
+}
+
+// fmtDur formats a span of time in whole seconds: "1m05s".
+func fmtDur(d time.Duration) string {
+	d = d.Round(time.Second)
+	if d < time.Minute {
+		return strconv.Itoa(int(d.Seconds())) + "s"
+	}
+	h, m, sec := int(d.Hours()), int(d.Minutes())%60, int(d.Seconds())%60
+	if h > 0 {
+		return fmt.Sprintf("%dh%02dm%02ds", h, m, sec)
+	}
+	return fmt.Sprintf("%dm%02ds", m, sec)
+}
