@@ -28,8 +28,8 @@ func (e *encoder) encode(text string) {
 	for i := 0; i < len(text) && !e.truncated; {
 		c := text[i]
 		if c >= utf8.RuneSelf {
-			_, n := utf8.DecodeRuneInString(text[i:])
-			e.rune(text[i : i+n])
+			r, n := utf8.DecodeRuneInString(text[i:])
+			e.rune(r, text[i:i+n])
 			i += n
 			continue
 		}
@@ -58,10 +58,9 @@ func (e *encoder) encode(text string) {
 	e.flush()
 }
 
-// rune handles one non-ASCII rune, s being its UTF-8 encoding (or one invalid
-// byte).
-func (e *encoder) rune(s string) {
-	r, _ := utf8.DecodeRuneInString(s)
+// rune handles one non-ASCII rune r, s being its UTF-8 encoding (or, for
+// utf8.RuneError, one invalid byte).
+func (e *encoder) rune(r rune, s string) {
 	switch {
 	case isRemoved(r):
 	case unicode.Is(unicode.White_Space, r):

@@ -3,10 +3,7 @@ package wordpiece
 import (
 	"bufio"
 	"bytes"
-	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -19,6 +16,8 @@ import (
 	"github.com/sugarme/tokenizer"
 	"github.com/sugarme/tokenizer/pretrained"
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/inferhq/infer/models/wordpiece/internal/minilm"
 )
 
 // Two references check the tokenizer on testdata/corpus.txt:
@@ -96,12 +95,11 @@ func TestMatchesHuggingFace(t *testing.T) {
 }
 
 var tokenizerJSON = sync.OnceValues(func() ([]byte, error) {
-	const module = "github.com/clems4ever/all-minilm-l6-v2-go"
-	dir, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", module).Output()
+	path, err := minilm.TokenizerJSON()
 	if err != nil {
-		return nil, fmt.Errorf("locate %s: %w", module, err)
+		return nil, err
 	}
-	return os.ReadFile(filepath.Join(strings.TrimSpace(string(dir)), "all_minilm_l6_v2", "tokenizer.json"))
+	return os.ReadFile(path)
 })
 
 // library returns the library's tokenizer for tokenizer.json with the file's

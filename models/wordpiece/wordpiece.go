@@ -172,8 +172,8 @@ func (t *Tokenizer) Encode(text string, maxLen int) (ids []int32, truncated bool
 // AppendEncode is Encode appending to dst. It allocates nothing when dst has
 // room for the ids (it keeps a word buffer per concurrent caller).
 //
-// Cost: linear in the length of the text up to the point of truncation; a
-// few tens of nanoseconds per ASCII word.
+// Cost: linear in the length of the text up to the point of truncation, which
+// ends the work; about 0.1 µs per token of English text (BenchmarkEncode).
 func (t *Tokenizer) AppendEncode(dst []int32, text string, maxLen int) ([]int32, bool) {
 	limit := -1
 	if maxLen > 0 {

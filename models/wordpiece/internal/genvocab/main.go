@@ -1,7 +1,7 @@
 // Command genvocab extracts the WordPiece vocabulary of bert-base-uncased from
 // the tokenizer.json shipped by the Go module
-// github.com/clems4ever/all-minilm-l6-v2-go (all-MiniLM-L6-v2 uses the
-// bert-base-uncased vocabulary) and writes it as vocab.txt: one token per line,
+// github.com/clems4ever/all-minilm-l6-v2-go (package minilm finds it) and
+// writes it as vocab.txt: one token per line,
 // line n holding the token with id n, the layout of BERT's own vocab.txt.
 //
 // It runs through go:generate in package wordpiece:
@@ -15,19 +15,13 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-)
 
-// module ships tokenizer.json in its package directory pkgDir.
-const (
-	module = "github.com/clems4ever/all-minilm-l6-v2-go"
-	pkgDir = "all_minilm_l6_v2"
+	"github.com/inferhq/infer/models/wordpiece/internal/minilm"
 )
 
 func main() {
-	in := flag.String("in", "", "tokenizer.json to read (default: the one in "+module+", located with go list)")
+	in := flag.String("in", "", "tokenizer.json to read (default: the one in "+minilm.Module+")")
 	out := flag.String("o", "vocab.txt", "file to write")
 	flag.Parse()
 	if err := run(*in, *out); err != nil {
@@ -38,11 +32,10 @@ func main() {
 
 func run(in, out string) error {
 	if in == "" {
-		dir, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", module).Output()
-		if err != nil {
-			return fmt.Errorf("locate %s (is it in go.mod and downloaded?): %w", module, err)
+		var err error
+		if in, err = minilm.TokenizerJSON(); err != nil {
+			return err
 		}
-		in = filepath.Join(strings.TrimSpace(string(dir)), pkgDir, "tokenizer.json")
 	}
 	data, err := os.ReadFile(in)
 	if err != nil {

@@ -5,6 +5,7 @@
 //
 // Run from models/wordpiece (node and npm needed, nothing else):
 //
+//   go mod download github.com/clems4ever/all-minilm-l6-v2-go &&
 //   d=$(mktemp -d) && (cd $d && npm install --no-save tokenizers@0.23.2) &&
 //   NODE_PATH=$d/node_modules node internal/hfgolden/golden.js \
 //     "$(go list -m -f '{{.Dir}}' github.com/clems4ever/all-minilm-l6-v2-go)/all_minilm_l6_v2/tokenizer.json" \

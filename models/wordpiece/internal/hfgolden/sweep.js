@@ -4,6 +4,7 @@
 //
 // Run from models/wordpiece (node and npm needed; about 30 s):
 //
+//   go mod download github.com/clems4ever/all-minilm-l6-v2-go &&
 //   d=$(mktemp -d) && (cd $d && npm install --no-save tokenizers@0.23.2) &&
 //   NODE_PATH=$d/node_modules node internal/hfgolden/sweep.js \
 //     "$(go list -m -f '{{.Dir}}' github.com/clems4ever/all-minilm-l6-v2-go)/all_minilm_l6_v2/tokenizer.json" \
