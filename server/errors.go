@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/inferhq/infer/models"
 	"github.com/inferhq/infer/server/batch"
@@ -45,12 +47,22 @@ func (s *Server) toAPIError(err error) *apiError {
 		return errorf(http.StatusRequestEntityTooLarge, "input_too_long", "%v", err)
 	case errors.Is(err, models.ErrInvalidInput):
 		return errorf(http.StatusUnprocessableEntity, "invalid_input", "%v", err)
+	case errors.Is(err, batch.ErrWouldMissDeadline):
+		e := errorf(http.StatusTooManyRequests, "deadline_unreachable", "the backlog would outlast this request's deadline; retry later")
+		e.RetryAfter = s.retryAfter()
+		return e
 	case errors.Is(err, batch.ErrQueueFull):
 		e := errorf(http.StatusTooManyRequests, "queue_full", "server is at capacity; retry later")
 		e.RetryAfter = s.retryAfter()
 		return e
 	case errors.Is(err, batch.ErrTooLarge):
 		return errorf(http.StatusUnprocessableEntity, "too_many_items", "request has more items than the queue holds")
+	case errors.Is(err, batch.ErrClosed) && !s.draining.Load():
+		// The scheduler refuses while the server is not draining: its
+		// transport (a broker) is unreachable.
+		e := errorf(http.StatusServiceUnavailable, "unavailable", "batch scheduler unavailable; retry later")
+		e.RetryAfter = 1
+		return e
 	case errors.Is(err, batch.ErrClosed):
 		return errDraining()
 	case errors.Is(err, context.DeadlineExceeded):
@@ -100,4 +112,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	h.Set("Content-Length", strconv.Itoa(len(body)+1))
 	w.WriteHeader(status)
 	w.Write(append(body, '\n'))
+}
+
+// retryAfter is how many seconds the batched backlog needs to clear, as the
+// scheduler estimates it (at least 1, at most 60): the Retry-After of a 429.
+func (s *Server) retryAfter() int {
+	var d time.Duration
+	if b, ok := s.scheduler().(interface{ Backlog() time.Duration }); ok {
+		d = b.Backlog()
+	}
+	return max(1, min(60, int(math.Ceil(d.Seconds()))))
 }

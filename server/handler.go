@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,6 +20,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("/naive", only(http.MethodPost, s.inferHandler(endpointNaive)))
 	mux.Handle("/batched", only(http.MethodPost, s.inferHandler(endpointBatched)))
 	s.v2Routes(mux)
+	s.adminRoutes(mux)
 	mux.Handle("/healthz", only(http.MethodGet, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})))
@@ -87,7 +89,7 @@ func (s *Server) inferHandler(ep string) http.Handler {
 		if err != nil {
 			e := s.toAPIError(err)
 			writeError(w, e)
-			em.request(e.Status, time.Since(arrived))
+			em.answered(e, time.Since(arrived))
 			return
 		}
 		w.Header().Set("Server-Timing", serverTiming(st))
@@ -98,50 +100,104 @@ func (s *Server) inferHandler(ep string) http.Handler {
 
 // infer runs one inference request: readiness, body, items, deadline, then
 // the endpoint's scheduler. decode turns the body into items.
-func (s *Server) infer(r *http.Request, ep string, arrived time.Time, decode func([]byte) ([]string, error)) ([]models.Output, batch.Stats, error) {
+func (s *Server) infer(r *http.Request, ep string, arrived time.Time, decode func([]byte) ([]string, error)) ([]models.Output, timing, error) {
 	if s.draining.Load() {
-		return nil, batch.Stats{}, errDraining()
+		return nil, timing{}, errDraining()
 	}
 	if !s.ready.Load() {
-		return nil, batch.Stats{}, errNotReady()
+		return nil, timing{}, errNotReady()
 	}
 	timeout, err := s.requestTimeout(r)
 	if err != nil {
-		return nil, batch.Stats{}, err
+		return nil, timing{}, err
 	}
 	ctx, cancel := context.WithDeadline(r.Context(), arrived.Add(timeout))
 	defer cancel()
 
 	buf, err := s.readBody(r)
 	if err != nil {
-		return nil, batch.Stats{}, err
+		return nil, timing{}, err
 	}
 	items, err := decode(buf.Bytes())
 	bufPool.Put(buf)
 	if err != nil {
-		return nil, batch.Stats{}, err
+		return nil, timing{}, err
 	}
 	if len(items) > s.cfg.MaxItems {
-		return nil, batch.Stats{}, errorf(http.StatusUnprocessableEntity, "too_many_items",
+		return nil, timing{}, errorf(http.StatusUnprocessableEntity, "too_many_items",
 			"request has %d items; the limit is %d (--max-items)", len(items), s.cfg.MaxItems)
 	}
-	ins := make([]models.Input, len(items))
+	return s.compute(ctx, ep, items)
+}
+
+// compute answers items from the cache where it can and runs the rest on
+// the endpoint's scheduler. Errors name items by their index in the request.
+func (s *Server) compute(ctx context.Context, ep string, items []string) ([]models.Output, timing, error) {
+	outs := make([]models.Output, len(items))
+	miss := make([]int, 0, len(items)) // indexes of the items to compute
+	now := time.Now()
 	for i, text := range items {
-		if ins[i], err = s.factory.Prepare(text); err != nil {
-			return nil, batch.Stats{}, fmt.Errorf("item %d: %w", i, err)
+		if s.cache != nil {
+			if out, ok := s.cache.get(text, now); ok {
+				outs[i] = out
+				continue
+			}
+		}
+		miss = append(miss, i)
+	}
+	hits := len(items) - len(miss)
+	if s.cache != nil {
+		s.metrics.cacheHits.Add(float64(hits))
+		s.metrics.cacheMisses.Add(float64(len(miss)))
+	}
+	if len(miss) == 0 {
+		return outs, timing{cached: hits}, nil
+	}
+
+	ins := make([]models.Input, len(miss))
+	var err error
+	for k, i := range miss {
+		if ins[k], err = s.factory.Prepare(items[i]); err != nil {
+			return nil, timing{}, fmt.Errorf("item %d: %w", i, err)
 		}
 	}
-	var outs []models.Output
-	var st batch.Stats
+	var computed []models.Output
+	var cst batch.Stats
 	if ep == endpointNaive {
-		outs, st, err = s.naive.Load().Do(ctx, ins)
+		computed, cst, err = s.naive.Load().Do(ctx, ins)
 	} else {
-		outs, st, err = s.batched.Load().Do(ctx, ins)
+		computed, cst, err = s.scheduler().Do(ctx, ins)
 	}
-	if err == nil {
-		s.metrics.eps[ep].queueDur.Observe(st.Queue.Seconds())
+	var ie *batch.ItemsError
+	if err != nil && !errors.As(err, &ie) {
+		return nil, timing{}, err
 	}
-	return outs, st, err
+	t := timing{Stats: cst, cached: hits}
+	s.metrics.eps[ep].queueDur.Observe(cst.Queue.Seconds())
+	var errs []error
+	for k, i := range miss {
+		if ie != nil && ie.Errs[k] != nil {
+			if errs == nil {
+				errs = make([]error, len(items))
+			}
+			errs[i] = ie.Errs[k]
+			continue
+		}
+		outs[i] = computed[k]
+		if s.cache != nil {
+			s.cache.put(items[i], computed[k], now)
+		}
+	}
+	if errs != nil {
+		return outs, t, &batch.ItemsError{Errs: errs}
+	}
+	return outs, t, nil
+}
+
+// timing is how a request was served, for its Server-Timing header.
+type timing struct {
+	batch.Stats
+	cached int // items answered from the cache
 }
 
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
@@ -188,8 +244,10 @@ func (s *Server) requestTimeout(r *http.Request) (time.Duration, error) {
 }
 
 // serverTiming renders st as a Server-Timing header value: queue and compute
-// in milliseconds, and the size of the batch the request ran in.
-func serverTiming(st batch.Stats) string {
+// in milliseconds, the size of the batch the request ran in, its padding
+// (batch × longest item ÷ real tokens, for token models) and the number of
+// items answered from the cache.
+func serverTiming(st timing) string {
 	b := make([]byte, 0, 64)
 	b = append(b, "queue;dur="...)
 	b = strconv.AppendFloat(b, float64(st.Queue.Microseconds())/1000, 'f', 3, 64)
@@ -197,5 +255,13 @@ func serverTiming(st batch.Stats) string {
 	b = strconv.AppendFloat(b, float64(st.Compute.Microseconds())/1000, 'f', 3, 64)
 	b = append(b, ", batch;desc="...)
 	b = strconv.AppendInt(b, int64(st.BatchSize), 10)
+	if st.Padding > 0 {
+		b = append(b, ", pad;desc="...)
+		b = strconv.AppendFloat(b, st.Padding, 'f', 2, 64)
+	}
+	if st.cached > 0 {
+		b = append(b, ", cache;desc="...)
+		b = strconv.AppendInt(b, int64(st.cached), 10)
+	}
 	return string(b)
 }

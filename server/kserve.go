@@ -126,7 +126,7 @@ func (s *Server) v2Infer(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		e := s.toAPIError(err)
 		writeV2Error(w, e)
-		em.request(e.Status, time.Since(arrived))
+		em.answered(e, time.Since(arrived))
 		return
 	}
 	w.Header().Set("Server-Timing", serverTiming(st))

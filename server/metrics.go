@@ -32,6 +32,12 @@ type metrics struct {
 	items    *prometheus.CounterVec
 	dropped  *prometheus.CounterVec
 	failed   *prometheus.CounterVec
+	padding  *prometheus.HistogramVec
+	calls    *prometheus.CounterVec
+	refused  *prometheus.CounterVec
+
+	cacheHits   prometheus.Counter
+	cacheMisses prometheus.Counter
 
 	eps map[string]*epMetrics
 }
@@ -47,11 +53,14 @@ type epMetrics struct {
 	items    prometheus.Counter
 	dropped  prometheus.Counter
 	failed   prometheus.Counter
+	padding  prometheus.Observer
+	retries  prometheus.Counter // extra model calls spent isolating failed items
 
-	mu    sync.RWMutex
-	codes map[int]prometheus.Counter
-	vec   *prometheus.CounterVec
-	name  string
+	refusedVec *prometheus.CounterVec
+	mu         sync.RWMutex
+	codes      map[int]prometheus.Counter
+	vec        *prometheus.CounterVec
+	name       string
 }
 
 // latencyBuckets span 0.5 ms to ~65 s.
@@ -88,16 +97,29 @@ func newMetrics(s *Server) *metrics {
 		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "infer_failed_items_total", Help: "Items the model failed on.",
 		}, []string{"endpoint"}),
-		eps: make(map[string]*epMetrics),
+		padding: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "infer_padding_ratio", Help: "Per batch of a token model: batch size × longest item ÷ real tokens (1 = no padding).",
+			Buckets: []float64{1, 1.1, 1.25, 1.5, 2, 3, 4, 6, 8},
+		}, []string{"endpoint"}),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "infer_isolation_calls_total", Help: "Extra model calls made to find the failing items of batches that failed as a whole.",
+		}, []string{"endpoint"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "infer_refused_total", Help: "Requests refused at admission with 429, by reason (queue_full, deadline_unreachable).",
+		}, []string{"endpoint", "reason"}),
+		cacheHits:   prometheus.NewCounter(prometheus.CounterOpts{Name: "infer_cache_hits_total", Help: "Items answered from the result cache."}),
+		cacheMisses: prometheus.NewCounter(prometheus.CounterOpts{Name: "infer_cache_misses_total", Help: "Items looked up in the result cache and not found."}),
+		eps:         make(map[string]*epMetrics),
 	}
 	for _, ep := range []string{endpointNaive, endpointBatched, endpointV2} {
 		e := &epMetrics{
-			duration: m.duration.WithLabelValues(ep),
-			queueDur: m.queueDur.WithLabelValues(ep),
-			inFlight: m.inFlight.WithLabelValues(ep),
-			codes:    make(map[int]prometheus.Counter),
-			vec:      m.requests,
-			name:     ep,
+			duration:   m.duration.WithLabelValues(ep),
+			queueDur:   m.queueDur.WithLabelValues(ep),
+			inFlight:   m.inFlight.WithLabelValues(ep),
+			codes:      make(map[int]prometheus.Counter),
+			vec:        m.requests,
+			name:       ep,
+			refusedVec: m.refused,
 		}
 		if ep != endpointV2 { // v2 requests run in the batched endpoint's batches
 			e.batch = m.batch.WithLabelValues(ep)
@@ -105,6 +127,8 @@ func newMetrics(s *Server) *metrics {
 			e.items = m.items.WithLabelValues(ep)
 			e.dropped = m.dropped.WithLabelValues(ep)
 			e.failed = m.failed.WithLabelValues(ep)
+			e.padding = m.padding.WithLabelValues(ep)
+			e.retries = m.calls.WithLabelValues(ep)
 		}
 		m.eps[ep] = e
 	}
@@ -135,17 +159,19 @@ func newMetrics(s *Server) *metrics {
 		return 0
 	})
 	info := prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "infer_model_info", Help: "The model served and the batching settings; always 1.",
-		ConstLabels: prometheus.Labels{
-			"model": s.info.Name, "task": s.info.Task, "backend": s.info.Backend,
-			"workers": strconv.Itoa(s.cfg.Workers), "max_batch": strconv.Itoa(s.cfg.Batch.MaxBatch),
-			"max_latency": s.cfg.Batch.MaxLatency.String(), "policy": string(s.cfg.Batch.Policy),
-		},
+		Name: "infer_model_info", Help: "The model served; always 1.",
+		ConstLabels: prometheus.Labels{"model": s.info.Name, "task": s.info.Task, "backend": s.info.Backend},
 	})
 	info.Set(1)
 	m.reg.MustRegister(m.requests, m.duration, m.inFlight, m.queueDur, m.batch, m.compute,
-		m.items, m.dropped, m.failed, queueDepth, naiveDepth, ready, info,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.items, m.dropped, m.failed, m.padding, m.calls, m.refused, queueDepth, naiveDepth, ready, info,
+		batchingCollector{s}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if s.cache != nil {
+		m.reg.MustRegister(m.cacheHits, m.cacheMisses, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "infer_cache_entries", Help: "Results held in the result cache.",
+		}, func() float64 { return float64(s.cache.len()) }))
+	}
+	m.reg.MustRegister(s.cfg.Collectors...)
 	return m
 }
 
@@ -168,6 +194,14 @@ func (e *epMetrics) request(code int, took time.Duration) {
 	e.duration.Observe(took.Seconds())
 }
 
+// answered counts a request answered with an error.
+func (e *epMetrics) answered(err *apiError, took time.Duration) {
+	e.request(err.Status, took)
+	if err.Status == http.StatusTooManyRequests {
+		e.refusedVec.WithLabelValues(e.name, err.Code).Inc()
+	}
+}
+
 func (e *epMetrics) observeBatch(info batch.Info) {
 	if info.Dropped > 0 {
 		e.dropped.Add(float64(info.Dropped))
@@ -181,4 +215,26 @@ func (e *epMetrics) observeBatch(info batch.Info) {
 	if info.Failed > 0 {
 		e.failed.Add(float64(info.Failed))
 	}
+	if info.Calls > 1 {
+		e.retries.Add(float64(info.Calls - 1))
+	}
+	if info.Padding > 0 {
+		e.padding.Observe(info.Padding)
+	}
+}
+
+// batchingCollector reports the batching settings in effect, which the
+// admin API may change at run time.
+type batchingCollector struct{ s *Server }
+
+var batchingDesc = prometheus.NewDesc("infer_batching_info",
+	"The batched endpoint's settings in effect; always 1.",
+	[]string{"policy", "max_batch", "max_latency", "workers"}, nil)
+
+func (c batchingCollector) Describe(ch chan<- *prometheus.Desc) { ch <- batchingDesc }
+
+func (c batchingCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.s.batching()
+	ch <- prometheus.MustNewConstMetric(batchingDesc, prometheus.GaugeValue, 1,
+		string(st.Policy), strconv.Itoa(st.Batch), st.MaxLatency.String(), strconv.Itoa(st.Workers))
 }

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/inferhq/infer/models"
 	"github.com/inferhq/infer/server/batch"
 )
@@ -47,6 +49,18 @@ type Config struct {
 	// plugs in here. The server then loads only the naive endpoint's
 	// instance, and runs the scheduler from Serve.
 	Scheduler Scheduler
+	// Collectors are registered on the server's /metrics alongside its
+	// own, e.g. a distributed Scheduler's.
+	Collectors []prometheus.Collector
+	// AdminToken enables the admin API (PATCH /admin/batching) for bearers
+	// of this token; empty, the admin API does not exist.
+	AdminToken string
+	// CacheSize is how many results the result cache holds (identical
+	// inputs are answered from it); 0 disables the cache.
+	CacheSize int
+	// CacheTTL is how long a cached result stays valid; 0 means until
+	// evicted.
+	CacheTTL time.Duration
 	// Version is reported by GET /v2.
 	Version string
 	// Logger receives lifecycle events; nil discards them.
@@ -126,7 +140,10 @@ type Server struct {
 	naive    atomic.Pointer[naive]
 	ready    atomic.Bool
 	draining atomic.Bool
-	rate     rateMeter // items per second through the batched endpoint
+	cache    *cache // nil when off
+
+	adminMu   sync.Mutex     // serialises admin changes
+	instances []models.Model // the batched workers' instances, in the order added
 }
 
 // New returns a server for the model made by factory. It loads nothing yet.
@@ -140,6 +157,9 @@ func New(cfg Config, factory models.Factory) (*Server, error) {
 		factory: factory,
 		info:    factory.Info(),
 		log:     cfg.Logger,
+	}
+	if cfg.CacheSize > 0 {
+		s.cache = newCache(cfg.CacheSize, cfg.CacheTTL)
 	}
 	s.metrics = newMetrics(s)
 	s.handler = s.routes()
@@ -238,6 +258,7 @@ func (s *Server) load(ctx, batchCtx context.Context, wg *sync.WaitGroup) ([]mode
 	}
 	instances := make([]models.Model, n)
 	errs := make([]error, n)
+	timed := make([][]warmup, n)
 	var lw sync.WaitGroup
 	for i := range n {
 		lw.Go(func() {
@@ -247,7 +268,7 @@ func (s *Server) load(ctx, batchCtx context.Context, wg *sync.WaitGroup) ([]mode
 				return
 			}
 			instances[i] = m
-			errs[i] = s.warm(ctx, m)
+			timed[i], errs[i] = s.warm(ctx, m)
 		})
 	}
 	lw.Wait()
@@ -267,12 +288,17 @@ func (s *Server) load(ctx, batchCtx context.Context, wg *sync.WaitGroup) ([]mode
 		for i := range workers {
 			workers[i] = instances[i].Predict
 		}
+		s.instances = instances[:s.cfg.Workers]
 		bcfg := s.cfg.Batch
-		bcfg.OnBatch = func(info batch.Info) {
-			s.metrics.eps[endpointBatched].observeBatch(info)
-			s.rate.add(info.Size, info.Compute, s.cfg.Workers)
+		bcfg.OnBatch = s.metrics.eps[endpointBatched].observeBatch
+		// A token model's batch pads to its longest item.
+		b := batch.New(bcfg, workers...).WithSize(func(in models.Input) int { return len(in.Tokens) })
+		for _, ws := range timed[:s.cfg.Workers] {
+			for _, w := range ws {
+				b.Observe(w.n, w.d)
+			}
 		}
-		sched = batch.New(bcfg, workers...)
+		sched = b
 	}
 	s.batched.Store(&schedulerBox{sched})
 	wg.Go(func() {
@@ -285,23 +311,35 @@ func (s *Server) load(ctx, batchCtx context.Context, wg *sync.WaitGroup) ([]mode
 	return all, nil
 }
 
-// warm runs a single item and a full batch through a fresh instance, so that
-// first requests do not pay for lazy initialisation.
-func (s *Server) warm(ctx context.Context, m models.Model) error {
+// warm runs a fresh instance once on a single item (lazy initialisation),
+// then times a full batch and a single item again: the batcher's cost model
+// starts from these.
+func (s *Server) warm(ctx context.Context, m models.Model) ([]warmup, error) {
 	in, err := s.factory.Prepare("Warm up the [MASK] before serving.")
 	if err != nil {
-		return fmt.Errorf("warm up: %w", err)
+		return nil, fmt.Errorf("warm up: %w", err)
 	}
-	for _, n := range []int{1, s.cfg.Batch.MaxBatch} {
+	var timed []warmup
+	for i, n := range []int{1, s.cfg.Batch.MaxBatch, 1} {
 		ins := make([]models.Input, n)
 		for i := range ins {
 			ins[i] = in
 		}
+		start := time.Now()
 		if err := m.Predict(ctx, ins, make([]models.Output, n)); err != nil {
-			return fmt.Errorf("warm up with %d items: %w", n, err)
+			return nil, fmt.Errorf("warm up with %d items: %w", n, err)
+		}
+		if i > 0 {
+			timed = append(timed, warmup{n, time.Since(start)})
 		}
 	}
-	return nil
+	return timed, nil
+}
+
+// warmup is one timed warm-up batch.
+type warmup struct {
+	n int
+	d time.Duration
 }
 
 func (s *Server) queued() int {
@@ -317,3 +355,17 @@ func (s *Server) queued() int {
 
 // schedulerBox lets an interface value sit in an atomic.Pointer.
 type schedulerBox struct{ Scheduler }
+
+// scheduler returns the batched endpoint's scheduler, nil before loading.
+func (s *Server) scheduler() Scheduler {
+	if b := s.batched.Load(); b != nil {
+		return b.Scheduler
+	}
+	return nil
+}
+
+// batcher returns the in-process batcher, or nil when batches run elsewhere.
+func (s *Server) batcher() *batch.Batcher[models.Input, models.Output] {
+	b, _ := s.scheduler().(*batch.Batcher[models.Input, models.Output])
+	return b
+}

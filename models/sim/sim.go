@@ -6,9 +6,11 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/inferhq/infer/models"
@@ -21,7 +23,15 @@ type Config struct {
 	Fixed time.Duration
 	// PerItem is the added cost of each item in a batch.
 	PerItem time.Duration
+	// FailOn, when set, injects faults for studying error isolation: a
+	// batch containing an item whose text contains FailOn fails as a
+	// whole, after taking its time, with ErrInjected — as a device error
+	// would, without saying which item caused it.
+	FailOn string
 }
+
+// ErrInjected is the error of a batch failed by Config.FailOn.
+var ErrInjected = errors.New("sim: injected batch failure")
 
 // Cost returns the simulated wall time of a batch of n items.
 func (c Config) Cost(n int) time.Duration { return c.Fixed + time.Duration(n)*c.PerItem }
@@ -63,8 +73,16 @@ func (f *Factory) Info() models.Info {
 		Name:    "sim",
 		Task:    "classify",
 		Backend: "sim",
-		Params:  fmt.Sprintf("fixed=%v per_item=%v", f.cfg.Fixed, f.cfg.PerItem),
+		Params:  f.params(),
 	}
+}
+
+func (f *Factory) params() string {
+	p := fmt.Sprintf("fixed=%v per_item=%v", f.cfg.Fixed, f.cfg.PerItem)
+	if f.cfg.FailOn != "" {
+		p += fmt.Sprintf(" fail_on=%q", f.cfg.FailOn)
+	}
+	return p
 }
 
 // Prepare accepts any text.
@@ -91,6 +109,13 @@ type Model struct {
 // to its end.
 func (m *Model) Predict(_ context.Context, in []models.Input, out []models.Output) error {
 	m.clock.wait(m.cfg.Cost(len(in)))
+	if m.cfg.FailOn != "" {
+		for _, x := range in {
+			if strings.Contains(x.Text, m.cfg.FailOn) {
+				return fmt.Errorf("%w: batch of %d holds %q", ErrInjected, len(in), m.cfg.FailOn)
+			}
+		}
+	}
 	for i, x := range in {
 		out[i] = Predict(x.Text)
 	}

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"syscall"
 	"testing"
@@ -99,5 +100,18 @@ func BenchmarkWait(b *testing.B) {
 			b.ReportMetric(float64(sum.Microseconds())/float64(b.N), "µs-mean-error")
 			b.ReportMetric(float64(worst.Microseconds()), "µs-worst-error")
 		})
+	}
+}
+
+func TestFailOnFailsTheWholeBatch(t *testing.T) {
+	f, _ := New(Config{FailOn: "poison"})
+	m, _ := f.New(context.Background(), 0)
+	in := []models.Input{{Text: "fine"}, {Text: "a poison pill"}, {Text: "also fine"}}
+	err := m.Predict(context.Background(), in, make([]models.Output, 3))
+	if !errors.Is(err, ErrInjected) {
+		t.Errorf("Predict() = %v, want ErrInjected", err)
+	}
+	if err := m.Predict(context.Background(), in[:1], make([]models.Output, 1)); err != nil {
+		t.Errorf("Predict() without the text = %v", err)
 	}
 }
