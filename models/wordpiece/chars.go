@@ -51,7 +51,8 @@ func isPunct(r rune) bool {
 
 // isCJK reports whether r is in one of the CJK ideograph blocks that BERT
 // makes words of their own (not Hangul, Hiragana or Katakana, which are
-// written with spaces).
+// written with spaces). The ranges are HuggingFace's, which leave out
+// U+2B820–U+2B91F where Google's original BERT code has them.
 func isCJK(r rune) bool {
 	return 0x4E00 <= r && r <= 0x9FFF ||
 		0x3400 <= r && r <= 0x4DBF ||

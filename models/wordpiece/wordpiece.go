@@ -19,6 +19,11 @@
 //   - each word becomes the longest vocabulary pieces, greedily from the left,
 //     continuation pieces spelled "##…"; a word that cannot be split, or is
 //     longer than Options.MaxWordChars characters, becomes [UNK].
+//
+// Character classes are HuggingFace's to the code point, including its use of
+// Unicode 8.0 categories for marks, punctuation and format characters; the
+// tests compare every Unicode scalar value and a corpus of a few thousand
+// items with HuggingFace's output.
 package wordpiece
 
 import (
