@@ -61,6 +61,7 @@ by side, load-tests inference servers, and draws the results.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(newCmdServe(nil), newCmdVersion(nil))
+	root.AddCommand(newCmdBench(nil))
 	return root
 }
 

@@ -203,6 +203,9 @@ func (t *tailBuffer) String() string {
 	defer t.mu.Unlock()
 	lines := t.lines
 	if len(t.partial) > 0 {
+		if len(lines) == t.max {
+			lines = lines[1:]
+		}
 		lines = append(lines[:len(lines):len(lines)], string(t.partial))
 	}
 	return strings.Join(lines, "\n")

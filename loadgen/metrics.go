@@ -177,7 +177,9 @@ func metricsEndpoint(endpoint string) string {
 	return ""
 }
 
-// serverInfo is what infer_model_info says about a server.
+// serverInfo is what a server's info metrics say about it: the model
+// (infer_model_info) and the batching settings in effect
+// (infer_batching_info; older servers put them on infer_model_info).
 type serverInfo struct {
 	model, backend, policy string
 	batch, workers         int
@@ -186,15 +188,22 @@ type serverInfo struct {
 }
 
 func infoOf(samples []sample) serverInfo {
+	var in serverInfo
 	for _, s := range samples {
-		if s.name != "infer_model_info" {
+		if s.name != "infer_model_info" && s.name != "infer_batching_info" {
 			continue
 		}
-		in := serverInfo{model: s.labels["model"], backend: s.labels["backend"], policy: s.labels["policy"], ok: true}
-		in.batch, _ = strconv.Atoi(s.labels["max_batch"])
-		in.workers, _ = strconv.Atoi(s.labels["workers"])
-		in.latency, _ = time.ParseDuration(s.labels["max_latency"])
-		return in
+		in.ok = true
+		l := s.labels
+		if v, ok := l["model"]; ok {
+			in.model, in.backend = v, l["backend"]
+		}
+		if v, ok := l["policy"]; ok {
+			in.policy = v
+			in.batch, _ = strconv.Atoi(l["max_batch"])
+			in.workers, _ = strconv.Atoi(l["workers"])
+			in.latency, _ = time.ParseDuration(l["max_latency"])
+		}
 	}
-	return serverInfo{}
+	return in
 }

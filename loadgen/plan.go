@@ -23,6 +23,9 @@ type Plan struct {
 	// Serve holds the `infer serve` flags of the group's server (without
 	// --addr); nil when the scenario loads existing targets.
 	Serve []string
+	// LatencySet tells a max latency of zero set by the sweep from one
+	// left to the server.
+	LatencySet bool
 }
 
 // Estimate is the time the point's load takes: warm-up and measurement,
@@ -61,8 +64,9 @@ func (s *Scenario) Plans() []Plan {
 				if ep != "naive" {
 					p.Batch, p.Workers, p.Latency, p.Policy = sc.batch, sc.workers, record.Duration(sc.latency), sc.policy
 				}
-				p.Name = pointName(p, sc.latencySet && ep != "naive")
-				plans = append(plans, Plan{Index: len(plans), Point: p, Group: g, Serve: serve})
+				set := sc.latencySet && ep != "naive"
+				p.Name = pointName(p, set)
+				plans = append(plans, Plan{Index: len(plans), Point: p, Group: g, Serve: serve, LatencySet: set})
 			}
 		}
 	}

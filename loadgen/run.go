@@ -166,7 +166,7 @@ type runner struct {
 
 	bases     []string   // where the load goes
 	model     string     // the model's name, for v2
-	info      serverInfo // what the server's metrics say about it
+	info      serverInfo // what the targets' metrics say about them
 	server    Server     // the server infer started, if any
 	group     int        // its configuration
 	serverLog *os.File
@@ -302,10 +302,6 @@ func (r *runner) startServer(ctx context.Context, p Plan) error {
 		return fmt.Errorf("start server %v: %w", p.Serve, err)
 	}
 	r.server, r.group, r.bases, r.model = srv, p.Group, []string{srv.URL()}, model
-	r.info = serverInfo{}
-	if samples, err := scrape(ctx, r.client, srv.URL()); err == nil {
-		r.info = infoOf(samples)
-	}
 	return nil
 }
 
@@ -356,18 +352,21 @@ func (r *runner) read(ctx context.Context, endpoint string) reading {
 // stopped before measuring anything.
 func (r *runner) point(ctx context.Context, p Plan) (*record.Record, error) {
 	pt := p.Point
-	if pt.Endpoint != "naive" && r.info.ok {
+	// Record the batching settings in effect where the sweep left them to
+	// the server.
+	if samples, err := scrape(ctx, r.client, r.bases[0]); err == nil && pt.Endpoint != "naive" {
+		info := infoOf(samples)
 		if pt.Batch == 0 {
-			pt.Batch = r.info.batch
+			pt.Batch = info.batch
 		}
 		if pt.Workers == 0 {
-			pt.Workers = r.info.workers
+			pt.Workers = info.workers
 		}
-		if pt.Latency == 0 {
-			pt.Latency = record.Duration(r.info.latency)
+		if !p.LatencySet {
+			pt.Latency = record.Duration(info.latency)
 		}
 		if pt.Policy == "" {
-			pt.Policy = r.info.policy
+			pt.Policy = info.policy
 		}
 	}
 	tr, err := newTraffic(r.bases, pt.Endpoint, r.model, r.sc.Payload.Format, r.sc.Payload.Items, r.sc.Payload.N)

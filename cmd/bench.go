@@ -1,0 +1,242 @@
+package cmd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/inferhq/infer/loadgen"
+	"github.com/inferhq/infer/loadgen/tui"
+)
+
+type benchOptions struct {
+	Scenario string
+	Targets  []string
+	Out      string
+	NoTUI    bool
+	Output   string
+	DryRun   bool
+	Log      logOptions
+
+	// Set from the command's streams.
+	Stdin    io.Reader
+	Stdout   io.Writer
+	Stderr   io.Writer
+	Terminal bool // stdin and stdout are a terminal: show the live view
+	// Launcher starts servers; nil: this infer binary, as a child process.
+	Launcher loadgen.Launcher
+}
+
+func newCmdBench(runF func(context.Context, *benchOptions) error) *cobra.Command {
+	opts := &benchOptions{}
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Load-test an inference server from a scenario file",
+		Long: `Load-test an inference server from a YAML scenario: the server (existing URLs,
+or an infer serve started for each server configuration of the sweep), the
+payload, the load (open loop at a rate, or closed loop with a number of
+clients), and a sweep over endpoints, batch size, workers, max latency and
+load levels. See scenarios/reference.yaml for every key.
+
+Each point's record (throughput, latency percentiles and histogram, status
+counts, the server's batch sizes, CPU, validity flags) is appended to
+results.jsonl in the run directory as soon as the point is done, next to
+manifest.json. On a terminal a live view shows the sweep; q or Ctrl-C stops
+it, keeping the finished points and the current one (marked partial).
+
+Exit codes: 0 done (or stopped with q); 1 failure; 2 bad scenario, flags or
+unreachable target; 3 SLO thresholds not met; 130 stopped by a signal.`,
+		Example: `  infer bench --scenario scenarios/quick.yaml
+  infer bench -s scenarios/sim-gpu.yaml --out results/sim-gpu --no-tui
+  infer bench -s scenarios/quick.yaml --target http://10.0.0.5:8080,http://10.0.0.6:8080
+  infer bench -s scenarios/bert.yaml --dry-run`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Stdin, opts.Stdout, opts.Stderr = cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr()
+			opts.Terminal = isTerminal(opts.Stdin) && isTerminal(opts.Stdout)
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return runBench(cmd.Context(), opts)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&opts.Scenario, "scenario", "s", "", "scenario file (YAML) (required)")
+	f.StringSliceVar(&opts.Targets, "target", nil, "load these servers instead of the scenario's (base URLs; repeat or separate with commas)")
+	f.StringVarP(&opts.Out, "out", "o", "", "run directory (default results/<scenario>-<time>)")
+	f.BoolVar(&opts.NoTUI, "no-tui", false, "print plain progress lines instead of the live view")
+	f.StringVar(&opts.Output, "output", "text", "end-of-run summary on stdout: text or json")
+	f.BoolVar(&opts.DryRun, "dry-run", false, "list the sweep's points and its planned time, and exit")
+	f.StringVar(&opts.Log.Level, "log-level", "info", "log level: debug, info, warn, error")
+	opts.Log.Format = "text"
+	return cmd
+}
+
+func isTerminal(v any) bool {
+	f, ok := v.(*os.File)
+	return ok && tui.IsTerminal(f)
+}
+
+func runBench(ctx context.Context, opts *benchOptions) error {
+	if opts.Scenario == "" {
+		return usageErrorf("--scenario: name a scenario file, e.g. scenarios/quick.yaml")
+	}
+	if opts.Output != "text" && opts.Output != "json" {
+		return usageErrorf("--output %q: want text or json", opts.Output)
+	}
+	sc, err := loadgen.LoadFile(opts.Scenario)
+	if err != nil {
+		return usageErrorf("%v", err)
+	}
+	var notes []string
+	if len(opts.Targets) > 0 {
+		if sc, notes, err = sc.WithTargets(opts.Targets); err != nil {
+			return usageErrorf("%v", err)
+		}
+	}
+	if opts.DryRun {
+		return printPlan(opts.Stdout, sc)
+	}
+	dir := opts.Out
+	if dir == "" {
+		dir = loadgen.DefaultDir(sc, time.Now())
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create run directory: %w", err)
+	}
+	live := opts.Terminal && !opts.NoTUI
+	// While the live view owns the terminal, logs go to a file; otherwise
+	// they share stderr with the progress lines.
+	opts.Stderr = &lockedWriter{w: opts.Stderr}
+	logOut := opts.Stderr
+	if live {
+		f, err := os.Create(filepath.Join(dir, "bench.log"))
+		if err != nil {
+			return fmt.Errorf("create log: %w", err)
+		}
+		defer f.Close()
+		logOut = f
+	}
+	logger, err := opts.Log.logger(logOut)
+	if err != nil {
+		return err
+	}
+	for _, n := range notes {
+		logger.Warn(n)
+	}
+	launcher := opts.Launcher
+	if launcher == nil {
+		self, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("find the infer binary to start servers: %w", err)
+		}
+		launcher = loadgen.ExecLauncher{Path: self}
+	}
+	ver, rev := Version()
+	cfg := loadgen.Config{Dir: dir, Launcher: launcher, Version: ver, Commit: rev, Logger: logger}
+
+	out, err := runSweep(ctx, opts, sc, cfg, live)
+	if err != nil {
+		if errors.Is(err, loadgen.ErrUnreachable) {
+			return usageErrorf("%v", err)
+		}
+		return err
+	}
+	summary := loadgen.Summarize(out, sc.SLO)
+	if opts.Output == "json" {
+		enc := json.NewEncoder(opts.Stdout)
+		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
+		err = enc.Encode(summary)
+	} else {
+		err = summary.WriteText(opts.Stdout)
+	}
+	if err != nil {
+		return err
+	}
+	switch {
+	case !summary.Passed:
+		return &thresholdError{verdict: summary.Verdict}
+	case ctx.Err() != nil:
+		return errInterrupted
+	}
+	return nil
+}
+
+// runSweep runs the sweep with the live view or with progress lines.
+func runSweep(ctx context.Context, opts *benchOptions, sc *loadgen.Scenario, cfg loadgen.Config, live bool) (*loadgen.Outcome, error) {
+	if !live {
+		lines := &tui.Lines{W: opts.Stderr}
+		cfg.Progress = lines.Put
+		return loadgen.Run(ctx, sc, cfg)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	feed := tui.NewFeed()
+	cfg.Progress = feed.Put
+	var (
+		out    *loadgen.Outcome
+		runErr error
+		done   = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		defer feed.Close()
+		out, runErr = loadgen.Run(runCtx, sc, cfg)
+	}()
+	viewErr := tui.Run(opts.Stdin, opts.Stdout, feed, stop)
+	if viewErr != nil {
+		stop()
+	}
+	<-done
+	if runErr == nil && viewErr != nil {
+		cfg.Logger.Error("live view", "err", viewErr)
+	}
+	return out, runErr
+}
+
+// lockedWriter serializes writes from several goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
+
+// printPlan lists the points of the sweep.
+func printPlan(w io.Writer, sc *loadgen.Scenario) error {
+	plans := sc.Plans()
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "#\tPOINT\tSERVER")
+	for _, p := range plans {
+		server := strings.Join(p.Serve, " ")
+		if p.Serve == nil {
+			server = strings.Join(sc.Targets, ",")
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\n", p.Index, p.Point.Name, server)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	groups := 0
+	if len(plans) > 0 {
+		groups = plans[len(plans)-1].Group + 1
+	}
+	_, err := fmt.Fprintf(w, "%d points, %d server configurations; load time %v (%d × %v), plus server starts\n",
+		len(plans), groups, time.Duration(len(plans))*sc.Estimate(), len(plans), sc.Estimate())
+	return err
+}

@@ -1,0 +1,202 @@
+package cmd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/inferhq/infer/loadgen"
+	"github.com/inferhq/infer/loadgen/record"
+)
+
+// mainEnv makes the test binary run infer's command line: the bench tests
+// start real `infer serve` processes from it.
+const mainEnv = "INFER_CMD_TEST_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(mainEnv) == "1" {
+		os.Exit(Main())
+	}
+	os.Exit(m.Run())
+}
+
+func TestBenchFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args  []string
+		check func(t *testing.T, o *benchOptions)
+	}{
+		{[]string{"-s", "x.yaml"}, func(t *testing.T, o *benchOptions) {
+			if o.Scenario != "x.yaml" || o.Output != "text" || o.NoTUI || o.DryRun || o.Out != "" || o.Targets != nil || o.Terminal {
+				t.Errorf("defaults = %+v", o)
+			}
+		}},
+		{[]string{"--scenario", "x.yaml", "--target", "http://a:1,http://b:2", "--target", "http://c:3", "--no-tui", "--output", "json",
+			"-o", "out/dir", "--dry-run", "--log-level", "debug"}, func(t *testing.T, o *benchOptions) {
+			if !slices.Equal(o.Targets, []string{"http://a:1", "http://b:2", "http://c:3"}) || !o.NoTUI || o.Output != "json" ||
+				o.Out != "out/dir" || !o.DryRun || o.Log.Level != "debug" {
+				t.Errorf("options = %+v", o)
+			}
+		}},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			var got *benchOptions
+			cmd := newCmdBench(func(_ context.Context, o *benchOptions) error { got = o; return nil })
+			cmd.SetArgs(tc.args)
+			cmd.SetOut(&bytes.Buffer{})
+			cmd.SetErr(&bytes.Buffer{})
+			if err := cmd.Execute(); err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, got)
+		})
+	}
+}
+
+func writeScenario(t *testing.T, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "s.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestBenchUsageErrors: a bad scenario, a missing file or an unreachable
+// target is a clear message and exit code 2, at once.
+func TestBenchUsageErrors(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + ln.Addr().String()
+	ln.Close()
+	good := writeScenario(t, "server:\n  model: sim\nload:\n  concurrency: 1\n")
+	typo := writeScenario(t, "server:\n  model: sim\nload:\n  concurrency: 1\n  duraton: 5s\n")
+	bad := writeScenario(t, "server:\n  model: sim\nload:\n  concurrency: 0\n")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"typo", []string{"bench", "-s", typo}, typo + `:5:3: unknown field "duraton" (did you mean "duration"?)`},
+		{"bad value", []string{"bench", "-s", bad}, bad + ":4:3: load.concurrency 0"},
+		{"missing file", []string{"bench", "-s", "no/such.yaml"}, "no/such.yaml: cannot read: no such file or directory"},
+		{"unreachable", []string{"bench", "-s", good, "--target", closed, "--no-tui", "-o", filepath.Join(t.TempDir(), "r")},
+			"target " + closed + ": unreachable"},
+		{"bad target", []string{"bench", "-s", good, "--target", "localhost:8080"}, "want an http:// or https:// URL"},
+		{"no scenario", []string{"bench"}, "--scenario"},
+		{"bad output", []string{"bench", "-s", good, "--output", "xml"}, "--output"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			root := newCmdRoot(&out, &out)
+			root.SetArgs(tc.args)
+			start := time.Now()
+			code := exitCode(root.Execute(), &out)
+			if code != exitUsage || !strings.Contains(out.String(), tc.want) {
+				t.Errorf("exit %d, output:\n%s\nwant exit %d and %q", code, out.String(), exitUsage, tc.want)
+			}
+			if took := time.Since(start); took > 5*time.Second {
+				t.Errorf("took %v", took)
+			}
+		})
+	}
+}
+
+// TestBenchEndToEnd runs infer bench against real `infer serve` processes:
+// the run directory, the JSON summary, and the thresholds' exit code.
+func TestBenchEndToEnd(t *testing.T) {
+	scenario := writeScenario(t, `
+name: e2e
+server:
+  model: sim
+  sim_fixed: 1ms
+  sim_per_item: 0.1ms
+load:
+  concurrency: 4
+  warmup: 100ms
+  duration: 500ms
+sweep:
+  endpoints: [naive, batched]
+  batch: [4]
+  workers: [2]
+slo:
+  max_error_rate: 0.01
+  min_throughput: 1000000
+  require: any
+`)
+	dir := filepath.Join(t.TempDir(), "run")
+	var stdout, stderr bytes.Buffer
+	opts := &benchOptions{
+		Scenario: scenario, Out: dir, Output: "json", Log: logOptions{Level: "info", Format: "text"},
+		Stdout: &stdout, Stderr: &stderr,
+		Launcher: loadgen.ExecLauncher{Path: os.Args[0], Env: []string{mainEnv + "=1"}},
+	}
+	err := runBench(context.Background(), opts)
+	if code := exitCode(err, &stderr); code != exitThresholds {
+		t.Errorf("exit %d (%v), want %d: no point reaches a million requests per second\n%s", code, err, exitThresholds, stderr.String())
+	}
+	var summary loadgen.Summary
+	if err := json.Unmarshal(stdout.Bytes(), &summary); err != nil {
+		t.Fatalf("stdout is not a JSON summary: %v\n%s", err, stdout.String())
+	}
+	if summary.Passed || summary.Scenario != "e2e" || len(summary.Rows) != 2 || summary.Rows[1].Name != "batched b=4 w=2 c=4" {
+		t.Errorf("summary = %+v", summary)
+	}
+	for _, r := range summary.Rows {
+		if r.Throughput <= 0 || r.ErrorRate != 0 || !strings.Contains(strings.Join(r.Violations, ";"), "throughput") {
+			t.Errorf("row %+v", r)
+		}
+	}
+	run, err := record.ReadRun(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(run.Records) != 2 || run.Manifest.InferCommit == "" || run.Records[1].Point.Workers != 2 || run.Records[1].Server.CPUSeconds <= 0 {
+		t.Errorf("run: manifest %+v, records %+v", run.Manifest, run.Records)
+	}
+	if !strings.Contains(stderr.String(), "done batched b=4 w=2 c=4") {
+		t.Errorf("no progress lines on stderr:\n%s", stderr.String())
+	}
+}
+
+func TestBenchDryRun(t *testing.T) {
+	var out bytes.Buffer
+	root := newCmdRoot(&out, &out)
+	root.SetArgs([]string{"bench", "-s", "../scenarios/quick.yaml", "--dry-run"})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "naive c=32") || !strings.Contains(out.String(), "7 points, 6 server configurations") {
+		t.Errorf("dry run:\n%s", out.String())
+	}
+}
+
+func TestBenchHelpGolden(t *testing.T) {
+	var out bytes.Buffer
+	root := newCmdRoot(&out, &out)
+	root.SetArgs([]string{"bench", "--help"})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join("testdata", "infer_bench.help")
+	if *update {
+		if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if out.String() != string(want) {
+		t.Errorf("help differs from %s (rerun with -update if intended):\n%s", path, out.String())
+	}
+}

@@ -1,0 +1,82 @@
+package loadgen
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/inferhq/infer/loadgen/record"
+)
+
+const exposition = `# HELP infer_batch_size Items computed per batch.
+# TYPE infer_batch_size histogram
+infer_batch_size_bucket{endpoint="batched",le="1"} 3
+infer_batch_size_sum{endpoint="batched"} 640
+infer_batch_size_count{endpoint="batched"} 10
+infer_batch_size_sum{endpoint="naive"} 5
+infer_batch_size_count{endpoint="naive"} 5
+infer_queue_duration_seconds_sum{endpoint="batched"} 1.5
+infer_queue_duration_seconds_count{endpoint="batched"} 600
+infer_dropped_items_total{endpoint="batched"} 2
+infer_model_info{backend="sim",max_batch="64",max_latency="100ms",model="sim",policy="fixed",task="classify",workers="2"} 1
+infer_weird{endpoint="a\"b"} 7
+go_goroutines 12
+malformed{endpoint="x" 1
+`
+
+func TestParseMetrics(t *testing.T) {
+	samples, err := parseMetrics(strings.NewReader(exposition), "infer_")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(samples) != 10 {
+		t.Errorf("%d samples, want 10 (infer_ lines that parse)", len(samples))
+	}
+	for _, s := range samples {
+		if s.name == "infer_weird" && s.labels["endpoint"] != `a"b` {
+			t.Errorf("escaped label = %q", s.labels["endpoint"])
+		}
+	}
+	got := countersOf(samples, "batched")
+	want := counters{batches: 10, items: 640, queueSum: 1.5, queueN: 600, dropped: 2}
+	if got != want {
+		t.Errorf("countersOf(batched) = %+v, want %+v", got, want)
+	}
+	in := infoOf(samples)
+	if !in.ok || in.model != "sim" || in.batch != 64 || in.workers != 2 || in.latency != 100*time.Millisecond || in.policy != "fixed" || in.backend != "sim" {
+		t.Errorf("infoOf = %+v", in)
+	}
+	if infoOf(nil).ok {
+		t.Error("infoOf(nil) is ok")
+	}
+	// Newer servers report the settings in effect apart from the model.
+	split := `infer_model_info{backend="onnx",model="bert-mini",task="fill-mask"} 1
+infer_batching_info{max_batch="32",max_latency="5ms",policy="adaptive",workers="3"} 1
+`
+	samples, _ = parseMetrics(strings.NewReader(split), "infer_")
+	in = infoOf(samples)
+	if in.model != "bert-mini" || in.backend != "onnx" || in.batch != 32 || in.workers != 3 || in.latency != 5*time.Millisecond || in.policy != "adaptive" {
+		t.Errorf("infoOf(split) = %+v", in)
+	}
+}
+
+func TestCountersDelta(t *testing.T) {
+	begin := counters{batches: 10, items: 640, queueSum: 1.5, queueN: 600, dropped: 2}
+	end := counters{batches: 20, items: 1280, queueSum: 3.5, queueN: 1240, dropped: 2}
+	got := begin.delta(end)
+	want := record.Metrics{Batches: 10, Items: 640, MeanBatch: 64, MeanQueue: record.Duration(2 * time.Second / 640)}
+	if *got != want {
+		t.Errorf("delta = %+v, want %+v", *got, want)
+	}
+	if z := begin.delta(begin); z.MeanBatch != 0 || z.MeanQueue != 0 {
+		t.Errorf("empty delta = %+v", z)
+	}
+}
+
+func TestMetricsEndpoint(t *testing.T) {
+	for in, want := range map[string]string{"naive": "naive", "batched": "batched", "v2": "batched", "/predict": ""} {
+		if got := metricsEndpoint(in); got != want {
+			t.Errorf("metricsEndpoint(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,90 @@
+package loadgen
+
+import (
+	"testing"
+	"time"
+
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+
+	"github.com/inferhq/infer/loadgen/record"
+)
+
+func TestConstantPacer(t *testing.T) {
+	for _, tc := range []struct {
+		rate float64
+		want vegeta.ConstantPacer
+	}{
+		{1000, vegeta.ConstantPacer{Freq: 1000, Per: time.Second}},
+		{2.5, vegeta.ConstantPacer{Freq: 2500, Per: 1000 * time.Second}},
+	} {
+		got := constantPacer(tc.rate)
+		if got != tc.want {
+			t.Errorf("constantPacer(%v) = %v, want %v", tc.rate, got, tc.want)
+		}
+		if r := got.Rate(0); r < tc.rate*0.999 || r > tc.rate*1.001 {
+			t.Errorf("constantPacer(%v).Rate = %v", tc.rate, r)
+		}
+	}
+}
+
+// hitsBy replays a pacer as vegeta's attack loop would, with an exact clock,
+// and returns the hits sent by each of the given times.
+func hitsBy(p vegeta.Pacer, at ...time.Duration) []uint64 {
+	var out []uint64
+	var elapsed time.Duration
+	var hits uint64
+	for _, t := range at {
+		for {
+			wait, stop := p.Pace(elapsed, hits)
+			if stop || elapsed+wait > t {
+				break
+			}
+			elapsed += wait
+			hits++
+		}
+		out = append(out, hits)
+	}
+	return out
+}
+
+func TestPacers(t *testing.T) {
+	a := attack{load: record.Load{Mode: "open", Pacer: "ramp", RampFrom: 10, Rate: 110}, warmup: 2 * time.Second, duration: 10 * time.Second}
+	// Warm-up at 10/s for 2s: 20 hits. Then 10→110/s over 10s: 600 more.
+	got := hitsBy(a.pacer(), 2*time.Second, 7*time.Second, 12*time.Second)
+	want := []uint64{20, 20 + 175, 20 + 600}
+	for i := range want {
+		if d := int64(got[i]) - int64(want[i]); d < -2 || d > 2 {
+			t.Errorf("ramp hits by %d: %d, want %d±2", i, got[i], want[i])
+		}
+	}
+	if r := a.pacer().Rate(7 * time.Second); r < 59.9 || r > 60.1 {
+		t.Errorf("ramp rate at the window's middle = %v, want 60", r)
+	}
+	c := attack{load: record.Load{Mode: "open", Pacer: "constant", Rate: 5000}}
+	if got := hitsBy(c.pacer(), time.Second, 10*time.Second); got[0] != 5000 || got[1] != 50000 {
+		t.Errorf("constant 5000/s hits by 1s, 10s = %v, want [5000 50000]", got)
+	}
+	closed := attack{load: record.Load{Mode: "closed", Concurrency: 4}}
+	if wait, stop := closed.pacer().Pace(time.Second, 1e9); wait != 0 || stop {
+		t.Errorf("closed-loop pacer waits %v (stop %v), want 0: the clients set the pace", wait, stop)
+	}
+}
+
+func TestTargetRate(t *testing.T) {
+	ramp := record.Load{Mode: "open", Pacer: "ramp", RampFrom: 100, Rate: 300}
+	for _, tc := range []struct {
+		load record.Load
+		t    time.Duration
+		want float64
+	}{
+		{ramp, -time.Second, 100},
+		{ramp, 5 * time.Second, 200},
+		{ramp, 20 * time.Second, 300},
+		{record.Load{Mode: "open", Rate: 50}, time.Second, 50},
+		{record.Load{Mode: "closed", Concurrency: 8}, time.Second, 0},
+	} {
+		if got := targetRate(tc.load, tc.t, 10*time.Second); got != tc.want {
+			t.Errorf("targetRate(%+v, %v) = %v, want %v", tc.load, tc.t, got, tc.want)
+		}
+	}
+}

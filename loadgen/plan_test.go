@@ -1,0 +1,94 @@
+package loadgen
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPlans(t *testing.T) {
+	sc, err := Parse("s.yaml", ".", []byte(`
+server:
+  model: sim
+  sim_fixed: 1ms
+load:
+  concurrency: [4, 16]
+  warmup: 1s
+  duration: 2s
+  repeats: 2
+sweep:
+  endpoints: [naive, batched]
+  batch: [1, 8]
+  workers: [1, 2]
+  max_latency: 5ms
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plans := sc.Plans()
+	var got []string
+	for _, p := range plans {
+		got = append(got, p.Point.Name)
+	}
+	want := []string{
+		"naive c=4", "naive c=16",
+		"batched b=1 w=1 lat=5ms c=4", "batched b=1 w=1 lat=5ms c=16",
+		"batched b=8 w=1 lat=5ms c=4", "batched b=8 w=1 lat=5ms c=16",
+		"batched b=1 w=2 lat=5ms c=4", "batched b=1 w=2 lat=5ms c=16",
+		"batched b=8 w=2 lat=5ms c=4", "batched b=8 w=2 lat=5ms c=16",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("points =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	for i, p := range plans {
+		if p.Index != i {
+			t.Errorf("plans[%d].Index = %d", i, p.Index)
+		}
+		if p.Point.Endpoint == "naive" && (p.Point.Batch != 0 || p.Point.Workers != 0 || p.Group != 0) {
+			t.Errorf("naive point %+v carries batching settings or a later group", p)
+		}
+	}
+	groups := []int{0, 0, 0, 0, 1, 1, 2, 2, 3, 3}
+	for i, g := range groups {
+		if plans[i].Group != g {
+			t.Errorf("plans[%d].Group = %d, want %d", i, plans[i].Group, g)
+		}
+	}
+	wantServe := []string{"--model", "sim", "--sim-fixed", "1ms", "--batch", "8", "--workers", "2", "--max-latency", "5ms"}
+	if !slices.Equal(plans[8].Serve, wantServe) {
+		t.Errorf("plans[8].Serve = %q, want %q", plans[8].Serve, wantServe)
+	}
+	if got := sc.Estimate(); got != 6*time.Second {
+		t.Errorf("Estimate() = %v, want 6s (2 repeats × (1s + 2s))", got)
+	}
+}
+
+func TestPlansOpenLoopAndTargets(t *testing.T) {
+	sc, err := Parse("s.yaml", ".", []byte(`
+target:
+  urls: [http://a:1, http://b:2]
+payload:
+  items: 4
+load:
+  rate: [10, 2.5]
+  pacer: ramp
+  ramp_from: 1
+sweep:
+  endpoints: [v2, /predict]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range sc.Plans() {
+		got = append(got, p.Point.Name)
+		if p.Serve != nil || p.Point.Items != 4 || p.Point.Load.Mode != "open" || p.Point.Load.RampFrom != 1 {
+			t.Errorf("plan %+v", p)
+		}
+	}
+	want := []string{"v2 ramp=1→10/s items=4", "v2 ramp=1→2.5/s items=4", "/predict ramp=1→10/s items=4", "/predict ramp=1→2.5/s items=4"}
+	if !slices.Equal(got, want) {
+		t.Errorf("points = %q, want %q", got, want)
+	}
+}

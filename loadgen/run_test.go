@@ -1,0 +1,403 @@
+package loadgen
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/inferhq/infer/loadgen/record"
+	"github.com/inferhq/infer/models/sim"
+	"github.com/inferhq/infer/server"
+	"github.com/inferhq/infer/server/batch"
+)
+
+// serverEnv makes the test binary an inference server: ExecLauncher then
+// starts real server processes without infer's command line (the cmd
+// package's tests run bench against `infer serve` itself).
+const serverEnv = "LOADGEN_TEST_SERVER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(serverEnv) == "1" {
+		os.Exit(testServer(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+// testServer serves the sim model with the `serve` flags infer bench
+// passes, until SIGINT.
+func testServer(args []string) int {
+	if len(args) == 0 || args[0] != "serve" {
+		fmt.Fprintln(os.Stderr, "usage: serve --addr ADDR [flags]")
+		return 2
+	}
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	addr := fs.String("addr", "", "")
+	model := fs.String("model", "sim", "")
+	fixed := fs.Duration("sim-fixed", 0, "")
+	perItem := fs.Duration("sim-per-item", 0, "")
+	b := fs.Int("batch", 64, "")
+	workers := fs.Int("workers", 1, "")
+	lat := fs.Duration("max-latency", 100*time.Millisecond, "")
+	policy := fs.String("policy", "", "")
+	queueCap := fs.Int("queue-cap", 0, "")
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	if *model != "sim" {
+		fmt.Fprintf(os.Stderr, "unknown model %q\n", *model)
+		return 2
+	}
+	factory, err := sim.New(sim.Config{Fixed: *fixed, PerItem: *perItem})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	srv, err := server.New(server.Config{
+		Addr:    *addr,
+		Batch:   batch.Config{MaxBatch: *b, MaxLatency: *lat, Policy: batch.Policy(*policy), QueueCap: *queueCap},
+		Workers: *workers,
+		Logger:  slog.New(slog.NewTextHandler(os.Stderr, nil)),
+	}, factory)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := srv.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+func testLauncher() Launcher {
+	return ExecLauncher{Path: os.Args[0], Env: []string{serverEnv + "=1"}}
+}
+
+func mustParse(t *testing.T, src string) *Scenario {
+	t.Helper()
+	sc, err := Parse("test.yaml", t.TempDir(), []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sc
+}
+
+// snapshots collects the snapshots of a run.
+type snapshots struct {
+	mu  sync.Mutex
+	all []Snapshot
+}
+
+func (s *snapshots) put(sn Snapshot) {
+	s.mu.Lock()
+	s.all = append(s.all, sn)
+	s.mu.Unlock()
+}
+
+func (s *snapshots) last() Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.all[len(s.all)-1]
+}
+
+// TestRunSweep runs a tiny sweep end to end against real server processes.
+func TestRunSweep(t *testing.T) {
+	sc := mustParse(t, `
+name: tiny
+server:
+  model: sim
+  sim_fixed: 2ms
+  sim_per_item: 0.1ms
+  queue_cap: 256
+payload:
+  items: 2
+load:
+  concurrency: 8
+  warmup: 200ms
+  duration: 700ms
+sweep:
+  endpoints: [naive, batched, v2]
+  batch: [1, 8]
+  max_latency: 5ms
+slo:
+  max_error_rate: 0.01
+`)
+	dir := filepath.Join(t.TempDir(), "run")
+	var snaps snapshots
+	out, err := Run(context.Background(), sc, Config{Dir: dir, Launcher: testLauncher(), Progress: snaps.put, Tick: 50 * time.Millisecond,
+		Version: "v9", Commit: "abc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Interrupted || len(out.Records) != 5 || out.Points != 5 {
+		t.Fatalf("outcome: interrupted %v, %d records of %d points; want 5 of 5", out.Interrupted, len(out.Records), out.Points)
+	}
+	run, err := record.ReadRun(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(run.Records) != 5 || run.Manifest.Scenario != "tiny" || run.Manifest.InferVersion != "v9" || run.Manifest.Model != "sim" ||
+		run.Manifest.End.IsZero() || run.Manifest.Interrupted || !strings.Contains(run.Manifest.ScenarioYAML, "sim_per_item") {
+		t.Errorf("run directory: manifest %+v, %d records", run.Manifest, len(run.Records))
+	}
+	if log, _ := os.ReadFile(filepath.Join(dir, ServerLog)); !strings.Contains(string(log), "ready") {
+		t.Errorf("server log lacks the servers' output:\n%s", log)
+	}
+	for _, r := range run.Records {
+		t.Run(r.Point.Name, func(t *testing.T) {
+			if r.Sent == 0 || r.Status["200"] != r.Sent || r.Throughput <= 0 || r.ItemsPerSec != 2*r.Throughput {
+				t.Errorf("sent %d, status %v, throughput %v, items/s %v", r.Sent, r.Status, r.Throughput, r.ItemsPerSec)
+			}
+			if !r.Valid || r.Latency.P50 <= 0 || r.Latency.P99 < r.Latency.P50 || r.Histogram == nil || r.Histogram.Count() != uint64(r.Sent) {
+				t.Errorf("valid %v, latency %+v", r.Valid, r.Latency)
+			}
+			if r.Duration.D() != 700*time.Millisecond || r.TargetRate != 0 {
+				t.Errorf("duration %v, target %v", r.Duration.D(), r.TargetRate)
+			}
+			if r.Server.Timed != r.Sent || r.Server.MeanCompute <= 0 {
+				t.Errorf("server timing %+v", r.Server)
+			}
+			if r.Server.CPUSeconds <= 0 || r.Server.RSSBytes <= 0 {
+				t.Errorf("server cpu %v s, rss %d: not measured", r.Server.CPUSeconds, r.Server.RSSBytes)
+			}
+			if r.Server.Metrics == nil || r.Server.Metrics.Batches == 0 {
+				t.Fatalf("metrics = %+v", r.Server.Metrics)
+			}
+			if r.Point.Endpoint == "naive" {
+				if r.Point.Batch != 0 || r.Server.MeanBatch != 2 {
+					t.Errorf("naive: batch setting %d, mean batch %v (one request of 2 items at a time)", r.Point.Batch, r.Server.MeanBatch)
+				}
+				return
+			}
+			if r.Point.Workers != 1 || r.Point.Policy == "" || r.Point.Latency.D() != 5*time.Millisecond {
+				t.Errorf("point settings from the server: %+v", r.Point)
+			}
+			switch r.Point.Batch {
+			case 1:
+				if r.Server.MeanBatch != 1 || r.Server.Metrics.MeanBatch != 1 {
+					t.Errorf("batch 1: mean batch %v (metrics %v), want 1", r.Server.MeanBatch, r.Server.Metrics.MeanBatch)
+				}
+			case 8:
+				if r.Server.MeanBatch < 3 || r.Server.Metrics.MeanBatch < 3 {
+					t.Errorf("batch 8, 8 clients of 2 items: mean batch %v (metrics %v), want well above 1", r.Server.MeanBatch, r.Server.Metrics.MeanBatch)
+				}
+			}
+		})
+	}
+	last := snaps.last()
+	if last.Phase != PhaseDone || last.Done != 5 || len(last.Finished) != 5 {
+		t.Errorf("last snapshot: phase %q, done %d, finished %d", last.Phase, last.Done, len(last.Finished))
+	}
+	sawMeasuring := false
+	for _, s := range snaps.all {
+		if s.Phase == PhaseMeasuring && s.RPS > 0 && s.P50 > 0 {
+			sawMeasuring = true
+		}
+	}
+	if !sawMeasuring {
+		t.Error("no snapshot showed a point being measured with live numbers")
+	}
+	if s := Summarize(out, sc.SLO); !s.Passed {
+		t.Errorf("summary: %s", s.Verdict)
+	}
+	// A second run into the same directory is refused.
+	if _, err := Run(context.Background(), sc, Config{Dir: dir, Launcher: testLauncher()}); err == nil || !strings.Contains(err.Error(), "already holds results") {
+		t.Errorf("second run into %s: %v", dir, err)
+	}
+}
+
+// TestRunStopped stops a run during its second point: the first is kept
+// whole, the second partial, and the manifest says so.
+func TestRunStopped(t *testing.T) {
+	sc := mustParse(t, `
+server:
+  model: sim
+  sim_fixed: 1ms
+load:
+  concurrency: 4
+  warmup: 100ms
+  duration: 1s
+sweep:
+  batch: [4, 8, 16]
+`)
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stopAt atomic.Int64
+	progress := func(s Snapshot) {
+		if s.Done == 1 && s.Phase == PhaseMeasuring && s.RPS > 0 && stopAt.Load() == 0 {
+			stopAt.Store(time.Now().UnixNano())
+			cancel()
+		}
+	}
+	out, err := Run(ctx, sc, Config{Dir: dir, Launcher: testLauncher(), Progress: progress, Tick: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stopAt.Load() == 0 {
+		t.Fatal("the run never reached the second point's measurement")
+	}
+	if took := time.Since(time.Unix(0, stopAt.Load())); took > 10*time.Second {
+		t.Errorf("stopping took %v", took)
+	}
+	run, err := record.ReadRun(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !out.Interrupted || !run.Manifest.Interrupted || len(run.Records) != 2 {
+		t.Fatalf("interrupted %v/%v, %d records; want true, 2", out.Interrupted, run.Manifest.Interrupted, len(run.Records))
+	}
+	if run.Records[0].Partial || !run.Records[1].Partial {
+		t.Errorf("partial flags = %v, %v; want false, true", run.Records[0].Partial, run.Records[1].Partial)
+	}
+	if d := run.Records[1].Duration.D(); d <= 0 || d >= time.Second {
+		t.Errorf("partial point measured %v, want less than its 1s", d)
+	}
+	for _, r := range run.Records {
+		if r.Status["200"] != r.Sent || r.Errors != nil {
+			t.Errorf("%s: status %v errors %v; the stop must not count as failures", r.Point.Name, r.Status, r.Errors)
+		}
+	}
+}
+
+func TestRunServerFails(t *testing.T) {
+	sc := mustParse(t, "server:\n  model: sim\nload:\n  concurrency: 1\n")
+	l := ExecLauncher{Path: "/bin/sh", Args: []string{"-c", "echo cannot load the model >&2; exit 3"}}
+	start := time.Now()
+	_, err := Run(context.Background(), sc, Config{Dir: t.TempDir(), Launcher: l})
+	if err == nil || !strings.Contains(err.Error(), "cannot load the model") || !strings.Contains(err.Error(), "exited before it was ready") {
+		t.Errorf("Run = %v, want the server's exit and its output", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("failing took %v", took)
+	}
+}
+
+func TestRunUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String()
+	ln.Close() // nothing listens there now
+	sc := mustParse(t, "target:\n  urls: "+url+"\nload:\n  concurrency: 1\n")
+	dir := filepath.Join(t.TempDir(), "run")
+	start := time.Now()
+	_, err = Run(context.Background(), sc, Config{Dir: dir})
+	if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), url) {
+		t.Errorf("Run = %v, want ErrUnreachable naming %s", err, url)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("failing took %v", took)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("run directory created for an unreachable target (%v)", err)
+	}
+}
+
+// answer replies as infer does, one output per input.
+func answer(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Inputs []string `json:"inputs"`
+	}
+	json.NewDecoder(r.Body).Decode(&req)
+	outs := make([]int, len(req.Inputs))
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(map[string]any{"outputs": outs})
+}
+
+// TestRunOpenLoop paces an open loop against two trivial servers: the
+// load is spread over both, the rate is kept, and the absence of
+// Server-Timing and /metrics is no error.
+func TestRunOpenLoop(t *testing.T) {
+	var hits [2]atomic.Int64
+	var urls []string
+	for i := range hits {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/batched", func(w http.ResponseWriter, r *http.Request) {
+			hits[i].Add(1)
+			answer(w, r)
+		})
+		ts := httptest.NewServer(mux)
+		defer ts.Close()
+		urls = append(urls, ts.URL)
+	}
+	sc := mustParse(t, fmt.Sprintf("target:\n  urls: [%s]\nload:\n  rate: 200\n  warmup: 250ms\n  duration: 1s\n", strings.Join(urls, ", ")))
+	out, err := Run(context.Background(), sc, Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := out.Records[0]
+	if r.Sent < 196 || r.Sent > 204 || r.TargetRate != 200 || r.AchievedRate < 196 || r.AchievedRate > 204 {
+		t.Errorf("sent %d at %v/s, target %v; want 200 ± 2 %%", r.Sent, r.AchievedRate, r.TargetRate)
+	}
+	if !r.Valid || r.Status["200"] != r.Sent {
+		t.Errorf("valid %v flags %v status %v", r.Valid, r.Flags, r.Status)
+	}
+	if r.Server.Timed != 0 || r.Server.Metrics != nil || r.Server.CPUSeconds != 0 {
+		t.Errorf("server side %+v, want nothing measured", r.Server)
+	}
+	if a, b := hits[0].Load(), hits[1].Load(); a == 0 || b == 0 || a-b > 1 || b-a > 1 {
+		t.Errorf("requests per target = %d, %d; want an even spread", a, b)
+	}
+}
+
+// TestRunSlowServer is flagged, not reported as fast: a server that takes
+// 20 ms per request, one at a time (50/s), cannot be loaded at 200/s with
+// at most 4 requests in flight.
+func TestRunSlowServer(t *testing.T) {
+	var mu sync.Mutex
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/batched" {
+			http.NotFound(w, r)
+			return
+		}
+		mu.Lock()
+		time.Sleep(20 * time.Millisecond) // the server's work
+		mu.Unlock()
+		answer(w, r)
+	}))
+	defer ts.Close()
+	sc := mustParse(t, "target:\n  urls: "+ts.URL+"\nload:\n  rate: 200\n  max_in_flight: 4\n  warmup: 100ms\n  duration: 1s\n")
+	out, err := Run(context.Background(), sc, Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := out.Records[0]
+	if r.Valid || len(r.Flags) == 0 || r.Flags[0] != record.FlagCoordinatedOmission {
+		t.Errorf("flags %v valid %v; want coordinated-omission, invalid", r.Flags, r.Valid)
+	}
+	if r.AchievedRate > 100 || r.Throughput > 100 {
+		t.Errorf("achieved %v/s, throughput %v/s from a 50/s server", r.AchievedRate, r.Throughput)
+	}
+	row := RowOf(&r, SLO{})
+	if !strings.Contains(row.Notes(), record.FlagCoordinatedOmission) {
+		t.Errorf("summary notes %q do not show the flag", row.Notes())
+	}
+}
+
+func TestTailBuffer(t *testing.T) {
+	tb := &tailBuffer{max: 3}
+	io.WriteString(tb, "one\ntwo\nthr")
+	io.WriteString(tb, "ee\nfour\nfive")
+	if got, want := tb.String(), "three\nfour\nfive"; got != want {
+		t.Errorf("tail = %q, want %q", got, want)
+	}
+}

@@ -1,0 +1,106 @@
+package loadgen
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/inferhq/infer/loadgen/record"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("output differs from %s (rerun with -update if intended):\n%s", path, got)
+	}
+}
+
+func ms(n float64) record.Duration { return record.Duration(n * float64(time.Millisecond)) }
+
+func sampleOutcome() *Outcome {
+	return &Outcome{
+		Dir: "results/quick-1", Points: 4, Interrupted: true,
+		Manifest: record.Manifest{Scenario: "quick"},
+		Records: []record.Record{
+			{Index: 0, Point: record.Point{Name: "naive c=32"}, Sent: 193, AchievedRate: 48.2, Throughput: 48.2, ItemsPerSec: 48.2,
+				Latency: record.Percentiles{P50: ms(662.4), P99: ms(675.3)}, Status: map[string]int{"200": 193},
+				Server: record.ServerSide{MeanBatch: 1}, Valid: true},
+			{Index: 1, Point: record.Point{Name: "batched b=32 rate=900/s"}, Sent: 3300, TargetRate: 900, AchievedRate: 825, Throughput: 800, ItemsPerSec: 3200,
+				Latency: record.Percentiles{P50: ms(38.81), P99: ms(2047.9)}, Status: map[string]int{"200": 3200, "429": 100},
+				Server: record.ServerSide{MeanBatch: 31.96}, Flags: []string{record.FlagCoordinatedOmission, record.FlagErrors}},
+			{Index: 2, Point: record.Point{Name: "batched b=64 rate=900/s"}, Sent: 10, TargetRate: 900, AchievedRate: 900, Throughput: 900, ItemsPerSec: 900,
+				Latency: record.Percentiles{P50: ms(0.2517), P99: ms(1.5)}, Status: map[string]int{"200": 10}, Valid: true, Partial: true},
+		},
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	o := sampleOutcome()
+	for _, tc := range []struct {
+		name       string
+		slo        SLO
+		wantPassed bool
+		wantRow1   int // violations of the second row
+	}{
+		{"none", SLO{Require: "all"}, true, 0},
+		{"all fail", SLO{P99: time.Second, MaxErrorRate: 0.01, Require: "all"}, false, 2},
+		{"any pass", SLO{P99: time.Second, MaxErrorRate: 0.01, Require: "any"}, true, 2},
+		{"throughput", SLO{MinThroughput: 100, Require: "any"}, true, 0},
+		{"throughput all", SLO{MinThroughput: 100, Require: "all"}, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := Summarize(o, tc.slo)
+			if s.Passed != tc.wantPassed || len(s.Rows) != 3 || len(s.Rows[1].Violations) != tc.wantRow1 {
+				t.Errorf("Summarize = passed %v (%s), row 1 violations %q; want %v, %d", s.Passed, s.Verdict, s.Rows[1].Violations, tc.wantPassed, tc.wantRow1)
+			}
+			if len(s.Rows[2].Violations) != 0 && tc.slo.MinThroughput == 0 && tc.slo.P99 == 0 {
+				t.Errorf("partial row judged: %q", s.Rows[2].Violations)
+			}
+		})
+	}
+}
+
+func TestSummaryGolden(t *testing.T) {
+	s := Summarize(sampleOutcome(), SLO{P99: time.Second, MaxErrorRate: 0.01, MinThroughput: 100, Require: "all"})
+	var text bytes.Buffer
+	if err := s.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "summary.txt", text.Bytes())
+	js, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "summary.json", append(js, '\n'))
+}
+
+func TestRound(t *testing.T) {
+	for in, want := range map[time.Duration]string{
+		251700 * time.Nanosecond:   "252µs",
+		1234567 * time.Nanosecond:  "1.23ms",
+		38812345 * time.Nanosecond: "38.8ms",
+		662412345:                  "662ms",
+		2047900000:                 "2.05s",
+		95 * time.Second:           "1m35s",
+	} {
+		if got := Round(in).String(); got != want {
+			t.Errorf("Round(%v) = %s, want %s", in, got, want)
+		}
+	}
+}

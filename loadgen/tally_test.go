@@ -1,0 +1,153 @@
+package loadgen
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+
+	"github.com/inferhq/infer/loadgen/record"
+)
+
+func TestParseServerTiming(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want serverTiming
+		ok   bool
+	}{
+		{"queue;dur=12.345, compute;dur=151.240, batch;desc=64", serverTiming{12345 * time.Microsecond, 151240 * time.Microsecond, 64}, true},
+		{`batch;desc="8";dur=0, compute;dur=1`, serverTiming{0, time.Millisecond, 8}, true},
+		{"cache;desc=hit, db;dur=53", serverTiming{}, false},
+		{"", serverTiming{}, false},
+		{"queue;dur=abc", serverTiming{}, false},
+	} {
+		got, ok := parseServerTiming(tc.in)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("parseServerTiming(%q) = %+v, %v; want %+v, %v", tc.in, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestClassify(t *testing.T) {
+	tr := &traffic{items: 2}
+	for _, tc := range []struct {
+		name    string
+		code    int
+		err     string
+		body    string
+		timing  string
+		status  string
+		errText string
+		batch   int
+	}{
+		{"ok", 200, "", `{"model":"sim","outputs":[1,2]}`, "queue;dur=1, compute;dur=2, batch;desc=16", "200", "", 16},
+		{"short", 200, "", `{"outputs":[1]}`, "", StatusInvalid, "response has 1 outputs, want 2", 0},
+		{"not json", 200, "", `<html>`, "", StatusInvalid, "response is not JSON", 0},
+		{"refused", 0, `Post "http://127.0.0.1:9/batched": dial tcp 127.0.0.1:9: connect: connection refused`, "", "", StatusError,
+			"dial tcp 127.0.0.1:9: connect: connection refused", 0},
+		{"queue full", 429, "429 Too Many Requests", `{"error":{"code":"queue_full","message":"..."}}`, "", "429", "HTTP 429 queue_full", 0},
+		{"v2 error", 503, "503 Service Unavailable", `{"error":"not ready"}`, "", "503", "HTTP 503 not ready", 0},
+		{"plain error", 500, "500 Internal Server Error", `oops`, "", "500", "HTTP 500", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := classify(tc.code, tc.err, []byte(tc.body), tc.timing, tr.check)
+			if o.status != tc.status || !strings.HasPrefix(o.errText, tc.errText) || o.timing.batch != tc.batch {
+				t.Errorf("classify = %+v; want status %s, error %q, batch %d", o, tc.status, tc.errText, tc.batch)
+			}
+			if o.ok() != (tc.status == "200") {
+				t.Errorf("ok() = %v", o.ok())
+			}
+		})
+	}
+}
+
+func TestCheckV2(t *testing.T) {
+	tr := &traffic{items: 3, v2: true}
+	for body, ok := range map[string]bool{
+		`{"model_name":"sim","outputs":[{"name":"classify","datatype":"BYTES","shape":[3],"data":["a","b","c"]}]}`: true,
+		`{"outputs":[{"shape":[3,128],"datatype":"FP32","data":[]}]}`:                                              true,
+		`{"outputs":[{"shape":[2]}]}`: false,
+		`{"outputs":[]}`:              false,
+	} {
+		if err := tr.check([]byte(body)); (err == nil) != ok {
+			t.Errorf("check(%s) = %v, want ok %v", body, err, ok)
+		}
+	}
+}
+
+func TestTally(t *testing.T) {
+	var a, b tally
+	a.add(&outcome{status: "200", latency: 10 * time.Millisecond, timed: true, timing: serverTiming{queue: 2 * time.Millisecond, compute: 4 * time.Millisecond, batch: 8}})
+	a.add(&outcome{status: "429", errText: "HTTP 429 queue_full"})
+	b.add(&outcome{status: "200", latency: 30 * time.Millisecond, timed: true, timing: serverTiming{queue: 4 * time.Millisecond, compute: 6 * time.Millisecond, batch: 16}})
+	b.add(&outcome{status: StatusError, errText: "connection reset"})
+	a.merge(&b)
+	if a.sent != 4 || a.ok != 2 || a.hist.Count() != 2 || a.status["200"] != 2 || a.status["429"] != 1 || a.status[StatusError] != 1 {
+		t.Errorf("merged tally = %+v", a)
+	}
+	ss := a.serverSide()
+	want := record.ServerSide{MeanBatch: 12, MeanQueue: record.Duration(3 * time.Millisecond), MeanCompute: record.Duration(5 * time.Millisecond), Timed: 2}
+	if ss != want {
+		t.Errorf("serverSide() = %+v, want %+v", ss, want)
+	}
+	// Distinct error texts are bounded.
+	var c tally
+	for i := range maxErrorKinds + 5 {
+		c.add(&outcome{status: StatusError, errText: fmt.Sprintf("error %d", i)})
+	}
+	if len(c.errors) != maxErrorKinds+1 || c.errors["other errors"] != 5 {
+		t.Errorf("errors kept = %d, other = %d; want %d and 5", len(c.errors), c.errors["other errors"], maxErrorKinds+1)
+	}
+}
+
+func TestTraffic(t *testing.T) {
+	items := []string{"a", "b", "c"}
+	for _, tc := range []struct {
+		endpoint, format string
+		n                int
+		wantURL          string
+		wantType         string
+		wantBodies       []string
+	}{
+		{"batched", "json", 2, "http://h:1/batched", "application/json",
+			[]string{`{"inputs":["a","b"]}`, `{"inputs":["c","a"]}`, `{"inputs":["b","c"]}`}},
+		{"naive", "text", 1, "http://h:1/naive", "text/plain; charset=utf-8", []string{"a", "b", "c"}},
+		{"v2", "json", 1, "http://h:1/v2/models/bert%20mini/infer", "application/json",
+			[]string{`{"inputs":[{"name":"text","shape":[1],"datatype":"BYTES","data":["a"]}]}`}},
+		{"/predict", "json", 1, "http://h:1/predict", "application/json", []string{`{"inputs":["a"]}`}},
+	} {
+		tr, err := newTraffic([]string{"http://h:1"}, tc.endpoint, "bert mini", tc.format, items, tc.n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(tr.bodies) != len(items) {
+			t.Errorf("%s: %d bodies, want %d", tc.endpoint, len(tr.bodies), len(items))
+		}
+		for i, want := range tc.wantBodies {
+			var tgt vegeta.Target
+			if err := tr.targeter()(&tgt); err != nil {
+				t.Fatal(err)
+			}
+			if tgt.URL != tc.wantURL || string(tgt.Body) != want || tgt.Header.Get("Content-Type") != tc.wantType || tgt.Method != "POST" {
+				t.Errorf("%s request %d = %s %s %q (%s), want %s %q (%s)", tc.endpoint, i, tgt.Method, tgt.URL, tgt.Body,
+					tgt.Header.Get("Content-Type"), tc.wantURL, want, tc.wantType)
+			}
+		}
+	}
+	// The load is spread over the targets.
+	tr, _ := newTraffic([]string{"http://a:1", "http://b:2"}, "batched", "", "json", items, 1)
+	seen := map[string]int{}
+	for range 10 {
+		var tgt vegeta.Target
+		tr.targeter()(&tgt)
+		seen[tgt.URL]++
+	}
+	if seen["http://a:1/batched"] != 5 || seen["http://b:2/batched"] != 5 {
+		t.Errorf("requests per target = %v, want 5 each", seen)
+	}
+	if _, err := newTraffic([]string{"http://a:1"}, "v2", "", "json", items, 1); err == nil {
+		t.Error("v2 without a model name succeeded")
+	}
+}

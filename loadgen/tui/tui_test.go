@@ -1,0 +1,170 @@
+package tui
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/lipgloss"
+	"github.com/muesli/termenv"
+
+	"github.com/inferhq/infer/loadgen"
+	"github.com/inferhq/infer/loadgen/record"
+)
+
+func init() {
+	// Plain text: the tests read the view, not its colours.
+	lipgloss.SetColorProfile(termenv.Ascii)
+}
+
+func ms(n float64) time.Duration { return time.Duration(n * float64(time.Millisecond)) }
+
+func running() loadgen.Snapshot {
+	return loadgen.Snapshot{
+		Scenario: "quick", Dir: "results/quick-1", Points: 7, Done: 2,
+		Elapsed: 75 * time.Second, ETA: 65 * time.Second,
+		Phase: loadgen.PhaseMeasuring, Index: 2,
+		Point:  record.Point{Name: "batched b=8 w=1 c=32", Load: record.Load{Mode: "open", Rate: 400}},
+		Repeat: 1, Repeats: 2, PointElapsed: 4 * time.Second, PointTotal: 10 * time.Second,
+		Window: 2 * time.Second, RPS: 316.5, TargetRate: 400, P50: ms(97.4), P99: ms(231.2), Batch: 7.9,
+		Status:    map[string]int{"200": 1264, "429": 3},
+		LastError: "HTTP 429 queue_full",
+		Spark:     []time.Duration{ms(10), ms(50), ms(100), ms(231)},
+		Finished: []loadgen.Row{
+			{Index: 0, Name: "naive c=32", Throughput: 48.2, P50: record.Duration(ms(662)), P99: record.Duration(ms(675)), Valid: true},
+			{Index: 1, Name: "batched b=1 w=1 c=32", Throughput: 47, P50: record.Duration(ms(669)), P99: record.Duration(ms(793)),
+				Flags: []string{record.FlagCoordinatedOmission}},
+		},
+	}
+}
+
+func TestViewRunning(t *testing.T) {
+	m := New(NewFeed(), func() {})
+	var tm tea.Model = m
+	tm, _ = tm.Update(tea.WindowSizeMsg{Width: 100, Height: 40})
+	tm, cmd := tm.Update(snapshotMsg(running()))
+	if cmd == nil {
+		t.Error("a snapshot does not lead to reading the next one")
+	}
+	view := tm.View()
+	for _, want := range []string{
+		"infer bench · quick", "2/7 points", "1m15s elapsed", "ETA 1m05s",
+		"3/7 batched b=8 w=1 c=32", "measuring · repeat 1/2 · 4s of 10s",
+		"316.5 answers/s · target 400/s (behind)", "p50 97.4ms", "p99 231ms", "last 2s",
+		"7.9 items per batch", "200: 1264", "429: 3", "▁▂▄█", "HTTP 429 queue_full",
+		"naive c=32", "48.2", "662ms", "coordinated-omission", "q stop · results in results/quick-1",
+	} {
+		if !strings.Contains(view, want) {
+			t.Errorf("view lacks %q:\n%s", want, view)
+		}
+	}
+	// 2.4 of 7 points: a third of the bar.
+	if full := strings.Count(view, "█") - 1; full < 22 || full > 25 {
+		t.Errorf("progress bar has %d full cells of 70, want about 24:\n%s", full, view)
+	}
+}
+
+func TestViewBeforeFirstSnapshot(t *testing.T) {
+	if v := New(NewFeed(), func() {}).View(); !strings.Contains(v, "starting") {
+		t.Errorf("view = %q", v)
+	}
+}
+
+func TestStopKeys(t *testing.T) {
+	for _, key := range []tea.KeyMsg{{Type: tea.KeyRunes, Runes: []rune("q")}, {Type: tea.KeyCtrlC}} {
+		stopped := 0
+		var tm tea.Model = New(NewFeed(), func() { stopped++ })
+		tm, _ = tm.Update(snapshotMsg(running()))
+		tm, cmd := tm.Update(key)
+		if cmd == nil {
+			t.Fatalf("%s: no command", key)
+		}
+		if msg := cmd(); msg != nil {
+			t.Errorf("%s: the stop command returned %T; the view should wait for the run to end", key, msg)
+		}
+		if stopped != 1 {
+			t.Errorf("%s: stop called %d times, want 1", key, stopped)
+		}
+		if v := tm.View(); !strings.Contains(v, "stopping") || strings.Contains(v, "q stop") {
+			t.Errorf("%s: view after stop:\n%s", key, v)
+		}
+		// A second press leaves at once.
+		_, cmd = tm.Update(key)
+		if cmd == nil {
+			t.Fatalf("%s: second press: no command", key)
+		}
+		if _, ok := cmd().(tea.QuitMsg); !ok {
+			t.Errorf("%s: second press does not quit", key)
+		}
+	}
+}
+
+func TestFeedEndQuits(t *testing.T) {
+	feed := NewFeed()
+	m := New(feed, func() {})
+	done := running()
+	done.Phase, done.Done = loadgen.PhaseDone, 7
+	feed.Put(running())
+	feed.Put(done) // replaces the unread one
+	feed.Close()
+	msg := next(m.feed)()
+	s, ok := msg.(snapshotMsg)
+	if !ok || s.Phase != loadgen.PhaseDone {
+		t.Fatalf("first message = %#v, want the latest snapshot", msg)
+	}
+	var tm tea.Model = m
+	tm, _ = tm.Update(s)
+	tm, cmd := tm.Update(next(m.feed)())
+	if _, ok := cmd().(tea.QuitMsg); !ok {
+		t.Error("closing the feed does not quit the view")
+	}
+	v := tm.View()
+	if !strings.Contains(v, "done") || strings.Contains(v, "ETA") || strings.Contains(v, "measuring") {
+		t.Errorf("final view:\n%s", v)
+	}
+}
+
+func TestSparkline(t *testing.T) {
+	for _, tc := range []struct {
+		in    []time.Duration
+		width int
+		want  string
+	}{
+		{[]time.Duration{0, 1, 2, 3, 4, 5, 6, 7}, 10, "▁▂▃▄▅▆▇█"},
+		{[]time.Duration{8, 8, 0, 4}, 3, "█▁▄"},
+		{[]time.Duration{0, 0}, 5, "▁▁"},
+	} {
+		if got := Sparkline(tc.in, tc.width); got != tc.want {
+			t.Errorf("Sparkline(%v, %d) = %s, want %s", tc.in, tc.width, got, tc.want)
+		}
+	}
+}
+
+func TestLines(t *testing.T) {
+	var b bytes.Buffer
+	l := &Lines{W: &b, Every: 5 * time.Second}
+	s := running()
+	s.Finished = s.Finished[:1]
+	s.Done = 1
+	l.Put(s) // a new point, and one finished
+	s.Elapsed += time.Second
+	l.Put(s) // too soon for a progress line
+	s.Elapsed += 5 * time.Second
+	l.Put(s)
+	s.Finished = running().Finished
+	s.Stopping = true
+	l.Put(s)
+	s.Phase = loadgen.PhaseDone
+	l.Put(s)
+	want := `[1/7] done naive c=32: 48.2 ok/s, 0.0 items/s, p50 662ms, p99 675ms, errors 0.00%
+[3/7] batched b=8 w=1 c=32: measuring · ETA 1m05s
+[3/7] batched b=8 w=1 c=32: measuring 4s of 10s · 316.5 answers/s (target 400/s) · p50 97.4ms p99 231ms · batch 7.9 · 3 failed · ETA 1m05s
+[2/7] done batched b=1 w=1 c=32: 47.0 ok/s, 0.0 items/s, p50 669ms, p99 793ms, errors 0.00% [coordinated-omission]
+stopping: finishing the current point and writing results…
+`
+	if b.String() != want {
+		t.Errorf("lines =\n%s\nwant\n%s", b.String(), want)
+	}
+}
