@@ -1,0 +1,359 @@
+package broker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/inferhq/infer/models"
+	"github.com/inferhq/infer/server/batch"
+)
+
+// FrontendConfig configures a Frontend. The zero value is valid.
+type FrontendConfig struct {
+	Config
+	// QueueCap is the most items in the request stream, waiting or being
+	// computed, counted over all frontends; a request that would take the
+	// stream past it is refused with batch.ErrQueueFull. Default 1024.
+	QueueCap int
+}
+
+// Frontend admits requests into a model's request stream and waits for the
+// results that workers send back. It implements the server's Scheduler; Run
+// must be running for results to arrive.
+type Frontend struct {
+	cfg      FrontendConfig
+	rdb      *redis.Client
+	log      *slog.Logger
+	stream   string
+	replyKey string
+	metrics  frontendMetrics
+	seq      atomic.Uint64
+	up       atomic.Bool  // false while Redis is known to be unreachable
+	items    atomic.Int64 // items of the calls in flight
+	started  atomic.Bool
+
+	mu     sync.Mutex
+	calls  map[uint64]*call
+	closed bool
+	idle   chan struct{} // signalled when the last call of a closed frontend ends
+}
+
+// call is one request in flight. Its fields are guarded by Frontend.mu until
+// done is closed, and read-only after.
+type call struct {
+	start time.Time
+	outs  []models.Output
+	errs  []error // nil unless an item failed
+	got   []bool
+	left  int
+	st    batch.Stats
+	err   error // the whole request failed
+	done  chan struct{}
+}
+
+// admit adds a request's items to the stream unless it would take the
+// stream past the cap. KEYS: stream. ARGV: cap, n, request id, reply key,
+// deadline, then one input per item. Returns 1 if admitted, 0 if full.
+var admit = redis.NewScript(`
+local n = tonumber(ARGV[2])
+if redis.call('XLEN', KEYS[1]) + n > tonumber(ARGV[1]) then
+	return 0
+end
+for i = 1, n do
+	redis.call('XADD', KEYS[1], '*', '` + fieldReq + `', ARGV[3], '` + fieldItem + `', i - 1,
+		'` + fieldReply + `', ARGV[4], '` + fieldDeadline + `', ARGV[5], '` + fieldInput + `', ARGV[5 + i])
+end
+return 1
+`)
+
+// NewFrontend returns a frontend for the model described by model; its
+// workers must serve a model of the same name and task. It does not connect
+// yet.
+func NewFrontend(cfg FrontendConfig, model models.Info) (*Frontend, error) {
+	cfg.Config = cfg.Config.withDefaults()
+	if cfg.QueueCap <= 0 {
+		cfg.QueueCap = 1024
+	}
+	rdb, err := cfg.client()
+	if err != nil {
+		return nil, err
+	}
+	var id [8]byte
+	rand.Read(id[:])
+	f := &Frontend{
+		cfg:      cfg,
+		rdb:      rdb,
+		log:      cfg.Logger,
+		stream:   cfg.stream(model),
+		replyKey: cfg.Prefix + ":reply:" + hex.EncodeToString(id[:]),
+		calls:    make(map[uint64]*call),
+		idle:     make(chan struct{}, 1),
+	}
+	f.up.Store(true)
+	f.metrics = newFrontendMetrics(f)
+	return f, nil
+}
+
+// Len returns the number of items this frontend admitted and has not yet
+// answered.
+func (f *Frontend) Len() int { return int(f.items.Load()) }
+
+// Collectors returns the frontend's Prometheus collectors: the stream's
+// backlog and pending entries, whether Redis is reachable, reply latency and
+// late replies.
+func (f *Frontend) Collectors() []prometheus.Collector { return f.metrics.collectors() }
+
+// Do admits the items of one request and waits for their results. It has the
+// contract of batch.Batcher.Do: batch.ErrQueueFull when the stream holds too
+// many items, batch.ErrTooLarge for a request that could never fit,
+// batch.ErrClosed once Run is draining, ctx.Err() when ctx is done first, and
+// an *batch.ItemsError naming the items that failed. ErrUnavailable when
+// Redis cannot be reached or the connection was lost while waiting. The
+// request's deadline travels with it: a worker that finds it passed answers
+// without computing, and Do returns context.DeadlineExceeded. Stats.Queue is
+// the time not spent computing: in the stream, forming a batch, and in
+// transit.
+func (f *Frontend) Do(ctx context.Context, ins []models.Input) ([]models.Output, batch.Stats, error) {
+	n := len(ins)
+	switch {
+	case n == 0:
+		return nil, batch.Stats{}, nil
+	case n > f.cfg.QueueCap:
+		return nil, batch.Stats{}, batch.ErrTooLarge
+	case !f.up.Load():
+		return nil, batch.Stats{}, ErrUnavailable
+	}
+	var deadline int64
+	if d, ok := ctx.Deadline(); ok {
+		deadline = d.UnixMilli()
+	}
+	args := make([]any, 0, 5+n)
+	for _, in := range ins {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, batch.Stats{}, fmt.Errorf("encode input: %w", err)
+		}
+		args = append(args, b)
+	}
+	id, c, err := f.register(n)
+	if err != nil {
+		return nil, batch.Stats{}, err
+	}
+	args = append([]any{f.cfg.QueueCap, n, id, f.replyKey, deadline}, args...)
+	admitted, err := admit.Run(ctx, f.rdb, []string{f.stream}, args...).Int()
+	if err != nil || admitted == 0 {
+		f.forget(id)
+		switch {
+		case ctx.Err() != nil:
+			return nil, batch.Stats{}, ctx.Err()
+		case err != nil:
+			return nil, batch.Stats{}, fmt.Errorf("%w: admit: %w", ErrUnavailable, err)
+		default:
+			return nil, batch.Stats{}, batch.ErrQueueFull
+		}
+	}
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		f.forget(id)
+		return nil, batch.Stats{}, ctx.Err()
+	}
+	if c.err != nil {
+		return nil, batch.Stats{}, c.err
+	}
+	if c.errs != nil {
+		return c.outs, c.st, &batch.ItemsError{Errs: c.errs}
+	}
+	return c.outs, c.st, nil
+}
+
+func (f *Frontend) register(n int) (uint64, *call, error) {
+	c := &call{
+		start: time.Now(),
+		outs:  make([]models.Output, n),
+		got:   make([]bool, n),
+		left:  n,
+		done:  make(chan struct{}),
+	}
+	id := f.seq.Add(1)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return 0, nil, batch.ErrClosed
+	}
+	f.calls[id] = c
+	f.items.Add(int64(n))
+	return id, c, nil
+}
+
+// forget drops a call nobody waits for any more; its results, if they come,
+// are counted as late.
+func (f *Frontend) forget(id uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c := f.calls[id]; c != nil {
+		f.end(id, c)
+	}
+}
+
+// end removes a finished call. f.mu must be held.
+func (f *Frontend) end(id uint64, c *call) {
+	delete(f.calls, id)
+	f.items.Add(-int64(len(c.outs)))
+	if f.closed && len(f.calls) == 0 {
+		select {
+		case f.idle <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// deliver hands one result to the call waiting for it.
+func (f *Frontend) deliver(raw string) {
+	var r result
+	if err := json.Unmarshal([]byte(raw), &r); err != nil {
+		f.log.Warn("undecodable result", "err", err)
+		return
+	}
+	id, _ := strconv.ParseUint(r.Req, 10, 64)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.calls[id]
+	if c == nil || r.Item < 0 || r.Item >= len(c.got) || c.got[r.Item] {
+		f.metrics.late.Inc() // a duplicate, or its request is no longer waiting
+		return
+	}
+	c.got[r.Item] = true
+	c.left--
+	if r.Code == codeExpired {
+		c.err = context.DeadlineExceeded
+		c.left = 0
+	} else if r.Code != "" {
+		if c.errs == nil {
+			c.errs = make([]error, len(c.outs))
+		}
+		c.errs[r.Item] = r.err()
+	} else if out, err := r.output(); err != nil {
+		if c.errs == nil {
+			c.errs = make([]error, len(c.outs))
+		}
+		c.errs[r.Item] = fmt.Errorf("decode output: %w", err)
+	} else {
+		c.outs[r.Item] = out
+	}
+	compute := time.Duration(r.Compute) * time.Microsecond
+	c.st.Compute = max(c.st.Compute, compute)
+	c.st.Queue = max(c.st.Queue, time.Since(c.start)-compute)
+	c.st.BatchSize = max(c.st.BatchSize, r.Batch)
+	if c.left == 0 {
+		f.metrics.reply.Observe(time.Since(c.start).Seconds())
+		f.end(id, c)
+		close(c.done)
+	}
+}
+
+// failAll ends every call in flight with err.
+func (f *Frontend) failAll(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for id, c := range f.calls {
+		c.err = err
+		f.end(id, c)
+		close(c.done)
+	}
+}
+
+// Run receives results until ctx is done, then stops admitting (Do returns
+// batch.ErrClosed), waits for the calls in flight to end (each ends by its
+// result or its own context), releases its connections and returns. While
+// Redis is unreachable, Do fails at once with ErrUnavailable and the calls in
+// flight fail with it; Run reconnects by itself. Run may be called once.
+func (f *Frontend) Run(ctx context.Context) error {
+	if !f.started.CompareAndSwap(false, true) {
+		return errors.New("broker: Run called twice")
+	}
+	recvCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Go(func() { f.receive(recvCtx) })
+
+	<-ctx.Done()
+	f.mu.Lock()
+	f.closed = true
+	busy := len(f.calls) > 0
+	f.mu.Unlock()
+	if busy {
+		<-f.idle
+	}
+	stop()
+	wg.Wait()
+	if err := f.rdb.Close(); err != nil {
+		return fmt.Errorf("close broker connection: %w", err)
+	}
+	return nil
+}
+
+// receive pops results from the frontend's reply list and delivers them.
+// When the connection fails, the calls in flight fail with ErrUnavailable
+// (their entries may be gone with a restarted Redis), Do refuses at once,
+// and receive pings until Redis answers again.
+func (f *Frontend) receive(ctx context.Context) {
+	var wait backoff
+	for ctx.Err() == nil {
+		vals, err := f.pop(ctx)
+		switch {
+		case err == nil:
+			for _, v := range vals {
+				f.deliver(v)
+			}
+			continue
+		case errors.Is(err, redis.Nil) || ctx.Err() != nil:
+			continue
+		}
+		if f.up.Swap(false) {
+			f.log.Warn("broker unreachable; refusing requests until it is back", "err", err)
+		}
+		f.failAll(fmt.Errorf("%w: connection lost: %w", ErrUnavailable, err))
+		for sleep(ctx, wait.next()) {
+			if f.rdb.Ping(ctx).Err() == nil {
+				wait.reset()
+				f.up.Store(true)
+				f.log.Info("broker reachable again")
+				break
+			}
+		}
+	}
+}
+
+// pop waits up to Config.Poll for results and returns up to 512 of them.
+// (go-redis's BLMPop rounds the timeout up to whole seconds.)
+func (f *Frontend) pop(ctx context.Context) ([]string, error) {
+	timeout := strconv.FormatFloat(f.cfg.Poll.Seconds(), 'f', 3, 64)
+	v, err := f.rdb.Do(ctx, "blmpop", timeout, 1, f.replyKey, "left", "count", 512).Slice()
+	if err != nil {
+		return nil, err
+	}
+	// [key, [value…]]
+	if len(v) != 2 {
+		return nil, fmt.Errorf("blmpop: unexpected reply %v", v)
+	}
+	items, _ := v[1].([]any)
+	vals := make([]string, 0, len(items))
+	for _, it := range items {
+		if s, ok := it.(string); ok {
+			vals = append(vals, s)
+		}
+	}
+	return vals, nil
+}
