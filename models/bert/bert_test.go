@@ -115,6 +115,10 @@ func TestGenerateInvalid(t *testing.T) {
 	}
 }
 
+// micro is a small custom architecture for tests that need a model but not
+// a built-in size.
+var micro = Arch{Name: "micro", Layers: 2, Hidden: 32, Heads: 4, Intermediate: 64, Vocab: 30522, MaxPositions: 64, TypeVocab: 2}
+
 func generate(t *testing.T, s Spec) []byte {
 	t.Helper()
 	var buf bytes.Buffer
@@ -125,10 +129,9 @@ func generate(t *testing.T, s Spec) []byte {
 }
 
 func TestGenerateDeterministic(t *testing.T) {
-	tiny, _ := Lookup("tiny")
-	a := generate(t, Spec{Arch: tiny, Task: FillMask})
-	b := generate(t, Spec{Arch: tiny, Task: FillMask, Seed: DefaultSeed})
-	c := generate(t, Spec{Arch: tiny, Task: FillMask, Seed: 2})
+	a := generate(t, Spec{Arch: micro, Task: FillMask})
+	b := generate(t, Spec{Arch: micro, Task: FillMask, Seed: DefaultSeed})
+	c := generate(t, Spec{Arch: micro, Task: FillMask, Seed: 2})
 	if !bytes.Equal(a, b) {
 		t.Errorf("two generations of the same spec differ")
 	}
@@ -144,21 +147,21 @@ func TestInspectGenerated(t *testing.T) {
 	masks := []int64{-1, TopK}
 	masksDims := []string{"masks", ""}
 	tests := []struct {
-		arch        string
+		arch        Arch
 		task        Task
 		wantOutputs []onnxgraph.Tensor
 	}{
-		{"tiny", FillMask, []onnxgraph.Tensor{
+		{micro, FillMask, []onnxgraph.Tensor{
 			{Name: MaskPositions, Type: "int64", Shape: []int64{-1, 2}, Dims: masksDims},
 			{Name: TopScores, Type: "float32", Shape: masks, Dims: masksDims},
 			{Name: TopIDs, Type: "int64", Shape: masks, Dims: masksDims},
 		}},
-		{"tiny", Embed, []onnxgraph.Tensor{
-			{Name: Embedding, Type: "float32", Shape: []int64{-1, 128}, Dims: []string{"batch", ""}},
+		{micro, Embed, []onnxgraph.Tensor{
+			{Name: Embedding, Type: "float32", Shape: []int64{-1, 32}, Dims: []string{"batch", ""}},
 		}},
 	}
 	for _, tt := range tests {
-		a, _ := Lookup(tt.arch)
+		a := tt.arch
 		info, err := onnxgraph.InspectBytes(generate(t, Spec{Arch: a, Task: tt.task, Seed: 7}))
 		if err != nil {
 			t.Fatal(err)
@@ -190,8 +193,7 @@ func tensorEqual(a, b onnxgraph.Tensor) bool {
 
 func TestEnsure(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "models")
-	tiny, _ := Lookup("tiny")
-	s := Spec{Arch: tiny, Task: Embed}
+	s := Spec{Arch: micro, Task: Embed}
 
 	// Concurrent first uses all get the complete file.
 	const callers = 3
@@ -215,32 +217,34 @@ func TestEnsure(t *testing.T) {
 	if err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("cached file (err %v) differs from Generate's output", err)
 	}
-	if name := filepath.Base(paths[0]); !strings.HasPrefix(name, "bert-tiny-embed-") || filepath.Ext(name) != ".onnx" {
-		t.Errorf("cached file name %s, want bert-tiny-embed-<hash>.onnx", name)
+	if name := filepath.Base(paths[0]); !strings.HasPrefix(name, "bert-micro-embed-") || filepath.Ext(name) != ".onnx" {
+		t.Errorf("cached file name %s, want bert-micro-embed-<hash>.onnx", name)
 	}
 
 	// A later call reuses the file rather than writing it again.
 	before, _ := os.Stat(paths[0])
-	again, err := Ensure(dir, Spec{Arch: tiny, Task: Embed, Seed: DefaultSeed})
+	again, err := Ensure(dir, Spec{Arch: micro, Task: Embed, Seed: DefaultSeed})
 	after, _ := os.Stat(paths[0])
 	if err != nil || again != paths[0] || !os.SameFile(before, after) || !after.ModTime().Equal(before.ModTime()) {
 		t.Errorf("second Ensure = %s, %v; want the same untouched file %s", again, err, paths[0])
 	}
 
 	// Another seed or task is another file.
-	for _, other := range []Spec{{Arch: tiny, Task: Embed, Seed: 2}, {Arch: tiny, Task: FillMask}} {
+	otherArch := micro
+	otherArch.Layers = 1
+	for _, other := range []Spec{{Arch: micro, Task: Embed, Seed: 2}, {Arch: micro, Task: FillMask}, {Arch: otherArch, Task: Embed}} {
 		p, err := Ensure(dir, other)
 		if err != nil || p == paths[0] {
 			t.Errorf("Ensure(%v) = %s, %v; want a file other than %s", other, p, err, paths[0])
 		}
 	}
 	entries, _ := os.ReadDir(dir)
-	if len(entries) != 3 {
+	if len(entries) != 4 {
 		var names []string
 		for _, e := range entries {
 			names = append(names, e.Name())
 		}
-		t.Errorf("cache holds %v, want 3 models and no temporary files", names)
+		t.Errorf("cache holds %v, want 4 models and no temporary files", names)
 	}
 }
 

@@ -39,7 +39,8 @@ const (
 	TokenTypeIDs  = "token_type_ids" // int64 [batch, sequence]
 
 	// MaskPositions (FillMask) is int64 [masks, 2]: the batch index and
-	// sequence position of each [MASK], in row-major order.
+	// sequence position of each [MASK], in row-major order. A batch without
+	// [MASK] yields zero rows here and in TopScores and TopIDs.
 	MaskPositions = "mask_positions"
 	// TopScores (FillMask) is float32 [masks, TopK]: the probabilities of
 	// the top tokens of each mask, descending.
@@ -123,7 +124,7 @@ func model(s Spec) *onnxgraph.Model {
 		meta[MetaMaskToken] = strconv.Itoa(MaskTokenID)
 	}
 	return &onnxgraph.Model{
-		Graph:           newBuilder(s).graph(name),
+		Graph:           build(s, name),
 		Producer:        "infer",
 		ProducerVersion: "bert " + generatorVersion,
 		Doc:             doc,
@@ -138,10 +139,6 @@ type builder struct {
 
 	// Constants shared by all layers.
 	one, half, sqrt2 string
-}
-
-func newBuilder(s Spec) *builder {
-	return &builder{s: s}
 }
 
 // weight declares a weight drawn like BERT's initialisation: normal with
@@ -206,9 +203,10 @@ func (b *builder) gelu(x string) string {
 	return b.mul(b.mul(x, b.add(erf, b.one)), b.half)
 }
 
-func (b *builder) graph(name string) *onnxgraph.Graph {
-	a := b.s.Arch
-	b.Graph = onnxgraph.NewGraph(name)
+// build returns the graph of a valid spec.
+func build(s Spec, name string) *onnxgraph.Graph {
+	a := s.Arch
+	b := &builder{Graph: onnxgraph.NewGraph(name), s: s}
 	batch, seq := onnxgraph.Sym("batch"), onnxgraph.Sym("sequence")
 	ids := b.Input(InputIDs, onnxgraph.Int64, batch, seq)
 	mask := b.Input(AttentionMask, onnxgraph.Int64, batch, seq)
@@ -225,7 +223,7 @@ func (b *builder) graph(name string) *onnxgraph.Graph {
 		h = b.layer(fmt.Sprintf("encoder.layer.%d", i), h, additive)
 	}
 
-	switch b.s.Task {
+	switch s.Task {
 	case FillMask:
 		b.fillMaskHead(ids, h)
 	case Embed:

@@ -132,6 +132,9 @@ func TestWriteToInvalidGraph(t *testing.T) {
 			g.NodeOut("Relu", []string{"y"}, []string{"later"})
 		}, `input "later" is not defined before it`},
 	}
+	if _, err := (&Model{}).WriteTo(io.Discard); err == nil {
+		t.Errorf("WriteTo of a Model without Graph: error = nil, want one")
+	}
 	for _, tt := range tests {
 		g := NewGraph(tt.name)
 		tt.build(g)

@@ -3,6 +3,7 @@ package onnxgraph
 import (
 	"bufio"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -58,6 +59,9 @@ type Model struct {
 // same bytes.
 func (m *Model) WriteTo(w io.Writer) (int64, error) {
 	g := m.Graph
+	if g == nil {
+		return 0, errors.New("model has no graph")
+	}
 	if err := g.check(); err != nil {
 		return 0, fmt.Errorf("graph %s: %w", g.name, err)
 	}
