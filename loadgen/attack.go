@@ -34,7 +34,8 @@ type attack struct {
 
 // attackResult is what one repeat measured.
 type attackResult struct {
-	tally   tally
+	tally    tally
+	timeline timeline
 	start   time.Time     // of the measured window
 	window  time.Duration // measured time; shorter than asked when stopped
 	stopped bool          // ctx was done before the end
@@ -122,6 +123,7 @@ func (a attack) run(ctx context.Context, live func(*outcome), mark func(end bool
 		live(&o)
 		if !o.sent.Before(res.start) && o.sent.Before(end) {
 			res.tally.add(&o)
+			res.timeline.add(o.sent.Sub(res.start), &o)
 		}
 	}
 	close(finished)

@@ -139,6 +139,9 @@ func Run(ctx context.Context, sc *Scenario, cfg Config) (*Outcome, error) {
 		r.stopServer()
 	}
 	out.Interrupted = ctx.Err() != nil && len(out.Records) < len(plans)
+	if out.Manifest.Runtime == "" {
+		out.Manifest.Runtime = r.info.backend
+	}
 	out.Manifest.End = time.Now()
 	out.Manifest.Interrupted = out.Interrupted
 	if err := record.WriteManifest(cfg.Dir, &out.Manifest); err != nil && runErr == nil {
@@ -166,10 +169,12 @@ type runner struct {
 
 	bases     []string   // where the load goes
 	model     string     // the model's name, for v2
-	info      serverInfo // what the targets' metrics say about them
+	info      serverInfo // what the server's metrics said last
 	server    Server     // the server infer started, if any
 	group     int        // its configuration
 	serverLog *os.File
+	starts    int           // servers started
+	startTime time.Duration // their time to ready, summed
 }
 
 func prepareDir(dir string) error {
@@ -244,12 +249,11 @@ func fileHash(path string) string {
 }
 
 func (r *runner) sweep(ctx context.Context, plans []Plan, w *record.Writer, out *Outcome) error {
-	perPoint := r.sc.Estimate()
 	for i, p := range plans {
 		if ctx.Err() != nil {
 			return nil
 		}
-		r.mon.startPoint(p, r.sc.Load.Repeats, r.sc.Estimate()/time.Duration(r.sc.Load.Repeats), time.Duration(len(plans)-i-1)*perPoint)
+		r.mon.startPoint(p, r.sc.Load.Repeats, r.sc.Load.Warmup+r.sc.Load.Duration, r.remaining(plans[i+1:], p.Group))
 		if r.sc.Server != nil && (r.server == nil || p.Group != r.group) {
 			if err := r.startServer(ctx, p); err != nil {
 				if ctx.Err() != nil {
@@ -276,6 +280,22 @@ func (r *runner) sweep(ctx context.Context, plans []Plan, w *record.Writer, out 
 	return nil
 }
 
+// remaining estimates the time the plans after a point of group take: their
+// load, and their server starts at the mean start time so far.
+func (r *runner) remaining(plans []Plan, group int) time.Duration {
+	d := time.Duration(len(plans)) * r.sc.Estimate()
+	if r.sc.Server == nil || r.starts == 0 {
+		return d
+	}
+	for _, p := range plans {
+		if p.Group != group {
+			d += r.startTime / time.Duration(r.starts)
+			group = p.Group
+		}
+	}
+	return d
+}
+
 // startServer stops the running server, if any, and starts the one of p's
 // group, waiting until it is ready.
 func (r *runner) startServer(ctx context.Context, p Plan) error {
@@ -292,6 +312,7 @@ func (r *runner) startServer(ctx context.Context, p Plan) error {
 	}
 	fmt.Fprintf(r.serverLog, "=== %s infer serve %v\n", time.Now().Format(time.RFC3339), p.Serve)
 	r.log.Info("starting server", "flags", p.Serve)
+	start := time.Now()
 	srv, err := r.cfg.Launcher.Launch(ctx, p.Serve, r.serverLog)
 	if err != nil {
 		return fmt.Errorf("start server %v: %w", p.Serve, err)
@@ -302,6 +323,8 @@ func (r *runner) startServer(ctx context.Context, p Plan) error {
 		return fmt.Errorf("start server %v: %w", p.Serve, err)
 	}
 	r.server, r.group, r.bases, r.model = srv, p.Group, []string{srv.URL()}, model
+	r.starts++
+	r.startTime += time.Since(start)
 	return nil
 }
 
@@ -354,8 +377,10 @@ func (r *runner) point(ctx context.Context, p Plan) (*record.Record, error) {
 	pt := p.Point
 	// Record the batching settings in effect where the sweep left them to
 	// the server.
-	if samples, err := scrape(ctx, r.client, r.bases[0]); err == nil && pt.Endpoint != "naive" {
-		info := infoOf(samples)
+	if samples, err := scrape(ctx, r.client, r.bases[0]); err == nil {
+		r.info = infoOf(samples)
+	}
+	if info := r.info; pt.Endpoint != "naive" {
 		if pt.Batch == 0 {
 			pt.Batch = info.batch
 		}
@@ -382,6 +407,7 @@ func (r *runner) point(ctx context.Context, p Plan) (*record.Record, error) {
 		m       measure
 		repeats []record.Repeat
 		first   time.Time
+		ticks   []record.Tick
 		partial bool
 	)
 	for rep := 1; rep <= r.sc.Load.Repeats; rep++ {
@@ -402,6 +428,7 @@ func (r *runner) point(ctx context.Context, p Plan) (*record.Record, error) {
 		}
 		if first.IsZero() {
 			first = res.start
+			ticks = res.timeline.ticks(pt.Load, a.duration)
 		}
 		total.merge(&res.tally)
 		m.add(res.window, begin, end)
@@ -421,6 +448,7 @@ func (r *runner) point(ctx context.Context, p Plan) (*record.Record, error) {
 		return nil, nil
 	}
 	rec := buildRecord(p.Index, pt, first, &total, &m, repeats, r.sc.Payload.N)
+	rec.Timeline = ticks
 	rec.Partial = partial
 	judge(rec, r.cfg.Cores)
 	return rec, nil

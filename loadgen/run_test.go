@@ -351,6 +351,9 @@ func TestRunOpenLoop(t *testing.T) {
 	if !r.Valid || r.Status["200"] != r.Sent {
 		t.Errorf("valid %v flags %v status %v", r.Valid, r.Flags, r.Status)
 	}
+	if len(r.Timeline) != 1 || r.Timeline[0].Sent != r.Sent || r.Timeline[0].Target != 200 || r.Timeline[0].P99 <= 0 {
+		t.Errorf("timeline = %+v, want one second holding every request", r.Timeline)
+	}
 	if r.Server.Timed != 0 || r.Server.Metrics != nil || r.Server.CPUSeconds != 0 {
 		t.Errorf("server side %+v, want nothing measured", r.Server)
 	}

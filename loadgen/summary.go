@@ -127,7 +127,13 @@ func (s Summary) WriteText(w io.Writer) error {
 	}
 	var b strings.Builder
 	if s.Interrupted {
-		fmt.Fprintf(&b, "stopped after %d of %d points\n", len(s.Rows), s.Points)
+		done := 0
+		for _, r := range s.Rows {
+			if !r.Partial {
+				done++
+			}
+		}
+		fmt.Fprintf(&b, "stopped: %d of %d points done\n", done, s.Points)
 	}
 	verdict := "PASS"
 	if !s.Passed {

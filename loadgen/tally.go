@@ -115,6 +115,45 @@ func (t *tally) serverSide() record.ServerSide {
 	}
 }
 
+// timeline buckets a window's outcomes by the second they were sent in.
+type timeline []second
+
+type second struct {
+	sent, ok int
+	hist     record.Histogram
+}
+
+// add counts o, sent at from the window's start.
+func (tl *timeline) add(at time.Duration, o *outcome) {
+	i := int(at / time.Second)
+	for len(*tl) <= i {
+		*tl = append(*tl, second{})
+	}
+	s := &(*tl)[i]
+	s.sent++
+	if o.ok() {
+		s.ok++
+		s.hist.Record(o.latency)
+	}
+}
+
+// ticks renders the timeline of a window of the given load and duration.
+func (tl timeline) ticks(load record.Load, duration time.Duration) []record.Tick {
+	out := make([]record.Tick, len(tl))
+	for i := range tl {
+		at := time.Duration(i) * time.Second
+		out[i] = record.Tick{
+			At:     record.Duration(at),
+			Target: targetRate(load, at+time.Second/2, duration),
+			Sent:   tl[i].sent,
+			OK:     tl[i].ok,
+			P50:    record.Duration(tl[i].hist.Quantile(0.5)),
+			P99:    record.Duration(tl[i].hist.Quantile(0.99)),
+		}
+	}
+	return out
+}
+
 // classify turns a raw answer into an outcome: transport errors, HTTP
 // statuses with the server's error code, and 200s whose body fails check.
 func classify(code int, errText string, body []byte, timing string, check func([]byte) error) outcome {

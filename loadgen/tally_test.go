@@ -151,3 +151,24 @@ func TestTraffic(t *testing.T) {
 		t.Error("v2 without a model name succeeded")
 	}
 }
+
+func TestTimeline(t *testing.T) {
+	var tl timeline
+	tl.add(100*time.Millisecond, &outcome{status: "200", latency: 10 * time.Millisecond})
+	tl.add(900*time.Millisecond, &outcome{status: "429"})
+	tl.add(2500*time.Millisecond, &outcome{status: "200", latency: 30 * time.Millisecond})
+	ramp := record.Load{Mode: "open", Pacer: "ramp", RampFrom: 0, Rate: 300}
+	got := tl.ticks(ramp, 3*time.Second)
+	if len(got) != 3 {
+		t.Fatalf("%d ticks, want 3", len(got))
+	}
+	for i, want := range []record.Tick{
+		{At: 0, Target: 50, Sent: 2, OK: 1, P50: record.Duration(10 * time.Millisecond), P99: record.Duration(10 * time.Millisecond)},
+		{At: record.Duration(time.Second), Target: 150},
+		{At: record.Duration(2 * time.Second), Target: 250, Sent: 1, OK: 1, P50: record.Duration(30 * time.Millisecond), P99: record.Duration(30 * time.Millisecond)},
+	} {
+		if got[i] != want {
+			t.Errorf("tick %d = %+v, want %+v", i, got[i], want)
+		}
+	}
+}

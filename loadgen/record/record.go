@@ -105,6 +105,19 @@ type Record struct {
 	// GeneratorCPU is the load generator's CPU use during the point, in
 	// cores (1.0 = one core busy).
 	GeneratorCPU float64 `json:"generator_cpu"`
+	// Timeline is the first repeat's measured window second by second,
+	// by send time: how a ramp or an overload unfolded.
+	Timeline []Tick `json:"timeline,omitempty"`
+}
+
+// Tick is one second of a point's measured window.
+type Tick struct {
+	At     Duration `json:"at"`               // start of the second, from the window's start
+	Target float64  `json:"target,omitempty"` // open loop: the target rate at that second's middle
+	Sent   int      `json:"sent"`             // requests sent in that second
+	OK     int      `json:"ok"`               // of which succeeded
+	P50    Duration `json:"p50,omitzero"`     // latency of the successful ones
+	P99    Duration `json:"p99,omitzero"`
 }
 
 // Validity flags.

@@ -78,7 +78,7 @@ func TestWriteAndReadRun(t *testing.T) {
 	for i := range 3 {
 		r := &Record{Index: i, Point: Point{Endpoint: "batched", Batch: 8 << i, Load: Load{Mode: "closed", Concurrency: 4}},
 			Throughput: 100, Latency: h.Percentiles(), Histogram: &h, Status: map[string]int{"200": 10}, Valid: true,
-			Duration: Duration(time.Second)}
+			Duration: Duration(time.Second), Timeline: []Tick{{At: 0, Target: 10, Sent: 10, OK: 10, P50: Duration(time.Millisecond)}}}
 		if err := w.Write(r); err != nil {
 			t.Fatal(err)
 		}
@@ -98,6 +98,9 @@ func TestWriteAndReadRun(t *testing.T) {
 	}
 	if run.Records[0].Histogram.Quantile(0.5) != h.Quantile(0.5) || run.Records[0].Duration.D() != time.Second {
 		t.Errorf("record 0 lost its histogram or duration: %+v", run.Records[0])
+	}
+	if tl := run.Records[0].Timeline; len(tl) != 1 || tl[0].Sent != 10 || tl[0].P50.D() != time.Millisecond {
+		t.Errorf("record 0 timeline = %+v", tl)
 	}
 }
 
