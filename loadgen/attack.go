@@ -36,9 +36,9 @@ type attack struct {
 type attackResult struct {
 	tally    tally
 	timeline timeline
-	start   time.Time     // of the measured window
-	window  time.Duration // measured time; shorter than asked when stopped
-	stopped bool          // ctx was done before the end
+	start    time.Time     // of the measured window
+	window   time.Duration // measured time; shorter than asked when stopped
+	stopped  bool          // ctx was done before the end
 }
 
 // run sends the load until the end or until ctx is done. Every answer goes
