@@ -111,15 +111,15 @@ func runBench(ctx context.Context, opts *benchOptions) error {
 	if dir == "" {
 		dir = loadgen.DefaultDir(sc, time.Now())
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("create run directory: %w", err)
-	}
 	live := opts.Terminal && !opts.NoTUI
-	// While the live view owns the terminal, logs go to a file; otherwise
-	// they share stderr with the progress lines.
-	opts.Stderr = &lockedWriter{w: opts.Stderr}
-	logOut := opts.Stderr
+	// Logs share stderr with the progress lines, or go to a file in the run
+	// directory while the live view owns the terminal.
+	stderr := &lockedWriter{w: opts.Stderr}
+	logOut := io.Writer(stderr)
 	if live {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("create run directory: %w", err)
+		}
 		f, err := os.Create(filepath.Join(dir, "bench.log"))
 		if err != nil {
 			return fmt.Errorf("create log: %w", err)
@@ -145,7 +145,7 @@ func runBench(ctx context.Context, opts *benchOptions) error {
 	ver, rev := Version()
 	cfg := loadgen.Config{Dir: dir, Launcher: launcher, Version: ver, Commit: rev, Logger: logger}
 
-	out, err := runSweep(ctx, opts, sc, cfg, live)
+	out, err := runSweep(ctx, opts, sc, cfg, live, stderr)
 	if err != nil {
 		if errors.Is(err, loadgen.ErrUnreachable) {
 			return usageErrorf("%v", err)
@@ -173,10 +173,11 @@ func runBench(ctx context.Context, opts *benchOptions) error {
 	return nil
 }
 
-// runSweep runs the sweep with the live view or with progress lines.
-func runSweep(ctx context.Context, opts *benchOptions, sc *loadgen.Scenario, cfg loadgen.Config, live bool) (*loadgen.Outcome, error) {
+// runSweep runs the sweep with the live view, or with progress lines on
+// stderr.
+func runSweep(ctx context.Context, opts *benchOptions, sc *loadgen.Scenario, cfg loadgen.Config, live bool, stderr io.Writer) (*loadgen.Outcome, error) {
 	if !live {
-		lines := &tui.Lines{W: opts.Stderr}
+		lines := &tui.Lines{W: stderr}
 		cfg.Progress = lines.Put
 		return loadgen.Run(ctx, sc, cfg)
 	}

@@ -178,25 +178,3 @@ func TestBenchDryRun(t *testing.T) {
 		t.Errorf("dry run:\n%s", out.String())
 	}
 }
-
-func TestBenchHelpGolden(t *testing.T) {
-	var out bytes.Buffer
-	root := newCmdRoot(&out, &out)
-	root.SetArgs([]string{"bench", "--help"})
-	if err := root.Execute(); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join("testdata", "infer_bench.help")
-	if *update {
-		if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if out.String() != string(want) {
-		t.Errorf("help differs from %s (rerun with -update if intended):\n%s", path, out.String())
-	}
-}

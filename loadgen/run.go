@@ -112,42 +112,23 @@ func Run(ctx context.Context, sc *Scenario, cfg Config) (*Outcome, error) {
 
 	r.mon = newMonitor(time.Now, sc.Name, cfg.Dir, len(plans))
 	var wg sync.WaitGroup
-	tickerDone := make(chan struct{})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(cfg.Tick)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				if ctx.Err() != nil {
-					r.mon.stopping()
-				}
-				r.mon.tick()
-				if cfg.Progress != nil {
-					cfg.Progress(r.mon.snapshot(cfg.Tick))
-				}
-			case <-tickerDone:
-				return
-			}
-		}
-	}()
+	published := make(chan struct{})
+	wg.Go(func() { r.publish(ctx, published) })
 
-	runErr := r.sweep(ctx, plans, w, out)
+	interrupted, runErr := r.sweep(ctx, plans, w, out)
 	if r.server != nil {
 		r.stopServer()
 	}
-	out.Interrupted = ctx.Err() != nil && len(out.Records) < len(plans)
+	out.Interrupted = interrupted
 	if out.Manifest.Runtime == "" {
 		out.Manifest.Runtime = r.info.backend
 	}
 	out.Manifest.End = time.Now()
-	out.Manifest.Interrupted = out.Interrupted
+	out.Manifest.Interrupted = interrupted
 	if err := record.WriteManifest(cfg.Dir, &out.Manifest); err != nil && runErr == nil {
 		runErr = fmt.Errorf("write manifest: %w", err)
 	}
-	close(tickerDone)
+	close(published)
 	wg.Wait()
 	if cfg.Progress != nil {
 		r.mon.setPhase(PhaseDone)
@@ -157,6 +138,27 @@ func Run(ctx context.Context, sc *Scenario, cfg Config) (*Outcome, error) {
 		r.serverLog.Close()
 	}
 	return out, runErr
+}
+
+// publish hands a snapshot to Config.Progress every tick until done is
+// closed.
+func (r *runner) publish(ctx context.Context, done <-chan struct{}) {
+	t := time.NewTicker(r.cfg.Tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			if ctx.Err() != nil {
+				r.mon.stopping()
+			}
+			r.mon.tick()
+			if r.cfg.Progress != nil {
+				r.cfg.Progress(r.mon.snapshot(r.cfg.Tick))
+			}
+		case <-done:
+			return
+		}
+	}
 }
 
 // runner is one run's state.
@@ -248,36 +250,41 @@ func fileHash(path string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-func (r *runner) sweep(ctx context.Context, plans []Plan, w *record.Writer, out *Outcome) error {
+// sweep runs the plans in order, writing each record; it reports whether
+// ctx cut it short.
+func (r *runner) sweep(ctx context.Context, plans []Plan, w *record.Writer, out *Outcome) (interrupted bool, err error) {
 	for i, p := range plans {
 		if ctx.Err() != nil {
-			return nil
+			return true, nil
 		}
 		r.mon.startPoint(p, r.sc.Load.Repeats, r.sc.Load.Warmup+r.sc.Load.Duration, r.remaining(plans[i+1:], p.Group))
 		if r.sc.Server != nil && (r.server == nil || p.Group != r.group) {
 			if err := r.startServer(ctx, p); err != nil {
 				if ctx.Err() != nil {
-					return nil
+					return true, nil
 				}
-				return err
+				return false, err
 			}
 		}
 		rec, err := r.point(ctx, p)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if rec == nil { // stopped before anything was measured
-			return nil
+			return true, nil
 		}
 		if err := w.Write(rec); err != nil {
-			return fmt.Errorf("write results: %w", err)
+			return false, fmt.Errorf("write results: %w", err)
 		}
 		out.Records = append(out.Records, *rec)
 		r.mon.finishPoint(RowOf(rec, r.sc.SLO))
 		r.log.Info("point done", "index", p.Index, "name", p.Point.Name, "throughput", rec.Throughput,
 			"p99", rec.Latency.P99.D(), "flags", rec.Flags)
+		if rec.Partial {
+			return true, nil
+		}
 	}
-	return nil
+	return false, nil
 }
 
 // remaining estimates the time the plans after a point of group take: their
@@ -444,7 +451,7 @@ func (r *runner) point(ctx context.Context, p Plan) (*record.Record, error) {
 			break
 		}
 	}
-	if total.sent == 0 {
+	if total.sent == 0 && partial {
 		return nil, nil
 	}
 	rec := buildRecord(p.Index, pt, first, &total, &m, repeats, r.sc.Payload.N)

@@ -79,18 +79,11 @@ type monitor struct {
 	load             record.Load
 	perRepeat        time.Duration
 
-	buckets  [windowTicks]bucket
+	buckets  [windowTicks]tally // the live window, by tick
 	cur      int
 	ticks    int // ticks since the current point began, up to windowTicks-1
 	lastTick time.Time
 	spark    []time.Duration
-}
-
-type bucket struct {
-	answers, ok int
-	hist        record.Histogram
-	batchItems  int
-	timed       int
 }
 
 func newMonitor(now func() time.Time, scenario, dir string, points int) *monitor {
@@ -111,7 +104,7 @@ func (m *monitor) startPoint(p Plan, repeats int, perRepeat, remaining time.Dura
 	m.snap.Status, m.snap.LastError = nil, ""
 	m.perRepeat, m.remaining = perRepeat, remaining
 	m.attackStart = time.Time{}
-	m.buckets = [windowTicks]bucket{}
+	m.buckets = [windowTicks]tally{}
 	m.ticks = 0
 	m.lastTick = m.now()
 	m.spark = nil
@@ -150,21 +143,13 @@ func (m *monitor) stopping() {
 func (m *monitor) add(o *outcome) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	b := &m.buckets[m.cur]
-	b.answers++
+	m.buckets[m.cur].add(o)
 	if m.snap.Status == nil {
 		m.snap.Status = make(map[string]int)
 	}
 	m.snap.Status[o.status]++
 	if !o.ok() {
 		m.snap.LastError = o.errText
-		return
-	}
-	b.ok++
-	b.hist.Record(o.latency)
-	if o.timed {
-		b.timed++
-		b.batchItems += o.timing.batch
 	}
 }
 
@@ -179,7 +164,7 @@ func (m *monitor) tick() {
 		}
 	}
 	m.cur = (m.cur + 1) % windowTicks
-	m.buckets[m.cur] = bucket{}
+	m.buckets[m.cur] = tally{}
 	m.ticks = min(m.ticks+1, windowTicks-1)
 	m.lastTick = m.now()
 }
@@ -211,24 +196,17 @@ func (m *monitor) snapshot(tick time.Duration) Snapshot {
 		s.ETA = 0
 	}
 	// The live window: the finished buckets plus the filling one.
-	var agg bucket
+	var agg tally
 	n := m.ticks + 1
 	for i := range n {
-		b := &m.buckets[(m.cur-i+windowTicks)%windowTicks]
-		agg.answers += b.answers
-		agg.ok += b.ok
-		agg.hist.Merge(&b.hist)
-		agg.timed += b.timed
-		agg.batchItems += b.batchItems
+		agg.merge(&m.buckets[(m.cur-i+windowTicks)%windowTicks])
 	}
 	s.Window = time.Duration(n-1)*tick + now.Sub(m.lastTick)
 	if s.Window > 0 {
-		s.RPS = float64(agg.answers) / s.Window.Seconds()
+		s.RPS = float64(agg.sent) / s.Window.Seconds()
 	}
 	s.P50, s.P99 = agg.hist.Quantile(0.5), agg.hist.Quantile(0.99)
-	if agg.timed > 0 {
-		s.Batch = float64(agg.batchItems) / float64(agg.timed)
-	}
+	s.Batch = agg.serverSide().MeanBatch
 	return s
 }
 
