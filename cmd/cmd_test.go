@@ -3,15 +3,21 @@ package cmd
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/inferhq/infer/models/bert"
+	"github.com/inferhq/infer/models/onnx"
 	"github.com/inferhq/infer/server/batch"
 )
 
@@ -32,7 +38,8 @@ func TestServeFlags(t *testing.T) {
 				cfg.Workers != 1 || cfg.Batch.Policy != batch.Fixed || cfg.Timeout != 30*time.Second || cfg.MaxBody != 1<<20 {
 				t.Errorf("defaults = %+v", cfg)
 			}
-			if o.Model.Model != "sim" || o.Model.SimFixed != 77*time.Millisecond || o.Model.SimPerItem != 1160*time.Microsecond {
+			if o.Model.Model != "bert-mini" || o.Model.Task != "fill-mask" || o.Model.MaxSeqLen != 128 || !o.Model.Truncate ||
+				o.Model.Threads != 0 || o.Model.SimFixed != 77*time.Millisecond || o.Model.SimPerItem != 1160*time.Microsecond {
 				t.Errorf("model defaults = %+v", o.Model)
 			}
 		}},
@@ -89,13 +96,24 @@ func TestServeFlags(t *testing.T) {
 }
 
 func TestUnknownModel(t *testing.T) {
-	o := modelOptions{Model: "gpt-17", Devices: "cpu"}
-	if _, err := o.open(); err == nil || !strings.Contains(err.Error(), "unknown model") {
-		t.Errorf("open() = %v, want unknown model", err)
-	}
-	o = modelOptions{Model: "sim", Devices: "tpu"}
-	if _, err := o.open(); err == nil {
-		t.Error("open() with --devices tpu succeeded")
+	for _, tc := range []struct {
+		o       modelOptions
+		wantErr string
+	}{
+		{modelOptions{Model: "gpt-17", Devices: "cpu", MaxSeqLen: 128}, "unknown model"},
+		{modelOptions{Model: "sim", Devices: "tpu"}, "--devices"},
+		{modelOptions{Model: "bert-mini", Task: "translate", Devices: "cpu", MaxSeqLen: 128}, "unknown task"},
+		{modelOptions{Model: "bert-mini", Devices: "cpu", MaxSeqLen: 2}, "--max-seq-len 2"},
+		{modelOptions{Model: "no/such/model.onnx", Devices: "cpu", MaxSeqLen: 128}, "no such file"},
+	} {
+		_, err := tc.o.open(1, nil)
+		if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+			t.Errorf("open(%+v) = %v, want an error containing %q", tc.o, err, tc.wantErr)
+		}
+		var ue *usageError
+		if !errors.As(err, &ue) {
+			t.Errorf("open(%+v) = %v, want a usage error", tc.o, err)
+		}
 	}
 }
 
@@ -133,7 +151,7 @@ func TestExitCodes(t *testing.T) {
 // TestHelpGolden keeps the user-facing help text under review: run
 // go test ./cmd -run Golden -update after changing a flag.
 func TestHelpGolden(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"serve", "--help"}, {"bench", "--help"}} {
+	for _, args := range [][]string{{"--help"}, {"serve", "--help"}, {"models", "--help"}, {"models", "bench", "--help"}, {"models", "calibrate", "--help"}, {"bench", "--help"}} {
 		name := strings.Join(append([]string{"infer"}, args[:len(args)-1]...), "_") + ".help"
 		t.Run(name, func(t *testing.T) {
 			var out bytes.Buffer
@@ -156,5 +174,114 @@ func TestHelpGolden(t *testing.T) {
 				t.Errorf("help differs from %s (rerun with -update if intended):\n%s", path, out.String())
 			}
 		})
+	}
+}
+
+func TestModelsBenchFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		calib   bool
+		want    func(o *modelsBenchOptions) bool
+		wantErr string
+	}{
+		{args: []string{"bert-mini"}, want: func(o *modelsBenchOptions) bool {
+			return o.Model.Model == "bert-mini" && fmt.Sprint(o.Batches) == "[1 8 32 64]" && o.Duration == 3*time.Second && !o.JSON
+		}},
+		{args: []string{"m.onnx", "--batch", "2,4", "--seq-len", "32", "--threads", "1", "--json", "--duration", "1s"}, want: func(o *modelsBenchOptions) bool {
+			return o.Model.Model == "m.onnx" && fmt.Sprint(o.Batches) == "[2 4]" && o.SeqLen == 32 && o.Model.Threads == 1 && o.JSON && o.Duration == time.Second
+		}},
+		{args: []string{"bert-mini"}, calib: true, want: func(o *modelsBenchOptions) bool {
+			return fmt.Sprint(o.Batches) == "[1 2 4 8 16 32 64]" && o.Duration == 2*time.Second
+		}},
+		{args: nil, wantErr: "takes a model"},
+		{args: []string{"a", "b"}, wantErr: "takes a model"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			var got *modelsBenchOptions
+			runF := func(_ context.Context, o *modelsBenchOptions) error { got = o; return nil }
+			cmd := newCmdModelsBench(runF)
+			if tc.calib {
+				cmd = newCmdModelsCalibrate(runF)
+			}
+			cmd.SetArgs(tc.args)
+			cmd.SetOut(&bytes.Buffer{})
+			cmd.SetErr(&bytes.Buffer{})
+			err := cmd.Execute()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.want(got) {
+				t.Errorf("options = %+v", got)
+			}
+		})
+	}
+}
+
+// runInfer runs the command line with args and returns its output.
+func runInfer(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	root := newCmdRoot(&out, &out)
+	root.SetArgs(args)
+	err := root.ExecuteContext(context.Background())
+	return out.String(), err
+}
+
+// skipWithoutRuntime skips when err says the ONNX Runtime is missing, unless
+// INFER_REQUIRE_ORT=1 (CI), where it fails.
+func skipWithoutRuntime(t *testing.T, err error) {
+	t.Helper()
+	if errors.Is(err, onnx.ErrNoRuntime) {
+		if os.Getenv("INFER_REQUIRE_ORT") == "1" {
+			t.Fatal(err)
+		}
+		t.Skip("no ONNX Runtime (run scripts/setup-ort.sh)")
+	}
+}
+
+func TestModelsCommands(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(bert.CacheDirEnv, filepath.Join(dir, "cache"))
+	out, err := runInfer(t, "models", "list")
+	if err != nil || !regexp.MustCompile(`bert-base\s+12\s+768\s+12\s+109.5M`).MatchString(out) || strings.Contains(out, "fill-mask\n") {
+		t.Fatalf("models list = %v:\n%s", err, out)
+	}
+
+	file := filepath.Join(dir, "tiny.onnx")
+	if out, err = runInfer(t, "models", "gen", "bert-tiny", "--task", "embed", "-o", file); err != nil || !strings.Contains(out, "bert-tiny embed") {
+		t.Fatalf("models gen = %v:\n%s", err, out)
+	}
+	out, err = runInfer(t, "models", "info", file)
+	for _, want := range []string{"opset:      17", "input_ids            int64    [batch, sequence]", "embedding            float32  [batch, 128]"} {
+		if err != nil || !strings.Contains(out, want) {
+			t.Errorf("models info = %v, want %q in:\n%s", err, want, out)
+		}
+	}
+
+	out, err = runInfer(t, "models", "bench", "bert-tiny", "--batch", "1,3", "--duration", "20ms", "--json")
+	skipWithoutRuntime(t, err)
+	var rep benchReport
+	if err != nil || json.Unmarshal([]byte(out), &rep) != nil {
+		t.Fatalf("models bench = %v:\n%s", err, out)
+	}
+	if rep.Model != "bert-tiny" || rep.Task != "fill-mask" || len(rep.Points) != 2 || rep.Points[1].Batch != 3 ||
+		rep.Points[1].ItemsPerSec <= 0 || rep.PrepareNs <= 0 || rep.ORT == "" || len(rep.SHA256) != 64 {
+		t.Errorf("models bench report = %+v", rep)
+	}
+	if out, _ := runInfer(t, "models", "list"); !strings.Contains(out, "fill-mask\n") {
+		t.Errorf("models list after bench does not show bert-tiny fill-mask cached:\n%s", out)
+	}
+}
+
+func TestModelsCalibrateSim(t *testing.T) {
+	out, err := runInfer(t, "models", "calibrate", "sim", "--sim-fixed", "2ms", "--sim-per-item", "100us", "--batch", "1,8", "--duration", "20ms")
+	if err != nil || !strings.Contains(out, "infer serve --model sim --sim-fixed ") || !strings.Contains(out, "t(n) = ") {
+		t.Errorf("models calibrate = %v:\n%s", err, out)
 	}
 }

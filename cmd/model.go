@@ -2,46 +2,132 @@ package cmd
 
 import (
 	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/inferhq/infer/models"
+	"github.com/inferhq/infer/models/bert"
+	"github.com/inferhq/infer/models/onnx"
 	"github.com/inferhq/infer/models/sim"
+	"github.com/inferhq/infer/models/wordpiece"
 )
 
 // modelOptions choose and configure the model; shared by the commands that
 // load one.
 type modelOptions struct {
 	Model      string
+	Task       string
 	Devices    string
+	Threads    int
+	OrtLib     string
+	MaxSeqLen  int
+	Truncate   bool
 	SimFixed   time.Duration
 	SimPerItem time.Duration
 }
 
+const defaultModel = "bert-mini"
+
+// bind binds --model and the model's settings.
 func (o *modelOptions) bind(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&o.Model, "model", defaultModel,
+		"model: sim (simulated accelerator), a built-in "+builtinNames()+", or a path to an .onnx file")
+	o.bindSettings(cmd)
+}
+
+// bindSettings binds the model's settings, for commands that name the model
+// as an argument.
+func (o *modelOptions) bindSettings(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&o.Model, "model", "sim", "model to serve: sim (simulated accelerator)")
+	f.StringVar(&o.Task, "task", string(bert.FillMask), "head of a built-in model: fill-mask or embed (a file's task comes from its outputs)")
 	f.StringVar(&o.Devices, "devices", "cpu", "devices for the model instances: cpu, auto, or cuda:0[,cuda:1…]; workers are assigned round-robin")
+	f.IntVar(&o.Threads, "threads", 0, "ONNX Runtime intra-op threads per session (0: the CPUs divided among the sessions)")
+	f.StringVar(&o.OrtLib, "ort-lib", "", "ONNX Runtime shared library (default: $ONNXRUNTIME_LIB, then "+onnx.SetupPath+", then the system's)")
+	f.IntVar(&o.MaxSeqLen, "max-seq-len", 128, "most tokens of one item, [CLS] and [SEP] included")
+	f.BoolVar(&o.Truncate, "truncate", true, "truncate longer items to --max-seq-len; with --truncate=false they are refused with 413")
 	f.DurationVar(&o.SimFixed, "sim-fixed", 77*time.Millisecond, "sim: fixed cost of any batch")
 	f.DurationVar(&o.SimPerItem, "sim-per-item", 1160*time.Microsecond, "sim: added cost per item in a batch")
 }
 
-// open returns the factory for the chosen model.
-func (o *modelOptions) open() (models.Factory, error) {
-	if _, err := models.ParseDevices(o.Devices); err != nil {
+func builtinNames() string {
+	var names []string
+	for _, a := range bert.Archs() {
+		names = append(names, a.String())
+	}
+	return strings.Join(names, "|")
+}
+
+// open returns the factory for the chosen model, sized for workers instances
+// computing at once. A built-in model is generated into the cache on first
+// use.
+func (o *modelOptions) open(workers int, log *slog.Logger) (models.Factory, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	devices, err := models.ParseDevices(o.Devices)
+	if err != nil {
 		return nil, usageErrorf("--devices: %v", err)
 	}
-	switch o.Model {
-	case "sim":
+	if o.Model == "sim" {
 		f, err := sim.New(sim.Config{Fixed: o.SimFixed, PerItem: o.SimPerItem})
 		if err != nil {
 			return nil, usageErrorf("%v", err)
 		}
 		return f, nil
-	default:
-		return nil, usageErrorf("--model %q: unknown model; built-in models: sim", o.Model)
 	}
+	if o.MaxSeqLen < 3 {
+		return nil, usageErrorf("--max-seq-len %d: want at least 3", o.MaxSeqLen)
+	}
+	if o.Threads < 0 {
+		return nil, usageErrorf("--threads %d: must not be negative", o.Threads)
+	}
+	path, name, err := o.modelFile(log)
+	if err != nil {
+		return nil, err
+	}
+	return onnx.New(onnx.Config{
+		Path:       path,
+		Name:       name,
+		Tokenizer:  wordpiece.BertBaseUncased(),
+		MaxSeqLen:  o.MaxSeqLen,
+		RejectLong: !o.Truncate,
+		Devices:    devices,
+		Workers:    workers,
+		Threads:    o.Threads,
+		Library:    o.OrtLib,
+		Logger:     log,
+	})
+}
+
+// modelFile returns the .onnx file of --model and the name to serve it as:
+// a path as given, or a built-in model generated once into the cache.
+func (o *modelOptions) modelFile(log *slog.Logger) (path, name string, err error) {
+	if strings.HasSuffix(o.Model, ".onnx") || strings.ContainsRune(o.Model, filepath.Separator) {
+		if _, err := os.Stat(o.Model); err != nil {
+			return "", "", usageErrorf("--model: %v", err)
+		}
+		return o.Model, strings.TrimSuffix(filepath.Base(o.Model), ".onnx"), nil
+	}
+	arch, err := bert.Lookup(o.Model)
+	if err != nil {
+		return "", "", usageErrorf("--model %q: unknown model; want sim, a built-in %s, or a path to an .onnx file", o.Model, builtinNames())
+	}
+	task, err := bert.ParseTask(o.Task)
+	if err != nil {
+		return "", "", usageErrorf("--task: %v", err)
+	}
+	start := time.Now()
+	path, err = bert.Ensure(bert.DefaultCacheDir(), bert.Spec{Arch: arch, Task: task})
+	if err != nil {
+		return "", "", fmt.Errorf("built-in model %s: %w", arch, err)
+	}
+	log.Info("built-in model", "name", arch.String(), "task", task, "path", path, "took", time.Since(start).Round(time.Millisecond))
+	return path, arch.String(), nil
 }
 
 func describe(info models.Info) string {

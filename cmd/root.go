@@ -60,7 +60,7 @@ by side, load-tests inference servers, and draws the results.`,
 	})
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newCmdServe(nil), newCmdVersion(nil))
+	root.AddCommand(newCmdServe(nil), newCmdModels(), newCmdVersion(nil))
 	root.AddCommand(newCmdBench(nil))
 	return root
 }

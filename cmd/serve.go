@@ -120,7 +120,7 @@ func runServe(ctx context.Context, opts *serveOptions) error {
 	if cfg.Logger, err = opts.Log.logger(opts.Stderr); err != nil {
 		return err
 	}
-	factory, err := opts.Model.open()
+	factory, err := opts.Model.open(opts.Workers, cfg.Logger)
 	if err != nil {
 		return err
 	}

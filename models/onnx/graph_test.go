@@ -1,16 +1,12 @@
 package onnx
 
 import (
-	"encoding/binary"
-	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strconv"
 	"testing"
 
-	pb "github.com/advancedclimatesystems/gonnx/onnx"
-	"google.golang.org/protobuf/proto"
+	og "github.com/inferhq/infer/models/onnxgraph"
 )
 
 // A toy BERT-shaped graph for tests: real ONNX, run by the real runtime, small
@@ -26,122 +22,80 @@ const (
 // toyGraph describes which inputs and outputs the toy graph declares.
 type toyGraph struct {
 	noTypeIDs bool     // leave out the token_type_ids input
-	outputs   []string // among logits, last_hidden_state, embedding, pooler_output, mask_positions+top_scores+top_ids, shape
+	outputs   []string // among logits, last_hidden_state, embedding, pooler_output, mask_positions (+top_scores, top_ids), shape
 }
 
-type graphBuilder struct {
-	g    *pb.GraphProto
-	rng  *rand.Rand
-	next int
-}
-
-func (b *graphBuilder) node(op string, ins []string, attrs ...*pb.AttributeProto) string {
-	b.next++
-	out := op + "_" + strconv.Itoa(b.next)
-	b.g.Node = append(b.g.Node, &pb.NodeProto{OpType: op, Input: ins, Output: []string{out}, Attribute: attrs})
-	return out
-}
-
-func (b *graphBuilder) named(op, out string, ins []string, attrs ...*pb.AttributeProto) {
-	b.g.Node = append(b.g.Node, &pb.NodeProto{OpType: op, Input: ins, Output: []string{out}, Attribute: attrs})
-}
-
-func (b *graphBuilder) floats(name string, dims []int64, n int) string {
-	raw := make([]byte, 4*n)
-	for i := range n {
-		binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(float32(b.rng.NormFloat64())))
-	}
-	b.g.Initializer = append(b.g.Initializer, &pb.TensorProto{Name: name, Dims: dims, DataType: int32(pb.TensorProto_FLOAT), RawData: raw})
-	return name
-}
-
-func (b *graphBuilder) ints(name string, v ...int64) string {
-	b.g.Initializer = append(b.g.Initializer, &pb.TensorProto{Name: name, Dims: []int64{int64(len(v))}, DataType: int32(pb.TensorProto_INT64), Int64Data: v})
-	return name
-}
-
-func intAttr(name string, v int64) *pb.AttributeProto {
-	return &pb.AttributeProto{Name: name, Type: pb.AttributeProto_INT, I: v}
-}
-
-func valueInfo(name string, elem pb.TensorProto_DataType, dims ...any) *pb.ValueInfoProto {
-	shape := &pb.TensorShapeProto{}
-	for _, d := range dims {
-		switch d := d.(type) {
-		case string:
-			shape.Dim = append(shape.Dim, &pb.TensorShapeProto_Dimension{Value: &pb.TensorShapeProto_Dimension_DimParam{DimParam: d}})
-		case int:
-			shape.Dim = append(shape.Dim, &pb.TensorShapeProto_Dimension{Value: &pb.TensorShapeProto_Dimension_DimValue{DimValue: int64(d)}})
+// random returns seeded normal values, the same on every write.
+func random(seed uint64) og.Values {
+	return func() func([]float32) {
+		rng := rand.New(rand.NewPCG(seed, 0))
+		return func(dst []float32) {
+			for i := range dst {
+				dst[i] = float32(rng.NormFloat64())
+			}
 		}
 	}
-	return &pb.ValueInfoProto{Name: name, Type: &pb.TypeProto{Value: &pb.TypeProto_TensorType{
-		TensorType: &pb.TypeProto_Tensor{ElemType: int32(elem), Shape: shape}}}}
 }
 
 // build writes the graph into dir and returns its path.
 func (tg toyGraph) build(t testing.TB, dir, name string) string {
 	t.Helper()
-	b := &graphBuilder{g: &pb.GraphProto{Name: "toy"}, rng: rand.New(rand.NewPCG(1, 2))}
-	inputs := []string{inputIDs, attentionMask}
-	if !tg.noTypeIDs {
-		inputs = append(inputs, tokenTypeIDs)
-	}
-	for _, in := range inputs {
-		b.g.Input = append(b.g.Input, valueInfo(in, pb.TensorProto_INT64, "batch", "sequence"))
-	}
-	emb := b.floats("word_embeddings", []int64{toyVocab, toyHidden}, toyVocab*toyHidden)
-	dec := b.floats("decoder", []int64{toyHidden, toyVocab}, toyVocab*toyHidden)
-	axis1, axis2 := b.ints("axis1", 1), b.ints("axis2", 2)
+	g := og.NewGraph("toy")
+	batchSeq := []og.Dim{og.Sym("batch"), og.Sym("sequence")}
+	g.Input(inputIDs, og.Int64, batchSeq...)
+	g.Input(attentionMask, og.Int64, batchSeq...)
+	emb := g.Weight("word_embeddings", []int64{toyVocab, toyHidden}, random(1))
+	dec := g.Weight("decoder", []int64{toyHidden, toyVocab}, random(2))
+	axis1, axis2 := g.Int64s(1), g.Int64s(2)
+	float := og.Int("to", int64(og.Float32))
 
-	h := b.node("Gather", []string{emb, inputIDs}) // [b,s,H]
+	h := g.Node("Gather", []string{emb, inputIDs}) // [b,s,H]
 	if !tg.noTypeIDs {
-		typeVec := b.floats("type_vector", []int64{toyHidden}, toyHidden)
-		tt := b.node("Unsqueeze", []string{b.node("Cast", []string{tokenTypeIDs}, intAttr("to", int64(pb.TensorProto_FLOAT))), axis2})
-		h = b.node("Add", []string{h, b.node("Mul", []string{tt, typeVec})})
+		g.Input(tokenTypeIDs, og.Int64, batchSeq...)
+		typeVec := g.Weight("type_vector", []int64{toyHidden}, random(3))
+		tt := g.Node("Unsqueeze", []string{g.Node("Cast", []string{tokenTypeIDs}, float), axis2})
+		h = g.Node("Add", []string{h, g.Node("Mul", []string{tt, typeVec})})
 	}
-	m := b.node("Unsqueeze", []string{b.node("Cast", []string{attentionMask}, intAttr("to", int64(pb.TensorProto_FLOAT))), axis2}) // [b,s,1]
-	sum := b.node("ReduceSum", []string{b.node("Mul", []string{h, m}), axis1}, intAttr("keepdims", 1))                             // [b,1,H]
-	mean := b.node("Div", []string{sum, b.node("ReduceSum", []string{m, axis1}, intAttr("keepdims", 1))})                          // [b,1,H]
-	hidden := b.node("Add", []string{h, mean})                                                                                     // [b,s,H]
+	m := g.Node("Unsqueeze", []string{g.Node("Cast", []string{attentionMask}, float), axis2})         // [b,s,1]
+	sum := g.Node("ReduceSum", []string{g.Node("Mul", []string{h, m}), axis1}, og.Int("keepdims", 1)) // [b,1,H]
+	mean := g.Node("Div", []string{sum, g.Node("ReduceSum", []string{m, axis1}, og.Int("keepdims", 1))})
+	hidden := g.Node("Add", []string{h, mean}) // [b,s,H]
 
 	for _, out := range tg.outputs {
 		switch out {
 		case "logits":
-			b.named("MatMul", out, []string{hidden, dec})
-			b.g.Output = append(b.g.Output, valueInfo(out, pb.TensorProto_FLOAT, "batch", "sequence", toyVocab))
+			g.NodeOut("MatMul", []string{hidden, dec}, []string{out})
+			g.Output(out, og.Float32, og.Sym("batch"), og.Sym("sequence"), og.Fixed(toyVocab))
 		case "last_hidden_state":
-			b.named("Identity", out, []string{hidden})
-			b.g.Output = append(b.g.Output, valueInfo(out, pb.TensorProto_FLOAT, "batch", "sequence", toyHidden))
+			g.NodeOut("Identity", []string{hidden}, []string{out})
+			g.Output(out, og.Float32, og.Sym("batch"), og.Sym("sequence"), og.Fixed(toyHidden))
 		case "embedding", "pooler_output":
-			b.named("Squeeze", out, []string{mean, axis1})
-			b.g.Output = append(b.g.Output, valueInfo(out, pb.TensorProto_FLOAT, "batch", toyHidden))
+			g.NodeOut("Squeeze", []string{mean, axis1}, []string{out})
+			g.Output(out, og.Float32, og.Sym("batch"), og.Fixed(toyHidden))
 		case "shape":
-			b.named("Shape", out, []string{inputIDs})
-			b.g.Output = append(b.g.Output, valueInfo(out, pb.TensorProto_INT64, 2))
+			g.NodeOut("Shape", []string{inputIDs}, []string{out})
+			g.Output(out, og.Int64, og.Fixed(2))
 		case "mask_positions":
-			// As models/bert does it: the [MASK] positions, the head only there.
-			isMask := b.node("Equal", []string{inputIDs, b.ints("mask_id", 103)})
-			b.named("Transpose", "mask_positions", []string{b.node("NonZero", []string{isMask})})
-			picked := b.node("GatherND", []string{hidden, "mask_positions"})
-			probs := b.node("Softmax", []string{b.node("MatMul", []string{picked, dec})}, intAttr("axis", -1))
-			b.g.Node = append(b.g.Node, &pb.NodeProto{OpType: "TopK", Input: []string{probs, b.ints("k", TopK)},
-				Output: []string{"top_scores", "top_ids"}, Attribute: []*pb.AttributeProto{intAttr("axis", -1)}})
-			b.g.Output = append(b.g.Output,
-				valueInfo("mask_positions", pb.TensorProto_INT64, "masks", 2),
-				valueInfo("top_scores", pb.TensorProto_FLOAT, "masks", TopK),
-				valueInfo("top_ids", pb.TensorProto_INT64, "masks", TopK))
+			// As models/bert does it: find the [MASK]s, run the head only there.
+			isMask := g.Node("Equal", []string{inputIDs, g.Int64(103)})
+			g.NodeOut("Transpose", []string{g.Node("NonZero", []string{isMask})}, []string{"mask_positions"})
+			picked := g.Node("GatherND", []string{hidden, "mask_positions"})
+			probs := g.Node("Softmax", []string{g.Node("MatMul", []string{picked, dec})}, og.Int("axis", -1))
+			g.NodeOut("TopK", []string{probs, g.Int64s(TopK)}, []string{"top_scores", "top_ids"}, og.Int("axis", -1))
+			g.Output("mask_positions", og.Int64, og.Sym("masks"), og.Fixed(2))
+			g.Output("top_scores", og.Float32, og.Sym("masks"), og.Fixed(TopK))
+			g.Output("top_ids", og.Int64, og.Sym("masks"), og.Fixed(TopK))
 		default:
 			t.Fatalf("toy graph: unknown output %q", out)
 		}
 	}
-	model := &pb.ModelProto{IrVersion: 8, ProducerName: "infer-test", Graph: b.g,
-		OpsetImport: []*pb.OperatorSetIdProto{{Domain: "", Version: 17}}}
-	raw, err := proto.Marshal(model)
+	path := filepath.Join(dir, name+".onnx")
+	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(dir, name+".onnx")
-	if err := os.WriteFile(path, raw, 0o644); err != nil {
+	defer f.Close()
+	if _, err := (&og.Model{Graph: g, Producer: "infer-test"}).WriteTo(f); err != nil {
 		t.Fatal(err)
 	}
 	return path

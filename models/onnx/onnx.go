@@ -159,6 +159,7 @@ func New(cfg Config) (*Factory, error) {
 		f.threads = max(1, runtime.NumCPU()/f.concurrentSessions())
 	}
 	ins, outs, err := ort.GetInputOutputInfo(cfg.Path)
+	trimHeap()
 	if err != nil {
 		return nil, fmt.Errorf("onnx: read %s: %w", cfg.Path, err)
 	}
@@ -309,6 +310,7 @@ func (f *Factory) newSession(dev models.Device) (*ort.DynamicAdvancedSession, er
 	}
 	defer opts.Destroy()
 	s, err := ort.NewDynamicAdvancedSession(f.cfg.Path, f.sig.inputs, f.sig.outputs, opts)
+	trimHeap()
 	if err != nil {
 		return nil, fmt.Errorf("onnx: session on %v: %w", dev, err)
 	}

@@ -9,7 +9,11 @@ import (
 	"testing"
 
 	"github.com/inferhq/infer/models"
+	"github.com/inferhq/infer/models/wordpiece"
 )
+
+// testTokenizer is the real one: the WordPiece of bert-base-uncased.
+func testTokenizer(testing.TB) Tokenizer { return wordpiece.BertBaseUncased() }
 
 // requireRuntime loads the ONNX Runtime or skips the test, naming the set-up
 // step; with INFER_REQUIRE_ORT=1 (CI) it fails instead.

@@ -1,0 +1,449 @@
+package cmd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/inferhq/infer/loadgen/corpus"
+	"github.com/inferhq/infer/models/bert"
+	"github.com/inferhq/infer/models/ceiling"
+	"github.com/inferhq/infer/models/onnx"
+	"github.com/inferhq/infer/models/onnxgraph"
+)
+
+func newCmdModels() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "models",
+		Short: "List, generate, inspect, benchmark and calibrate models",
+		Long: `Built-in models are BERT-architecture ONNX graphs generated in Go with seeded
+random weights (the compute of the real model, not its language): the BERT
+miniatures tiny, mini, small and medium, and base; each with a fill-mask or an
+embed head. infer serve --model bert-mini generates one into the cache on first
+use. Any real export with the inputs input_ids and attention_mask (and
+optionally token_type_ids) can be served by path instead.`,
+		Args: noArgs,
+	}
+	cmd.AddCommand(
+		newCmdModelsList(nil),
+		newCmdModelsGen(nil),
+		newCmdModelsInfo(nil),
+		newCmdModelsBench(nil),
+		newCmdModelsCalibrate(nil),
+	)
+	return cmd
+}
+
+// -- list
+
+type modelsListOptions struct {
+	CacheDir string
+	Out      io.Writer
+}
+
+func newCmdModelsList(runF func(context.Context, *modelsListOptions) error) *cobra.Command {
+	opts := &modelsListOptions{}
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List the built-in models and whether they are cached",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts.Out, opts.CacheDir = cmd.OutOrStdout(), bert.DefaultCacheDir()
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return runModelsList(cmd.Context(), opts)
+		},
+	}
+}
+
+func runModelsList(_ context.Context, opts *modelsListOptions) error {
+	tw := tabwriter.NewWriter(opts.Out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tLAYERS\tHIDDEN\tHEADS\tPARAMS fill-mask\tPARAMS embed\tCACHED")
+	for _, a := range bert.Archs() {
+		var cached []string
+		for _, t := range bert.Tasks() {
+			if _, err := os.Stat(filepath.Join(opts.CacheDir, bert.Spec{Arch: a, Task: t}.FileName())); err == nil {
+				cached = append(cached, string(t))
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%s\n", a, a.Layers, a.Hidden, a.Heads,
+			millions(a.Params(bert.FillMask)), millions(a.Params(bert.Embed)), orDash(strings.Join(cached, ",")))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(opts.Out, "\ntasks: %s, %s · cache: %s\n", bert.FillMask, bert.Embed, opts.CacheDir)
+	return nil
+}
+
+func millions(n int64) string { return fmt.Sprintf("%.1fM", float64(n)/1e6) }
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// -- gen
+
+type modelsGenOptions struct {
+	Name   string
+	Task   string
+	Seed   uint64
+	Output string
+	Out    io.Writer
+}
+
+func newCmdModelsGen(runF func(context.Context, *modelsGenOptions) error) *cobra.Command {
+	opts := &modelsGenOptions{}
+	cmd := &cobra.Command{
+		Use:     "gen NAME",
+		Short:   "Generate a built-in model into an .onnx file",
+		Example: `  infer models gen bert-mini --task embed -o bert-mini-embed.onnx`,
+		Args:    exactArgs(1, "a built-in model name, e.g. bert-mini"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Name, opts.Out = args[0], cmd.OutOrStdout()
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return runModelsGen(cmd.Context(), opts)
+		},
+	}
+	cmd.Flags().StringVar(&opts.Task, "task", string(bert.FillMask), "head: fill-mask or embed")
+	cmd.Flags().Uint64Var(&opts.Seed, "seed", 1, "seed of the random weights")
+	cmd.Flags().StringVarP(&opts.Output, "output", "o", "", "file to write (default NAME-TASK.onnx)")
+	return cmd
+}
+
+func runModelsGen(_ context.Context, opts *modelsGenOptions) error {
+	arch, err := bert.Lookup(opts.Name)
+	if err != nil {
+		return usageErrorf("%v", err)
+	}
+	task, err := bert.ParseTask(opts.Task)
+	if err != nil {
+		return usageErrorf("--task: %v", err)
+	}
+	path := opts.Output
+	if path == "" {
+		path = fmt.Sprintf("%s-%s.onnx", arch, task)
+	}
+	start := time.Now()
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".gen-*.onnx")
+	if err != nil {
+		return fmt.Errorf("generate %s: %w", arch, err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := bert.Generate(tmp, bert.Spec{Arch: arch, Task: task, Seed: opts.Seed}); err != nil {
+		tmp.Close()
+		return fmt.Errorf("generate %s: %w", arch, err)
+	}
+	if err := errors.Join(tmp.Chmod(0o644), tmp.Close()); err != nil {
+		return fmt.Errorf("generate %s: %w", arch, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("generate %s: %w", arch, err)
+	}
+	fmt.Fprintf(opts.Out, "%s: %s %s (%s params), in %v\n", path, arch, task,
+		millions(arch.Params(task)), time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// -- info
+
+type modelsInfoOptions struct {
+	Path string
+	Out  io.Writer
+}
+
+func newCmdModelsInfo(runF func(context.Context, *modelsInfoOptions) error) *cobra.Command {
+	opts := &modelsInfoOptions{}
+	return &cobra.Command{
+		Use:   "info FILE",
+		Short: "Show an .onnx file's inputs, outputs, parameters, opset and metadata",
+		Args:  exactArgs(1, "an .onnx file"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Path, opts.Out = args[0], cmd.OutOrStdout()
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return runModelsInfo(cmd.Context(), opts)
+		},
+	}
+}
+
+func runModelsInfo(_ context.Context, opts *modelsInfoOptions) error {
+	info, err := onnxgraph.Inspect(opts.Path)
+	if err != nil {
+		return err
+	}
+	w := opts.Out
+	fmt.Fprintf(w, "file:       %s\n", opts.Path)
+	fmt.Fprintf(w, "producer:   %s\n", orDash(info.Producer))
+	fmt.Fprintf(w, "opset:      %d\n", info.Opset)
+	fmt.Fprintf(w, "parameters: %d (%s)\n", info.Params, millions(info.Params))
+	for _, group := range []struct {
+		title   string
+		tensors []onnxgraph.Tensor
+	}{{"inputs", info.Inputs}, {"outputs", info.Outputs}} {
+		fmt.Fprintf(w, "%s:\n", group.title)
+		for _, t := range group.tensors {
+			fmt.Fprintf(w, "  %-20s %-8s %s\n", t.Name, t.Type, shapeString(t))
+		}
+	}
+	if len(info.Metadata) > 0 {
+		fmt.Fprintln(w, "metadata:")
+		for _, k := range slices.Sorted(maps.Keys(info.Metadata)) {
+			fmt.Fprintf(w, "  %s = %s\n", k, info.Metadata[k])
+		}
+	}
+	return nil
+}
+
+// shapeString writes dims as [batch, sequence, 30522].
+func shapeString(t onnxgraph.Tensor) string {
+	dims := make([]string, len(t.Shape))
+	for i, d := range t.Shape {
+		switch {
+		case i < len(t.Dims) && t.Dims[i] != "":
+			dims[i] = t.Dims[i]
+		case d < 0:
+			dims[i] = "?"
+		default:
+			dims[i] = fmt.Sprint(d)
+		}
+	}
+	return "[" + strings.Join(dims, ", ") + "]"
+}
+
+// -- bench and calibrate
+
+// modelsBenchOptions measure a model alone: no HTTP, no queue.
+type modelsBenchOptions struct {
+	Model    modelOptions
+	Batches  []int
+	SeqLen   int
+	Corpus   string
+	Duration time.Duration
+	JSON     bool
+	Out      io.Writer
+}
+
+func (o *modelsBenchOptions) bind(cmd *cobra.Command, batches []int, duration time.Duration) {
+	f := cmd.Flags()
+	f.IntSliceVar(&o.Batches, "batch", batches, "batch sizes to measure")
+	f.IntVar(&o.SeqLen, "seq-len", 0, "measure with synthetic items of exactly this many tokens instead of a corpus")
+	f.StringVar(&o.Corpus, "corpus", "", "file of items, one a line (default: the built-in masked-sentence corpus)")
+	f.DurationVar(&o.Duration, "duration", duration, "how long to measure each batch size")
+	f.BoolVar(&o.JSON, "json", false, "print the measurement as JSON")
+	o.Model.bindSettings(cmd)
+}
+
+func newCmdModelsBench(runF func(context.Context, *modelsBenchOptions) error) *cobra.Command {
+	opts := &modelsBenchOptions{}
+	cmd := &cobra.Command{
+		Use:   "bench MODEL",
+		Short: "Measure a model alone: items/s and latency per batch size (the offline ceiling)",
+		Long: `Measure a model with no server around it: batches of each size run back to
+back on one instance, and the items per second and the latency of a batch are
+reported for each size. This is the ceiling a server of the model can reach on
+this machine. MODEL is as for infer serve --model.`,
+		Example: `  infer models bench bert-mini --batch 1,8,32,64
+  infer models bench model.onnx --seq-len 32 --threads 2 --json`,
+		Args: exactArgs(1, "a model: a built-in name, a path to an .onnx file, or sim"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Model.Model, opts.Out = args[0], cmd.OutOrStdout()
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return runModelsBench(cmd.Context(), opts)
+		},
+	}
+	opts.bind(cmd, []int{1, 8, 32, 64}, 3*time.Second)
+	return cmd
+}
+
+// benchReport is what bench prints with --json.
+type benchReport struct {
+	ceiling.Result
+	Task        string `json:"task"`
+	Backend     string `json:"backend"`
+	Params      string `json:"params"`
+	ORT         string `json:"onnxruntime,omitempty"`
+	SHA256      string `json:"sha256,omitempty"`
+	GeneratedAt string `json:"generated_at"`
+}
+
+// measure runs the offline benchmark of opts, printing each point as it is
+// done unless opts.JSON.
+func measure(ctx context.Context, opts *modelsBenchOptions) (benchReport, error) {
+	for _, n := range opts.Batches {
+		if n < 1 {
+			return benchReport{}, usageErrorf("--batch %d: want at least 1", n)
+		}
+	}
+	if opts.Duration <= 0 {
+		return benchReport{}, usageErrorf("--duration %v: must be positive", opts.Duration)
+	}
+	texts, err := benchTexts(opts)
+	if err != nil {
+		return benchReport{}, err
+	}
+	factory, err := opts.Model.open(1, nil)
+	if err != nil {
+		return benchReport{}, err
+	}
+	defer factory.Close()
+	info := factory.Info()
+	rep := benchReport{Task: info.Task, Backend: info.Backend, Params: info.Params, ORT: onnx.RuntimeVersion(),
+		GeneratedAt: time.Now().UTC().Format(time.RFC3339)}
+	if f, ok := factory.(*onnx.Factory); ok {
+		if rep.SHA256, err = f.SHA256(); err != nil {
+			return rep, err
+		}
+	}
+	var tw *tabwriter.Writer
+	onPoint := func(ceiling.Point) {}
+	if !opts.JSON {
+		fmt.Fprintf(opts.Out, "%s\n", describe(info))
+		tw = tabwriter.NewWriter(opts.Out, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "batch\truns\titems/s\tmean ms\tp50 ms\tp99 ms\tper item µs\t")
+		tw.Flush()
+		onPoint = func(p ceiling.Point) {
+			fmt.Fprintf(tw, "%d\t%d\t%.1f\t%.2f\t%.2f\t%.2f\t%.1f\t\n", p.Batch, p.Runs, p.ItemsPerSec, p.MeanMs, p.P50Ms, p.P99Ms, p.PerItemNs/1e3)
+			tw.Flush()
+		}
+	}
+	rep.Result, err = ceiling.Measure(ctx, factory, texts, ceiling.Config{Batches: opts.Batches, Duration: opts.Duration}, onPoint)
+	if err != nil {
+		return rep, err
+	}
+	if !opts.JSON {
+		fmt.Fprintf(opts.Out, "%d items, mean %.1f tokens · tokenization %.1f µs/item on one core\n",
+			rep.Items, rep.MeanTokens, rep.PrepareNs/1e3)
+	}
+	return rep, nil
+}
+
+// benchTexts are the items of a bench: synthetic ones of --seq-len tokens,
+// a --corpus file, or the built-in corpus.
+func benchTexts(opts *modelsBenchOptions) ([]string, error) {
+	switch {
+	case opts.SeqLen > 0 && opts.Corpus != "":
+		return nil, usageErrorf("--seq-len and --corpus: choose one")
+	case opts.SeqLen > 0:
+		if opts.SeqLen < 3 {
+			return nil, usageErrorf("--seq-len %d: want at least 3 ([CLS], [MASK], [SEP])", opts.SeqLen)
+		}
+		// "word" and "[MASK]" are one token each; [CLS] and [SEP] frame them.
+		return []string{strings.Repeat("word ", opts.SeqLen-3) + onnx.MaskToken}, nil
+	case opts.Corpus != "":
+		return corpus.Load(opts.Corpus)
+	default:
+		return corpus.Masked(), nil
+	}
+}
+
+func runModelsBench(ctx context.Context, opts *modelsBenchOptions) error {
+	rep, err := measure(ctx, opts)
+	if err != nil {
+		return err
+	}
+	if opts.JSON {
+		return writeJSON(opts.Out, rep)
+	}
+	return nil
+}
+
+func newCmdModelsCalibrate(runF func(context.Context, *modelsBenchOptions) error) *cobra.Command {
+	opts := &modelsBenchOptions{}
+	cmd := &cobra.Command{
+		Use:   "calibrate MODEL",
+		Short: "Fit t(n) = fixed + per_item·n to a model's offline bench, for --model sim",
+		Long: `Run the offline bench of MODEL (as infer models bench does), fit the batch
+latency t(n) = fixed + per_item·n by least squares, and print the matching
+infer serve --model sim flags, so that batching can be studied with a simulated
+model that costs what the real one costs.`,
+		Example: `  infer models calibrate bert-mini`,
+		Args:    exactArgs(1, "a model: a built-in name, a path to an .onnx file, or sim"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Model.Model, opts.Out = args[0], cmd.OutOrStdout()
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return runModelsCalibrate(cmd.Context(), opts)
+		},
+	}
+	opts.bind(cmd, []int{1, 2, 4, 8, 16, 32, 64}, 2*time.Second)
+	return cmd
+}
+
+// calibration is what calibrate prints with --json.
+type calibration struct {
+	Bench benchReport `json:"bench"`
+	Fit   ceiling.Fit `json:"fit"`
+	Flags string      `json:"flags"`
+}
+
+func runModelsCalibrate(ctx context.Context, opts *modelsBenchOptions) error {
+	rep, err := measure(ctx, opts)
+	if err != nil {
+		return err
+	}
+	fit, err := ceiling.FitLinear(rep.Points)
+	if err != nil {
+		return usageErrorf("--batch: %v", err)
+	}
+	c := calibration{Bench: rep, Fit: fit,
+		Flags: fmt.Sprintf("--model sim --sim-fixed %v --sim-per-item %v", roundDuration(fit.Fixed), roundDuration(fit.PerItem))}
+	if opts.JSON {
+		return writeJSON(opts.Out, c)
+	}
+	fmt.Fprintf(opts.Out, "\nt(n) = %v + %v·n  (rms error %v, worst %.1f%% of a batch's latency)\n",
+		roundDuration(fit.Fixed), roundDuration(fit.PerItem), roundDuration(fit.RMSE), 100*fit.MaxRelErr)
+	fmt.Fprintf(opts.Out, "infer serve %s\n", c.Flags)
+	return nil
+}
+
+// roundDuration keeps three significant digits or so: 12.3ms, 415µs.
+func roundDuration(d time.Duration) time.Duration {
+	switch {
+	case d >= 100*time.Millisecond:
+		return d.Round(time.Millisecond)
+	case d >= 10*time.Millisecond:
+		return d.Round(100 * time.Microsecond)
+	case d >= time.Millisecond:
+		return d.Round(10 * time.Microsecond)
+	default:
+		return d.Round(time.Microsecond)
+	}
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// exactArgs wants n positional arguments, described by what.
+func exactArgs(n int, what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usageErrorf("%s takes %s, got %q", cmd.CommandPath(), what, args)
+		}
+		return nil
+	}
+}

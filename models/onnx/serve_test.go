@@ -1,0 +1,125 @@
+package onnx
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/inferhq/infer/models"
+	"github.com/inferhq/infer/models/bert"
+	"github.com/inferhq/infer/models/wordpiece"
+	"github.com/inferhq/infer/server"
+	"github.com/inferhq/infer/server/batch"
+)
+
+// TestServedPaddingInvariance serves generated BERT models with the real
+// runtime and tokenizer through the real server, and checks that an input's
+// output is the same alone and batched with longer inputs, through /naive and
+// /batched, within 1e-4: the classic bug of attending to padding.
+func TestServedPaddingInvariance(t *testing.T) {
+	cache := t.TempDir()
+	company := []string{longer[0], short, longer[2]}
+	for _, task := range bert.Tasks() {
+		t.Run(string(task), func(t *testing.T) {
+			url := serveBuiltin(t, cache, task)
+			var results [][]json.RawMessage
+			for _, ep := range []string{"/naive", "/batched"} {
+				alone := post(t, url+ep, []string{short})
+				batched := post(t, url+ep, company)
+				results = append(results, alone, batched[1:2])
+			}
+			want := decode(t, task, results[0][0])
+			for _, r := range results[1:] {
+				assertClose(t, decode(t, task, r[0]), want, 1e-4)
+			}
+		})
+	}
+}
+
+// serveBuiltin serves bert-tiny with the task's head on a loopback port
+// until the test ends, and returns its URL once it is ready.
+func serveBuiltin(t *testing.T, cache string, task bert.Task) string {
+	t.Helper()
+	arch, err := bert.Lookup("bert-tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, err := bert.Ensure(cache, bert.Spec{Arch: arch, Task: task})
+	if err != nil {
+		t.Fatal(err)
+	}
+	requireRuntime(t)
+	f, err := New(Config{Path: path, Name: "bert-tiny", Tokenizer: wordpiece.BertBaseUncased()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	srv, err := server.New(server.Config{Batch: batch.Config{MaxBatch: 8, MaxLatency: 20 * time.Millisecond}}, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve() = %v", err)
+		}
+	})
+	for !srv.Ready() {
+		select {
+		case err := <-done:
+			t.Fatalf("Serve() = %v before ready", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return "http://" + ln.Addr().String()
+}
+
+func post(t *testing.T, url string, inputs []string) []json.RawMessage {
+	t.Helper()
+	body, _ := json.Marshal(map[string][]string{"inputs": inputs})
+	resp, err := http.Post(url, "application/json", strings.NewReader(string(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST %s: %d %s", url, resp.StatusCode, raw)
+	}
+	var r struct{ Outputs []json.RawMessage }
+	if err := json.Unmarshal(raw, &r); err != nil || len(r.Outputs) != len(inputs) {
+		t.Fatalf("POST %s: %s (%v), want %d outputs", url, raw, err, len(inputs))
+	}
+	return r.Outputs
+}
+
+// decode returns a served output as Predict returns it.
+func decode(t *testing.T, task bert.Task, raw json.RawMessage) models.Output {
+	t.Helper()
+	var out models.Output = &FillMask{}
+	if task == bert.Embed {
+		out = &[]float32{}
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := out.(*[]float32); ok {
+		return *v
+	}
+	if fm := out.(*FillMask); len(fm.Masks) != 1 || len(fm.Masks[0].Candidates) != TopK || fm.Masks[0].Candidates[0].Token == "" {
+		t.Fatalf("fill-mask result %s: want one mask with %d named candidates", raw, TopK)
+	}
+	return out
+}
