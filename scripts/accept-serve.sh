@@ -24,7 +24,7 @@ LUA
 
 PID=
 start() { # start ARGS...: serve and wait for /readyz
-	"$BIN" serve --addr "$ADDR" --log-level warn "$@" >"$TMP/serve.log" 2>&1 &
+	"$BIN" serve --addr "$ADDR" --log-level warn --model sim "$@" >"$TMP/serve.log" 2>&1 &
 	PID=$!
 	for _ in $(seq 1 300); do
 		curl -fsS "$URL/readyz" >/dev/null 2>&1 && return 0
