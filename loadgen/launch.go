@@ -75,7 +75,9 @@ func (l ExecLauncher) Launch(ctx context.Context, flags []string, log io.Writer)
 		case <-time.After(100 * time.Millisecond):
 			return s, nil
 		case <-ctx.Done():
-			s.Stop(context.Background())
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			s.Stop(sctx)
+			cancel()
 			return nil, ctx.Err()
 		}
 	}

@@ -117,7 +117,7 @@ func Run(ctx context.Context, sc *Scenario, cfg Config) (*Outcome, error) {
 
 	interrupted, runErr := r.sweep(ctx, plans, w, out)
 	if r.server != nil {
-		r.stopServer()
+		r.stop(r.server)
 	}
 	out.Interrupted = interrupted
 	if out.Manifest.Runtime == "" {
@@ -307,7 +307,8 @@ func (r *runner) remaining(plans []Plan, group int) time.Duration {
 // group, waiting until it is ready.
 func (r *runner) startServer(ctx context.Context, p Plan) error {
 	if r.server != nil {
-		r.stopServer()
+		r.stop(r.server)
+		r.server = nil
 	}
 	r.mon.setPhase(PhaseStarting)
 	if r.serverLog == nil {
@@ -326,7 +327,7 @@ func (r *runner) startServer(ctx context.Context, p Plan) error {
 	}
 	model, err := waitReady(ctx, r.client, srv, r.sc.Server.ReadyTimeout)
 	if err != nil {
-		srv.Stop(context.Background())
+		r.stop(srv)
 		return fmt.Errorf("start server %v: %w", p.Serve, err)
 	}
 	r.server, r.group, r.bases, r.model = srv, p.Group, []string{srv.URL()}, model
@@ -335,14 +336,17 @@ func (r *runner) startServer(ctx context.Context, p Plan) error {
 	return nil
 }
 
-// stopServer drains and stops the server infer started.
-func (r *runner) stopServer() {
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+// stopTimeout bounds the wait for a server to drain and exit; infer
+// serve's own drain timeout is 30s by default.
+const stopTimeout = 40 * time.Second
+
+// stop drains and stops a server infer started.
+func (r *runner) stop(srv Server) {
+	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 	defer cancel()
-	if err := r.server.Stop(ctx); err != nil {
+	if err := srv.Stop(ctx); err != nil {
 		r.log.Warn("stop server", "err", err)
 	}
-	r.server = nil
 }
 
 // reading is what the probes saw at one edge of a measured window.
