@@ -164,13 +164,7 @@ func LoadFile(path string) (*Scenario, error) {
 	if err != nil {
 		return nil, &ScenarioError{File: path, Msg: fmt.Sprintf("cannot read: %v", unwrapPath(err))}
 	}
-	return parse(path, filepath.Dir(path), src)
-}
-
-// Parse validates a scenario held in memory; name labels its errors, and a
-// corpus file is read relative to dir.
-func Parse(name, dir string, src []byte) (*Scenario, error) {
-	return parse(name, dir, src)
+	return Parse(path, filepath.Dir(path), src)
 }
 
 func unwrapPath(err error) error {
@@ -256,7 +250,9 @@ func (l *list[T]) UnmarshalYAML(unmarshal func(any) error) error {
 	return nil
 }
 
-func parse(name, dir string, src []byte) (*Scenario, error) {
+// Parse validates a scenario held in memory; name labels its errors, and a
+// corpus file is read relative to dir.
+func Parse(name, dir string, src []byte) (*Scenario, error) {
 	f, err := parser.ParseBytes(src, 0)
 	if err != nil {
 		return nil, yamlError(name, err)
