@@ -254,6 +254,11 @@ func (b *Batcher[In, Out]) Backlog() time.Duration {
 	return b.est.clear(int(b.queued.Load()), cfg.MaxBatch, b.Workers())
 }
 
+// Observe teaches the batcher's cost model that a batch of n items took d,
+// e.g. from a warm-up run outside the batcher. The batcher also learns from
+// every batch it runs.
+func (b *Batcher[In, Out]) Observe(n int, d time.Duration) { b.est.observe(n, d) }
+
 // Run starts the workers and forms batches until ctx is done. Then it stops
 // admitting (Submit and Do return ErrClosed), finishes every admitted item
 // without waiting for more company, and returns once all workers are idle.

@@ -24,7 +24,7 @@ type estimator struct {
 const (
 	rateTau    = time.Second
 	costDecay  = 0.95 // weight of the past per new batch
-	minSamples = 3
+	minSamples = 2
 )
 
 func (e *estimator) arrive(t time.Time) {
