@@ -315,16 +315,13 @@ func measure(ctx context.Context, opts *modelsBenchOptions) (benchReport, error)
 			return rep, err
 		}
 	}
-	var tw *tabwriter.Writer
 	onPoint := func(ceiling.Point) {}
 	if !opts.JSON {
-		fmt.Fprintf(opts.Out, "%s\n", describe(info))
-		tw = tabwriter.NewWriter(opts.Out, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "batch\truns\titems/s\tmean ms\tp50 ms\tp99 ms\tper item µs\t")
-		tw.Flush()
+		fmt.Fprintf(opts.Out, "%s\n%5s %6s %9s %9s %9s %9s %12s\n", describe(info),
+			"batch", "runs", "items/s", "mean ms", "p50 ms", "p99 ms", "per item µs")
 		onPoint = func(p ceiling.Point) {
-			fmt.Fprintf(tw, "%d\t%d\t%.1f\t%.2f\t%.2f\t%.2f\t%.1f\t\n", p.Batch, p.Runs, p.ItemsPerSec, p.MeanMs, p.P50Ms, p.P99Ms, p.PerItemNs/1e3)
-			tw.Flush()
+			fmt.Fprintf(opts.Out, "%5d %6d %9.1f %9.2f %9.2f %9.2f %12.1f\n",
+				p.Batch, p.Runs, p.ItemsPerSec, p.MeanMs, p.P50Ms, p.P99Ms, p.PerItemNs/1e3)
 		}
 	}
 	rep.Result, err = ceiling.Measure(ctx, factory, texts, ceiling.Config{Batches: opts.Batches, Duration: opts.Duration}, onPoint)

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Reruns the ONNX Runtime measurements quoted in README.md against real
+# processes on 127.0.0.1: the offline ceiling of bert-mini (the model alone,
+# per batch size), the served /batched and /naive throughput under closed-loop
+# wrk load with the built-in corpus (realistic sentence lengths), and the
+# resident memory of bert-base with 1 and 2 workers. Needs wrk
+# (apt-get install -y wrk). Every load is bounded in time.
+# Usage: scripts/accept-onnx.sh [section...]; sections: ceiling served memory
+# (default: all). MODEL (default bert-mini), BATCH (64), DURATION (10s, per
+# load) and ROUNDS (3) override the settings.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+make -s setup build
+BIN=bin/infer
+MODEL=${MODEL:-bert-mini}
+BATCH=${BATCH:-64}
+DURATION=${DURATION:-10s}
+ROUNDS=${ROUNDS:-3}
+ADDR=127.0.0.1:18081
+URL=http://$ADDR
+TMP=$(mktemp -d -t infer-onnx.XXXXXX)
+CORPUS=loadgen/corpus/masked.txt
+command -v wrk >/dev/null || { echo "wrk missing: apt-get install -y wrk"; exit 1; }
+
+# Each request is one corpus sentence, in turn, as a text/plain body.
+cat >"$TMP/corpus.lua" <<'LUA'
+local lines, i = {}, 0
+function init(args)
+	for l in io.lines(args[1]) do lines[#lines + 1] = l end
+	i = math.random(#lines)
+end
+function request()
+	i = i % #lines + 1
+	return wrk.format("POST", nil, { ["Content-Type"] = "text/plain" }, lines[i])
+end
+LUA
+
+PID=
+start() { # start ARGS...: serve and wait for /readyz
+	"$BIN" serve --addr "$ADDR" --log-level warn "$@" >"$TMP/serve.log" 2>&1 &
+	PID=$!
+	for _ in $(seq 1 1200); do
+		curl -fsS "$URL/readyz" >/dev/null 2>&1 && return 0
+		kill -0 "$PID" 2>/dev/null || break
+		sleep 0.1
+	done
+	echo "server did not become ready"; cat "$TMP/serve.log"; exit 1
+}
+stop() { [[ -z $PID ]] || { kill -INT "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; PID=; }; }
+trap 'stop; rm -rf "$TMP"' EXIT
+metric() { curl -fsS "$URL/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
+load() { # load ENDPOINT CONNECTIONS: requests/s of a closed-loop wrk run
+	wrk -t1 -c"$2" -d"$DURATION" --latency -s "$TMP/corpus.lua" "$URL$1" -- "$PWD/$CORPUS" >"$TMP/wrk.out"
+	if grep -q 'Non-2xx' "$TMP/wrk.out"; then grep 'Non-2xx' "$TMP/wrk.out" >&2; fi
+	awk '/Requests\/sec/ {print $2}' "$TMP/wrk.out"
+}
+ceiling() { # ceiling BATCHES: the offline items/s of the last batch size
+	"$BIN" models bench "$MODEL" --batch "$1" --duration "${DURATION%s}s" --corpus "$CORPUS" --json >"$TMP/ceiling.json"
+	python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["points"][-1]["items_per_sec"])' "$TMP/ceiling.json"
+}
+
+section() { [[ ${#SECTIONS[@]} -eq 0 || " ${SECTIONS[*]} " == *" $1 "* ]]; }
+SECTIONS=("$@")
+
+if section ceiling; then
+	echo "== offline ceiling of $MODEL (the model alone, corpus sentences)"
+	"$BIN" models bench "$MODEL" --batch 1,8,32,64 --duration "${DURATION%s}s" --corpus "$CORPUS"
+fi
+
+if section served; then
+	echo "== served $MODEL, batch $BATCH, max-latency 100ms, $((2 * BATCH)) connections, vs the offline ceiling at batch $BATCH"
+	# Rounds alternate the two, so that a change of load on the machine hits both sides.
+	start --model "$MODEL" --batch "$BATCH" --max-latency 100ms
+	tot_b=0; tot_o=0
+	for r in $(seq 1 "$ROUNDS"); do
+		o=$(ceiling "$BATCH")
+		b=$(load /batched $((2 * BATCH)))
+		p99=$(awk '$1 == "99%" {print $2}' "$TMP/wrk.out")
+		echo "round $r: offline $o items/s, /batched $b items/s (p99 $p99): $(awk -v b="$b" -v o="$o" 'BEGIN {printf "%.3f", b / o}') x"
+		tot_b=$(awk -v a="$tot_b" -v b="$b" 'BEGIN {print a + b}'); tot_o=$(awk -v a="$tot_o" -v b="$o" 'BEGIN {print a + b}')
+	done
+	sum=$(metric 'infer_batch_size_sum{endpoint="batched"}'); cnt=$(metric 'infer_batch_size_count{endpoint="batched"}')
+	naive=$(load /naive 8)
+	stop
+	awk -v b="$tot_b" -v o="$tot_o" -v n="$naive" -v r="$ROUNDS" -v s="$sum" -v c="$cnt" 'BEGIN {
+		printf "/batched over the offline ceiling, all rounds: %.3f (mean batch %.1f, warm-up included)\n", b / o, s / c
+		printf "/naive (8 connections): %.1f items/s -> batched/naive %.2f\n", n, b / r / n
+	}'
+fi
+
+if section memory; then
+	echo "== resident memory of serve --model bert-base (after warm-up and a few requests)"
+	for w in 1 2; do
+		start --model bert-base --workers "$w" --batch 32
+		for _ in 1 2 3; do
+			curl -fsS -d 'Paris is the [MASK] of France.' "$URL/batched" >/dev/null
+			curl -fsS -d 'Paris is the [MASK] of France.' "$URL/naive" >/dev/null
+		done
+		awk -v w="$w" '/^VmRSS/ {rss=$2} /^VmHWM/ {hwm=$2} END {printf "--workers %d: RSS %d MiB (peak %d MiB)\n", w, rss/1024, hwm/1024}' "/proc/$PID/status"
+		stop
+	done
+fi
