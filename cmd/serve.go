@@ -25,6 +25,7 @@ type serveOptions struct {
 	DrainTimeout time.Duration
 	Model        modelOptions
 	Log          logOptions
+	Broker       string
 	Stderr       io.Writer
 }
 
@@ -64,6 +65,7 @@ item arrived, whichever comes first.`,
 	f.Var(&opts.MaxBody, "max-body", "largest request body (e.g. 1MiB, 512KiB, 65536)")
 	f.IntVar(&opts.MaxItems, "max-items", 0, "most items in one request (0: 256, or the queue capacity if smaller)")
 	f.DurationVar(&opts.DrainTimeout, "drain-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long to finish admitted requests")
+	f.StringVar(&opts.Broker, "broker", "", "Redis URL (redis://[user:pass@]host:port/db, rediss://…): /batched admits into its stream for infer worker processes (--queue-cap bounds the stream)")
 	opts.Model.bind(cmd)
 	opts.Log.bind(cmd)
 	return cmd
@@ -126,6 +128,9 @@ func runServe(ctx context.Context, opts *serveOptions) error {
 	}
 	defer factory.Close()
 	cfg.Logger.Info("model", "name", describe(factory.Info()))
+	if err := useBroker(&cfg, opts.Broker, factory.Info()); err != nil {
+		return err
+	}
 	srv, err := server.New(cfg, factory)
 	if err != nil {
 		return usageErrorf("%v", err)

@@ -1,0 +1,124 @@
+package cmd
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/inferhq/infer/server/batch"
+)
+
+func TestWorkerFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		want    func(t *testing.T, o *workerOptions)
+		wantErr string
+	}{
+		{args: nil, want: func(t *testing.T, o *workerOptions) {
+			cfg, err := o.config()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.URL != "redis://127.0.0.1:6379/0" || cfg.Batch.MaxBatch != 64 || cfg.Batch.MaxLatency != 100*time.Millisecond ||
+				cfg.Batch.Policy != batch.Fixed || cfg.Instances != 1 || cfg.Visibility != 10*time.Second || cfg.MetricsAddr != "127.0.0.1:9101" {
+				t.Errorf("defaults = %+v", cfg)
+			}
+		}},
+		{args: []string{"--broker", "rediss://u:p@redis:6380/2", "--batch", "32", "--max-latency", "5ms", "--policy", "immediate",
+			"--workers", "2", "--visibility-timeout", "3s", "--metrics-addr", "", "--model", "sim", "--devices", "cuda:0,cuda:1",
+			"--buckets", "16,32", "--no-isolation"},
+			want: func(t *testing.T, o *workerOptions) {
+				cfg, err := o.config()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if cfg.URL != "rediss://u:p@redis:6380/2" || cfg.Batch.MaxBatch != 32 || cfg.Batch.MaxLatency != 5*time.Millisecond ||
+					cfg.Batch.Policy != batch.Immediate || fmt.Sprint(cfg.Batch.Buckets) != "[16 32]" || !cfg.Batch.DisableIsolation ||
+					cfg.Instances != 2 || cfg.Visibility != 3*time.Second || cfg.MetricsAddr != "" {
+					t.Errorf("config = %+v", cfg)
+				}
+				if o.Model.Model != "sim" || o.Model.Devices != "cuda:0,cuda:1" {
+					t.Errorf("model = %+v", o.Model)
+				}
+			}},
+		{args: []string{"--batch", "0"}, wantErr: "--batch 0"},
+		{args: []string{"--max-latency", "-1s"}, wantErr: "--max-latency"},
+		{args: []string{"--workers", "0"}, wantErr: "--workers 0"},
+		{args: []string{"--visibility-timeout", "0s"}, wantErr: "--visibility-timeout"},
+		{args: []string{"--broker", ""}, wantErr: "--broker"},
+		{args: []string{"--policy", "sometimes"}, wantErr: "unknown batching policy"},
+		{args: []string{"extra"}, wantErr: "takes no arguments"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			var got *workerOptions
+			cmd := newCmdWorker(func(_ context.Context, o *workerOptions) error {
+				got = o
+				_, err := o.config()
+				return err
+			})
+			cmd.SetArgs(tc.args)
+			cmd.SetOut(&bytes.Buffer{})
+			cmd.SetErr(&bytes.Buffer{})
+			cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err.Error()} })
+			err := cmd.Execute()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
+				}
+				if code := exitCode(err, &bytes.Buffer{}); code != exitUsage {
+					t.Errorf("exit code = %d, want %d", code, exitUsage)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.want(t, got)
+		})
+	}
+}
+
+// A broker URL that cannot be parsed is a usage error, for both sides.
+func TestBadBrokerURL(t *testing.T) {
+	for _, args := range [][]string{
+		{"worker", "--model", "sim", "--broker", "http://example.com"},
+		{"serve", "--model", "sim", "--broker", "redis://host:port:6379/x"},
+	} {
+		var out bytes.Buffer
+		root := newCmdRoot(&out, &out)
+		root.SetArgs(args)
+		if got := exitCode(root.Execute(), &out); got != exitUsage || !strings.Contains(out.String(), "--broker") {
+			t.Errorf("infer %v: exit %d, want %d with a --broker error (%s)", args, got, exitUsage, out.String())
+		}
+	}
+}
+
+// The worker's help is under review like the others' (see TestHelpGolden).
+func TestWorkerHelpGolden(t *testing.T) {
+	var out bytes.Buffer
+	root := newCmdRoot(&out, &out)
+	root.SetArgs([]string{"worker", "--help"})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join("testdata", "infer_worker.help")
+	if *update {
+		if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if out.String() != string(want) {
+		t.Errorf("help differs from %s (rerun with -update if intended):\n%s", path, out.String())
+	}
+}

@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# Reruns the distributed-mode measurements against real processes on
+# 127.0.0.1: a redis-server of its own (no persistence), infer worker and
+# infer serve --broker processes, load from wrk and vegeta.
+#   throughput  2 workers behind 2 frontends at sim 77ms + 1.16ms, batch 64,
+#               against the in-process batched endpoint with 2 workers
+#   overhead    latency added by the broker: a 1 ms model, no batching wait,
+#               one connection, against the in-process endpoint
+#   kill9       kill -9 of one worker in the middle of an open-loop load
+#   restart     redis-server killed and restarted in the middle of the load
+# Needs redis-server and wrk (apt-get install redis-server wrk); vegeta runs
+# from the Go module cache. Every load is bounded in time.
+# Usage: scripts/accept-broker.sh [section...] (default: all).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+make -s build
+BIN=bin/infer
+TMP=$(mktemp -d -t infer-broker.XXXXXX)
+for tool in redis-server wrk; do
+	command -v $tool >/dev/null || { echo "$tool missing: apt-get install -y redis-server wrk"; exit 1; }
+done
+go build -o "$TMP/vegeta" github.com/tsenart/vegeta/v12
+VEGETA="$TMP/vegeta"
+
+REDIS_PORT=27379
+BROKER=redis://127.0.0.1:$REDIS_PORT/0
+SIM=(--model sim --sim-fixed 77ms --sim-per-item 1.16ms)
+BATCH=(--batch 64 --max-latency 100ms)
+PIDS=()
+REDIS=
+
+redis_start() {
+	redis-server --port $REDIS_PORT --bind 127.0.0.1 --save '' --appendonly no --dir "$TMP" >>"$TMP/redis.log" 2>&1 &
+	REDIS=$!
+	for _ in $(seq 1 100); do redis-cli -p $REDIS_PORT ping >/dev/null 2>&1 && return 0; sleep 0.05; done
+	echo "redis-server did not start"; cat "$TMP/redis.log"; exit 1
+}
+redis_kill() { kill -9 "$REDIS" 2>/dev/null || true; wait "$REDIS" 2>/dev/null || true; REDIS=; }
+port_free() { # URL: fail if something already answers there
+	if curl -s -o /dev/null "$1/healthz"; then echo "$1 is in use by another process"; exit 1; fi
+}
+wait_ready() { # URL
+	for _ in $(seq 1 300); do curl -fsS "$1/readyz" >/dev/null 2>&1 && return 0; sleep 0.05; done
+	echo "$1 did not become ready"; tail -20 "$TMP"/*.log; exit 1
+}
+worker() { # N EXTRA...: start worker N with its metrics on 127.0.0.1:2710N
+	local n=$1; shift
+	port_free "http://127.0.0.1:2710$n"
+	"$BIN" worker --broker "$BROKER" "${SIM[@]}" "${BATCH[@]}" --metrics-addr "127.0.0.1:2710$n" --log-level warn "$@" >"$TMP/worker$n.log" 2>&1 &
+	PIDS+=($!)
+	eval "WORKER$n=$!"
+	wait_ready "http://127.0.0.1:2710$n"
+}
+frontend() { # N EXTRA...: start frontend N on 127.0.0.1:2708N
+	local n=$1; shift
+	port_free "http://127.0.0.1:2708$n"
+	"$BIN" serve --addr "127.0.0.1:2708$n" --broker "$BROKER" "${SIM[@]}" --log-level warn "$@" >"$TMP/frontend$n.log" 2>&1 &
+	PIDS+=($!)
+	wait_ready "http://127.0.0.1:2708$n"
+}
+stop_all() {
+	for p in "${PIDS[@]}"; do kill -INT "$p" 2>/dev/null || true; done
+	for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+	PIDS=()
+	redis_kill
+}
+trap 'stop_all; rm -rf "$TMP"' EXIT
+metric() { curl -fsS "$1/metrics" | awk -v m="$2" '$1 == m {print $2}'; }
+
+cat >"$TMP/post.lua" <<'LUA'
+wrk.method = "POST"
+wrk.body   = '{"inputs":["Paris is the [MASK] of France."]}'
+wrk.headers["Content-Type"] = "application/json"
+LUA
+echo -n '{"inputs":["Paris is the [MASK] of France."]}' >"$TMP/body.json"
+printf 'POST http://127.0.0.1:27081/batched\nContent-Type: application/json\n@%s\n\nPOST http://127.0.0.1:27082/batched\nContent-Type: application/json\n@%s\n\n' \
+	"$TMP/body.json" "$TMP/body.json" >"$TMP/targets"
+
+# wrk_line FILE: "N req/s, p50 X, p99 Y" from wrk --latency output.
+wrk_line() { awk '/Requests\/sec/ {r=$2} $1=="50%" {p50=$2} $1=="99%" {p99=$2} /Non-2xx/ {bad=$NF} END {printf "%s req/s, p50 %s, p99 %s, non-2xx %d", r, p50, p99, bad}' "$1"; }
+# statuses: a vegeta result file as counts per status and error, with latencies.
+statuses() {
+	"$VEGETA" encode --to csv <"$1" | python3 -c '
+import csv, sys, collections
+n = collections.defaultdict(list)
+for row in csv.reader(sys.stdin):
+    n[(row[1], row[5][:70])].append(int(row[2]) / 1e6)
+total = sum(len(v) for v in n.values())
+for (code, err), ls in sorted(n.items()):
+    ls.sort()
+    print(f"  status {code} {err}: {len(ls)} requests, p50 {ls[len(ls)//2]:.1f} ms, max {ls[-1]:.1f} ms")
+print(f"  total {total} requests sent, {total} answered")
+'
+}
+
+section() { [[ $# -eq 0 || " ${SECTIONS[*]} " == *" $1 "* ]]; }
+SECTIONS=("$@")
+if [[ ${#SECTIONS[@]} -eq 0 ]]; then SECTIONS=(throughput overhead kill9 restart); fi
+
+if section throughput; then
+	echo "== throughput: sim 77ms + 1.16ms, batch 64, max-latency 100ms (ceiling 423/s per worker; target 0.9 x 2 x 423 = 761)"
+	redis_start
+	worker 1; worker 2
+	frontend 1 --queue-cap 4096; frontend 2 --queue-cap 4096
+	wrk -t1 -c256 -d15s --latency -s "$TMP/post.lua" http://127.0.0.1:27081/batched >"$TMP/wrk1.out" &
+	W1=$!
+	wrk -t1 -c256 -d15s --latency -s "$TMP/post.lua" http://127.0.0.1:27082/batched >"$TMP/wrk2.out"
+	wait $W1
+	echo "broker, 2 workers, 2 frontends x 256 connections:"
+	echo "  frontend 1: $(wrk_line "$TMP/wrk1.out")"
+	echo "  frontend 2: $(wrk_line "$TMP/wrk2.out")"
+	total=$(cat "$TMP/wrk1.out" "$TMP/wrk2.out" | awk '/Requests\/sec/ {s += $2} END {printf "%.0f", s}')
+	for n in 1 2; do
+		sum=$(metric http://127.0.0.1:2710$n infer_batch_size_sum); cnt=$(metric http://127.0.0.1:2710$n infer_batch_size_count)
+		echo "  worker $n: mean batch $(awk -v s="$sum" -v c="$cnt" 'BEGIN{printf "%.1f", s/c}')"
+	done
+	echo "  total $total req/s = $(awk -v t="$total" 'BEGIN{printf "%.3f", t/846}') x 2 x 423"
+	wrk -t1 -c4 -d8s --latency -s "$TMP/post.lua" http://127.0.0.1:27081/batched >"$TMP/wrk.light"
+	echo "  light load, 4 connections: $(wrk_line "$TMP/wrk.light")"
+	stop_all
+
+	port_free http://127.0.0.1:27081
+	"$BIN" serve --addr 127.0.0.1:27081 "${SIM[@]}" "${BATCH[@]}" --workers 2 --log-level warn >"$TMP/inproc.log" 2>&1 &
+	PIDS+=($!)
+	wait_ready http://127.0.0.1:27081
+	wrk -t2 -c512 -d15s --latency -s "$TMP/post.lua" http://127.0.0.1:27081/batched >"$TMP/wrk.inproc"
+	echo "in-process, 2 workers, 512 connections: $(wrk_line "$TMP/wrk.inproc")"
+	wrk -t1 -c4 -d8s --latency -s "$TMP/post.lua" http://127.0.0.1:27081/batched >"$TMP/wrk.light"
+	echo "  light load, 4 connections: $(wrk_line "$TMP/wrk.light")"
+	stop_all
+fi
+
+if section overhead; then
+	echo "== added latency: sim 1ms per batch, no batching wait (--policy immediate), one connection, 8s each"
+	FAST=(--model sim --sim-fixed 1ms --sim-per-item 0s --policy immediate)
+	redis_start
+	port_free http://127.0.0.1:27101
+	"$BIN" worker --broker "$BROKER" "${FAST[@]}" --metrics-addr 127.0.0.1:27101 --log-level warn >"$TMP/worker1.log" 2>&1 &
+	PIDS+=($!)
+	wait_ready http://127.0.0.1:27101
+	port_free http://127.0.0.1:27081
+	"$BIN" serve --addr 127.0.0.1:27081 --broker "$BROKER" "${FAST[@]}" --log-level warn >"$TMP/frontend1.log" 2>&1 &
+	PIDS+=($!)
+	wait_ready http://127.0.0.1:27081
+	wrk -t1 -c1 -d8s --latency -s "$TMP/post.lua" http://127.0.0.1:27081/batched >"$TMP/wrk.broker"
+	echo "broker:     $(wrk_line "$TMP/wrk.broker")"
+	stop_all
+	port_free http://127.0.0.1:27081
+	"$BIN" serve --addr 127.0.0.1:27081 "${FAST[@]}" --log-level warn >"$TMP/inproc.log" 2>&1 &
+	PIDS+=($!)
+	wait_ready http://127.0.0.1:27081
+	wrk -t1 -c1 -d8s --latency -s "$TMP/post.lua" http://127.0.0.1:27081/batched >"$TMP/wrk.inproc"
+	echo "in-process: $(wrk_line "$TMP/wrk.inproc")"
+	stop_all
+fi
+
+if section kill9; then
+	echo "== kill -9 of one worker at 4s into 12s of 300 req/s (visibility timeout 3s, request timeout 30s)"
+	redis_start
+	worker 1 --visibility-timeout 3s; worker 2 --visibility-timeout 3s
+	frontend 1; frontend 2
+	"$VEGETA" attack -targets "$TMP/targets" -rate 300/s -duration 12s -timeout 40s >"$TMP/kill.bin" &
+	ATTACK=$!
+	sleep 4
+	kill -9 "$WORKER1"
+	echo "killed worker 1 (pid $WORKER1) holding $(redis-cli -p $REDIS_PORT xpending infer:sim:classify:requests workers | head -1) pending entries in the group"
+	wait $ATTACK
+	statuses "$TMP/kill.bin"
+	echo "  worker 2 claimed $(metric http://127.0.0.1:27102 infer_broker_claims_total) entries; backlog now $(redis-cli -p $REDIS_PORT xlen infer:sim:classify:requests)"
+	stop_all
+fi
+
+if section restart; then
+	echo "== redis-server killed at 3s, restarted at 5s, into 10s of 300 req/s (request timeout 5s)"
+	redis_start
+	worker 1; worker 2
+	frontend 1; frontend 2
+	"$VEGETA" attack -targets "$TMP/targets" -rate 300/s -duration 10s -timeout 10s -header 'X-Request-Timeout: 5s' >"$TMP/restart.bin" &
+	ATTACK=$!
+	sleep 3
+	t0=$(date +%s.%N); redis_kill
+	sleep 2
+	redis_start; t1=$(date +%s.%N)
+	wait $ATTACK
+	statuses "$TMP/restart.bin"
+	"$VEGETA" encode --to csv <"$TMP/restart.bin" | python3 -c '
+import csv, sys
+down, up = float(sys.argv[1]), float(sys.argv[2])
+rows = [(int(r[0]) / 1e9, r[1]) for r in csv.reader(sys.stdin)]
+start = min(t for t, _ in rows)
+fails = [t for t, c in rows if c != "200"]
+after = [c for t, c in rows if t > up + 1]
+print(f"  Redis down {down - start:.2f}s..{up - start:.2f}s after the start; non-200 sent from {min(fails) - start:.2f}s to {max(fails) - start:.2f}s" if fails else "  no failures")
+ok = after.count("200")
+print(f"  sent from 1s after Redis was back: {len(after)} requests, {ok} answered 200")
+' "$t0" "$t1"
+	stop_all
+fi
