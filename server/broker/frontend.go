@@ -139,7 +139,7 @@ func (f *Frontend) Do(ctx context.Context, ins []models.Input) ([]models.Output,
 	if d, ok := ctx.Deadline(); ok {
 		deadline = d.UnixMilli()
 	}
-	args := make([]any, 0, 5+n)
+	args := make([]any, 5, 5+n) // the script's ARGV: five fields, then the inputs
 	for _, in := range ins {
 		b, err := json.Marshal(in)
 		if err != nil {
@@ -151,7 +151,7 @@ func (f *Frontend) Do(ctx context.Context, ins []models.Input) ([]models.Output,
 	if err != nil {
 		return nil, batch.Stats{}, err
 	}
-	args = append([]any{f.cfg.QueueCap, n, id, f.replyKey, deadline}, args...)
+	args[0], args[1], args[2], args[3], args[4] = f.cfg.QueueCap, n, id, f.replyKey, deadline
 	admitted, err := admit.Run(ctx, f.rdb, []string{f.stream}, args...).Int()
 	if err != nil || admitted == 0 {
 		f.forget(id)

@@ -461,7 +461,7 @@ func (c *consumer) dropAbandoned(ctx context.Context, msgs []redis.XMessage) []r
 	if len(rs) > 0 {
 		w.metrics.abandoned.Add(float64(len(rs)))
 		w.log.Error("abandoned entries delivered too often", "entries", len(rs), "max_deliveries", w.cfg.MaxDeliveries)
-		w.send(ctx, rs)
+		w.send(context.WithoutCancel(ctx), rs)
 	}
 	return keep
 }
@@ -501,7 +501,7 @@ func (c *consumer) take(ctx context.Context, msgs []redis.XMessage, ewg *sync.Wa
 		}
 	}
 	if len(rs) > 0 {
-		c.w.send(ctx, rs)
+		c.w.send(context.WithoutCancel(ctx), rs)
 	}
 }
 
