@@ -1,0 +1,291 @@
+package report
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/inferhq/infer/loadgen/record"
+)
+
+// Verdict is the outcome of comparing a run with a baseline, per point and
+// overall.
+type Verdict int
+
+const (
+	// Pass: no change beyond the noise band in the worse direction.
+	Pass Verdict = iota
+	// Warn: worse beyond the noise band, but one of the two measurements is
+	// flagged (coordinated omission, saturated generator, cut short) or
+	// there was nothing to compare, so the change cannot be trusted.
+	Warn
+	// Regression: worse beyond the noise band on trustworthy measurements.
+	Regression
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case Pass:
+		return "pass"
+	case Warn:
+		return "warn"
+	case Regression:
+		return "regression"
+	}
+	return fmt.Sprintf("Verdict(%d)", int(v))
+}
+
+// Noise is the band within which a change between two runs counts as
+// noise. The zero value of a field takes its default.
+//
+// The defaults suit shared machines. Throughput is an average over many
+// requests and moves with the machine (CPU steal, frequency scaling, a
+// neighbour's load): runs of the same sweep on shared CI hosts commonly
+// differ by 5–10 %, hence ±10 %. A p99 from a point of a few thousand
+// requests rests on a few dozen of the slowest ones: the sampling error of
+// the 99th percentile alone is around ±10 % for a tail like a queue's, and
+// the machine's noise comes on top, hence ±20 %. The error rate is an
+// absolute share; one point more than the baseline (0.01) is the default.
+//
+// When both points carry repeats, the band is instead the larger of the
+// two runs' spreads (max − min over the mean of the repeats), floored at a
+// quarter of the default band so that repeats that happen to agree do not
+// make any change a regression.
+type Noise struct {
+	Throughput float64 // relative change of throughput; default 0.10
+	P99        float64 // relative change of p99 latency; default 0.20
+	ErrorRate  float64 // absolute change of the error rate; default 0.01
+}
+
+// Defaults of Noise.
+const (
+	DefaultNoiseThroughput = 0.10
+	DefaultNoiseP99        = 0.20
+	DefaultNoiseErrorRate  = 0.01
+)
+
+func (n Noise) withDefaults() Noise {
+	if n.Throughput <= 0 {
+		n.Throughput = DefaultNoiseThroughput
+	}
+	if n.P99 <= 0 {
+		n.P99 = DefaultNoiseP99
+	}
+	if n.ErrorRate <= 0 {
+		n.ErrorRate = DefaultNoiseErrorRate
+	}
+	return n
+}
+
+// Change is one point of the run matched with its baseline point.
+type Change struct {
+	Base, Cur *record.Record
+	// Throughput and P99 are relative changes, (now − base) / base: −0.15
+	// is 15 % less. NaN where the baseline value is zero.
+	Throughput, P99 float64
+	// ErrorRate is the absolute change of the error rate.
+	ErrorRate float64
+	// Band is the noise band applied; FromRepeats says whether it came
+	// from the repeats' spread rather than the defaults.
+	Band        Noise
+	FromRepeats bool
+	Verdict     Verdict
+	// Reason says what decided the verdict, e.g. "throughput −15.2 %
+	// beyond ±10.0 %".
+	Reason string
+}
+
+// Comparison is a run compared with a baseline run.
+type Comparison struct {
+	Baseline string // the baseline's directory
+	Changes  []Change
+	// OnlyRun and OnlyBaseline are the points without a match in the
+	// other run; they do not affect the verdict.
+	OnlyRun, OnlyBaseline []*record.Record
+	// Verdict is the worst verdict of the changes, or Warn when no point
+	// matched.
+	Verdict Verdict
+	Default Noise // the band used where repeats give none
+}
+
+// Count returns the number of changes with verdict v.
+func (c *Comparison) Count(v Verdict) int {
+	n := 0
+	for _, ch := range c.Changes {
+		if ch.Verdict == v {
+			n++
+		}
+	}
+	return n
+}
+
+// Line is the verdict in one line, for a terminal or a CI log:
+// "regression: 12 regression, 3 warn, 101 pass; 2 points unmatched".
+func (c *Comparison) Line() string { return c.Verdict.String() + ": " + c.counts() }
+
+func (c *Comparison) counts() string {
+	s := fmt.Sprintf("%d regression, %d warn, %d pass", c.Count(Regression), c.Count(Warn), c.Count(Pass))
+	if n := len(c.OnlyRun) + len(c.OnlyBaseline); n > 0 {
+		s += "; " + plural(n, "point") + " unmatched"
+	}
+	if len(c.Changes) == 0 {
+		s += " (no point of the run matches one of the baseline)"
+	}
+	return s
+}
+
+// Compare matches the points of run with those of baseline by
+// configuration (endpoint, batch, workers, max-latency, policy, items per
+// request) and load level, and judges each change against the noise band.
+// Points are matched in sweep order when a configuration appears more than
+// once. noise's zero fields take the defaults.
+func Compare(run, baseline *record.Run, noise Noise) *Comparison {
+	noise = noise.withDefaults()
+	c := &Comparison{Baseline: baseline.Dir, Default: noise}
+	cur, base := newView(run), newView(baseline)
+	pending := map[key][]*record.Record{}
+	for _, r := range base.recs {
+		pending[keyOf(r.Point)] = append(pending[keyOf(r.Point)], r)
+	}
+	for _, r := range cur.recs {
+		k := keyOf(r.Point)
+		if len(pending[k]) == 0 {
+			c.OnlyRun = append(c.OnlyRun, r)
+			continue
+		}
+		b := pending[k][0]
+		pending[k] = pending[k][1:]
+		c.Changes = append(c.Changes, judge(b, r, noise))
+	}
+	for _, r := range base.recs {
+		if rest := pending[keyOf(r.Point)]; len(rest) > 0 && rest[0] == r {
+			c.OnlyBaseline = append(c.OnlyBaseline, r)
+			pending[keyOf(r.Point)] = rest[1:]
+		}
+	}
+	c.Verdict = Pass
+	if len(c.Changes) == 0 {
+		c.Verdict = Warn
+	}
+	for _, ch := range c.Changes {
+		c.Verdict = max(c.Verdict, ch.Verdict)
+	}
+	return c
+}
+
+// judge compares one point with its baseline.
+func judge(base, cur *record.Record, def Noise) Change {
+	ch := Change{Base: base, Cur: cur, Band: def,
+		Throughput: rel(base.Throughput, cur.Throughput),
+		P99:        rel(base.Latency.P99.Ms(), cur.Latency.P99.Ms()),
+		ErrorRate:  cur.ErrorRate() - base.ErrorRate(),
+	}
+	if len(base.Repeats) > 1 && len(cur.Repeats) > 1 {
+		ch.FromRepeats = true
+		ch.Band.Throughput = max(spread(base.Repeats, thr), spread(cur.Repeats, thr), def.Throughput/4)
+		ch.Band.P99 = max(spread(base.Repeats, p99), spread(cur.Repeats, p99), def.P99/4)
+	}
+	flagged := func() string {
+		var why []string
+		for _, r := range []*record.Record{base, cur} {
+			if trusted(r) {
+				continue
+			}
+			which := "baseline"
+			if r == cur {
+				which = "run"
+			}
+			why = append(why, which+" point "+strings.Join(flagsOf(r), ", "))
+		}
+		return strings.Join(why, "; ")
+	}
+	bs, cs := succeeded(base), succeeded(cur)
+	if !bs || !cs {
+		ch.P99 = math.NaN() // no latencies on one side
+	}
+	switch {
+	case !bs && !cs:
+		ch.Verdict, ch.Reason = Warn, "no request succeeded in either run"
+		return ch
+	case !cs && cur.Partial:
+		ch.Verdict, ch.Reason = Warn, "no request succeeded, but the point was cut short"
+		return ch
+	case !cs:
+		ch.Verdict, ch.Reason = Regression, "no request succeeded (the baseline had successes)"
+		return ch
+	case !bs:
+		ch.Verdict, ch.Reason = Pass, "succeeds where the baseline failed"
+		return ch
+	}
+	var worse []string
+	if ch.Throughput < -ch.Band.Throughput {
+		worse = append(worse, fmt.Sprintf("throughput %s beyond ±%.1f %%", pct(ch.Throughput), ch.Band.Throughput*100))
+	}
+	if ch.P99 > ch.Band.P99 {
+		worse = append(worse, fmt.Sprintf("p99 %s beyond ±%.1f %%", pct(ch.P99), ch.Band.P99*100))
+	}
+	if ch.ErrorRate > ch.Band.ErrorRate {
+		worse = append(worse, fmt.Sprintf("error rate +%.1f points beyond %.1f", ch.ErrorRate*100, ch.Band.ErrorRate*100))
+	}
+	switch f := flagged(); {
+	case len(worse) == 0:
+		ch.Verdict, ch.Reason = Pass, "within noise or better"
+	case f != "":
+		ch.Verdict, ch.Reason = Warn, strings.Join(worse, "; ")+", but "+f
+	default:
+		ch.Verdict, ch.Reason = Regression, strings.Join(worse, "; ")
+	}
+	return ch
+}
+
+// flagsOf lists why r is not trusted.
+func flagsOf(r *record.Record) []string {
+	var f []string
+	if r.Partial {
+		f = append(f, "cut short")
+	}
+	for _, fl := range r.Flags {
+		if fl != record.FlagErrors {
+			f = append(f, fl)
+		}
+	}
+	if len(f) == 0 && !r.Valid {
+		f = append(f, "not valid")
+	}
+	return f
+}
+
+// rel returns (cur − base) / base, or NaN when base is zero.
+func rel(base, cur float64) float64 {
+	if base == 0 {
+		return math.NaN()
+	}
+	return (cur - base) / base
+}
+
+func thr(r record.Repeat) float64 { return r.Throughput }
+func p99(r record.Repeat) float64 { return r.P99.Ms() }
+
+// spread returns (max − min) / mean of f over the repeats.
+func spread(reps []record.Repeat, f func(record.Repeat) float64) float64 {
+	lo, hi, sum := math.Inf(1), math.Inf(-1), 0.0
+	for _, r := range reps {
+		v := f(r)
+		lo, hi, sum = min(lo, v), max(hi, v), sum+v
+	}
+	if sum <= 0 {
+		return 0
+	}
+	return (hi - lo) / (sum / float64(len(reps)))
+}
+
+// pct formats a relative change: "+12.3 %", "−4.0 %", "n/a".
+func pct(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "n/a"
+	}
+	if v < 0 {
+		return fmt.Sprintf("−%.1f %%", -v*100)
+	}
+	return fmt.Sprintf("+%.1f %%", v*100)
+}

@@ -1,0 +1,161 @@
+package report
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/inferhq/infer/loadgen/record"
+)
+
+// point is a trusted record of 1000 requests at 100 req/s with a p99 of
+// 100 ms, changed by the options.
+func point(opts ...func(*record.Record)) record.Record {
+	r := record.Record{
+		Point:      record.Point{Endpoint: "batched", Batch: 8, Workers: 1, Load: record.Load{Mode: "open", Rate: 100}, Items: 1},
+		Sent:       1000,
+		Throughput: 100,
+		Status:     map[string]int{"200": 1000},
+		Latency:    record.Percentiles{P50: record.Duration(50 * time.Millisecond), P99: record.Duration(100 * time.Millisecond)},
+		Valid:      true,
+	}
+	for _, o := range opts {
+		o(&r)
+	}
+	return r
+}
+
+func thrX(f float64) func(*record.Record) {
+	return func(r *record.Record) { r.Throughput *= f }
+}
+
+func p99X(f float64) func(*record.Record) {
+	return func(r *record.Record) { r.Latency.P99 = record.Duration(float64(r.Latency.P99) * f) }
+}
+
+func failing(n int) func(*record.Record) {
+	return func(r *record.Record) { r.Status = map[string]int{"200": r.Sent - n, "429": n} }
+}
+
+func flagged(f string) func(*record.Record) {
+	return func(r *record.Record) { r.Valid, r.Flags = false, append(r.Flags, f) }
+}
+
+func noSuccess(r *record.Record) {
+	r.Throughput, r.Latency = 0, record.Percentiles{}
+	r.Status = map[string]int{"error": r.Sent}
+	r.Valid, r.Flags = false, []string{record.FlagErrors, record.FlagNoSuccess}
+}
+
+func partial(r *record.Record) { r.Partial = true }
+
+// repeats gives the record three repeats whose throughputs and p99s spread
+// by ±spread around its own.
+func repeats(spread float64) func(*record.Record) {
+	return func(r *record.Record) {
+		for _, f := range []float64{1 - spread, 1, 1 + spread} {
+			r.Repeats = append(r.Repeats, record.Repeat{Throughput: r.Throughput * f,
+				P99: record.Duration(float64(r.Latency.P99) * f)})
+		}
+	}
+}
+
+func TestJudge(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		base, cur record.Record
+		want      Verdict
+		reason    string // part of the reason
+	}{
+		{"same", point(), point(), Pass, "within noise"},
+		{"faster", point(), point(thrX(1.5), p99X(0.5)), Pass, "within noise or better"},
+		{"throughput −9 % within ±10 %", point(), point(thrX(0.91)), Pass, ""},
+		{"throughput −15 %", point(), point(thrX(0.85)), Regression, "throughput −15.0 % beyond ±10.0 %"},
+		{"p99 +15 % within ±20 %", point(), point(p99X(1.15)), Pass, ""},
+		{"p99 +30 %", point(), point(p99X(1.3)), Regression, "p99 +30.0 % beyond ±20.0 %"},
+		{"error rate +2 points", point(), point(failing(20)), Regression, "error rate +2.0 points"},
+		{"error rate +0.5 points", point(), point(failing(5)), Pass, ""},
+		{"slower but flagged now", point(), point(thrX(0.8), flagged(record.FlagCoordinatedOmission)), Warn, "run point coordinated-omission"},
+		{"slower but baseline saturated", point(flagged(record.FlagGeneratorSaturated)), point(thrX(0.8)), Warn, "baseline point generator-saturated"},
+		{"slower but cut short", point(), point(thrX(0.8), partial), Warn, "cut short"},
+		{"errors flag alone is trusted", point(), point(thrX(0.8), failing(1), func(r *record.Record) { r.Flags = []string{record.FlagErrors} }), Regression, "throughput"},
+		{"now fails", point(), point(noSuccess), Regression, "no request succeeded"},
+		{"now fails, cut short", point(), point(noSuccess, partial), Warn, "cut short"},
+		{"both fail", point(noSuccess), point(noSuccess), Warn, "either run"},
+		{"now succeeds", point(noSuccess), point(), Pass, "baseline failed"},
+		{"−15 % within repeats' ±20 %", point(repeats(0.1)), point(thrX(0.85), repeats(0.1)), Pass, ""},
+		{"−5 % beyond tight repeats", point(repeats(0.005)), point(thrX(0.95), repeats(0.005)), Regression, "beyond ±2.5 %"},
+		{"repeats on one side only: default band", point(repeats(0.3)), point(thrX(0.85)), Regression, "beyond ±10.0 %"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := judge(&tc.base, &tc.cur, Noise{}.withDefaults())
+			if got.Verdict != tc.want || !strings.Contains(got.Reason, tc.reason) {
+				t.Errorf("judge = %v (%q), want %v with a reason containing %q", got.Verdict, got.Reason, tc.want, tc.reason)
+			}
+		})
+	}
+}
+
+func TestJudgeChanges(t *testing.T) {
+	ch := judge(ptr(point()), ptr(point(thrX(0.85), p99X(1.1), failing(10))), Noise{}.withDefaults())
+	if math.Abs(ch.Throughput+0.15) > 1e-9 || math.Abs(ch.P99-0.1) > 1e-9 || math.Abs(ch.ErrorRate-0.01) > 1e-9 {
+		t.Errorf("changes = %v, %v, %v; want −0.15, +0.1, +0.01", ch.Throughput, ch.P99, ch.ErrorRate)
+	}
+	ch = judge(ptr(point()), ptr(point(noSuccess)), Noise{}.withDefaults())
+	if ch.Throughput != -1 || !math.IsNaN(ch.P99) {
+		t.Errorf("changes of a failed point = %v, %v; want −1 and NaN", ch.Throughput, ch.P99)
+	}
+}
+
+func ptr(r record.Record) *record.Record { return &r }
+
+func TestNoiseDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		in, want Noise
+	}{
+		{Noise{}, Noise{0.10, 0.20, 0.01}},
+		{Noise{Throughput: 0.05}, Noise{0.05, 0.20, 0.01}},
+		{Noise{Throughput: -1, P99: 0.5, ErrorRate: 0.1}, Noise{0.10, 0.5, 0.1}},
+	} {
+		if got := tc.in.withDefaults(); got != tc.want {
+			t.Errorf("%+v.withDefaults() = %+v, want %+v", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestCompareMatching(t *testing.T) {
+	at := func(rate float64, opts ...func(*record.Record)) record.Record {
+		return point(append([]func(*record.Record){func(r *record.Record) { r.Point.Load.Rate = rate }}, opts...)...)
+	}
+	for _, tc := range []struct {
+		name                   string
+		base, cur              []record.Record
+		want                   Verdict
+		matched, onlyRun, only int
+	}{
+		{"all pass", []record.Record{at(10), at(100)}, []record.Record{at(10), at(100)}, Pass, 2, 0, 0},
+		{"one regression makes the verdict", []record.Record{at(10), at(100)}, []record.Record{at(10), at(100, thrX(0.5))}, Regression, 2, 0, 0},
+		{"a warning", []record.Record{at(10), at(100)}, []record.Record{at(10), at(100, thrX(0.5), partial)}, Warn, 2, 0, 0},
+		{"unmatched points do not count", []record.Record{at(10), at(200, thrX(3))}, []record.Record{at(10), at(100, thrX(0.1))}, Pass, 1, 1, 1},
+		{"nothing matches: warn", []record.Record{at(10)}, []record.Record{at(20)}, Warn, 0, 1, 1},
+		{"repeated configurations match in order", []record.Record{at(10), at(10, thrX(2))}, []record.Record{at(10), at(10, thrX(2))}, Pass, 2, 0, 0},
+		{"other batch size does not match", []record.Record{at(10)}, []record.Record{at(10, func(r *record.Record) { r.Point.Batch = 16 })}, Warn, 0, 1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Compare(&record.Run{Dir: "cur", Records: tc.cur}, &record.Run{Dir: "base", Records: tc.base}, Noise{})
+			if c.Verdict != tc.want || len(c.Changes) != tc.matched || len(c.OnlyRun) != tc.onlyRun || len(c.OnlyBaseline) != tc.only {
+				t.Errorf("Compare = %v with %d matched, %d only in run, %d only in baseline; want %v, %d, %d, %d",
+					c.Verdict, len(c.Changes), len(c.OnlyRun), len(c.OnlyBaseline), tc.want, tc.matched, tc.onlyRun, tc.only)
+			}
+		})
+	}
+}
+
+func TestCompareLine(t *testing.T) {
+	c := &Comparison{Verdict: Regression, Changes: []Change{{Verdict: Regression}, {Verdict: Pass}, {Verdict: Pass}},
+		OnlyBaseline: []*record.Record{{}}}
+	if got, want := c.Line(), "regression: 1 regression, 0 warn, 2 pass; 1 point unmatched"; got != want {
+		t.Errorf("Line() = %q, want %q", got, want)
+	}
+}

@@ -1,0 +1,521 @@
+package report
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/inferhq/infer/loadgen/record"
+)
+
+// summary renders summary.md.
+func (v *view) summary(res *Result) string {
+	var b strings.Builder
+	m := &v.run.Manifest
+	name := m.Scenario
+	if name == "" {
+		name = filepath.Base(filepath.Clean(v.run.Dir))
+	}
+	fmt.Fprintf(&b, "# Bench report: %s\n\n", name)
+	if c := res.Comparison; c != nil {
+		fmt.Fprintf(&b, "**Against baseline `%s`: %s** (%s).\n\n", c.Baseline, strings.ToUpper(c.Verdict.String()), c.counts())
+	}
+	v.writeFacts(&b)
+	v.writeWarnings(&b)
+	v.writeBest(&b)
+	writeCharts(&b, res.Charts)
+	v.writePoints(&b)
+	v.writeOffline(&b)
+	if res.Comparison != nil {
+		v.writeComparison(&b, res.Comparison)
+	}
+	return b.String()
+}
+
+func (v *view) writeFacts(b *strings.Builder) {
+	m := &v.run.Manifest
+	b.WriteString("## Run\n\n")
+	if m.Start.IsZero() && m.Scenario == "" {
+		fmt.Fprintf(b, "No %s in `%s`: the run's scenario, versions and machine are unknown.\n", record.ManifestFile, v.run.Dir)
+	} else {
+		b.WriteString("| | |\n|---|---|\n")
+		row := func(k, val string) {
+			if val != "" {
+				fmt.Fprintf(b, "| %s | %s |\n", k, val)
+			}
+		}
+		scen := "`" + m.Scenario + "`"
+		if m.ScenarioFile != "" {
+			scen += " from `" + m.ScenarioFile + "`"
+		}
+		row("Scenario", scen)
+		row("infer", strings.TrimSpace(m.InferVersion+paren("commit "+m.InferCommit, m.InferCommit != "")))
+		model := m.Model
+		if m.ModelHash != "" {
+			model += " (sha256 `" + m.ModelHash[:min(12, len(m.ModelHash))] + "`)"
+		}
+		row("Model", model)
+		row("Runtime", m.Runtime)
+		var mach []string
+		for _, s := range []string{m.Host, m.OS, plural(m.Cores, "core"), m.GoVersion} {
+			if s != "" && s != "0 cores" {
+				mach = append(mach, s)
+			}
+		}
+		row("Machine", strings.Join(mach, " · "))
+		if !m.Start.IsZero() {
+			row("Started", m.Start.UTC().Format("2006-01-02 15:04:05 MST"))
+		}
+		switch {
+		case !m.End.IsZero():
+			row("Ended", m.End.UTC().Format("2006-01-02 15:04:05 MST")+" (took "+m.End.Sub(m.Start).Round(time.Second).String()+")")
+		case m.Interrupted:
+			row("Ended", "interrupted")
+		}
+		row("SLO", sloText(m.SLO))
+	}
+	flagged, partial := 0, 0
+	for _, r := range v.recs {
+		if !r.Valid {
+			flagged++
+		}
+		if r.Partial {
+			partial++
+		}
+	}
+	fmt.Fprintf(b, "\n%s recorded: %d flagged, %d cut short.\n\n", plural(len(v.recs), "point"), flagged, partial)
+}
+
+func sloText(s record.SLO) string {
+	var parts []string
+	if s.P99 > 0 {
+		parts = append(parts, "p99 ≤ "+fmtMs(s.P99.Ms()))
+	}
+	if s.MaxErrorRate > 0 {
+		parts = append(parts, fmt.Sprintf("error rate ≤ %s %%", num(s.MaxErrorRate*100)))
+	}
+	if s.MinThroughput > 0 {
+		parts = append(parts, "throughput ≥ "+num(s.MinThroughput)+" req/s")
+	}
+	if len(parts) == 0 {
+		return "none set"
+	}
+	return strings.Join(parts, " · ")
+}
+
+// warning kinds, in the order the summary lists them.
+var warnings = []struct {
+	flag, title, meaning string
+}{
+	{"partial", "Cut short", "the user stopped the run during these points; they were measured for less than planned"},
+	{record.FlagNoSuccess, "No success", "every request failed, so these points have no latencies and count as zero throughput"},
+	{record.FlagCoordinatedOmission, "Coordinated omission", "the generator sent less than 95 % of the target rate because the server held it back, so the latencies understate what clients at that rate would see"},
+	{record.FlagGeneratorSaturated, "Load generator saturated", "the generator used (nearly) all the CPU it had, so the server may be faster than measured"},
+	{record.FlagErrors, "Errors", "some requests failed (429: the queue was full and admission refused; 503: not ready or draining; 504: deadline passed; error: no HTTP answer)"},
+}
+
+func (v *view) writeWarnings(b *strings.Builder) {
+	var out []string
+	flagged := false // a warning about trust, not just failures
+	if v.run.Manifest.Interrupted {
+		out = append(out, fmt.Sprintf("- **Run interrupted**: the run was stopped before its last point; the sweep is incomplete (%s recorded).", plural(len(v.recs), "point")))
+	}
+	for _, w := range warnings {
+		var pts []string
+		for _, r := range v.recs {
+			has := slices.Contains(r.Flags, w.flag) || (w.flag == "partial" && r.Partial)
+			if !has || (w.flag == record.FlagErrors && slices.Contains(r.Flags, record.FlagNoSuccess)) {
+				continue
+			}
+			label := v.pointLabel(r)
+			if w.flag == record.FlagErrors || w.flag == record.FlagNoSuccess {
+				label += " (" + statusText(r) + ")"
+			}
+			if w.flag == record.FlagCoordinatedOmission && r.TargetRate > 0 {
+				label += fmt.Sprintf(" (%s of %s req/s)", num(r.AchievedRate), num(r.TargetRate))
+			}
+			if w.flag == record.FlagGeneratorSaturated {
+				label += fmt.Sprintf(" (%s cores)", num(r.GeneratorCPU))
+			}
+			pts = append(pts, label)
+		}
+		if len(pts) == 0 {
+			continue
+		}
+		const show = 8
+		list := strings.Join(pts[:min(len(pts), show)], "; ")
+		if len(pts) > show {
+			list += fmt.Sprintf("; and %d more (see the table of points)", len(pts)-show)
+		}
+		out = append(out, fmt.Sprintf("- **%s** (%s): %s: %s.", w.title, plural(len(pts), "point"), w.meaning, list))
+		flagged = flagged || w.flag != record.FlagErrors
+	}
+	if len(out) == 0 {
+		return
+	}
+	b.WriteString("## Warnings\n\n")
+	b.WriteString(strings.Join(out, "\n") + "\n\n")
+	if flagged {
+		b.WriteString("Flagged points are drawn hollow on the charts and are not candidates for the best configuration.\n\n")
+	}
+}
+
+// statusText summarises the statuses of a point that had failures:
+// "12.3 % failed: 429 ×110, error ×2".
+func statusText(r *record.Record) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(r.Status)) {
+		if k != "200" {
+			parts = append(parts, fmt.Sprintf("%s ×%d", k, r.Status[k]))
+		}
+	}
+	return fmt.Sprintf("%s failed: %s", pctAbs(r.ErrorRate()), strings.Join(parts, ", "))
+}
+
+func (v *view) writeBest(b *strings.Builder) {
+	slo := v.run.Manifest.SLO
+	b.WriteString("## Best configuration under the SLO\n\n")
+	ok := ranked(v.recs, slo)
+	trustedN := 0
+	for _, r := range v.recs {
+		if trusted(r) && succeeded(r) {
+			trustedN++
+		}
+	}
+	noSLO := slo == (record.SLO{})
+	if noSLO {
+		b.WriteString("The scenario sets no SLO, so every trusted point qualifies and the highest throughput wins.\n\n")
+	} else {
+		fmt.Fprintf(b, "SLO: %s.\n\n", sloText(slo))
+	}
+	if len(ok) == 0 {
+		if trustedN == 0 {
+			b.WriteString("No point qualifies: none has a trusted measurement with a successful request.\n\n")
+			return
+		}
+		fmt.Fprintf(b, "**No point meets the SLO** (of %s with trusted measurements).", plural(trustedN, "point"))
+		var closest *record.Record
+		for _, r := range v.recs {
+			if trusted(r) && succeeded(r) && (closest == nil || r.Latency.P99 < closest.Latency.P99) {
+				closest = r
+			}
+		}
+		fmt.Fprintf(b, " The lowest p99 was %s at %s (%s req/s, %s errors).\n\n", fmtMs(closest.Latency.P99.Ms()), v.pointLabel(closest), num(closest.Throughput), pctAbs(closest.ErrorRate()))
+		return
+	}
+	best := ok[0]
+	fmt.Fprintf(b, "**%s** at %s: %s req/s (%s items/s), p50 %s, p99 %s, errors %s.\n\n",
+		v.longConfig(best), loadLabel(best.Point.Load), num(best.Throughput), num(best.ItemsPerSec),
+		fmtMs(best.Latency.P50.Ms()), fmtMs(best.Latency.P99.Ms()), pctAbs(best.ErrorRate()))
+	var more []string
+	if !noSLO {
+		more = append(more, fmt.Sprintf("%d of %s with trusted measurements meet the SLO.", len(ok), plural(trustedN, "point")))
+	}
+	if nb := v.bestNaive(); nb != nil && !isNaive(best) && nb.Throughput > 0 {
+		more = append(more, fmt.Sprintf("That is %.1f× the naive endpoint's best throughput (%s req/s).", best.Throughput/nb.Throughput, num(nb.Throughput)))
+	}
+	if len(ok) > 1 {
+		more = append(more, "The next best configurations:")
+	}
+	if len(more) > 0 {
+		b.WriteString(strings.Join(more, " ") + "\n\n")
+	}
+	if len(ok) > 1 {
+		b.WriteString("| configuration | load | req/s | p99 | errors |\n|---|---|--:|--:|--:|\n")
+		seen := map[config]bool{configOf(best.Point): true}
+		for _, r := range ok[1:] {
+			if len(seen) > 4 {
+				break
+			}
+			if seen[configOf(r.Point)] { // each configuration once, at its best load
+				continue
+			}
+			seen[configOf(r.Point)] = true
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %s |\n", v.configLabel(r), loadLabel(r.Point.Load), num(r.Throughput), fmtMs(r.Latency.P99.Ms()), pctAbs(r.ErrorRate()))
+		}
+		b.WriteString("\n")
+	}
+}
+
+// longConfig names a configuration with every server setting:
+// "batched b=64 w=4, max-latency 50ms, policy fixed".
+func (v *view) longConfig(r *record.Record) string {
+	p := r.Point
+	s := p.Endpoint
+	if isNaive(r) {
+		return s
+	}
+	if p.Batch > 0 {
+		s += fmt.Sprintf(" b=%d", p.Batch)
+	}
+	if p.Workers > 0 {
+		s += fmt.Sprintf(" w=%d", p.Workers)
+	}
+	if p.Latency > 0 {
+		s += ", max-latency " + p.Latency.D().String()
+	}
+	if p.Policy != "" {
+		s += ", policy " + p.Policy
+	}
+	if p.Items > 1 {
+		s += fmt.Sprintf(", %d items per request", p.Items)
+	}
+	return s
+}
+
+func writeCharts(b *strings.Builder, charts []Chart) {
+	b.WriteString("## Charts\n\n")
+	var skipped []string
+	for _, c := range charts {
+		if c.Skipped != "" {
+			skipped = append(skipped, fmt.Sprintf("- %s (`%s`): not drawn: %s.", c.Title, c.File, c.Skipped))
+			continue
+		}
+		fmt.Fprintf(b, "### %s\n\n![%s](%s)\n\n", c.Title, c.Title, c.File)
+	}
+	if len(skipped) > 0 {
+		b.WriteString(strings.Join(skipped, "\n") + "\n\n")
+	}
+}
+
+// column is one column of the table of points.
+type column struct {
+	head, align string
+	cell        func(*record.Record) string
+}
+
+func (v *view) writePoints(b *strings.Builder) {
+	b.WriteString("## Points\n\n")
+	if len(v.recs) == 0 {
+		b.WriteString("The run recorded no points.\n\n")
+		return
+	}
+	cols := []column{
+		{"#", "--:", func(r *record.Record) string { return fmt.Sprint(r.Index) }},
+		{"endpoint", "---", func(r *record.Record) string { return r.Point.Endpoint }},
+		{"batch", "--:", func(r *record.Record) string { return orDash(r.Point.Batch) }},
+		{"workers", "--:", func(r *record.Record) string { return orDash(r.Point.Workers) }},
+	}
+	// Settings the same on every point move from the table to a line above it.
+	var same []string
+	for _, c := range []struct {
+		column
+		label func(string) string
+	}{
+		{column{"max-latency", "--:", func(r *record.Record) string { return r.Point.Latency.D().String() }}, func(s string) string { return "max-latency " + s }},
+		{column{"policy", "---", func(r *record.Record) string { return r.Point.Policy }}, func(s string) string { return "policy " + s }},
+		{column{"items/req", "--:", func(r *record.Record) string { return fmt.Sprint(r.Point.Items) }}, func(s string) string {
+			if s == "1" {
+				return "1 item per request"
+			}
+			return s + " items per request"
+		}},
+		{column{"load", "---", func(r *record.Record) string { return loadMode(r.Point.Load) }}, func(s string) string { return s }},
+	} {
+		vals := map[string]bool{}
+		for _, r := range v.served {
+			vals[c.cell(r)] = true
+		}
+		if c.head == "load" || c.head == "items/req" {
+			for _, r := range v.naive {
+				vals[c.cell(r)] = true
+			}
+		}
+		switch {
+		case len(vals) > 1:
+			cols = append(cols, c.column)
+		case len(vals) == 1:
+			for val := range vals {
+				if val != "" && val != "0s" {
+					same = append(same, c.label(val))
+				}
+			}
+		}
+	}
+	cols = append(cols,
+		column{"target", "--:", func(r *record.Record) string { return loadTarget(r) }},
+		column{"achieved", "--:", func(r *record.Record) string { return num(r.AchievedRate) }},
+		column{"req/s", "--:", func(r *record.Record) string { return num(r.Throughput) }},
+		column{"items/s", "--:", func(r *record.Record) string { return num(r.ItemsPerSec) }},
+		column{"p50", "--:", func(r *record.Record) string { return fmtDur(r.Latency.P50) }},
+		column{"p90", "--:", func(r *record.Record) string { return fmtDur(r.Latency.P90) }},
+		column{"p99", "--:", func(r *record.Record) string { return fmtDur(r.Latency.P99) }},
+		column{"p99.9", "--:", func(r *record.Record) string { return fmtDur(r.Latency.P999) }},
+		column{"errors", "--:", func(r *record.Record) string { return pctAbs(r.ErrorRate()) }},
+		column{"mean batch", "--:", func(r *record.Record) string {
+			if r.Server.MeanBatch == 0 {
+				return "–"
+			}
+			return fmt.Sprintf("%.1f", r.Server.MeanBatch)
+		}},
+		column{"queue", "--:", func(r *record.Record) string { return fmtDur(r.Server.MeanQueue) }},
+		column{"compute", "--:", func(r *record.Record) string { return fmtDur(r.Server.MeanCompute) }},
+		column{"flags", "---", func(r *record.Record) string {
+			f := slices.Clone(r.Flags)
+			if r.Partial {
+				f = append(f, "partial")
+			}
+			return strings.Join(f, ", ")
+		}},
+	)
+	if len(same) > 0 {
+		fmt.Fprintf(b, "Every point: %s. ", strings.Join(same, " · "))
+	}
+	b.WriteString("Rates in requests/s; latencies over successful requests, as the client saw them; mean batch, queue and compute from the server's Server-Timing headers.\n\n")
+	for i, c := range cols {
+		b.WriteString(map[bool]string{true: "| ", false: " | "}[i == 0] + c.head)
+	}
+	b.WriteString(" |\n")
+	for _, c := range cols {
+		b.WriteString("|" + c.align)
+	}
+	b.WriteString("|\n")
+	for _, r := range v.recs {
+		for i, c := range cols {
+			b.WriteString(map[bool]string{true: "| ", false: " | "}[i == 0] + c.cell(r))
+		}
+		b.WriteString(" |\n")
+	}
+	b.WriteString("\n")
+}
+
+// loadMode describes how a load was driven, without its level.
+func loadMode(l record.Load) string {
+	if l.Mode == "closed" {
+		return "closed loop"
+	}
+	if l.Pacer != "" {
+		return "open loop, " + l.Pacer + " pacer"
+	}
+	return "open loop"
+}
+
+// loadTarget is the load level a point was asked for.
+func loadTarget(r *record.Record) string {
+	l := r.Point.Load
+	if l.Mode == "closed" || (l.Rate == 0 && l.Concurrency > 0) {
+		return plural(l.Concurrency, "client")
+	}
+	if l.Pacer == "ramp" {
+		return num(l.RampFrom) + "→" + num(l.Rate)
+	}
+	return num(r.TargetRate)
+}
+
+func (v *view) writeOffline(b *strings.Builder) {
+	off := v.run.Manifest.Offline
+	if len(off) == 0 {
+		return
+	}
+	b.WriteString("## Served vs offline\n\n")
+	b.WriteString("The model's own ceiling without HTTP (items/s of one instance, from `infer models bench`) against the most items/s served at that batch size, with the ratio. Several workers can exceed one instance's ceiling where the hardware has room.\n\n")
+	b.WriteString("| batch | offline items/s |")
+	for _, w := range v.workers {
+		fmt.Fprintf(b, " served w=%d |", w)
+	}
+	b.WriteString("\n|--:|--:|" + strings.Repeat("--:|", len(v.workers)) + "\n")
+	for _, batch := range slices.Sorted(maps.Keys(off)) {
+		fmt.Fprintf(b, "| %d | %s |", batch, num(off[batch]))
+		for _, w := range v.workers {
+			var best *record.Record
+			for _, r := range v.served {
+				if r.Point.Batch == batch && r.Point.Workers == w && succeeded(r) && (best == nil || r.ItemsPerSec > best.ItemsPerSec) {
+					best = r
+				}
+			}
+			switch {
+			case best == nil:
+				b.WriteString(" – |")
+			case off[batch] > 0:
+				fmt.Fprintf(b, " %s (%.2f×)%s |", num(best.ItemsPerSec), best.ItemsPerSec/off[batch], paren("flagged", !trusted(best)))
+			default:
+				fmt.Fprintf(b, " %s |", num(best.ItemsPerSec))
+			}
+		}
+		b.WriteString("\n")
+	}
+	if nb := v.bestNaive(); nb != nil && off[1] > 0 {
+		fmt.Fprintf(b, "\nNaive endpoint: %s items/s (%.2f× the batch-1 ceiling).\n", num(nb.ItemsPerSec), nb.ItemsPerSec/off[1])
+	}
+	b.WriteString("\n")
+}
+
+func (v *view) writeComparison(b *strings.Builder, c *Comparison) {
+	b.WriteString("## Comparison with the baseline\n\n")
+	fmt.Fprintf(b, "Baseline `%s`. Verdict: **%s** (%s).\n\n", c.Baseline, strings.ToUpper(c.Verdict.String()), c.counts())
+	fmt.Fprintf(b, "A point regresses when its throughput falls, its p99 rises or its error rate rises beyond the noise band, on measurements that are not flagged; beyond the band on a flagged measurement it warns. The band is the repeats' spread where both runs have repeats (at least a quarter of the default), else ±%s %% throughput and ±%s %% p99; the error rate may rise by %s percentage point(s). Points are matched by endpoint, batch, workers, max-latency, policy, items per request and load level.\n\n",
+		num(c.Default.Throughput*100), num(c.Default.P99*100), num(c.Default.ErrorRate*100))
+	if len(c.Changes) > 0 {
+		changes := slices.Clone(c.Changes)
+		slices.SortStableFunc(changes, func(a, b Change) int { return -cmp.Compare(a.Verdict, b.Verdict) })
+		b.WriteString("| point | req/s base → now | Δ | p99 base → now | Δ | band (req/s, p99) | verdict | why |\n|---|--:|--:|--:|--:|--:|---|---|\n")
+		for _, ch := range changes {
+			band := fmt.Sprintf("±%s %%, ±%s %%", num(ch.Band.Throughput*100), num(ch.Band.P99*100))
+			if ch.FromRepeats {
+				band += " (repeats)"
+			}
+			fmt.Fprintf(b, "| %s | %s → %s | %s | %s → %s | %s | %s | %s | %s |\n", v.pointLabel(ch.Cur),
+				num(ch.Base.Throughput), num(ch.Cur.Throughput), pct(ch.Throughput),
+				fmtDur(ch.Base.Latency.P99), fmtDur(ch.Cur.Latency.P99), pct(ch.P99), band, ch.Verdict, ch.Reason)
+		}
+		b.WriteString("\n")
+	}
+	for _, u := range []struct {
+		what string
+		recs []*record.Record
+	}{{"Only in this run", c.OnlyRun}, {"Only in the baseline", c.OnlyBaseline}} {
+		if len(u.recs) == 0 {
+			continue
+		}
+		const show = 20
+		var names []string
+		for _, r := range u.recs[:min(len(u.recs), show)] {
+			names = append(names, v.pointLabel(r))
+		}
+		if len(u.recs) > show {
+			names = append(names, fmt.Sprintf("and %d more", len(u.recs)-show))
+		}
+		fmt.Fprintf(b, "%s (%s, not compared): %s.\n\n", u.what, plural(len(u.recs), "point"), strings.Join(names, "; "))
+	}
+}
+
+func fmtDur(d record.Duration) string {
+	if d <= 0 {
+		return "–"
+	}
+	return fmtMs(d.Ms())
+}
+
+// pctAbs formats a share: "0 %", "12.3 %".
+func pctAbs(v float64) string {
+	if v == 0 {
+		return "0 %"
+	}
+	return fmt.Sprintf("%.1f %%", v*100)
+}
+
+func orDash(n int) string {
+	if n == 0 {
+		return "–"
+	}
+	return fmt.Sprint(n)
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// paren returns " (s)" when cond holds, else "".
+func paren(s string, cond bool) string {
+	if !cond {
+		return ""
+	}
+	return " (" + s + ")"
+}

@@ -1,0 +1,354 @@
+package report
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/inferhq/infer/loadgen/record"
+)
+
+// config is what the server was at a sweep point, without the load.
+type config struct {
+	Endpoint string
+	Batch    int
+	Workers  int
+	Latency  record.Duration
+	Policy   string
+	Items    int
+}
+
+func configOf(p record.Point) config {
+	return config{Endpoint: p.Endpoint, Batch: p.Batch, Workers: p.Workers, Latency: p.Latency, Policy: p.Policy, Items: p.Items}
+}
+
+// series is a configuration without its batch size: one line on the charts
+// drawn against batch size.
+type series struct {
+	Endpoint string
+	Workers  int
+	Latency  record.Duration
+	Policy   string
+	Items    int
+}
+
+func seriesOf(p record.Point) series {
+	return series{Endpoint: p.Endpoint, Workers: p.Workers, Latency: p.Latency, Policy: p.Policy, Items: p.Items}
+}
+
+// variant is a series without its worker count: what sets a marker's shape.
+type variant struct {
+	Endpoint string
+	Latency  record.Duration
+	Policy   string
+	Items    int
+}
+
+func (s series) variant() variant {
+	return variant{Endpoint: s.Endpoint, Latency: s.Latency, Policy: s.Policy, Items: s.Items}
+}
+
+// key matches a point across runs: its configuration and its load.
+type key struct {
+	config
+	Load record.Load
+}
+
+func keyOf(p record.Point) key { return key{config: configOf(p), Load: p.Load} }
+
+func isNaive(r *record.Record) bool { return r.Point.Endpoint == "naive" }
+
+// succeeded reports whether any request of r succeeded, so that its
+// latencies mean something.
+func succeeded(r *record.Record) bool { return r.Status["200"] > 0 || r.Throughput > 0 }
+
+// trusted reports whether r's numbers can be taken at face value: no
+// validity flag against it and not cut short.
+func trusted(r *record.Record) bool { return r.Valid && !r.Partial }
+
+func compareLoad(a, b record.Load) int {
+	return cmp.Or(
+		cmp.Compare(a.Mode, b.Mode),
+		cmp.Compare(a.Pacer, b.Pacer),
+		cmp.Compare(a.Rate, b.Rate),
+		cmp.Compare(a.RampFrom, b.RampFrom),
+		cmp.Compare(a.Concurrency, b.Concurrency),
+	)
+}
+
+// loadLabel names a load level: "400 req/s", "ramp 10→400 req/s", "16 clients".
+func loadLabel(l record.Load) string {
+	switch {
+	case l.Mode == "closed" || (l.Rate == 0 && l.Concurrency > 0):
+		return fmt.Sprintf("%d clients", l.Concurrency)
+	case l.Pacer == "ramp":
+		return fmt.Sprintf("ramp %s→%s req/s", num(l.RampFrom), num(l.Rate))
+	case l.Rate > 0:
+		return num(l.Rate) + " req/s"
+	default:
+		return "unknown load"
+	}
+}
+
+// num formats a rate or count without trailing zeros: 12.5, 400, 0.25.
+func num(v float64) string { return fmt.Sprintf("%g", math.Round(v*100)/100) }
+
+// view is a run arranged for the report: its records with the groupings the
+// charts and the summary share.
+type view struct {
+	run     *record.Run
+	recs    []*record.Record // in sweep order
+	naive   []*record.Record
+	served  []*record.Record // every endpoint but the naive one
+	loads   []record.Load    // distinct load levels, ordered
+	workers []int            // distinct worker counts of the served points, ordered
+	vars    []variant        // distinct variants of the served points, ordered
+	vary    struct {
+		endpoint, latency, policy, items bool
+	}
+}
+
+func newView(run *record.Run) *view {
+	v := &view{run: run}
+	for i := range run.Records {
+		v.recs = append(v.recs, &run.Records[i])
+	}
+	slices.SortStableFunc(v.recs, func(a, b *record.Record) int { return cmp.Compare(a.Index, b.Index) })
+	var eps, lats, pols, items []string
+	for _, r := range v.recs {
+		if !slices.ContainsFunc(v.loads, func(l record.Load) bool { return l == r.Point.Load }) {
+			v.loads = append(v.loads, r.Point.Load)
+		}
+		if isNaive(r) {
+			v.naive = append(v.naive, r)
+			continue
+		}
+		v.served = append(v.served, r)
+		s := seriesOf(r.Point)
+		if !slices.Contains(v.workers, s.Workers) {
+			v.workers = append(v.workers, s.Workers)
+		}
+		if !slices.Contains(v.vars, s.variant()) {
+			v.vars = append(v.vars, s.variant())
+		}
+		eps, lats = appendNew(eps, s.Endpoint), appendNew(lats, s.Latency.D().String())
+		pols, items = appendNew(pols, s.Policy), appendNew(items, fmt.Sprint(s.Items))
+	}
+	slices.SortFunc(v.loads, compareLoad)
+	slices.Sort(v.workers)
+	slices.SortFunc(v.vars, func(a, b variant) int {
+		return cmp.Or(cmp.Compare(a.Endpoint, b.Endpoint), cmp.Compare(a.Latency, b.Latency),
+			cmp.Compare(a.Policy, b.Policy), cmp.Compare(a.Items, b.Items))
+	})
+	v.vary.endpoint, v.vary.latency = len(eps) > 1, len(lats) > 1
+	v.vary.policy, v.vary.items = len(pols) > 1, len(items) > 1
+	return v
+}
+
+func appendNew(s []string, v string) []string {
+	if slices.Contains(s, v) {
+		return s
+	}
+	return append(s, v)
+}
+
+// seriesLabel names a series by what tells it apart in this run: "w=2",
+// or "w=2 v2 max-lat 5ms" when endpoints and max-latencies vary too.
+func (v *view) seriesLabel(s series) string {
+	w := fmt.Sprintf("w=%d", s.Workers)
+	if s.Workers == 0 {
+		w = "w=?"
+	}
+	return strings.TrimSpace(w + " " + v.variantLabel(s.variant()))
+}
+
+// variantLabel names the dimensions of vr that vary in this run, or "".
+func (v *view) variantLabel(vr variant) string {
+	var parts []string
+	if v.vary.endpoint {
+		parts = append(parts, vr.Endpoint)
+	}
+	if v.vary.latency {
+		parts = append(parts, "max-lat "+vr.Latency.D().String())
+	}
+	if v.vary.policy {
+		parts = append(parts, vr.Policy)
+	}
+	if v.vary.items {
+		parts = append(parts, fmt.Sprintf("%d items/req", vr.Items))
+	}
+	return strings.Join(parts, " ")
+}
+
+// configLabel names a served configuration briefly: "b=32 w=4", with the
+// varying dimensions of seriesLabel.
+func (v *view) configLabel(r *record.Record) string {
+	if isNaive(r) {
+		return "naive"
+	}
+	b := fmt.Sprintf("b=%d ", r.Point.Batch)
+	if r.Point.Batch == 0 {
+		b = ""
+	}
+	return b + v.seriesLabel(seriesOf(r.Point))
+}
+
+// pointLabel names a point: its configuration at its load.
+func (v *view) pointLabel(r *record.Record) string {
+	return v.configLabel(r) + " @ " + loadLabel(r.Point.Load)
+}
+
+// bySeries groups the served points with a known batch size into series,
+// ordered by worker count then variant.
+func (v *view) bySeries() ([]series, map[series][]*record.Record) {
+	groups := map[series][]*record.Record{}
+	var order []series
+	for _, r := range v.served {
+		if r.Point.Batch <= 0 {
+			continue
+		}
+		s := seriesOf(r.Point)
+		if _, ok := groups[s]; !ok {
+			order = append(order, s)
+		}
+		groups[s] = append(groups[s], r)
+	}
+	slices.SortFunc(order, func(a, b series) int {
+		return cmp.Or(cmp.Compare(a.Workers, b.Workers), cmp.Compare(slices.Index(v.vars, a.variant()), slices.Index(v.vars, b.variant())))
+	})
+	return order, groups
+}
+
+// capacity returns, for each batch size of a series, the point with the
+// highest throughput over the load levels: what the configuration can
+// serve. Points without a success are kept only when nothing else exists
+// for that batch size.
+func capacity(recs []*record.Record) (batches []int, best map[int]*record.Record) {
+	best = map[int]*record.Record{}
+	for _, r := range recs {
+		cur, ok := best[r.Point.Batch]
+		if !ok {
+			batches = append(batches, r.Point.Batch)
+		}
+		if !ok || better(r, cur) {
+			best[r.Point.Batch] = r
+		}
+	}
+	slices.Sort(batches)
+	return batches, best
+}
+
+// better reports whether a beats b as the pick for a configuration:
+// trusted before flagged, then higher throughput, then lower p99.
+func better(a, b *record.Record) bool {
+	if succeeded(a) != succeeded(b) {
+		return succeeded(a)
+	}
+	if trusted(a) != trusted(b) {
+		return trusted(a)
+	}
+	if a.Throughput != b.Throughput {
+		return a.Throughput > b.Throughput
+	}
+	return a.Latency.P99 < b.Latency.P99
+}
+
+// atLoad returns the points at load l.
+func atLoad(recs []*record.Record, l record.Load) []*record.Record {
+	var out []*record.Record
+	for _, r := range recs {
+		if r.Point.Load == l {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// panelLoads picks at most n load levels to draw one panel each: all of
+// them when they fit, else the lowest, the highest and evenly spaced ones
+// between.
+func panelLoads(loads []record.Load, n int) []record.Load {
+	if len(loads) <= n {
+		return loads
+	}
+	out := make([]record.Load, 0, n)
+	for i := range n {
+		out = append(out, loads[i*(len(loads)-1)/(n-1)])
+	}
+	return out
+}
+
+// frontier returns the trusted points that no other trusted point beats on
+// both throughput and p99 latency, by increasing throughput.
+func frontier(recs []*record.Record) []*record.Record {
+	var cand []*record.Record
+	for _, r := range recs {
+		if trusted(r) && succeeded(r) && r.Latency.P99 > 0 {
+			cand = append(cand, r)
+		}
+	}
+	slices.SortFunc(cand, func(a, b *record.Record) int {
+		return cmp.Or(-cmp.Compare(a.Throughput, b.Throughput), cmp.Compare(a.Latency.P99, b.Latency.P99))
+	})
+	var front []*record.Record
+	for _, r := range cand {
+		if len(front) == 0 || r.Latency.P99 < front[len(front)-1].Latency.P99 {
+			front = append(front, r)
+		}
+	}
+	slices.Reverse(front)
+	return front
+}
+
+// knee returns the point of the frontier where latency starts to climb:
+// with throughput scaled to [0,1] and log p99 scaled to [0,1], the point
+// farthest below the chord from the frontier's first to its last point.
+// It returns nil when the frontier has fewer than three points or bends
+// too little (less than 0.05 of the scaled range) to have a knee.
+func knee(front []*record.Record) *record.Record {
+	if len(front) < 3 {
+		return nil
+	}
+	first, last := front[0], front[len(front)-1]
+	x0, x1 := first.Throughput, last.Throughput
+	y0, y1 := math.Log(first.Latency.P99.Ms()), math.Log(last.Latency.P99.Ms())
+	if x1 <= x0 || y1 <= y0 {
+		return nil
+	}
+	var best *record.Record
+	bestD := 0.05
+	for _, r := range front[1 : len(front)-1] {
+		x := (r.Throughput - x0) / (x1 - x0)
+		y := (math.Log(r.Latency.P99.Ms()) - y0) / (y1 - y0)
+		if d := x - y; d > bestD { // distance below the diagonal, up to a factor √2
+			best, bestD = r, d
+		}
+	}
+	return best
+}
+
+// meetsSLO reports whether r is trusted, has successes and meets every
+// threshold of slo that is set.
+func meetsSLO(r *record.Record, slo record.SLO) bool {
+	return trusted(r) && succeeded(r) &&
+		(slo.P99 == 0 || r.Latency.P99 <= slo.P99) &&
+		(slo.MaxErrorRate == 0 || r.ErrorRate() <= slo.MaxErrorRate) &&
+		(slo.MinThroughput == 0 || r.Throughput >= slo.MinThroughput)
+}
+
+// ranked returns the points meeting slo, best first: highest throughput,
+// then lowest p99, then sweep order.
+func ranked(recs []*record.Record, slo record.SLO) []*record.Record {
+	var ok []*record.Record
+	for _, r := range recs {
+		if meetsSLO(r, slo) {
+			ok = append(ok, r)
+		}
+	}
+	slices.SortStableFunc(ok, func(a, b *record.Record) int {
+		return cmp.Or(-cmp.Compare(a.Throughput, b.Throughput), cmp.Compare(a.Latency.P99, b.Latency.P99))
+	})
+	return ok
+}
