@@ -10,13 +10,12 @@ import (
 	"github.com/inferhq/infer/models"
 )
 
-// Model is one instance: a session (its own or its device's shared one) and
-// the buffers its batches are built in, reused from batch to batch. It is not
-// safe for concurrent use; instances sharing a session are.
+// Model is one instance: its worker's session and the buffers its batches
+// are built in, reused from batch to batch. It is not safe for concurrent
+// use; instances sharing a session are.
 type Model struct {
 	f    *Factory
-	sess *ort.DynamicAdvancedSession
-	own  bool // the session is this instance's, closed with it
+	sess *ort.DynamicAdvancedSession // owned by the factory
 
 	ids, mask, types []int64   // inputs, [n, seqLen]
 	out              []float32 // the float output when its shape is known in advance
@@ -164,12 +163,8 @@ func grow[T any](s []T, n int) []T {
 	return make([]T, n, n+n/4)
 }
 
-// Close releases the instance's own session; a shared one is released by
-// the factory.
+// Close forgets the session; the factory releases it.
 func (m *Model) Close() error {
-	if m.own && m.sess != nil {
-		m.sess.Destroy()
-	}
 	m.sess = nil
 	return nil
 }

@@ -75,14 +75,8 @@ type Config struct {
 	// sets the default of Threads. Default 1.
 	Workers int
 	// Threads is the number of intra-op threads of each session. Default:
-	// the number of CPUs divided among the sessions that compute at once
-	// (one per CPU device, or Workers with SessionPerInstance), at least 1.
+	// the number of CPUs divided among the Workers, at least 1.
 	Threads int
-	// SessionPerInstance gives every instance a session of its own, with
-	// its own copy of the weights and its own thread pool. Default false:
-	// the instances on one device share one session (ONNX Runtime's Run is
-	// safe for concurrent use), so the weights are in memory once.
-	SessionPerInstance bool
 	// Spin lets ONNX Runtime's idle pool threads spin waiting for work.
 	// Default false: spinning threads would hold the cores that the HTTP
 	// server and the tokenizer need between batches.
@@ -107,7 +101,7 @@ type Factory struct {
 	lib     string
 
 	mu       sync.Mutex
-	sessions map[models.Device]*ort.DynamicAdvancedSession // shared, by device
+	sessions map[int]*ort.DynamicAdvancedSession // by worker number
 	closed   bool
 
 	hashOnce sync.Once
@@ -139,7 +133,7 @@ func New(cfg Config) (*Factory, error) {
 	if len(cfg.Devices) == 0 {
 		cfg.Devices = []models.Device{{Kind: "cpu"}}
 	}
-	f := &Factory{cfg: cfg, log: cfg.Logger, sessions: map[models.Device]*ort.DynamicAdvancedSession{}}
+	f := &Factory{cfg: cfg, log: cfg.Logger, sessions: map[int]*ort.DynamicAdvancedSession{}}
 	if f.log == nil {
 		f.log = slog.New(slog.DiscardHandler)
 	}
@@ -156,7 +150,7 @@ func New(cfg Config) (*Factory, error) {
 	}
 	f.threads = cfg.Threads
 	if f.threads <= 0 {
-		f.threads = max(1, runtime.NumCPU()/f.concurrentSessions())
+		f.threads = max(1, runtime.NumCPU()/cfg.Workers)
 	}
 	ins, outs, err := ort.GetInputOutputInfo(cfg.Path)
 	trimHeap()
@@ -175,40 +169,18 @@ func New(cfg Config) (*Factory, error) {
 		f.dec.maskID = id
 	}
 	f.log.Info("onnx model", "path", cfg.Path, "task", f.sig.head.task(), "outputs", strings.Join(f.sig.outputs, ","),
-		"runtime", RuntimeVersion(), "library", lib, "threads", f.threads, "devices", devicesString(f.devices),
-		"session_per_instance", cfg.SessionPerInstance)
+		"runtime", RuntimeVersion(), "library", lib, "threads", f.threads, "devices", devicesString(f.devices))
 	return f, nil
-}
-
-// concurrentSessions is the number of sessions that may compute at once on
-// the CPU, among which the CPUs are divided.
-func (f *Factory) concurrentSessions() int {
-	if f.cfg.SessionPerInstance {
-		return f.cfg.Workers
-	}
-	n := 0
-	seen := map[models.Device]bool{}
-	for _, d := range f.devices {
-		if d.Kind == "cpu" && !seen[d] {
-			seen[d] = true
-			n++
-		}
-	}
-	return max(1, n)
 }
 
 // Info describes the model.
 func (f *Factory) Info() models.Info {
-	sessions := "shared"
-	if f.cfg.SessionPerInstance {
-		sessions = "per-instance"
-	}
 	return models.Info{
 		Name:    f.cfg.Name,
 		Task:    f.sig.head.task(),
 		Backend: "onnx",
-		Params: fmt.Sprintf("onnxruntime=%s devices=%s threads=%d sessions=%s max_seq_len=%d",
-			RuntimeVersion(), devicesString(f.devices), f.threads, sessions, f.cfg.MaxSeqLen),
+		Params: fmt.Sprintf("onnxruntime=%s devices=%s threads=%d max_seq_len=%d",
+			RuntimeVersion(), devicesString(f.devices), f.threads, f.cfg.MaxSeqLen),
 	}
 }
 
@@ -265,40 +237,37 @@ func containsID(ids []int32, id int32) bool {
 	return false
 }
 
-// New returns the instance of worker number worker, on its device.
+// New returns an instance for worker number worker, on its device. Each
+// worker number has one session, created by its first instance: instances of
+// the same worker share it, so the weights of the naive endpoint's instance,
+// which the server numbers 0, are those of worker 0. Sessions of different
+// workers compute at the same time without contending for one thread pool
+// (concurrent runs of one CPU session mostly wait for each other).
 func (f *Factory) New(_ context.Context, worker int) (models.Model, error) {
-	dev := models.ForWorker(f.devices, worker)
-	if f.cfg.SessionPerInstance {
-		s, err := f.newSession(dev)
-		if err != nil {
-			return nil, err
-		}
-		return &Model{f: f, sess: s, own: true}, nil
-	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
 		return nil, fmt.Errorf("onnx: factory closed")
 	}
-	s := f.sessions[dev]
+	s := f.sessions[worker]
 	if s == nil {
 		var err error
-		if s, err = f.newSession(dev); err != nil {
+		if s, err = f.newSession(models.ForWorker(f.devices, worker)); err != nil {
 			return nil, err
 		}
-		f.sessions[dev] = s
+		f.sessions[worker] = s
 	}
 	return &Model{f: f, sess: s}, nil
 }
 
-// Close releases the shared sessions; the instances must be closed first.
+// Close releases the sessions; the instances must be closed first.
 func (f *Factory) Close() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.closed = true
-	for d, s := range f.sessions {
+	for w, s := range f.sessions {
 		s.Destroy()
-		delete(f.sessions, d)
+		delete(f.sessions, w)
 	}
 	return nil
 }

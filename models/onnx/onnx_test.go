@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -221,14 +222,36 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-func TestSessionPerInstance(t *testing.T) {
-	path := toyGraph{outputs: []string{"logits"}}.build(t, t.TempDir(), "logits")
-	shared := newFactory(t, Config{Path: path, Workers: 2})
-	own := newFactory(t, Config{Path: path, Workers: 2, SessionPerInstance: true})
-	assertClose(t, predict(t, own, short)[0], predict(t, shared, short)[0], 0)
-	if got, want := own.Threads(), max(1, shared.Threads()/2); got != want {
-		t.Errorf("threads per session = %d with a session per instance, want %d", got, want)
+// TestSessions: one session per worker number, shared by its instances.
+func TestSessions(t *testing.T) {
+	f := newFactory(t, Config{Path: toyGraph{outputs: []string{"logits"}}.build(t, t.TempDir(), "logits"), Workers: 2})
+	var ms []*Model
+	for _, w := range []int{0, 0, 1} {
+		m, err := f.New(context.Background(), w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		ms = append(ms, m.(*Model))
 	}
+	if ms[0].sess != ms[1].sess || ms[0].sess == ms[2].sess {
+		t.Errorf("sessions of workers 0, 0, 1 = %p, %p, %p; want the first two shared", ms[0].sess, ms[1].sess, ms[2].sess)
+	}
+	if got, want := f.Threads(), max(1, runtime.NumCPU()/2); got != want {
+		t.Errorf("threads per session = %d with 2 workers, want %d", got, want)
+	}
+	in, err := f.Prepare(short)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs := make([][]models.Output, len(ms))
+	for i, m := range ms {
+		outs[i] = make([]models.Output, 1)
+		if err := m.Predict(context.Background(), []models.Input{in}, outs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	assertClose(t, outs[2][0], outs[0][0], 0)
 }
 
 func TestDevices(t *testing.T) {
