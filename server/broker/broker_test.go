@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -193,9 +194,9 @@ func TestRedisRestart(t *testing.T) {
 }
 
 // Admission is bounded by the stream's backlog: beyond QueueCap requests
-// are refused with 429 and nothing is trimmed. Entries whose deadline passed
-// while no worker ran are answered without compute once one comes.
-func TestQueueFullAndExpired(t *testing.T) {
+// are refused with 429 and nothing is trimmed. A request whose deadline
+// passes withdraws the entries no worker has read.
+func TestQueueFullAndWithdraw(t *testing.T) {
 	r := startRedis(t)
 	bc := broker.Config{URL: r.url, Prefix: t.Name()}
 	f := simFactory(t, time.Millisecond, 0)
@@ -213,27 +214,98 @@ func TestQueueFullAndExpired(t *testing.T) {
 	if refused.status != http.StatusTooManyRequests || refused.code != "queue_full" {
 		t.Errorf("over the cap: status %d (%s), want 429 queue_full", refused.status, refused.code)
 	}
+	if n := backlog(t, url); n != 3 {
+		t.Errorf("backlog after the refusal = %v, want the 3 admitted items, none trimmed", n)
+	}
 	if o := <-first; o.status != http.StatusGatewayTimeout {
 		t.Errorf("with no worker: status %d (%s), want 504", o.status, o.code)
 	}
-	if n := backlog(t, url); n != 3 {
-		t.Errorf("backlog = %v, want the 3 admitted items, none trimmed", n)
+	if n := backlog(t, url); n != 0 {
+		t.Errorf("backlog after the deadline = %v, want 0: the entries are withdrawn", n)
 	}
+	startWorker(t, broker.WorkerConfig{Config: bc, Batch: batch.Config{MaxLatency: time.Millisecond}}, f)
+	if o := post(http.DefaultClient, url, []string{"f"}, time.Second); o.status != http.StatusOK {
+		t.Errorf("with a worker: status %d (%s), want 200", o.status, o.code)
+	}
+}
 
-	w := startWorker(t, broker.WorkerConfig{Config: bc, Batch: batch.Config{MaxLatency: time.Millisecond}}, f)
+// Entries whose deadline has passed when a worker reads them are answered
+// with a deadline error and acknowledged, without compute.
+func TestExpiredEntries(t *testing.T) {
+	r := startRedis(t)
+	bc := broker.Config{URL: r.url, Prefix: t.Name()}
+	stream := t.Name() + ":sim:classify:requests"
+	past := strconv.FormatInt(time.Now().Add(-time.Second).UnixMilli(), 10)
+	for i := range 3 {
+		r.do("XADD", stream, "*", "req", "7", "item", strconv.Itoa(i), "reply", "replies", "deadline", past, "input", `{"Text":"late"}`)
+	}
+	w := startWorker(t, broker.WorkerConfig{Config: bc}, simFactory(t, time.Millisecond, 0))
+	var codes []string
 	for range 500 {
-		if backlog(t, url) == 0 {
+		if len(codes) == 3 {
+			break
+		}
+		v := r.do("LPOP", "replies")
+		if v == "" {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		var res struct{ Req, Code string }
+		if err := json.Unmarshal([]byte(v), &res); err != nil || res.Req != "7" {
+			t.Fatalf("result %s: %v", v, err)
+		}
+		codes = append(codes, res.Code)
+	}
+	if fmt.Sprint(codes) != "[expired expired expired]" {
+		t.Errorf("result codes = %v, want 3 × expired", codes)
+	}
+	dropped, _ := metric(t, w.Handler(), "infer_dropped_items_total")
+	computed, _ := metric(t, w.Handler(), "infer_items_total")
+	if dropped != 3 || computed != 0 {
+		t.Errorf("dropped %v, computed %v; want 3, 0", dropped, computed)
+	}
+	if n := r.do("XLEN", stream); n != "0" {
+		t.Errorf("stream length = %s, want 0: answered entries are acknowledged and deleted", n)
+	}
+}
+
+// An entry whose deadline passes while it waits in a busy worker's batcher
+// is dropped there, not computed.
+func TestExpiredInWorkerQueue(t *testing.T) {
+	r := startRedis(t)
+	bc := broker.Config{URL: r.url, Prefix: t.Name()}
+	q := &quirky{release: make(chan struct{}), hanging: make(chan struct{}, 1)}
+	w := startWorker(t, broker.WorkerConfig{Config: bc, Batch: batch.Config{MaxBatch: 1}}, q)
+	t.Cleanup(func() { close(q.release) }) // before the worker stops
+	_, fe := startFrontend(t, broker.FrontendConfig{Config: bc}, q)
+
+	hung := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, _, err := fe.Do(ctx, []models.Input{{Text: "hang:a"}})
+		hung <- err
+	}()
+	<-q.hanging
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, _, err := fe.Do(ctx, []models.Input{{Text: "b"}}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Do() behind a busy worker = %v, want DeadlineExceeded", err)
+	}
+	q.release <- struct{}{}
+	if err := <-hung; err != nil {
+		t.Fatalf("Do(hang) = %v", err)
+	}
+	for range 500 {
+		if n, _ := metric(t, w.Handler(), "infer_dropped_items_total"); n == 1 {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	dropped, _ := metric(t, w.Handler(), "infer_dropped_items_total")
 	computed, _ := metric(t, w.Handler(), "infer_items_total")
-	if dropped != 3 || computed != 0 || backlog(t, url) != 0 {
-		t.Errorf("expired entries: dropped %v, computed %v, backlog %v; want 3, 0, 0", dropped, computed, backlog(t, url))
-	}
-	if o := post(http.DefaultClient, url, []string{"f"}, time.Second); o.status != http.StatusOK {
-		t.Errorf("after the backlog cleared: status %d (%s), want 200", o.status, o.code)
+	if dropped != 1 || computed != 1 {
+		t.Errorf("dropped %v, computed %v; want 1, 1 (only the hanging item ran)", dropped, computed)
 	}
 }
 
@@ -275,8 +347,8 @@ func TestUnreachable(t *testing.T) {
 // quirky is a model whose items behave by the prefix of their text: "str:"
 // answers a string, "vec:" a []float32 made of its tokens, "bad:" fails as
 // invalid input, "boom:" fails the model, "hang:" blocks until release is
-// closed; anything else answers as sim.
-type quirky struct{ release chan struct{} }
+// closed (it signals hanging first, if set); anything else answers as sim.
+type quirky struct{ release, hanging chan struct{} }
 
 func (q *quirky) Info() models.Info {
 	return models.Info{Name: "quirky", Task: "test", Backend: "test"}
@@ -306,6 +378,9 @@ func (q *quirky) Predict(_ context.Context, in []models.Input, out []models.Outp
 		case "boom":
 			fail(i, errors.New("boom"))
 		case "hang":
+			if q.hanging != nil {
+				q.hanging <- struct{}{}
+			}
 			<-q.release
 			out[i] = sim.Predict(x.Text)
 		default:

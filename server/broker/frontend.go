@@ -63,19 +63,28 @@ type call struct {
 	done  chan struct{}
 }
 
+func (c *call) fail(item int, err error) {
+	if c.errs == nil {
+		c.errs = make([]error, len(c.outs))
+	}
+	c.errs[item] = err
+}
+
 // admit adds a request's items to the stream unless it would take the
 // stream past the cap. KEYS: stream. ARGV: cap, n, request id, reply key,
-// deadline, then one input per item. Returns 1 if admitted, 0 if full.
+// deadline, then one input per item. Returns the entries' ids, or none if the
+// stream is full.
 var admit = redis.NewScript(`
 local n = tonumber(ARGV[2])
 if redis.call('XLEN', KEYS[1]) + n > tonumber(ARGV[1]) then
-	return 0
+	return {}
 end
+local ids = {}
 for i = 1, n do
-	redis.call('XADD', KEYS[1], '*', '` + fieldReq + `', ARGV[3], '` + fieldItem + `', i - 1,
+	ids[i] = redis.call('XADD', KEYS[1], '*', '` + fieldReq + `', ARGV[3], '` + fieldItem + `', i - 1,
 		'` + fieldReply + `', ARGV[4], '` + fieldDeadline + `', ARGV[5], '` + fieldInput + `', ARGV[5 + i])
 end
-return 1
+return ids
 `)
 
 // NewFrontend returns a frontend for the model described by model; its
@@ -122,7 +131,8 @@ func (f *Frontend) Collectors() []prometheus.Collector { return f.metrics.collec
 // an *batch.ItemsError naming the items that failed. ErrUnavailable when
 // Redis cannot be reached or the connection was lost while waiting. The
 // request's deadline travels with it: a worker that finds it passed answers
-// without computing, and Do returns context.DeadlineExceeded. Stats.Queue is
+// without computing, and Do returns context.DeadlineExceeded; when ctx is done
+// first, the entries no worker has read yet are withdrawn. Stats.Queue is
 // the time not spent computing: in the stream, forming a batch, and in
 // transit.
 func (f *Frontend) Do(ctx context.Context, ins []models.Input) ([]models.Output, batch.Stats, error) {
@@ -152,8 +162,8 @@ func (f *Frontend) Do(ctx context.Context, ins []models.Input) ([]models.Output,
 		return nil, batch.Stats{}, err
 	}
 	args[0], args[1], args[2], args[3], args[4] = f.cfg.QueueCap, n, id, f.replyKey, deadline
-	admitted, err := admit.Run(ctx, f.rdb, []string{f.stream}, args...).Int()
-	if err != nil || admitted == 0 {
+	entries, err := admit.Run(ctx, f.rdb, []string{f.stream}, args...).StringSlice()
+	if err != nil || len(entries) == 0 {
 		f.forget(id)
 		switch {
 		case ctx.Err() != nil:
@@ -168,6 +178,7 @@ func (f *Frontend) Do(ctx context.Context, ins []models.Input) ([]models.Output,
 	case <-c.done:
 	case <-ctx.Done():
 		f.forget(id)
+		f.withdraw(ctx, entries)
 		return nil, batch.Stats{}, ctx.Err()
 	}
 	if c.err != nil {
@@ -196,6 +207,17 @@ func (f *Frontend) register(n int) (uint64, *call, error) {
 	f.calls[id] = c
 	f.items.Add(int64(n))
 	return id, c, nil
+}
+
+// withdraw deletes the entries of a request whose client went away or
+// whose deadline passed, so that no worker computes those it has not read
+// yet; it tries for at most a second, and only once.
+func (f *Frontend) withdraw(ctx context.Context, entries []string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if err := f.rdb.XDel(ctx, f.stream, entries...).Err(); err != nil {
+		f.log.Debug("withdraw entries", "err", err)
+	}
 }
 
 // forget drops a call nobody waits for any more; its results, if they come,
@@ -241,15 +263,9 @@ func (f *Frontend) deliver(raw string) {
 		c.err = context.DeadlineExceeded
 		c.left = 0
 	} else if r.Code != "" {
-		if c.errs == nil {
-			c.errs = make([]error, len(c.outs))
-		}
-		c.errs[r.Item] = r.err()
+		c.fail(r.Item, r.err())
 	} else if out, err := r.output(); err != nil {
-		if c.errs == nil {
-			c.errs = make([]error, len(c.outs))
-		}
-		c.errs[r.Item] = fmt.Errorf("decode output: %w", err)
+		c.fail(r.Item, fmt.Errorf("decode output: %w", err))
 	} else {
 		c.outs[r.Item] = out
 	}

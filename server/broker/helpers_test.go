@@ -110,6 +110,47 @@ func (r *redisServer) ping() bool {
 	return strings.HasPrefix(line, "+PONG")
 }
 
+// do sends one command to r and returns its reply: a string, an integer in
+// decimal, or "" for nil.
+func (r *redisServer) do(args ...string) string {
+	r.t.Helper()
+	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", r.port))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer c.Close()
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := io.WriteString(c, b.String()); err != nil {
+		r.t.Fatal(err)
+	}
+	rd := bufio.NewReader(c)
+	line, err := rd.ReadString('\n')
+	line = strings.TrimRight(line, "\r\n")
+	if err != nil || line == "" {
+		r.t.Fatalf("redis %v: %v", args, err)
+	}
+	switch line[0] {
+	case '+', ':':
+		return line[1:]
+	case '$':
+		n, _ := strconv.Atoi(line[1:])
+		if n < 0 {
+			return ""
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(rd, buf); err != nil {
+			r.t.Fatal(err)
+		}
+		return string(buf[:n])
+	}
+	r.t.Fatalf("redis %v: %s", args, line)
+	return ""
+}
+
 func freePort(t *testing.T) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
