@@ -26,7 +26,7 @@ func TestServedPaddingInvariance(t *testing.T) {
 	company := []string{longer[0], short, longer[2]}
 	for _, task := range bert.Tasks() {
 		t.Run(string(task), func(t *testing.T) {
-			url := serveBuiltin(t, cache, task)
+			url := serveBuiltin(t, cache, task, false)
 			var results [][]json.RawMessage
 			for _, ep := range []string{"/naive", "/batched"} {
 				alone := post(t, url+ep, []string{short})
@@ -43,7 +43,7 @@ func TestServedPaddingInvariance(t *testing.T) {
 
 // serveBuiltin serves bert-tiny with the task's head on a loopback port
 // until the test ends, and returns its URL once it is ready.
-func serveBuiltin(t *testing.T, cache string, task bert.Task) string {
+func serveBuiltin(t *testing.T, cache string, task bert.Task, rejectLong bool) string {
 	t.Helper()
 	arch, err := bert.Lookup("bert-tiny")
 	if err != nil {
@@ -54,7 +54,7 @@ func serveBuiltin(t *testing.T, cache string, task bert.Task) string {
 		t.Fatal(err)
 	}
 	requireRuntime(t)
-	f, err := New(Config{Path: path, Name: "bert-tiny", Tokenizer: wordpiece.BertBaseUncased()})
+	f, err := New(Config{Path: path, Name: "bert-tiny", Tokenizer: wordpiece.BertBaseUncased(), RejectLong: rejectLong})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,6 +84,47 @@ func serveBuiltin(t *testing.T, cache string, task bert.Task) string {
 		}
 	}
 	return "http://" + ln.Addr().String()
+}
+
+// TestServedBadInput: awkward inputs through the real server get a
+// documented 4xx or a defined result, never a 500.
+func TestServedBadInput(t *testing.T) {
+	cache := t.TempDir()
+	fillMask := serveBuiltin(t, cache, bert.FillMask, false)
+	strict := serveBuiltin(t, cache, bert.FillMask, true)
+	embed := serveBuiltin(t, cache, bert.Embed, false)
+	long := "[MASK] " + strings.Repeat("word ", 2000) // 10 007 characters, 2002 tokens
+	for _, tc := range []struct {
+		name, url, contentType, body string
+		want                         int
+	}{
+		{"empty", fillMask, "text/plain", "", 422},
+		{"whitespace only", fillMask, "text/plain", " \n\t ", 422},
+		{"empty JSON item", fillMask, "application/json", `{"inputs": ["ok [MASK]", ""]}`, 422},
+		{"10000 characters, truncated", fillMask, "text/plain", long, 200},
+		{"10000 characters, --truncate=false", strict, "text/plain", long, 413},
+		{"emoji", fillMask, "text/plain", "I 😀 the [MASK] 🇫🇷 👍🏽", 200},
+		{"CJK", fillMask, "text/plain", "东京是日本的[MASK]。", 200},
+		{"invalid UTF-8 text", fillMask, "text/plain", "caf\xe9 [MASK] \xff", 400},
+		{"invalid UTF-8 in JSON (decoded as U+FFFD)", fillMask, "application/json", "{\"inputs\": [\"caf\xe9 [MASK]\"]}", 200},
+		{"fill-mask without [MASK]", fillMask, "text/plain", "Paris is the capital of France.", 422},
+		{"embed without [MASK]", embed, "text/plain", "Paris is the capital of France.", 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := http.Post(tc.url+"/batched", tc.contentType, strings.NewReader(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			raw, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != tc.want {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.want, raw)
+			}
+			if tc.want != 200 && !strings.Contains(string(raw), `"error"`) {
+				t.Errorf("error body %s: want a JSON error", raw)
+			}
+		})
+	}
 }
 
 func post(t *testing.T, url string, inputs []string) []json.RawMessage {
