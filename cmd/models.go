@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/inferhq/infer/loadgen"
 	"github.com/inferhq/infer/loadgen/corpus"
 	"github.com/inferhq/infer/models/bert"
 	"github.com/inferhq/infer/models/ceiling"
@@ -405,28 +406,14 @@ func runModelsCalibrate(ctx context.Context, opts *modelsBenchOptions) error {
 		return usageErrorf("--batch: %v", err)
 	}
 	c := calibration{Bench: rep, Fit: fit,
-		Flags: fmt.Sprintf("--model sim --sim-fixed %v --sim-per-item %v", roundDuration(fit.Fixed), roundDuration(fit.PerItem))}
+		Flags: fmt.Sprintf("--model sim --sim-fixed %v --sim-per-item %v", loadgen.Round(fit.Fixed), loadgen.Round(fit.PerItem))}
 	if opts.JSON {
 		return writeJSON(opts.Out, c)
 	}
 	fmt.Fprintf(opts.Out, "\nt(n) = %v + %v·n  (rms error %v, worst %.1f%% of a batch's latency)\n",
-		roundDuration(fit.Fixed), roundDuration(fit.PerItem), roundDuration(fit.RMSE), 100*fit.MaxRelErr)
+		loadgen.Round(fit.Fixed), loadgen.Round(fit.PerItem), loadgen.Round(fit.RMSE), 100*fit.MaxRelErr)
 	fmt.Fprintf(opts.Out, "infer serve %s\n", c.Flags)
 	return nil
-}
-
-// roundDuration keeps three significant digits or so: 12.3ms, 415µs.
-func roundDuration(d time.Duration) time.Duration {
-	switch {
-	case d >= 100*time.Millisecond:
-		return d.Round(time.Millisecond)
-	case d >= 10*time.Millisecond:
-		return d.Round(100 * time.Microsecond)
-	case d >= time.Millisecond:
-		return d.Round(10 * time.Microsecond)
-	default:
-		return d.Round(time.Microsecond)
-	}
 }
 
 func writeJSON(w io.Writer, v any) error {
