@@ -13,6 +13,7 @@ const (
 	exitError       = 1   // the command failed
 	exitUsage       = 2   // bad flags or arguments (bench: also a bad scenario or an unreachable target)
 	exitThresholds  = 3   // bench: the scenario's SLO thresholds were not met
+	exitRegression  = 4   // report --fail-on-regression: a regression against the baseline
 	exitInterrupted = 130 // a second signal cut the drain short
 )
 
@@ -30,6 +31,11 @@ type thresholdError struct{ verdict string }
 
 func (e *thresholdError) Error() string { return "SLO not met: " + e.verdict }
 
+// regressionError reports a regression against a baseline.
+type regressionError struct{ verdict string }
+
+func (e *regressionError) Error() string { return "regression against the baseline: " + e.verdict }
+
 // errInterrupted reports a command stopped by a signal after cleaning up.
 var errInterrupted = errors.New("interrupted")
 
@@ -42,6 +48,10 @@ func exitCode(err error, stderr io.Writer) int {
 	var te *thresholdError
 	if errors.As(err, &te) {
 		return exitThresholds
+	}
+	var re *regressionError
+	if errors.As(err, &re) {
+		return exitRegression
 	}
 	if errors.Is(err, errInterrupted) {
 		return exitInterrupted

@@ -62,6 +62,7 @@ by side, load-tests inference servers, and draws the results.`,
 	root.SetErr(stderr)
 	root.AddCommand(newCmdServe(nil), newCmdModels(), newCmdVersion(nil))
 	root.AddCommand(newCmdBench(nil))
+	root.AddCommand(newCmdReport(nil))
 	root.AddCommand(newCmdWorker(nil))
 	return root
 }

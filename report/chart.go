@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"image/color"
+	"image/png"
 	"math"
 	"slices"
 	"strconv"
@@ -437,8 +438,10 @@ func (f *figure) png(width, height int) (_ []byte, err error) {
 	for i, p := range f.panels {
 		p.Draw(tiles.At(dc, i%cols, i/cols))
 	}
+	// Flat-coloured charts compress well even at the fastest level, which
+	// takes a third of the time of the default.
 	var buf bytes.Buffer
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(&buf); err != nil {
+	if err := (&png.Encoder{CompressionLevel: png.BestSpeed}).Encode(&buf, img.Image()); err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil
