@@ -131,12 +131,12 @@ func vectors(out []any, x []float32, width int) {
 }
 
 // meanPooled sets out[i] to the mean of hidden [n, seqLen, width] over the
-// first lens[i] positions of item i (its real tokens), L2-normalised.
-func meanPooled(out []any, hidden []float32, lens []int, seqLen, width int) {
+// positions of item i's tokens (not its padding), L2-normalised.
+func meanPooled(out []any, hidden []float32, tokens [][]int32, seqLen, width int) {
 	for i := range out {
 		v := make([]float32, width)
 		acc := make([]float64, width)
-		for p := range lens[i] {
+		for p := range tokens[i] {
 			row := hidden[(i*seqLen+p)*width:][:width]
 			for j, x := range row {
 				acc[j] += float64(x)

@@ -19,8 +19,7 @@ type Model struct {
 
 	ids, mask, types []int64   // inputs, [n, seqLen]
 	out              []float32 // the float output when its shape is known in advance
-	tokens           [][]int32
-	lens             []int
+	tokens           [][]int32 // of the batch's items
 }
 
 // Predict pads the batch to its longest item, runs the graph once, and sets
@@ -28,17 +27,19 @@ type Model struct {
 // batch runs to its end whatever ctx says.
 func (m *Model) Predict(_ context.Context, in []models.Input, out []models.Output) error {
 	n := len(in)
+	if m.sess == nil {
+		return errors.New("onnx: instance closed")
+	}
 	if n == 0 {
 		return nil
 	}
-	m.tokens, m.lens = m.tokens[:0], m.lens[:0]
+	m.tokens = m.tokens[:0]
 	seqLen := 0
 	for i, x := range in {
 		if len(x.Tokens) == 0 {
 			return fmt.Errorf("item %d has no tokens: inputs must come from Factory.Prepare", i)
 		}
 		m.tokens = append(m.tokens, x.Tokens)
-		m.lens = append(m.lens, len(x.Tokens))
 		seqLen = max(seqLen, len(x.Tokens))
 	}
 	size := n * seqLen
@@ -116,7 +117,7 @@ func (m *Model) decode(out []models.Output, outputs []ort.Value, seqLen int) err
 	case headLogits:
 		m.f.dec.logits(out, m.tokens, x, seqLen, width)
 	case headHidden:
-		meanPooled(out, x, m.lens, seqLen, width)
+		meanPooled(out, x, m.tokens, seqLen, width)
 	default:
 		vectors(out, x, width)
 	}

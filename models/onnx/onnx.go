@@ -26,6 +26,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 
@@ -98,7 +99,6 @@ type Factory struct {
 	dec     decoder
 	devices []models.Device // resolved: auto is replaced by what it chose
 	threads int
-	lib     string
 
 	mu       sync.Mutex
 	sessions map[int]*ort.DynamicAdvancedSession // by worker number
@@ -144,7 +144,6 @@ func New(cfg Config) (*Factory, error) {
 	if err != nil {
 		return nil, err
 	}
-	f.lib = lib
 	if f.devices, err = f.resolveDevices(cfg.Devices); err != nil {
 		return nil, err
 	}
@@ -219,22 +218,13 @@ func (f *Factory) Prepare(text string) (models.Input, error) {
 	if truncated && f.cfg.RejectLong {
 		return models.Input{}, fmt.Errorf("%w: more than %d tokens", models.ErrInputTooLong, f.cfg.MaxSeqLen)
 	}
-	if f.dec.maskID >= 0 && !containsID(ids, f.dec.maskID) {
+	if f.dec.maskID >= 0 && !slices.Contains(ids, f.dec.maskID) {
 		if truncated {
 			return models.Input{}, fmt.Errorf("%w: no %s within the first %d tokens (the rest is truncated)", models.ErrInvalidInput, MaskToken, f.cfg.MaxSeqLen)
 		}
 		return models.Input{}, fmt.Errorf("%w: no %s token to fill", models.ErrInvalidInput, MaskToken)
 	}
 	return models.Input{Text: text, Tokens: ids}, nil
-}
-
-func containsID(ids []int32, id int32) bool {
-	for _, x := range ids {
-		if x == id {
-			return true
-		}
-	}
-	return false
 }
 
 // New returns an instance for worker number worker, on its device. Each
