@@ -3,6 +3,7 @@ package onnx
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"runtime"
@@ -344,5 +345,29 @@ func assertClose(t testing.TB, got, want models.Output, tol float64) {
 		}
 	default:
 		t.Fatalf("unexpected output type %T", want)
+	}
+}
+
+func TestTopSoftmax(t *testing.T) {
+	e := math.E
+	for _, tc := range []struct {
+		logits    []float32
+		k         int
+		wantIDs   []int
+		wantFirst float64
+	}{
+		{[]float32{1, 3, 2, 3, 0}, 2, []int{1, 3}, e * e * e / (e + 2*e*e*e + e*e + 1)},
+		{[]float32{0, 0}, 5, []int{0, 1}, 0.5},
+		{[]float32{-1000, 1000}, 1, []int{1}, 1},
+		{nil, 5, nil, 0},
+	} {
+		ids, scores := topSoftmax(tc.logits, tc.k)
+		if fmt.Sprint(ids) != fmt.Sprint(tc.wantIDs) {
+			t.Errorf("topSoftmax(%v, %d) ids = %v, want %v", tc.logits, tc.k, ids, tc.wantIDs)
+			continue
+		}
+		if len(scores) > 0 && math.Abs(float64(scores[0])-tc.wantFirst) > 1e-6 {
+			t.Errorf("topSoftmax(%v, %d) first score = %v, want %v", tc.logits, tc.k, scores[0], tc.wantFirst)
+		}
 	}
 }
