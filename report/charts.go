@@ -21,7 +21,7 @@ import (
 // it from the run. build returns the figure, or why there is none.
 type chart struct {
 	file, title string
-	build       func() (*figure, string, error)
+	build       func() (*figure, string)
 }
 
 // charts lists the report's charts; the comparison only with a baseline.
@@ -34,7 +34,7 @@ func (v *view) charts(c *Comparison) []chart {
 		{"server-time.png", "Server-side time: queue vs compute", v.serverTimeChart},
 	}
 	if c != nil {
-		cs = append(cs, chart{"comparison.png", "Change against the baseline", func() (*figure, string, error) { return v.comparisonChart(c) }})
+		cs = append(cs, chart{"comparison.png", "Change against the baseline", func() (*figure, string) { return v.comparisonChart(c) }})
 	}
 	return cs
 }
@@ -45,14 +45,6 @@ const (
 	noteCapacity = "Each point is the load level with the highest throughput for its configuration: what it can serve."
 	noteFlagged  = "Hollow markers are flagged measurements (coordinated omission, saturated generator, no success, or cut short): see summary.md."
 )
-
-// errPoints are points with vertical error bars.
-type errPoints struct {
-	plotter.XYs
-	plotter.YErrors
-}
-
-func (e errPoints) Len() int { return len(e.XYs) }
 
 // seriesGlyph is the marker of series s for a point that is trusted or not.
 func (v *view) seriesGlyph(s series, hollow bool, radius float64) draw.GlyphStyle {
@@ -102,10 +94,10 @@ func (v *view) batchesOf(order []series, groups map[series][]*record.Record) []i
 // throughputChart: throughput against batch size, one line per series, at
 // each configuration's capacity, with the repeats' spread and the naive
 // endpoint as a reference line.
-func (v *view) throughputChart() (*figure, string, error) {
+func (v *view) throughputChart() (*figure, string) {
 	order, groups := v.bySeries()
 	if len(order) == 0 {
-		return nil, "no batched point with a known batch size", nil
+		return nil, "no batched point with a known batch size"
 	}
 	p := newPlot("Throughput vs batch size", "max batch size (--batch, log scale)", "throughput (successful requests/s)")
 	f := &figure{panels: []*plot.Plot{p}, notes: []string{noteCapacity}}
@@ -128,22 +120,9 @@ func (v *view) throughputChart() (*figure, string, error) {
 			}
 		}
 		col := v.workerColor(s.Workers)
-		ln, err := plotter.NewLine(xys)
-		if err != nil {
-			return nil, "", err
-		}
-		ln.LineStyle = line(col, 2)
-		eb, err := plotter.NewYErrorBars(errPoints{xys, errs})
-		if err != nil {
-			return nil, "", err
-		}
-		eb.LineStyle, eb.CapWidth = line(col, 1.3), vg.Points(9)
-		sc, err := plotter.NewScatter(xys)
-		if err != nil {
-			return nil, "", err
-		}
-		sc.GlyphStyleFunc = func(i int) draw.GlyphStyle { return v.seriesGlyph(s, !trusted(best[batches[i]]), 4.5) }
-		p.Add(ln, eb, sc)
+		p.Add(&plotter.Line{XYs: xys, LineStyle: line(col, 2)},
+			&plotter.YErrorBars{XYs: xys, YErrors: errs, LineStyle: line(col, 1.3), CapWidth: vg.Points(9)},
+			&plotter.Scatter{XYs: xys, GlyphStyleFunc: func(i int) draw.GlyphStyle { return v.seriesGlyph(s, !trusted(best[batches[i]]), 4.5) }})
 	}
 	if len(fx) > 0 {
 		failed := newLabels(fx, fy, slices.Repeat([]string{"no success"}, len(fx)), 9.5, 0, 8, draw.XCenter)
@@ -165,15 +144,15 @@ func (v *view) throughputChart() (*figure, string, error) {
 	}
 	batchAxis(&p.X, v.batchesOf(order, groups))
 	p.Y.Min, p.Y.Max = 0, max(ymax*1.08, 1)
-	return f, "", nil
+	return f, ""
 }
 
 // latencyChart: p50 and p99 against batch size per series, one panel per
 // load level.
-func (v *view) latencyChart() (*figure, string, error) {
+func (v *view) latencyChart() (*figure, string) {
 	order, groups := v.bySeries()
 	if len(order) == 0 {
-		return nil, "no batched point with a known batch size", nil
+		return nil, "no batched point with a known batch size"
 	}
 	loads := panelLoads(v.loads, maxPanels)
 	f := &figure{title: "Latency vs batch size (p50 solid, p99 dashed)", cols: min(len(loads), 2)}
@@ -208,24 +187,15 @@ func (v *view) latencyChart() (*figure, string, error) {
 					}
 					flagged = flagged || !trusted(r)
 				}
-				ln, err := plotter.NewLine(xys)
-				if err != nil {
-					return nil, "", err
-				}
-				ln.LineStyle = line(col, 2, q.dashes...)
-				sc, err := plotter.NewScatter(xys)
-				if err != nil {
-					return nil, "", err
-				}
-				sc.GlyphStyleFunc = func(i int) draw.GlyphStyle { return v.seriesGlyph(s, !trusted(recs[i]), 4) }
-				p.Add(ln, sc)
+				p.Add(&plotter.Line{XYs: xys, LineStyle: line(col, 2, q.dashes...)},
+					&plotter.Scatter{XYs: xys, GlyphStyleFunc: func(i int) draw.GlyphStyle { return v.seriesGlyph(s, !trusted(recs[i]), 4) }})
 			}
 		}
 		batchAxis(&p.X, v.batchesOf(order, groups))
 		f.panels = append(f.panels, p)
 	}
 	if drawn == 0 {
-		return nil, "no batched point with a success", nil
+		return nil, "no batched point with a success"
 	}
 	slo := v.run.Manifest.SLO.P99.Ms()
 	if slo > 0 {
@@ -253,7 +223,7 @@ func (v *view) latencyChart() (*figure, string, error) {
 	if len(loads) < len(v.loads) {
 		f.note("%d of the run's %d load levels are drawn (lowest, highest and evenly spaced between); summary.md lists every point.", len(loads), len(v.loads))
 	}
-	return f, "", nil
+	return f, ""
 }
 
 // bars draws one rectangle per value, centred at x[i] and width wide in
@@ -284,7 +254,7 @@ func (b *bars) Plot(c draw.Canvas, p *plot.Plot) {
 
 // naiveVsBatchedChart: at each load level, the naive endpoint against the
 // best batched configuration, throughput and p99 side by side.
-func (v *view) naiveVsBatchedChart() (*figure, string, error) {
+func (v *view) naiveVsBatchedChart() (*figure, string) {
 	type pair struct {
 		naive, served *record.Record
 		why           [2]string // for a missing bar: "failed" when every point there failed, else "n/a"
@@ -313,7 +283,7 @@ func (v *view) naiveVsBatchedChart() (*figure, string, error) {
 		}
 	}
 	if len(pairs) == 0 {
-		return nil, "no point with a success", nil
+		return nil, "no point with a success"
 	}
 	names := make([]string, len(levels))
 	for i, l := range levels {
@@ -389,13 +359,13 @@ func (v *view) naiveVsBatchedChart() (*figure, string, error) {
 	if len(v.naive) == 0 {
 		f.note("This run has no naive points.")
 	}
-	return f, "", nil
+	return f, ""
 }
 
 // tradeoffChart: every point's throughput against its p99, each
 // configuration's points joined across load levels, with the frontier of
 // best trade-offs, its knee, and the SLO.
-func (v *view) tradeoffChart() (*figure, string, error) {
+func (v *view) tradeoffChart() (*figure, string) {
 	groups := map[config][]*record.Record{}
 	var order []config
 	lo, hi, xmax, flagged := math.Inf(1), 0.0, 0.0, false
@@ -412,7 +382,7 @@ func (v *view) tradeoffChart() (*figure, string, error) {
 		flagged = flagged || !trusted(r)
 	}
 	if len(order) == 0 {
-		return nil, "no point with a success", nil
+		return nil, "no point with a success"
 	}
 	p := newPlot("Throughput vs p99 latency", "throughput (successful requests/s)", "p99 latency (ms)")
 	f := &figure{panels: []*plot.Plot{p}}
@@ -427,27 +397,16 @@ func (v *view) tradeoffChart() (*figure, string, error) {
 		for i, r := range recs {
 			xys[i] = plotter.XY{X: r.Throughput, Y: r.Latency.P99.Ms()}
 		}
-		ln, err := plotter.NewLine(xys)
-		if err != nil {
-			return nil, "", err
-		}
 		faded := col
 		if rgba, ok := col.(color.RGBA); ok {
 			faded = color.NRGBA{R: rgba.R, G: rgba.G, B: rgba.B, A: 110}
 		}
-		ln.LineStyle = line(faded, 1)
-		sc, err := plotter.NewScatter(xys)
-		if err != nil {
-			return nil, "", err
+		sh := v.shapeOf(s.variant())
+		if isNaive(recs[0]) {
+			sh = circle
 		}
-		sc.GlyphStyleFunc = func(i int) draw.GlyphStyle {
-			sh := v.shapeOf(s.variant())
-			if isNaive(recs[i]) {
-				sh = circle
-			}
-			return glyph(col, sh, !trusted(recs[i]), 4)
-		}
-		p.Add(ln, sc)
+		p.Add(&plotter.Line{XYs: xys, LineStyle: line(faded, 1)},
+			&plotter.Scatter{XYs: xys, GlyphStyleFunc: func(i int) draw.GlyphStyle { return glyph(col, sh, !trusted(recs[i]), 4) }})
 	}
 	front := frontier(v.recs)
 	if len(front) > 1 {
@@ -455,12 +414,7 @@ func (v *view) tradeoffChart() (*figure, string, error) {
 		for i, r := range front {
 			xys[i] = plotter.XY{X: r.Throughput, Y: r.Latency.P99.Ms()}
 		}
-		ln, err := plotter.NewLine(xys)
-		if err != nil {
-			return nil, "", err
-		}
-		ln.LineStyle = line(color.Black, 1.8)
-		p.Add(ln)
+		p.Add(&plotter.Line{XYs: xys, LineStyle: line(color.Black, 1.8)})
 	}
 	slo := v.run.Manifest.SLO
 	if slo.P99 > 0 {
@@ -480,12 +434,8 @@ func (v *view) tradeoffChart() (*figure, string, error) {
 	k := knee(front)
 	if k != nil {
 		x, y := k.Throughput, k.Latency.P99.Ms()
-		ring := draw.GlyphStyle{Color: color.Black, Radius: vg.Points(10), Shape: marker{shape: circle, outline: true}}
-		sc, err := plotter.NewScatter(plotter.XYs{{X: x, Y: y}})
-		if err != nil {
-			return nil, "", err
-		}
-		sc.GlyphStyle = ring
+		sc := &plotter.Scatter{XYs: plotter.XYs{{X: x, Y: y}},
+			GlyphStyle: draw.GlyphStyle{Color: color.Black, Radius: vg.Points(10), Shape: marker{shape: circle, outline: true}}}
 		dx, align := 16.0, draw.XLeft
 		if x > xmax*0.6 {
 			dx, align = -16, draw.XRight
@@ -531,12 +481,12 @@ func (v *view) tradeoffChart() (*figure, string, error) {
 	case len(front) >= 3:
 		f.note("No knee: along the frontier p99 never climbs faster than throughput, so the sweep did not push its best configurations into saturation.")
 	}
-	return f, "", nil
+	return f, ""
 }
 
 // serverTimeChart: the server's mean queue and compute time per response,
 // stacked, by batch size and worker count, one panel per load level.
-func (v *view) serverTimeChart() (*figure, string, error) {
+func (v *view) serverTimeChart() (*figure, string) {
 	timed := func(r *record.Record) bool { return r.Server.MeanCompute > 0 || r.Server.MeanQueue > 0 }
 	order, groups := v.bySeries()
 	naive := slices.ContainsFunc(v.naive, timed)
@@ -545,7 +495,7 @@ func (v *view) serverTimeChart() (*figure, string, error) {
 		any = any || (r.Point.Batch > 0 && timed(r))
 	}
 	if !any {
-		return nil, "no point carries server-side timings (Server-Timing)", nil
+		return nil, "no point carries server-side timings (Server-Timing)"
 	}
 	batches := v.batchesOf(order, groups)
 	var names []string
@@ -605,12 +555,7 @@ func (v *view) serverTimeChart() (*figure, string, error) {
 			for i := range mx {
 				xys[i] = plotter.XY{X: mx[i], Y: my[i]}
 			}
-			sc, err := plotter.NewScatter(xys)
-			if err != nil {
-				return nil, "", err
-			}
-			sc.GlyphStyleFunc = func(i int) draw.GlyphStyle { return marks[i] }
-			p.Add(sc)
+			p.Add(&plotter.Scatter{XYs: xys, GlyphStyleFunc: func(i int) draw.GlyphStyle { return marks[i] }})
 		}
 		p.Y.Min, p.Y.Max = 0, max(top*1.08, 1)
 		f.panels = append(f.panels, p)
@@ -631,7 +576,7 @@ func (v *view) serverTimeChart() (*figure, string, error) {
 	if len(loads) < len(v.loads) {
 		f.note("%d of the run's %d load levels are drawn.", len(loads), len(v.loads))
 	}
-	return f, "", nil
+	return f, ""
 }
 
 // tint returns c mixed halfway with white... and a bit more: 60 % white.
@@ -644,7 +589,7 @@ func tint(c color.Color) color.Color {
 // comparisonChart: each matched point's change of throughput (x) against
 // its change of p99 (y), coloured by verdict, over the noise band; the
 // points that warn or regress are named.
-func (v *view) comparisonChart(c *Comparison) (*figure, string, error) {
+func (v *view) comparisonChart(c *Comparison) (*figure, string) {
 	var chs []Change // drawable: a throughput change at least
 	for _, ch := range c.Changes {
 		if !math.IsNaN(ch.Throughput) {
@@ -652,7 +597,7 @@ func (v *view) comparisonChart(c *Comparison) (*figure, string, error) {
 		}
 	}
 	if len(chs) == 0 {
-		return nil, "no matched point had successes in the baseline", nil
+		return nil, "no matched point had successes in the baseline"
 	}
 	p := newPlot("", "throughput change against the baseline (%)", "p99 latency change against the baseline (%)")
 	f := &figure{panels: []*plot.Plot{p}, title: fmt.Sprintf("Against baseline %s: %s (%d regression, %d warn, %d pass)",
@@ -695,12 +640,8 @@ func (v *view) comparisonChart(c *Comparison) (*figure, string, error) {
 		styles[i] = glyph(col, circle, !trusted(ch.Cur) || !trusted(ch.Base), 5)
 		flagged = flagged || !trusted(ch.Cur) || !trusted(ch.Base)
 	}
-	sc, err := plotter.NewScatter(xys)
-	if err != nil {
-		return nil, "", err
-	}
-	sc.GlyphStyleFunc = func(i int) draw.GlyphStyle { return styles[i] }
-	p.Add(hline(0, line(color.Black, 0.8)), vline{x: 0, style: line(color.Black, 0.8)}, sc)
+	p.Add(hline(0, line(color.Black, 0.8)), vline{x: 0, style: line(color.Black, 0.8)},
+		&plotter.Scatter{XYs: xys, GlyphStyleFunc: func(i int) draw.GlyphStyle { return styles[i] }})
 
 	// Name the points that warn or regress, the most severe first.
 	var bad []int
@@ -774,7 +715,7 @@ func (v *view) comparisonChart(c *Comparison) (*figure, string, error) {
 	if n := len(c.Changes) - len(chs); n > 0 {
 		f.note("%s without successes in the baseline cannot be drawn as a change.", plural(n, "point"))
 	}
-	return f, "", nil
+	return f, ""
 }
 
 // short formats a rate with three significant digits at most, without an

@@ -109,20 +109,19 @@ func Write(ctx context.Context, run, baseline *record.Run, dir string, opts Opti
 		}
 		ch := Chart{File: c.file, Title: c.title}
 		path := filepath.Join(dir, c.file)
-		fig, why, err := c.build()
-		if err == nil && fig != nil {
-			var b []byte
-			if b, err = fig.png(opts.Width, opts.Height); err == nil {
-				err = os.WriteFile(path, b, 0o644)
-			}
-		}
-		if err != nil {
-			return nil, fmt.Errorf("report: chart %s: %w", c.file, err)
-		}
+		fig, why := c.build()
 		if fig == nil {
 			ch.Skipped = why
 			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return nil, fmt.Errorf("report: %w", err)
+			}
+		} else {
+			b, err := fig.png(opts.Width, opts.Height)
+			if err == nil {
+				err = os.WriteFile(path, b, 0o644)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("report: chart %s: %w", c.file, err)
 			}
 		}
 		res.Charts = append(res.Charts, ch)
