@@ -115,6 +115,7 @@ if section throughput; then
 		echo "  worker $n: mean batch $(awk -v s="$sum" -v c="$cnt" 'BEGIN{printf "%.1f", s/c}')"
 	done
 	echo "  total $total req/s = $(awk -v t="$total" 'BEGIN{printf "%.3f", t/846}') x 2 x 423"
+	sleep 1 # let the entries of the closed connections drain
 	wrk -t1 -c4 -d8s --latency -s "$TMP/post.lua" http://127.0.0.1:27081/batched >"$TMP/wrk.light"
 	echo "  light load, 4 connections: $(wrk_line "$TMP/wrk.light")"
 	stop_all
@@ -125,6 +126,7 @@ if section throughput; then
 	wait_ready http://127.0.0.1:27081
 	wrk -t2 -c512 -d15s --latency -s "$TMP/post.lua" http://127.0.0.1:27081/batched >"$TMP/wrk.inproc"
 	echo "in-process, 2 workers, 512 connections: $(wrk_line "$TMP/wrk.inproc")"
+	sleep 1 # let the entries of the closed connections drain
 	wrk -t1 -c4 -d8s --latency -s "$TMP/post.lua" http://127.0.0.1:27081/batched >"$TMP/wrk.light"
 	echo "  light load, 4 connections: $(wrk_line "$TMP/wrk.light")"
 	stop_all
@@ -163,7 +165,8 @@ if section kill9; then
 	ATTACK=$!
 	sleep 4
 	kill -9 "$WORKER1"
-	echo "killed worker 1 (pid $WORKER1) holding $(redis-cli -p $REDIS_PORT xpending infer:sim:classify:requests workers | head -1) pending entries in the group"
+	held=$(redis-cli -p $REDIS_PORT --raw xpending infer:sim:classify:requests workers | awk -v pid="-$WORKER1-" 'found {print; exit} index($0, pid) {found=1}')
+	echo "killed worker 1 (pid $WORKER1) holding ${held:-0} unacknowledged entries"
 	wait $ATTACK
 	statuses "$TMP/kill.bin"
 	echo "  worker 2 claimed $(metric http://127.0.0.1:27102 infer_broker_claims_total) entries; backlog now $(redis-cli -p $REDIS_PORT xlen infer:sim:classify:requests)"
