@@ -179,16 +179,18 @@ func (v *view) latencyChart() (*figure, string) {
 				{func(r *record.Record) record.Duration { return r.Latency.P50 }, nil},
 				{func(r *record.Record) record.Duration { return r.Latency.P99 }, []float64{7, 4}},
 			} {
-				xys := make(plotter.XYs, len(recs))
-				for i, r := range recs {
-					xys[i] = plotter.XY{X: float64(r.Point.Batch), Y: q.get(r).Ms()}
-					if xys[i].Y > 0 {
-						lo, hi = min(lo, xys[i].Y), max(hi, xys[i].Y)
+				var xys plotter.XYs
+				var hollow []bool
+				for _, r := range recs {
+					if y := q.get(r).Ms(); y > 0 { // a log axis has no zero
+						xys = append(xys, plotter.XY{X: float64(r.Point.Batch), Y: y})
+						hollow = append(hollow, !trusted(r))
+						lo, hi = min(lo, y), max(hi, y)
+						flagged = flagged || !trusted(r)
 					}
-					flagged = flagged || !trusted(r)
 				}
 				p.Add(&plotter.Line{XYs: xys, LineStyle: line(col, 2, q.dashes...)},
-					&plotter.Scatter{XYs: xys, GlyphStyleFunc: func(i int) draw.GlyphStyle { return v.seriesGlyph(s, !trusted(recs[i]), 4) }})
+					&plotter.Scatter{XYs: xys, GlyphStyleFunc: func(i int) draw.GlyphStyle { return v.seriesGlyph(s, hollow[i], 4) }})
 			}
 		}
 		batchAxis(&p.X, v.batchesOf(order, groups))

@@ -242,6 +242,10 @@ func TestWriteOddRuns(t *testing.T) {
 		}},
 		{"zero latencies", []record.Record{
 			{Point: record.Point{Endpoint: "batched", Batch: 4, Workers: 1}, Throughput: 10, Status: map[string]int{"200": 1}, Valid: true},
+			{Point: record.Point{Endpoint: "batched", Batch: 8, Workers: 1}, Throughput: 10, Status: map[string]int{"200": 1}, Valid: true,
+				Latency: record.Percentiles{P99: record.Duration(time.Millisecond)}},
+			{Point: record.Point{Endpoint: "batched", Batch: 16, Workers: 1}, Throughput: 10, Status: map[string]int{"200": 1}, Valid: true,
+				Latency: record.Percentiles{P50: record.Duration(time.Microsecond), P99: record.Duration(time.Second)}},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -48,11 +48,14 @@ func (v *view) writeFacts(b *strings.Builder) {
 				fmt.Fprintf(b, "| %s | %s |\n", k, val)
 			}
 		}
-		scen := "`" + m.Scenario + "`"
-		if m.ScenarioFile != "" {
-			scen += " from `" + m.ScenarioFile + "`"
+		var scen []string
+		if m.Scenario != "" {
+			scen = append(scen, "`"+m.Scenario+"`")
 		}
-		row("Scenario", scen)
+		if m.ScenarioFile != "" {
+			scen = append(scen, "from `"+m.ScenarioFile+"`")
+		}
+		row("Scenario", strings.Join(scen, " "))
 		row("infer", strings.TrimSpace(m.InferVersion+paren("commit "+m.InferCommit, m.InferCommit != "")))
 		model := m.Model
 		if m.ModelHash != "" {
