@@ -17,6 +17,7 @@ import (
 
 	"github.com/inferhq/infer/loadgen"
 	"github.com/inferhq/infer/loadgen/tui"
+	"github.com/inferhq/infer/report"
 )
 
 type benchOptions struct {
@@ -26,6 +27,8 @@ type benchOptions struct {
 	NoTUI    bool
 	Output   string
 	DryRun   bool
+	Report   bool   // draw the report when the run ends
+	Baseline string // a run folder the report compares with
 	Log      logOptions
 
 	// Set from the command's streams.
@@ -77,6 +80,8 @@ unreachable target; 3 SLO thresholds not met; 130 stopped by a signal.`,
 	f.BoolVar(&opts.NoTUI, "no-tui", false, "print plain progress lines instead of the live view")
 	f.StringVar(&opts.Output, "output", "text", "end-of-run summary on stdout: text or json")
 	f.BoolVar(&opts.DryRun, "dry-run", false, "list the sweep's points and its planned time, and exit")
+	f.BoolVar(&opts.Report, "report", true, "draw the report (PNG charts and summary.md, as infer report does) into RUN_DIR/report when the run ends")
+	f.StringVar(&opts.Baseline, "baseline", "", "with the report, compare with this run folder (see infer report --baseline)")
 	f.StringVar(&opts.Log.Level, "log-level", "info", "log level: debug, info, warn, error")
 	opts.Log.Format = "text"
 	return cmd
@@ -163,6 +168,21 @@ func runBench(ctx context.Context, opts *benchOptions) error {
 	}
 	if err != nil {
 		return err
+	}
+	if opts.Report {
+		// The summary owns stdout with --output json; the report's lines go
+		// to stderr then.
+		w := opts.Stdout
+		if opts.Output == "json" {
+			w = opts.Stderr
+		}
+		fmt.Fprintln(w)
+		if err := runReport(context.WithoutCancel(ctx), &reportOptions{
+			Run: dir, Baseline: opts.Baseline, Stdout: w,
+			NoiseThroughput: report.DefaultNoiseThroughput * 100, NoiseP99: report.DefaultNoiseP99 * 100,
+		}); err != nil {
+			return fmt.Errorf("report: %w", err)
+		}
 	}
 	switch {
 	case !summary.Passed:

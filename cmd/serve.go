@@ -2,27 +2,28 @@ package cmd
 
 import (
 	"context"
-	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/inferhq/infer/server"
-	"github.com/inferhq/infer/server/batch"
 )
 
 type serveOptions struct {
 	Addr         string
-	Batch        int
-	MaxLatency   time.Duration
+	Batching     batchOptions
 	Workers      int
 	QueueCap     int
-	Policy       string
+	AdmitLate    bool
 	Timeout      time.Duration
 	MaxBody      byteSize
 	MaxItems     int
 	DrainTimeout time.Duration
+	AdminToken   string
+	CacheSize    int
+	CacheTTL     time.Duration
 	Model        modelOptions
 	Log          logOptions
 	Broker       string
@@ -56,15 +57,17 @@ item arrived, whichever comes first.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.Addr, "addr", "127.0.0.1:8080", "listen address")
-	f.IntVar(&opts.Batch, "batch", 64, "most items per batch")
-	f.DurationVar(&opts.MaxLatency, "max-latency", 100*time.Millisecond, "longest a batch waits for company, from its first item's arrival")
+	opts.Batching.bind(cmd)
 	f.IntVar(&opts.Workers, "workers", 1, "model instances behind the batched endpoint")
 	f.IntVar(&opts.QueueCap, "queue-cap", 0, "most items waiting before requests are refused with 429 (0: 16 × batch × workers)")
-	f.StringVar(&opts.Policy, "policy", string(batch.Fixed), fmt.Sprintf("batching policy: %v", batch.Policies()))
 	f.DurationVar(&opts.Timeout, "timeout", 30*time.Second, "default deadline of a request; X-Request-Timeout may shorten it")
 	f.Var(&opts.MaxBody, "max-body", "largest request body (e.g. 1MiB, 512KiB, 65536)")
 	f.IntVar(&opts.MaxItems, "max-items", 0, "most items in one request (0: 256, or the queue capacity if smaller)")
 	f.DurationVar(&opts.DrainTimeout, "drain-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long to finish admitted requests")
+	f.BoolVar(&opts.AdmitLate, "admit-late", false, "admit requests even when the backlog predicts they will miss their deadline (default: refuse at once with 429)")
+	f.StringVar(&opts.AdminToken, "admin-token", "", "enable PATCH /admin/batching for this bearer token (also INFER_ADMIN_TOKEN)")
+	f.IntVar(&opts.CacheSize, "cache-size", 0, "results kept in a cache for identical inputs (0: no cache)")
+	f.DurationVar(&opts.CacheTTL, "cache-ttl", 0, "how long a cached result stays valid (0: until evicted)")
 	f.StringVar(&opts.Broker, "broker", "", "Redis URL (redis://[user:pass@]host:port/db, rediss://…): /batched admits into its stream for infer worker processes (--queue-cap bounds the stream)")
 	opts.Model.bind(cmd)
 	opts.Log.bind(cmd)
@@ -72,17 +75,13 @@ item arrived, whichever comes first.`,
 }
 
 func (o *serveOptions) config() (server.Config, error) {
-	policy, err := batch.ParsePolicy(o.Policy)
+	bcfg, err := o.Batching.config()
 	if err != nil {
-		return server.Config{}, usageErrorf("--policy: %v", err)
+		return server.Config{}, err
 	}
 	switch {
-	case o.Batch < 1:
-		return server.Config{}, usageErrorf("--batch %d: must be at least 1", o.Batch)
 	case o.Workers < 1:
 		return server.Config{}, usageErrorf("--workers %d: must be at least 1", o.Workers)
-	case o.MaxLatency < 0:
-		return server.Config{}, usageErrorf("--max-latency %v: must not be negative", o.MaxLatency)
 	case o.QueueCap < 0:
 		return server.Config{}, usageErrorf("--queue-cap %d: must not be negative", o.QueueCap)
 	case o.Timeout <= 0:
@@ -91,21 +90,26 @@ func (o *serveOptions) config() (server.Config, error) {
 		return server.Config{}, usageErrorf("--max-items %d: must not be negative", o.MaxItems)
 	case o.DrainTimeout <= 0:
 		return server.Config{}, usageErrorf("--drain-timeout %v: must be positive", o.DrainTimeout)
+	case o.CacheSize < 0 || o.CacheTTL < 0:
+		return server.Config{}, usageErrorf("--cache-size and --cache-ttl must not be negative")
+	}
+	bcfg.QueueCap, bcfg.AdmitLate = o.QueueCap, o.AdmitLate
+	adminToken := o.AdminToken
+	if adminToken == "" {
+		adminToken = os.Getenv("INFER_ADMIN_TOKEN")
 	}
 	ver, _ := Version()
 	cfg := server.Config{
-		Addr: o.Addr,
-		Batch: batch.Config{
-			MaxBatch:   o.Batch,
-			MaxLatency: o.MaxLatency,
-			Policy:     policy,
-			QueueCap:   o.QueueCap,
-		},
+		Addr:         o.Addr,
+		Batch:        bcfg,
 		Workers:      o.Workers,
 		Timeout:      o.Timeout,
 		MaxBody:      int64(o.MaxBody),
 		MaxItems:     o.MaxItems,
 		DrainTimeout: o.DrainTimeout,
+		AdminToken:   adminToken,
+		CacheSize:    o.CacheSize,
+		CacheTTL:     o.CacheTTL,
 		Version:      ver,
 	}
 	if err := cfg.Validate(); err != nil {
