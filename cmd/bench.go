@@ -21,15 +21,19 @@ import (
 )
 
 type benchOptions struct {
-	Scenario string
-	Targets  []string
-	Out      string
-	NoTUI    bool
-	Output   string
-	DryRun   bool
-	Report   bool   // draw the report when the run ends
-	Baseline string // a run folder the report compares with
-	Log      logOptions
+	Scenario   string
+	Targets    []string
+	Out        string
+	NoTUI      bool
+	Output     string
+	DryRun     bool
+	Report     bool          // draw the report when the run ends
+	Baseline   string        // a run folder the report compares with
+	AdminToken string        // the targets' admin token
+	Duration   time.Duration // 0: the scenario's
+	Warmup     time.Duration
+	WarmupSet  bool // --warmup given: it replaces the scenario's
+	Log        logOptions
 
 	// Set from the command's streams.
 	Stdin    io.Reader
@@ -48,8 +52,16 @@ func newCmdBench(runF func(context.Context, *benchOptions) error) *cobra.Command
 		Long: `Load-test an inference server from a YAML scenario: the server (existing URLs,
 or an infer serve started for each server configuration of the sweep), the
 payload, the load (open loop at a rate, or closed loop with a number of
-clients), and a sweep over endpoints, batch size, workers, max latency and
-load levels. See scenarios/reference.yaml for every key.
+clients), and a sweep over endpoints, batch size, workers, max latency,
+policy, length buckets and load levels. See scenarios/reference.yaml for
+every key.
+
+Existing targets (target: urls, or --target) are loaded as they are, unless
+the sweep sets batch, workers, max_latency or policy: then infer bench applies
+each point's settings through the targets' PATCH /admin/batching (started
+with infer serve --admin-token), checks that they took, and puts the targets'
+own settings back at the end. The token comes from --admin-token, else the
+variable named by target.admin_token_env, else INFER_ADMIN_TOKEN.
 
 Each point's record (throughput, latency percentiles and histogram, status
 counts, the server's batch sizes, CPU, validity flags) is appended to
@@ -62,11 +74,14 @@ unreachable target; 3 SLO thresholds not met; 130 stopped by a signal.`,
 		Example: `  infer bench --scenario scenarios/quick.yaml
   infer bench -s scenarios/sim-gpu.yaml --out results/sim-gpu --no-tui
   infer bench -s scenarios/quick.yaml --target http://10.0.0.5:8080,http://10.0.0.6:8080
+  INFER_ADMIN_TOKEN=… infer bench -s scenarios/policies-sim.yaml --target http://10.0.0.5:8080
+  infer bench -s scenarios/policies-sim.yaml --duration 2s --warmup 500ms
   infer bench -s scenarios/bert.yaml --dry-run`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Stdin, opts.Stdout, opts.Stderr = cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr()
 			opts.Terminal = isTerminal(opts.Stdin) && isTerminal(opts.Stdout)
+			opts.WarmupSet = cmd.Flags().Changed("warmup")
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
@@ -82,6 +97,9 @@ unreachable target; 3 SLO thresholds not met; 130 stopped by a signal.`,
 	f.BoolVar(&opts.DryRun, "dry-run", false, "list the sweep's points and its planned time, and exit")
 	f.BoolVar(&opts.Report, "report", true, "draw the report (PNG charts and summary.md, as infer report does) into RUN_DIR/report when the run ends")
 	f.StringVar(&opts.Baseline, "baseline", "", "with the report, compare with this run folder (see infer report --baseline)")
+	f.StringVar(&opts.AdminToken, "admin-token", "", "bearer token of the targets' admin API, for sweeps of their batching settings (default: $target.admin_token_env, else $INFER_ADMIN_TOKEN)")
+	f.DurationVar(&opts.Duration, "duration", 0, "measured time of each repeat, instead of the scenario's load.duration (for a short check)")
+	f.DurationVar(&opts.Warmup, "warmup", 0, "warm-up before each repeat, instead of the scenario's load.warmup")
 	f.StringVar(&opts.Log.Level, "log-level", "info", "log level: debug, info, warn, error")
 	opts.Log.Format = "text"
 	return cmd
@@ -103,11 +121,22 @@ func runBench(ctx context.Context, opts *benchOptions) error {
 	if err != nil {
 		return usageErrorf("%v", err)
 	}
-	var notes []string
 	if len(opts.Targets) > 0 {
-		if sc, notes, err = sc.WithTargets(opts.Targets); err != nil {
+		if sc, err = sc.WithTargets(opts.Targets); err != nil {
 			return usageErrorf("%v", err)
 		}
+	}
+	switch {
+	case opts.Duration < 0:
+		return usageErrorf("--duration %v: must be positive", opts.Duration)
+	case opts.Duration > 0:
+		sc.Load.Duration = opts.Duration
+	}
+	switch {
+	case opts.WarmupSet && opts.Warmup < 0:
+		return usageErrorf("--warmup %v: must not be negative", opts.Warmup)
+	case opts.WarmupSet:
+		sc.Load.Warmup = opts.Warmup
 	}
 	if opts.DryRun {
 		return printPlan(opts.Stdout, sc)
@@ -136,9 +165,6 @@ func runBench(ctx context.Context, opts *benchOptions) error {
 	if err != nil {
 		return err
 	}
-	for _, n := range notes {
-		logger.Warn(n)
-	}
 	launcher := opts.Launcher
 	if launcher == nil {
 		self, err := os.Executable()
@@ -148,11 +174,12 @@ func runBench(ctx context.Context, opts *benchOptions) error {
 		launcher = loadgen.ExecLauncher{Path: self}
 	}
 	ver, rev := Version()
-	cfg := loadgen.Config{Dir: dir, Launcher: launcher, Version: ver, Commit: rev, Logger: logger}
+	cfg := loadgen.Config{Dir: dir, Launcher: launcher, Version: ver, Commit: rev, Logger: logger,
+		AdminToken: adminToken(opts.AdminToken, sc.AdminTokenEnv)}
 
 	out, err := runSweep(ctx, opts, sc, cfg, live, stderr)
 	if err != nil {
-		if errors.Is(err, loadgen.ErrUnreachable) {
+		if errors.Is(err, loadgen.ErrUnreachable) || errors.Is(err, loadgen.ErrAdminAPI) {
 			return usageErrorf("%v", err)
 		}
 		return err
@@ -191,6 +218,20 @@ func runBench(ctx context.Context, opts *benchOptions) error {
 		return errInterrupted
 	}
 	return nil
+}
+
+// adminToken is the targets' admin token: the flag's, else the variable
+// the scenario names, else INFER_ADMIN_TOKEN.
+func adminToken(flag, env string) string {
+	if flag != "" {
+		return flag
+	}
+	if env != "" {
+		if t := os.Getenv(env); t != "" {
+			return t
+		}
+	}
+	return os.Getenv("INFER_ADMIN_TOKEN")
 }
 
 // runSweep runs the sweep with the live view, or with progress lines on
@@ -247,6 +288,9 @@ func printPlan(w io.Writer, sc *loadgen.Scenario) error {
 		server := strings.Join(p.Serve, " ")
 		if p.Serve == nil {
 			server = strings.Join(sc.Targets, ",")
+			if set := p.Settings(); len(set) > 0 {
+				server += " via admin API: " + strings.Join(set, " ")
+			}
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\n", p.Index, p.Point.Name, server)
 	}

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -40,7 +42,12 @@ func TestBenchFlags(t *testing.T) {
 		{[]string{"--scenario", "x.yaml", "--target", "http://a:1,http://b:2", "--target", "http://c:3", "--no-tui", "--output", "json",
 			"-o", "out/dir", "--dry-run", "--log-level", "debug"}, func(t *testing.T, o *benchOptions) {
 			if !slices.Equal(o.Targets, []string{"http://a:1", "http://b:2", "http://c:3"}) || !o.NoTUI || o.Output != "json" ||
-				o.Out != "out/dir" || !o.DryRun || o.Log.Level != "debug" {
+				o.Out != "out/dir" || !o.DryRun || o.Log.Level != "debug" || o.WarmupSet || o.Duration != 0 || o.AdminToken != "" {
+				t.Errorf("options = %+v", o)
+			}
+		}},
+		{[]string{"-s", "x.yaml", "--admin-token", "t", "--duration", "2s", "--warmup", "0s"}, func(t *testing.T, o *benchOptions) {
+			if o.AdminToken != "t" || o.Duration != 2*time.Second || o.Warmup != 0 || !o.WarmupSet {
 				t.Errorf("options = %+v", o)
 			}
 		}},
@@ -176,5 +183,88 @@ func TestBenchDryRun(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "naive c=32") || !strings.Contains(out.String(), "7 points, 6 server configurations") {
 		t.Errorf("dry run:\n%s", out.String())
+	}
+}
+
+// serveTarget starts a real `infer serve` process (this test binary as
+// infer) with args, waits until it is ready, and stops it when the test
+// ends.
+func serveTarget(t *testing.T, args ...string) string {
+	t.Helper()
+	l := loadgen.ExecLauncher{Path: os.Args[0], Env: []string{mainEnv + "=1"}}
+	srv, err := l.Launch(context.Background(), args, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		srv.Stop(ctx)
+	})
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		resp, err := http.Get(srv.URL() + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return srv.URL()
+			}
+		}
+		select {
+		case <-srv.Exited():
+			t.Fatalf("infer serve %q exited:\n%s", args, srv.LogTail())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("infer serve %q not ready:\n%s", args, srv.LogTail())
+		}
+	}
+}
+
+// TestBenchAdminSweep sweeps the policy and batch size of a running
+// `infer serve --admin-token` through its admin API, with the token from
+// the variable the scenario names; a server without the admin API is exit
+// code 2 before any load.
+func TestBenchAdminSweep(t *testing.T) {
+	url := serveTarget(t, "--model", "sim", "--sim-fixed", "1ms", "--sim-per-item", "0.1ms", "--admin-token", "tok-123")
+	t.Setenv("BENCH_TEST_TOKEN", "tok-123")
+	scenario := writeScenario(t, `
+target:
+  urls: `+url+`
+  admin_token_env: BENCH_TEST_TOKEN
+load:
+  concurrency: 4
+  warmup: 100ms
+  duration: 400ms
+sweep:
+  batch: [1, 4]
+  policy: [fixed, adaptive]
+`)
+	dir := filepath.Join(t.TempDir(), "run")
+	var stdout, stderr bytes.Buffer
+	opts := &benchOptions{Scenario: scenario, Out: dir, Output: "text", Log: logOptions{Level: "warn", Format: "text"}, Stdout: &stdout, Stderr: &stderr}
+	if err := runBench(context.Background(), opts); err != nil {
+		t.Fatalf("bench: %v\n%s", err, stderr.String())
+	}
+	run, err := record.ReadRun(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range run.Records {
+		got = append(got, fmt.Sprintf("b=%d %s", r.Point.Batch, r.Point.Policy))
+		if r.Point.Batch == 1 && r.Server.MeanBatch != 1 {
+			t.Errorf("%s: mean batch %.2f at batch 1", r.Point.Name, r.Server.MeanBatch)
+		}
+	}
+	if want := []string{"b=1 fixed", "b=4 fixed", "b=1 adaptive", "b=4 adaptive"}; !slices.Equal(got, want) {
+		t.Errorf("points = %q, want %q", got, want)
+	}
+
+	plain := serveTarget(t, "--model", "sim", "--sim-fixed", "1ms")
+	var out bytes.Buffer
+	root := newCmdRoot(&out, &out)
+	root.SetArgs([]string{"bench", "-s", scenario, "--target", plain, "--no-tui", "-o", filepath.Join(t.TempDir(), "r")})
+	if code := exitCode(root.Execute(), &out); code != exitUsage || !strings.Contains(out.String(), "no admin API") {
+		t.Errorf("bench against a server without admin API: exit %d, output:\n%s", code, out.String())
 	}
 }

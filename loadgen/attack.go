@@ -120,6 +120,7 @@ func (a attack) run(ctx context.Context, live func(*outcome), mark func(end bool
 		}
 		o := classify(int(r.Code), r.Error, r.Body, r.Headers.Get("Server-Timing"), a.traffic.check)
 		o.sent, o.latency = r.Timestamp, r.Latency
+		o.carrier = strings.HasSuffix(r.URL, injectFragment)
 		live(&o)
 		if !o.sent.Before(res.start) && o.sent.Before(end) {
 			res.tally.add(&o)

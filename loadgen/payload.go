@@ -24,7 +24,17 @@ type traffic struct {
 	items  int
 	v2     bool
 	next   atomic.Uint64
+	// carries[i] tells that body i carries the injected text; such
+	// requests go to urls with injectFragment appended (carrierURLs).
+	carries     []bool
+	carrierURLs []string
 }
+
+// injectFragment marks the URL of a request that carries the injected
+// text. A fragment never goes on the wire, but vegeta hands the URL back
+// with the result, so answers can be told apart without the server
+// knowing.
+const injectFragment = "#inject"
 
 // endpointPath returns the URL path of an endpoint; model names the model
 // for v2.
@@ -41,8 +51,9 @@ func endpointPath(endpoint, model string) string {
 
 // newTraffic prepares the requests of a point: request i carries items
 // [i·n, i·n+n) of the corpus, wrapping around; there are as many distinct
-// bodies as corpus items.
-func newTraffic(bases []string, endpoint, model, format string, items []string, n int) (*traffic, error) {
+// bodies as corpus items. Bodies with an item containing inject (when not
+// "") are marked as carriers.
+func newTraffic(bases []string, endpoint, model, format string, items []string, n int, inject string) (*traffic, error) {
 	if len(items) == 0 {
 		return nil, errors.New("empty corpus")
 	}
@@ -53,6 +64,7 @@ func newTraffic(bases []string, endpoint, model, format string, items []string, 
 	path := endpointPath(endpoint, model)
 	for _, b := range bases {
 		t.urls = append(t.urls, b+path)
+		t.carrierURLs = append(t.carrierURLs, b+path+injectFragment)
 	}
 	switch {
 	case t.v2 || format == "json":
@@ -62,9 +74,12 @@ func newTraffic(bases []string, endpoint, model, format string, items []string, 
 	}
 	batch := make([]string, n)
 	for i := range items {
+		carries := false
 		for k := range n {
 			batch[k] = items[(i*n+k)%len(items)]
+			carries = carries || (inject != "" && strings.Contains(batch[k], inject))
 		}
+		t.carries = append(t.carries, carries)
 		var body []byte
 		var err error
 		switch {
@@ -100,9 +115,13 @@ type v2Request struct {
 func (t *traffic) targeter() vegeta.Targeter {
 	return func(tgt *vegeta.Target) error {
 		i := t.next.Add(1) - 1
+		b := i % uint64(len(t.bodies))
 		tgt.Method = http.MethodPost
 		tgt.URL = t.urls[i%uint64(len(t.urls))]
-		tgt.Body = t.bodies[i%uint64(len(t.bodies))]
+		if t.carries[b] {
+			tgt.URL = t.carrierURLs[i%uint64(len(t.urls))]
+		}
+		tgt.Body = t.bodies[b]
 		tgt.Header = t.header
 		return nil
 	}
@@ -141,11 +160,12 @@ func (t *traffic) check(body []byte) error {
 type serverTiming struct {
 	queue, compute time.Duration
 	batch          int
+	pad            float64 // 0 when absent
 }
 
-// parseServerTiming reads the queue and compute durations (milliseconds)
-// and the batch size from a header like
-// "queue;dur=12.345, compute;dur=151.240, batch;desc=64".
+// parseServerTiming reads the queue and compute durations (milliseconds),
+// the batch size and the padding from a header like
+// "queue;dur=12.345, compute;dur=151.240, batch;desc=64, pad;desc=1.37".
 func parseServerTiming(h string) (serverTiming, bool) {
 	var st serverTiming
 	var seen int
@@ -173,6 +193,13 @@ func parseServerTiming(h string) (serverTiming, bool) {
 					return serverTiming{}, false
 				}
 				st.batch = n
+				seen++
+			case k == "desc" && name == "pad":
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					return serverTiming{}, false
+				}
+				st.pad = f
 				seen++
 			}
 		}

@@ -23,10 +23,18 @@ type Plan struct {
 	// Serve holds the `infer serve` flags of the group's server (without
 	// --addr); nil when the scenario loads existing targets.
 	Serve []string
+	// server is the group's configuration: what a started server gets as
+	// flags, or a target through its admin API.
+	server serverConfig
 	// LatencySet tells a max latency of zero set by the sweep from one
 	// left to the server.
 	LatencySet bool
 }
+
+// Settings returns the batching settings the sweep gives the point's
+// server, as infer serve flags: the flags of a started server, or what the
+// admin API applies to targets.
+func (p Plan) Settings() []string { return p.server.flags() }
 
 // Estimate is the time the point's load takes: warm-up and measurement,
 // for every repeat.
@@ -41,11 +49,14 @@ type serverConfig struct {
 	latency        time.Duration
 	latencySet     bool
 	policy         string
+	buckets        []int
+	bucketsSet     bool // buckets set by the sweep, maybe to none
 }
 
 // Plans expands the sweep. Points that share a server configuration are
-// consecutive, in the order policy, max latency, workers, batch (batch
-// varies fastest); within one configuration, endpoints, then load levels.
+// consecutive, in the order buckets, policy, max latency, workers, batch
+// (batch varies fastest); within one configuration, endpoints, then load
+// levels.
 // The naive endpoint does not depend on the batching settings, so it is
 // measured once per load level, with the first configuration.
 func (s *Scenario) Plans() []Plan {
@@ -63,10 +74,11 @@ func (s *Scenario) Plans() []Plan {
 				p := record.Point{Endpoint: ep, Load: load, Items: s.Payload.N}
 				if ep != "naive" {
 					p.Batch, p.Workers, p.Latency, p.Policy = sc.batch, sc.workers, record.Duration(sc.latency), sc.policy
+					p.Buckets = sc.buckets
 				}
 				set := sc.latencySet && ep != "naive"
-				p.Name = pointName(p, set)
-				plans = append(plans, Plan{Index: len(plans), Point: p, Group: g, Serve: serve, LatencySet: set})
+				p.Name = pointName(p, set, sc.bucketsSet && ep != "naive")
+				plans = append(plans, Plan{Index: len(plans), Point: p, Group: g, Serve: serve, LatencySet: set, server: sc})
 			}
 		}
 	}
@@ -76,24 +88,32 @@ func (s *Scenario) Plans() []Plan {
 func (s *Scenario) serverConfigs() []serverConfig {
 	or := func(n int) int { return max(n, 1) }
 	var out []serverConfig
-	for pi := range or(len(s.Sweep.Policy)) {
-		for li := range or(len(s.Sweep.MaxLatency)) {
-			for wi := range or(len(s.Sweep.Workers)) {
-				for bi := range or(len(s.Sweep.Batch)) {
-					var c serverConfig
-					if len(s.Sweep.Policy) > 0 {
-						c.policy = s.Sweep.Policy[pi]
+	for ki := range or(len(s.Sweep.Buckets)) {
+		for pi := range or(len(s.Sweep.Policy)) {
+			for li := range or(len(s.Sweep.MaxLatency)) {
+				for wi := range or(len(s.Sweep.Workers)) {
+					for bi := range or(len(s.Sweep.Batch)) {
+						var c serverConfig
+						if len(s.Sweep.Buckets) > 0 {
+							c.bucketsSet = true
+							if bs := s.Sweep.Buckets[ki]; len(bs) > 0 {
+								c.buckets = bs
+							}
+						}
+						if len(s.Sweep.Policy) > 0 {
+							c.policy = s.Sweep.Policy[pi]
+						}
+						if len(s.Sweep.MaxLatency) > 0 {
+							c.latency, c.latencySet = s.Sweep.MaxLatency[li], true
+						}
+						if len(s.Sweep.Workers) > 0 {
+							c.workers = s.Sweep.Workers[wi]
+						}
+						if len(s.Sweep.Batch) > 0 {
+							c.batch = s.Sweep.Batch[bi]
+						}
+						out = append(out, c)
 					}
-					if len(s.Sweep.MaxLatency) > 0 {
-						c.latency, c.latencySet = s.Sweep.MaxLatency[li], true
-					}
-					if len(s.Sweep.Workers) > 0 {
-						c.workers = s.Sweep.Workers[wi]
-					}
-					if len(s.Sweep.Batch) > 0 {
-						c.batch = s.Sweep.Batch[bi]
-					}
-					out = append(out, c)
 				}
 			}
 		}
@@ -115,7 +135,20 @@ func (c serverConfig) flags() []string {
 	if c.policy != "" {
 		f = append(f, "--policy", c.policy)
 	}
+	if len(c.buckets) > 0 {
+		f = append(f, "--buckets", bucketsText(c.buckets))
+	}
 	return f
+}
+
+// bucketsText renders bucket bounds as the --buckets flag takes them:
+// "16,32,64".
+func bucketsText(bs []int) string {
+	parts := make([]string, len(bs))
+	for i, b := range bs {
+		parts[i] = strconv.Itoa(b)
+	}
+	return strings.Join(parts, ",")
 }
 
 // loads returns the load of each level.
@@ -134,8 +167,9 @@ func (s *Scenario) loads() []record.Load {
 	return out
 }
 
-// pointName labels a point: "batched b=64 w=2 lat=10ms c=32".
-func pointName(p record.Point, latencySet bool) string {
+// pointName labels a point: "batched b=64 w=2 lat=10ms c=32", with
+// "buckets=16,32,64" (or "buckets=none") when the sweep sets buckets.
+func pointName(p record.Point, latencySet, bucketsSet bool) string {
 	parts := []string{p.Endpoint}
 	if p.Batch > 0 {
 		parts = append(parts, fmt.Sprintf("b=%d", p.Batch))
@@ -148,6 +182,13 @@ func pointName(p record.Point, latencySet bool) string {
 	}
 	if p.Policy != "" {
 		parts = append(parts, p.Policy)
+	}
+	if bucketsSet {
+		b := bucketsText(p.Buckets)
+		if b == "" {
+			b = "none"
+		}
+		parts = append(parts, "buckets="+b)
 	}
 	parts = append(parts, loadName(p.Load))
 	if p.Items > 1 {

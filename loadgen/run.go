@@ -38,6 +38,10 @@ type Config struct {
 	Cores int
 	// Version and Commit identify infer in the manifest.
 	Version, Commit string
+	// AdminToken is the bearer token of the targets' admin API, which
+	// applies a sweep's batching settings to existing targets (and puts
+	// their own back at the end). Unused when the sweep sets none.
+	AdminToken string
 	// Logger receives the run's events; nil discards them.
 	Logger *slog.Logger
 }
@@ -82,7 +86,9 @@ const ServerLog = "server.log"
 // done. When ctx is done it stops the current point, records what it
 // measured (marked partial), stops the server and returns the outcome with
 // Interrupted set and no error. Targets that do not answer fail the run at
-// once with an error wrapping ErrUnreachable.
+// once with an error wrapping ErrUnreachable; targets whose settings the
+// sweep sets but whose admin API is absent or refuses the token, with one
+// wrapping ErrAdminAPI.
 func Run(ctx context.Context, sc *Scenario, cfg Config) (*Outcome, error) {
 	start := time.Now()
 	cfg = cfg.withDefaults(sc, start)
@@ -94,6 +100,12 @@ func Run(ctx context.Context, sc *Scenario, cfg Config) (*Outcome, error) {
 	if len(sc.Targets) > 0 {
 		if err := r.probeTargets(ctx); err != nil {
 			return nil, err
+		}
+		if sc.Sweep.SetsServer() {
+			if err := r.checkAdmin(ctx); err != nil {
+				return nil, err
+			}
+			defer r.restore(ctx)
 		}
 	}
 	if err := prepareDir(cfg.Dir); err != nil {
@@ -173,7 +185,10 @@ type runner struct {
 	model     string     // the model's name, for v2
 	info      serverInfo // what the server's metrics said last
 	server    Server     // the server infer started, if any
-	group     int        // its configuration
+	group     int        // the configuration of the server, or the one applied to the targets
+	admin     *admin     // sets the targets' configuration; nil when the sweep sets none
+	orig      []batching // the targets' settings before the run, for restore
+	applied   bool       // a configuration was applied to the targets
 	serverLog *os.File
 	starts    int           // servers started
 	startTime time.Duration // their time to ready, summed
@@ -205,6 +220,31 @@ func (r *runner) probeTargets(ctx context.Context) error {
 		r.info = infoOf(samples)
 	}
 	return nil
+}
+
+// checkAdmin makes sure every target's admin API answers with the token,
+// before any load, and keeps the targets' settings for restore.
+func (r *runner) checkAdmin(ctx context.Context) error {
+	r.admin = &admin{client: &http.Client{}, token: r.cfg.AdminToken, keys: r.sc.Sweep.adminKeys()}
+	for _, base := range r.bases {
+		b, err := r.admin.check(ctx, base)
+		if err != nil {
+			return err
+		}
+		r.orig = append(r.orig, b)
+	}
+	return nil
+}
+
+// restore puts the targets' settings back as they were, if the run changed
+// them.
+func (r *runner) restore(ctx context.Context) {
+	if !r.applied {
+		return
+	}
+	if err := r.admin.restore(context.WithoutCancel(ctx), r.bases, r.orig); err != nil {
+		r.log.Warn("restore the targets' batching settings", "err", err)
+	}
 }
 
 func (r *runner) manifest(start time.Time) record.Manifest {
@@ -258,13 +298,18 @@ func (r *runner) sweep(ctx context.Context, plans []Plan, w *record.Writer, out 
 			return true, nil
 		}
 		r.mon.startPoint(p, r.sc.Load.Repeats, r.sc.Load.Warmup+r.sc.Load.Duration, r.remaining(plans[i+1:], p.Group))
-		if r.sc.Server != nil && (r.server == nil || p.Group != r.group) {
-			if err := r.startServer(ctx, p); err != nil {
-				if ctx.Err() != nil {
-					return true, nil
-				}
-				return false, err
+		var err error
+		switch {
+		case r.sc.Server != nil && (r.server == nil || p.Group != r.group):
+			err = r.startServer(ctx, p)
+		case r.admin != nil && (!r.applied || p.Group != r.group):
+			err = r.configure(ctx, p)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return true, nil
 			}
+			return false, err
 		}
 		rec, err := r.point(ctx, p)
 		if err != nil {
@@ -333,6 +378,18 @@ func (r *runner) startServer(ctx context.Context, p Plan) error {
 	r.server, r.group, r.bases, r.model = srv, p.Group, []string{srv.URL()}, model
 	r.starts++
 	r.startTime += time.Since(start)
+	return nil
+}
+
+// configure applies the configuration of p's group to the targets.
+func (r *runner) configure(ctx context.Context, p Plan) error {
+	r.mon.setPhase(PhaseConfiguring)
+	r.log.Info("configuring targets", "settings", patchOf(p.server))
+	r.applied = true // from the first try: a PATCH may take on some targets and fail on others
+	if err := r.admin.apply(ctx, r.bases, p.server); err != nil {
+		return err
+	}
+	r.group = p.Group
 	return nil
 }
 
@@ -405,7 +462,11 @@ func (r *runner) point(ctx context.Context, p Plan) (*record.Record, error) {
 			pt.Policy = info.policy
 		}
 	}
-	tr, err := newTraffic(r.bases, pt.Endpoint, r.model, r.sc.Payload.Format, r.sc.Payload.Items, r.sc.Payload.N)
+	var inject string
+	if in := r.sc.Payload.Inject; in != nil {
+		inject = in.Text
+	}
+	tr, err := newTraffic(r.bases, pt.Endpoint, r.model, r.sc.Payload.Format, r.sc.Payload.Items, r.sc.Payload.N, inject)
 	if err != nil {
 		return nil, fmt.Errorf("point %q: %w", pt.Name, err)
 	}
@@ -461,6 +522,9 @@ func (r *runner) point(ctx context.Context, p Plan) (*record.Record, error) {
 	rec := buildRecord(p.Index, pt, first, &total, &m, repeats, r.sc.Payload.N)
 	rec.Timeline = ticks
 	rec.Partial = partial
+	if inject != "" {
+		rec.Injected = total.injected(inject)
+	}
 	judge(rec, r.cfg.Cores)
 	return rec, nil
 }

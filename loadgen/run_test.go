@@ -55,6 +55,8 @@ func testServer(args []string) int {
 	lat := fs.Duration("max-latency", 100*time.Millisecond, "")
 	policy := fs.String("policy", "", "")
 	queueCap := fs.Int("queue-cap", 0, "")
+	adminToken := fs.String("admin-token", "", "")
+	failOn := fs.String("sim-fail-on", "", "")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -62,16 +64,17 @@ func testServer(args []string) int {
 		fmt.Fprintf(os.Stderr, "unknown model %q\n", *model)
 		return 2
 	}
-	factory, err := sim.New(sim.Config{Fixed: *fixed, PerItem: *perItem})
+	factory, err := sim.New(sim.Config{Fixed: *fixed, PerItem: *perItem, FailOn: *failOn})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
 	srv, err := server.New(server.Config{
-		Addr:    *addr,
-		Batch:   batch.Config{MaxBatch: *b, MaxLatency: *lat, Policy: batch.Policy(*policy), QueueCap: *queueCap},
-		Workers: *workers,
-		Logger:  slog.New(slog.NewTextHandler(os.Stderr, nil)),
+		Addr:       *addr,
+		Batch:      batch.Config{MaxBatch: *b, MaxLatency: *lat, Policy: batch.Policy(*policy), QueueCap: *queueCap},
+		Workers:    *workers,
+		AdminToken: *adminToken,
+		Logger:     slog.New(slog.NewTextHandler(os.Stderr, nil)),
 	}, factory)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -42,6 +42,10 @@ type Scenario struct {
 	// Model names the model on the targets for the v2 endpoint; when
 	// empty it is asked from the first target's /readyz.
 	Model string
+	// AdminTokenEnv names the environment variable that holds the
+	// targets' admin token (target.admin_token_env), for sweeps that set
+	// batching settings through PATCH /admin/batching; "" when unset.
+	AdminTokenEnv string
 	// Server, when set, has infer start `infer serve` for each distinct
 	// server configuration of the sweep.
 	Server *ServerSpec
@@ -64,10 +68,21 @@ type ServerSpec struct {
 
 // Payload is what each request carries.
 type Payload struct {
-	Items  []string // the corpus: the built-in one or a file's lines
-	Corpus string   // "builtin" or the file's path as written
+	Items  []string // the corpus: a built-in one or a file's lines, with Inject applied
+	Corpus string   // "builtin", "mixed" or the file's path as written
 	N      int      // items per request. Default 1.
 	Format string   // "json" (default) or "text"; the v2 endpoint always sends v2 JSON
+	// Inject, when set, appends a text to every Every-th item of the
+	// corpus (for fault injection, like infer serve --sim-fail-on); the
+	// requests that carry it are counted apart (record.Injected).
+	Inject *Inject
+}
+
+// Inject is payload.inject: Text is appended, after a space, to items
+// Every-1, 2·Every-1, … of the corpus.
+type Inject struct {
+	Text  string
+	Every int
 }
 
 // Load is how the generator drives each point. Exactly one of Concurrency
@@ -96,13 +111,34 @@ func (l Load) Open() bool { return len(l.Rates) > 0 }
 
 // Sweep lists the values each dimension takes; points are their product.
 // A server dimension left empty is not passed to infer serve, which then
-// uses its own default.
+// uses its own default. Batch, Workers, MaxLatency and Policy reach
+// existing targets through their admin API; Buckets only servers infer
+// starts.
 type Sweep struct {
 	Endpoints  []string // "naive", "batched", "v2", or a URL path. Default [batched].
 	Batch      []int
 	Workers    []int
 	MaxLatency []time.Duration
 	Policy     []string
+	Buckets    [][]int // --buckets bounds; an empty list: no buckets
+}
+
+// SetsServer reports whether the sweep sets any batching setting of the
+// server.
+func (s Sweep) SetsServer() bool { return len(s.adminKeys()) > 0 || len(s.Buckets) > 0 }
+
+// adminKeys names the sweep keys set that the admin API applies.
+func (s Sweep) adminKeys() []string {
+	var keys []string
+	for _, d := range []struct {
+		name string
+		n    int
+	}{{"batch", len(s.Batch)}, {"workers", len(s.Workers)}, {"max_latency", len(s.MaxLatency)}, {"policy", len(s.Policy)}} {
+		if d.n > 0 {
+			keys = append(keys, d.name)
+		}
+	}
+	return keys
 }
 
 // SLO thresholds, checked on every point; a zero field is not checked.
@@ -189,8 +225,9 @@ type (
 		SLO         *fileSLO     `yaml:"slo"`
 	}
 	fileTarget struct {
-		URLs  list[string] `yaml:"urls"`
-		Model string       `yaml:"model"`
+		URLs          list[string] `yaml:"urls"`
+		Model         string       `yaml:"model"`
+		AdminTokenEnv string       `yaml:"admin_token_env"`
 	}
 	fileServer struct {
 		Model        string   `yaml:"model"`
@@ -203,9 +240,14 @@ type (
 		ReadyTimeout *string  `yaml:"ready_timeout"`
 	}
 	filePayload struct {
-		Corpus string `yaml:"corpus"`
-		Items  *int   `yaml:"items"`
-		Format string `yaml:"format"`
+		Corpus string      `yaml:"corpus"`
+		Items  *int        `yaml:"items"`
+		Format string      `yaml:"format"`
+		Inject *fileInject `yaml:"inject"`
+	}
+	fileInject struct {
+		Text  string `yaml:"text"`
+		Every int    `yaml:"every"`
 	}
 	fileLoad struct {
 		Concurrency list[int]     `yaml:"concurrency"`
@@ -224,6 +266,7 @@ type (
 		Workers    list[int]    `yaml:"workers"`
 		MaxLatency list[string] `yaml:"max_latency"`
 		Policy     list[string] `yaml:"policy"`
+		Buckets    list[[]int]  `yaml:"buckets"`
 	}
 	fileSLO struct {
 		P99           *string  `yaml:"p99"`
@@ -309,7 +352,7 @@ func suggest(key string) string {
 
 func knownKeys() []string {
 	var keys []string
-	for _, v := range []any{fileScenario{}, fileTarget{}, fileServer{}, filePayload{}, fileLoad{}, fileSweep{}, fileSLO{}} {
+	for _, v := range []any{fileScenario{}, fileTarget{}, fileServer{}, filePayload{}, fileInject{}, fileLoad{}, fileSweep{}, fileSLO{}} {
 		keys = append(keys, yamlTags(v)...)
 	}
 	return keys
@@ -451,9 +494,9 @@ func (v *validator) scenario(fs *fileScenario, dir string) *Scenario {
 	case fs.Target == nil && fs.Server == nil:
 		v.errorf("$", "no target or server: say which server to load (target: urls) or which infer serve to start (server: model)")
 	case fs.Target != nil:
-		sc.Targets, sc.Model = v.target(fs.Target)
+		sc.Targets, sc.Model, sc.AdminTokenEnv = v.target(fs.Target)
 	default:
-		sc.Server = v.server(fs.Server)
+		sc.Server = v.server(fs.Server, fs.Sweep != nil && len(fs.Sweep.Buckets) > 0)
 	}
 	sc.Payload = v.payload(fs.Payload, dir)
 	sc.Load = v.load(fs.Load)
@@ -465,18 +508,23 @@ func (v *validator) scenario(fs *fileScenario, dir string) *Scenario {
 	return sc
 }
 
-func (v *validator) target(t *fileTarget) ([]string, string) {
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+func (v *validator) target(t *fileTarget) (urls []string, model, tokenEnv string) {
 	if len(t.URLs) == 0 {
 		v.errorf("$.target", "target.urls: want at least one URL, like http://127.0.0.1:8080")
 	}
-	urls := make([]string, 0, len(t.URLs))
+	urls = make([]string, 0, len(t.URLs))
 	for i, s := range t.URLs {
 		if err := checkBaseURL(s); err != nil {
 			v.errorf(fmt.Sprintf("$.target.urls[%d]", i), "target.urls[%d]: %v", i, err)
 		}
 		urls = append(urls, strings.TrimSuffix(s, "/"))
 	}
-	return urls, t.Model
+	if t.AdminTokenEnv != "" && !envNameRE.MatchString(t.AdminTokenEnv) {
+		v.errorf("$.target.admin_token_env", "target.admin_token_env %q: name an environment variable (like INFER_ADMIN_TOKEN) that holds the token, not the token itself", t.AdminTokenEnv)
+	}
+	return urls, t.Model, t.AdminTokenEnv
 }
 
 // checkBaseURL accepts http(s)://host[:port][/prefix].
@@ -495,7 +543,9 @@ func checkBaseURL(s string) error {
 	return nil
 }
 
-func (v *validator) server(s *fileServer) *ServerSpec {
+// server validates the server section; bucketSweep tells that the sweep
+// sets --buckets.
+func (v *validator) server(s *fileServer, bucketSweep bool) *ServerSpec {
 	spec := &ServerSpec{Model: s.Model}
 	if s.Model == "" {
 		v.errorf("$.server", "server.model: name the model to serve (sim, a built-in name such as bert-mini, or an .onnx path)")
@@ -525,8 +575,12 @@ func (v *validator) server(s *fileServer) *ServerSpec {
 	if s.Timeout != nil {
 		spec.Flags = append(spec.Flags, "--timeout", v.duration("$.server.timeout", s.Timeout, 0, true).String())
 	}
+	set := []string{"--addr", "--batch", "--workers", "--max-latency", "--policy", "--model"}
+	if bucketSweep {
+		set = append(set, "--buckets")
+	}
 	for i, a := range s.Args {
-		for _, f := range []string{"--addr", "--batch", "--workers", "--max-latency", "--policy", "--model"} {
+		for _, f := range set {
 			if a == f || strings.HasPrefix(a, f+"=") {
 				v.errorf(fmt.Sprintf("$.server.args[%d]", i), "server.args: %s is set by infer bench (use the sweep or server.model)", f)
 			}
@@ -562,6 +616,9 @@ func (v *validator) payload(p *filePayload, dir string) Payload {
 	switch p.Corpus {
 	case "", "builtin":
 		out.Corpus = "builtin"
+		out.Items = corpus.Masked()
+	case "mixed":
+		out.Items = corpus.Mixed()
 	default:
 		path := p.Corpus
 		if !filepath.IsAbs(path) {
@@ -573,8 +630,25 @@ func (v *validator) payload(p *filePayload, dir string) Payload {
 		}
 		out.Items = items
 	}
-	if out.Items == nil && out.Corpus == "builtin" {
-		out.Items = corpus.Masked()
+	if in := p.Inject; in != nil {
+		switch {
+		case in.Text == "":
+			v.errorf("$.payload.inject", "payload.inject.text: name the text to inject, like poison")
+		case in.Every < 1:
+			v.errorf("$.payload.inject", "payload.inject.every %d: want 1 or more (every how many items carries the text)", in.Every)
+		default:
+			out.Inject = &Inject{Text: in.Text, Every: in.Every}
+			out.Items = out.Inject.apply(out.Items)
+		}
+	}
+	return out
+}
+
+// apply returns a copy of items with the text appended to every Every-th.
+func (in *Inject) apply(items []string) []string {
+	out := slices.Clone(items)
+	for i := in.Every - 1; i < len(out); i += in.Every {
+		out[i] += " " + in.Text
 	}
 	return out
 }
@@ -654,7 +728,7 @@ func (v *validator) sweep(s *fileSweep, server bool) Sweep {
 	if s == nil {
 		s = &fileSweep{}
 	}
-	out := Sweep{Endpoints: s.Endpoints, Batch: s.Batch, Workers: s.Workers, Policy: s.Policy}
+	out := Sweep{Endpoints: s.Endpoints, Batch: s.Batch, Workers: s.Workers, Policy: s.Policy, Buckets: s.Buckets}
 	if len(out.Endpoints) == 0 {
 		out.Endpoints = []string{"batched"}
 	}
@@ -669,14 +743,12 @@ func (v *validator) sweep(s *fileSweep, server bool) Sweep {
 			v.errorf(fmt.Sprintf("$.sweep.endpoints[%d]", i), "sweep.endpoints[%d] %q: want naive, batched, v2 or a path like /predict", i, e)
 		}
 	}
-	if !server {
-		for _, d := range []struct {
-			path string
-			n    int
-		}{{"$.sweep.batch", len(s.Batch)}, {"$.sweep.workers", len(s.Workers)}, {"$.sweep.max_latency", len(s.MaxLatency)}, {"$.sweep.policy", len(s.Policy)}} {
-			if d.n > 0 {
-				v.errorf(d.path, "%s: a target's batching settings are its own; sweep them with a server: section, which infer starts", key(d.path))
-			}
+	if !server && len(s.Buckets) > 0 {
+		v.errorf("$.sweep.buckets", "sweep.buckets: the admin API cannot set a target's buckets; sweep them with a server: section, which infer starts with --buckets")
+	}
+	for i, bs := range s.Buckets {
+		if err := checkBuckets(bs); err != nil {
+			v.errorf(fmt.Sprintf("$.sweep.buckets[%d]", i), "sweep.buckets[%d]: %v", i, err)
 		}
 	}
 	for i, b := range s.Batch {
@@ -728,14 +800,28 @@ func (v *validator) slo(s *fileSLO) SLO {
 	return out
 }
 
+// checkBuckets accepts positive, increasing bucket bounds (or none).
+func checkBuckets(bs []int) error {
+	for i, b := range bs {
+		if b < 1 || (i > 0 && b <= bs[i-1]) {
+			return fmt.Errorf("%v: want positive, increasing token-length bounds like [16, 32, 64], or [] for none", bs)
+		}
+	}
+	return nil
+}
+
 // WithTargets returns a copy of s that loads the servers at urls instead of
-// what the file says. Server-only sweep dimensions are dropped; the notes
-// say which.
-func (s *Scenario) WithTargets(urls []string) (*Scenario, []string, error) {
+// what the file says. The sweep's batch, workers, max_latency and policy
+// then go through the targets' admin API; a sweep of buckets, which it
+// cannot set, is an error.
+func (s *Scenario) WithTargets(urls []string) (*Scenario, error) {
 	for _, u := range urls {
 		if err := checkBaseURL(u); err != nil {
-			return nil, nil, fmt.Errorf("--target: %w", err)
+			return nil, fmt.Errorf("--target: %w", err)
 		}
+	}
+	if len(s.Sweep.Buckets) > 0 {
+		return nil, errors.New("--target: the scenario sweeps buckets, which the admin API cannot set on a target; run it with its server section")
 	}
 	c := *s
 	c.Targets = make([]string, len(urls))
@@ -743,15 +829,5 @@ func (s *Scenario) WithTargets(urls []string) (*Scenario, []string, error) {
 		c.Targets[i] = strings.TrimSuffix(u, "/")
 	}
 	c.Server = nil
-	var notes []string
-	for _, d := range []struct {
-		name string
-		n    int
-	}{{"batch", len(s.Sweep.Batch)}, {"workers", len(s.Sweep.Workers)}, {"max_latency", len(s.Sweep.MaxLatency)}, {"policy", len(s.Sweep.Policy)}} {
-		if d.n > 0 {
-			notes = append(notes, fmt.Sprintf("ignoring sweep.%s: a target's batching settings are its own", d.name))
-		}
-	}
-	c.Sweep = Sweep{Endpoints: s.Sweep.Endpoints}
-	return &c, notes, nil
+	return &c, nil
 }

@@ -144,7 +144,12 @@ func TestParseErrors(t *testing.T) {
 		{"sim flag on bert", "server:\n  model: bert-mini\n  sim_fixed: 1ms\nload:\n  concurrency: 8\n", 3, "applies to model sim only"},
 		{"bench flag in args", "server:\n  model: sim\n  args: [--batch, \"8\"]\nload:\n  concurrency: 8\n", 3, "--batch is set by infer bench"},
 		{"bad url", "target:\n  urls: [http://a:1, ftp://b]\nload:\n  concurrency: 8\n", 2, `target.urls[1]: "ftp://b"`},
-		{"batch on target", "target:\n  urls: http://a:1\nload:\n  concurrency: 8\nsweep:\n  batch: 8\n", 6, "a target's batching settings are its own"},
+		{"buckets on target", "target:\n  urls: http://a:1\nload:\n  concurrency: 8\nsweep:\n  buckets: [16, 32]\n", 6, "the admin API cannot set a target's buckets"},
+		{"buckets decrease", "server:\n  model: sim\nload:\n  concurrency: 8\nsweep:\n  buckets: [[], [32, 16]]\n", 6, "sweep.buckets[1]: [32 16]: want positive, increasing"},
+		{"buckets in args", "server:\n  model: sim\n  args: [--buckets, \"8\"]\nload:\n  concurrency: 8\nsweep:\n  buckets: [[], [8]]\n", 3, "--buckets is set by infer bench"},
+		{"literal token", "target:\n  urls: http://a:1\n  admin_token_env: s3cr3t-token!\nload:\n  concurrency: 8\n", 3, "name an environment variable"},
+		{"inject without text", "server:\n  model: sim\npayload:\n  inject: {every: 5}\nload:\n  concurrency: 8\n", 4, "payload.inject.text"},
+		{"inject every 0", "server:\n  model: sim\npayload:\n  inject: {text: x, every: 0}\nload:\n  concurrency: 8\n", 4, "payload.inject.every 0"},
 		{"text items", "server:\n  model: sim\npayload:\n  format: text\n  items: 2\nload:\n  concurrency: 8\n", 4, "one item per request"},
 		{"text v2", "server:\n  model: sim\npayload:\n  format: text\nload:\n  concurrency: 8\nsweep:\n  endpoints: v2\n", 4, "cannot be sent to the v2"},
 		{"missing corpus", "server:\n  model: sim\npayload:\n  corpus: nowhere.txt\nload:\n  concurrency: 8\n", 4, "nowhere.txt"},
@@ -192,24 +197,83 @@ func TestWithTargets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, notes, err := sc.WithTargets([]string{"http://10.0.0.1:8080/", "http://10.0.0.2:8080"})
+	got, err := sc.WithTargets([]string{"http://10.0.0.1:8080/", "http://10.0.0.2:8080"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got.Server != nil || !slices.Equal(got.Targets, []string{"http://10.0.0.1:8080", "http://10.0.0.2:8080"}) {
 		t.Errorf("targets = %v, server %v", got.Targets, got.Server)
 	}
-	if len(got.Sweep.Batch) != 0 || len(got.Sweep.Workers) != 0 || !slices.Equal(got.Sweep.Endpoints, []string{"naive", "batched"}) {
+	// The batching settings stay: the targets' admin API applies them.
+	if !slices.Equal(got.Sweep.Batch, []int{1, 8}) || !slices.Equal(got.Sweep.Workers, []int{2}) || !got.Sweep.SetsServer() ||
+		!slices.Equal(got.Sweep.Endpoints, []string{"naive", "batched"}) {
 		t.Errorf("sweep = %+v", got.Sweep)
 	}
-	if len(notes) != 2 {
-		t.Errorf("notes = %q, want two (batch, workers)", notes)
+	for _, p := range got.Plans() {
+		if p.Serve != nil {
+			t.Errorf("plan %q starts a server: %q", p.Point.Name, p.Serve)
+		}
 	}
 	if sc.Server == nil {
 		t.Error("WithTargets changed the original")
 	}
-	if _, _, err := sc.WithTargets([]string{"localhost:8080"}); err == nil {
+	if _, err := sc.WithTargets([]string{"localhost:8080"}); err == nil {
 		t.Error("WithTargets accepted a URL without a scheme")
+	}
+	buckets, err := Parse("s.yaml", ".", []byte(minimal+"sweep:\n  buckets: [[], [16, 64]]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := buckets.WithTargets([]string{"http://10.0.0.1:8080"}); err == nil || !strings.Contains(err.Error(), "buckets") {
+		t.Errorf("WithTargets of a bucket sweep = %v, want an error: the admin API cannot set buckets", err)
+	}
+}
+
+func TestParseBucketsInject(t *testing.T) {
+	sc := mustParse(t, `
+server:
+  model: sim
+  args: [--sim-fail-on, poison]
+payload:
+  corpus: mixed
+  inject: {text: poison, every: 4}
+load:
+  concurrency: 2
+sweep:
+  batch: 8
+  buckets: [[], [16, 32, 64]]
+`)
+	if !slices.EqualFunc(sc.Sweep.Buckets, [][]int{{}, {16, 32, 64}}, slices.Equal) {
+		t.Errorf("buckets = %v", sc.Sweep.Buckets)
+	}
+	var names []string
+	var flags [][]string
+	for _, p := range sc.Plans() {
+		names = append(names, p.Point.Name)
+		flags = append(flags, p.Serve)
+	}
+	if want := []string{"batched b=8 buckets=none c=2", "batched b=8 buckets=16,32,64 c=2"}; !slices.Equal(names, want) {
+		t.Errorf("points = %q, want %q", names, want)
+	}
+	if f := strings.Join(flags[0], " "); strings.Contains(f, "--buckets") {
+		t.Errorf("no-bucket server flags %q", f)
+	}
+	if f := strings.Join(flags[1], " "); !strings.HasSuffix(f, "--batch 8 --buckets 16,32,64") {
+		t.Errorf("bucket server flags %q", f)
+	}
+	items := sc.Payload.Items
+	if len(items) != 128 || sc.Payload.Corpus != "mixed" || sc.Payload.Inject == nil {
+		t.Fatalf("payload = %s, %d items, inject %v", sc.Payload.Corpus, len(items), sc.Payload.Inject)
+	}
+	for i, it := range items {
+		if got, want := strings.HasSuffix(it, " poison"), i%4 == 3; got != want {
+			t.Errorf("item %d %q: injected %v, want %v", i, it, got, want)
+		}
+	}
+	// A single list is one bucket configuration.
+	one := mustParse(t, minimal+"sweep:\n  buckets: [16, 64]\n")
+	if !slices.EqualFunc(one.Sweep.Buckets, [][]int{{16, 64}}, slices.Equal) {
+		t.Errorf("buckets: [16, 64] = %v, want [[16 64]]", one.Sweep.Buckets)
 	}
 }
 

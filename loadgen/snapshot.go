@@ -12,11 +12,12 @@ type Phase string
 
 // Phases of a run.
 const (
-	PhaseStarting  Phase = "starting server"
-	PhaseWarmup    Phase = "warm-up"
-	PhaseMeasuring Phase = "measuring"
-	PhaseStopping  Phase = "stopping"
-	PhaseDone      Phase = "done"
+	PhaseStarting    Phase = "starting server"
+	PhaseConfiguring Phase = "configuring targets"
+	PhaseWarmup      Phase = "warm-up"
+	PhaseMeasuring   Phase = "measuring"
+	PhaseStopping    Phase = "stopping"
+	PhaseDone        Phase = "done"
 )
 
 // Snapshot is a run's state at one moment, aggregated for display: Run

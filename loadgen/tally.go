@@ -31,6 +31,7 @@ type outcome struct {
 	errText string // for failures
 	timing  serverTiming
 	timed   bool
+	carrier bool // it carried the payload's injected text
 }
 
 // ok reports whether the request succeeded.
@@ -47,6 +48,11 @@ type tally struct {
 	queue      time.Duration
 	compute    time.Duration
 	batchItems int
+	padded     int     // timed responses that carried a padding
+	padding    float64 // their padding, summed
+	// Requests that carried the injected text, and failures on either
+	// side.
+	carriers, carriersFailed, othersFailed int
 }
 
 func (t *tally) add(o *outcome) {
@@ -55,8 +61,16 @@ func (t *tally) add(o *outcome) {
 		t.status = make(map[string]int)
 	}
 	t.status[o.status]++
+	if o.carrier {
+		t.carriers++
+	}
 	if !o.ok() {
 		t.addError(o.errText, 1)
+		if o.carrier {
+			t.carriersFailed++
+		} else {
+			t.othersFailed++
+		}
 		return
 	}
 	t.ok++
@@ -66,6 +80,10 @@ func (t *tally) add(o *outcome) {
 		t.queue += o.timing.queue
 		t.compute += o.timing.compute
 		t.batchItems += o.timing.batch
+		if o.timing.pad > 0 {
+			t.padded++
+			t.padding += o.timing.pad
+		}
 	}
 }
 
@@ -99,6 +117,11 @@ func (t *tally) merge(o *tally) {
 	t.queue += o.queue
 	t.compute += o.compute
 	t.batchItems += o.batchItems
+	t.padded += o.padded
+	t.padding += o.padding
+	t.carriers += o.carriers
+	t.carriersFailed += o.carriersFailed
+	t.othersFailed += o.othersFailed
 }
 
 // serverSide returns the means of the Server-Timing headers seen.
@@ -107,11 +130,24 @@ func (t *tally) serverSide() record.ServerSide {
 		return record.ServerSide{}
 	}
 	n := time.Duration(t.timed)
-	return record.ServerSide{
+	s := record.ServerSide{
 		MeanBatch:   float64(t.batchItems) / float64(t.timed),
 		MeanQueue:   record.Duration(t.queue / n),
 		MeanCompute: record.Duration(t.compute / n),
 		Timed:       t.timed,
+	}
+	if t.padded > 0 {
+		s.MeanPadding = t.padding / float64(t.padded)
+	}
+	return s
+}
+
+// injected returns how the requests carrying text fared apart from the
+// others.
+func (t *tally) injected(text string) *record.Injected {
+	return &record.Injected{
+		Text: text, Sent: t.carriers, Failed: t.carriersFailed,
+		OthersSent: t.sent - t.carriers, OthersFailed: t.othersFailed,
 	}
 }
 

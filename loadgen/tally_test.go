@@ -17,8 +17,10 @@ func TestParseServerTiming(t *testing.T) {
 		want serverTiming
 		ok   bool
 	}{
-		{"queue;dur=12.345, compute;dur=151.240, batch;desc=64", serverTiming{12345 * time.Microsecond, 151240 * time.Microsecond, 64}, true},
-		{`batch;desc="8";dur=0, compute;dur=1`, serverTiming{0, time.Millisecond, 8}, true},
+		{"queue;dur=12.345, compute;dur=151.240, batch;desc=64", serverTiming{12345 * time.Microsecond, 151240 * time.Microsecond, 64, 0}, true},
+		{`batch;desc="8";dur=0, compute;dur=1`, serverTiming{0, time.Millisecond, 8, 0}, true},
+		{"queue;dur=0.5, compute;dur=20, batch;desc=32, pad;desc=1.37, cache;desc=2", serverTiming{500 * time.Microsecond, 20 * time.Millisecond, 32, 1.37}, true},
+		{"queue;dur=1, pad;desc=lots", serverTiming{}, false},
 		{"cache;desc=hit, db;dur=53", serverTiming{}, false},
 		{"", serverTiming{}, false},
 		{"queue;dur=abc", serverTiming{}, false},
@@ -79,18 +81,24 @@ func TestCheckV2(t *testing.T) {
 
 func TestTally(t *testing.T) {
 	var a, b tally
-	a.add(&outcome{status: "200", latency: 10 * time.Millisecond, timed: true, timing: serverTiming{queue: 2 * time.Millisecond, compute: 4 * time.Millisecond, batch: 8}})
+	a.add(&outcome{status: "200", latency: 10 * time.Millisecond, timed: true, timing: serverTiming{queue: 2 * time.Millisecond, compute: 4 * time.Millisecond, batch: 8, pad: 1.5}})
 	a.add(&outcome{status: "429", errText: "HTTP 429 queue_full"})
+	a.add(&outcome{status: "500", errText: "HTTP 500 model_failed", carrier: true})
 	b.add(&outcome{status: "200", latency: 30 * time.Millisecond, timed: true, timing: serverTiming{queue: 4 * time.Millisecond, compute: 6 * time.Millisecond, batch: 16}})
 	b.add(&outcome{status: StatusError, errText: "connection reset"})
+	b.add(&outcome{status: "200", latency: 20 * time.Millisecond, carrier: true})
 	a.merge(&b)
-	if a.sent != 4 || a.ok != 2 || a.hist.Count() != 2 || a.status["200"] != 2 || a.status["429"] != 1 || a.status[StatusError] != 1 {
+	if a.sent != 6 || a.ok != 3 || a.hist.Count() != 3 || a.status["200"] != 3 || a.status["429"] != 1 || a.status[StatusError] != 1 {
 		t.Errorf("merged tally = %+v", a)
 	}
 	ss := a.serverSide()
-	want := record.ServerSide{MeanBatch: 12, MeanQueue: record.Duration(3 * time.Millisecond), MeanCompute: record.Duration(5 * time.Millisecond), Timed: 2}
+	// The padding is the mean over the responses that carried one.
+	want := record.ServerSide{MeanBatch: 12, MeanQueue: record.Duration(3 * time.Millisecond), MeanCompute: record.Duration(5 * time.Millisecond), Timed: 2, MeanPadding: 1.5}
 	if ss != want {
 		t.Errorf("serverSide() = %+v, want %+v", ss, want)
+	}
+	if got, want := *a.injected("poison"), (record.Injected{Text: "poison", Sent: 2, Failed: 1, OthersSent: 4, OthersFailed: 2}); got != want {
+		t.Errorf("injected = %+v, want %+v", got, want)
 	}
 	// Distinct error texts are bounded.
 	var c tally
@@ -118,7 +126,7 @@ func TestTraffic(t *testing.T) {
 			[]string{`{"inputs":[{"name":"text","shape":[1],"datatype":"BYTES","data":["a"]}]}`}},
 		{"/predict", "json", 1, "http://h:1/predict", "application/json", []string{`{"inputs":["a"]}`}},
 	} {
-		tr, err := newTraffic([]string{"http://h:1"}, tc.endpoint, "bert mini", tc.format, items, tc.n)
+		tr, err := newTraffic([]string{"http://h:1"}, tc.endpoint, "bert mini", tc.format, items, tc.n, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -137,7 +145,7 @@ func TestTraffic(t *testing.T) {
 		}
 	}
 	// The load is spread over the targets.
-	tr, _ := newTraffic([]string{"http://a:1", "http://b:2"}, "batched", "", "json", items, 1)
+	tr, _ := newTraffic([]string{"http://a:1", "http://b:2"}, "batched", "", "json", items, 1, "")
 	seen := map[string]int{}
 	for range 10 {
 		var tgt vegeta.Target
@@ -147,8 +155,18 @@ func TestTraffic(t *testing.T) {
 	if seen["http://a:1/batched"] != 5 || seen["http://b:2/batched"] != 5 {
 		t.Errorf("requests per target = %v, want 5 each", seen)
 	}
-	if _, err := newTraffic([]string{"http://a:1"}, "v2", "", "json", items, 1); err == nil {
+	if _, err := newTraffic([]string{"http://a:1"}, "v2", "", "json", items, 1, ""); err == nil {
 		t.Error("v2 without a model name succeeded")
+	}
+	// Requests carrying the injected text go to a URL marked by a
+	// fragment, which is never sent.
+	tr, _ = newTraffic([]string{"http://a:1"}, "batched", "", "json", []string{"a", "b poison", "c", "d"}, 2, "poison")
+	for i, want := range []string{"http://a:1/batched#inject", "http://a:1/batched", "http://a:1/batched#inject", "http://a:1/batched"} {
+		var tgt vegeta.Target
+		tr.targeter()(&tgt)
+		if tgt.URL != want {
+			t.Errorf("request %d (%s) URL %s, want %s", i, tgt.Body, tgt.URL, want)
+		}
 	}
 }
 

@@ -5,10 +5,12 @@ package corpus
 
 import (
 	"bufio"
+	"cmp"
 	_ "embed"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -23,6 +25,25 @@ var masked string
 // a small grammar with a fixed seed. The slice is new on every call.
 func Masked() []string {
 	return strings.Split(strings.TrimSuffix(masked, "\n"), "\n")
+}
+
+// Mixed returns a corpus of two lengths, for studying padding and length
+// bucketing: the 96 shortest sentences of Masked (3 to 11 words) and its 32
+// longest (47 to 65 words), three short then one long, repeating, so that
+// any run of consecutive requests mixes them as a real workload with a few
+// long inputs would. The slice is new on every call.
+func Mixed() []string {
+	all := Masked()
+	byLen := slices.Clone(all)
+	slices.SortStableFunc(byLen, func(a, b string) int { return cmp.Compare(len(strings.Fields(a)), len(strings.Fields(b))) })
+	const nShort, nLong = 96, 32
+	short, long := byLen[:nShort], byLen[len(byLen)-nLong:]
+	out := make([]string, 0, nShort+nLong)
+	for i := range nLong {
+		out = append(out, short[3*i:3*i+3]...)
+		out = append(out, long[i])
+	}
+	return out
 }
 
 // Read returns the items of r, one a line. Blank lines are skipped and a

@@ -92,3 +92,24 @@ func TestLoad(t *testing.T) {
 		t.Errorf("Load(empty) error = %v, want one naming the file", err)
 	}
 }
+
+func TestMixed(t *testing.T) {
+	got := Mixed()
+	if len(got) != 128 {
+		t.Fatalf("len(Mixed()) = %d, want 128", len(got))
+	}
+	masked := Masked()
+	for i, s := range got {
+		if !slices.Contains(masked, s) {
+			t.Errorf("item %d %q is not from Masked()", i, s)
+		}
+		n := len(strings.Fields(s))
+		if long := i%4 == 3; long != (n >= 40) || (!long && n > 12) {
+			t.Errorf("item %d has %d words; want every fourth ≥ 40 words, the others ≤ 12", i, n)
+		}
+	}
+	got[0] = "changed"
+	if Mixed()[0] == "changed" {
+		t.Error("Mixed() shares its slice between calls")
+	}
+}

@@ -62,8 +62,11 @@ type Point struct {
 	Workers  int      `json:"workers,omitempty"` // server --workers
 	Latency  Duration `json:"max_latency,omitzero"`
 	Policy   string   `json:"policy,omitempty"`
-	Load     Load     `json:"load"`
-	Items    int      `json:"items_per_request"` // items in each request body
+	// Buckets are the server's --buckets (token-length bucket bounds), when
+	// the sweep set them; nil: none.
+	Buckets []int `json:"buckets,omitempty"`
+	Load    Load  `json:"load"`
+	Items   int   `json:"items_per_request"` // items in each request body
 }
 
 // Load is how the generator drove one point.
@@ -105,9 +108,23 @@ type Record struct {
 	// GeneratorCPU is the load generator's CPU use during the point, in
 	// cores (1.0 = one core busy).
 	GeneratorCPU float64 `json:"generator_cpu"`
+	// Injected counts the requests that carried the payload's injected
+	// text (payload.inject) apart from the others; nil without injection.
+	Injected *Injected `json:"injected,omitempty"`
 	// Timeline is the first repeat's measured window second by second,
 	// by send time: how a ramp or an overload unfolded.
 	Timeline []Tick `json:"timeline,omitempty"`
+}
+
+// Injected is how the requests carrying an injected text (a fault the
+// server is told to fail on, like `infer serve --sim-fail-on`) fared apart
+// from the others: with per-item error isolation only the carriers fail.
+type Injected struct {
+	Text         string `json:"text"`
+	Sent         int    `json:"sent"`          // requests carrying Text
+	Failed       int    `json:"failed"`        // of which did not succeed
+	OthersSent   int    `json:"others_sent"`   // requests without Text
+	OthersFailed int    `json:"others_failed"` // of which did not succeed: 0 with isolation
 }
 
 // Tick is one second of a point's measured window.
@@ -152,6 +169,10 @@ type ServerSide struct {
 	MeanQueue   Duration `json:"mean_queue,omitzero"`   // queue time, mean over responses
 	MeanCompute Duration `json:"mean_compute,omitzero"` // compute time, mean over responses
 	Timed       int      `json:"timed,omitempty"`       // responses that carried Server-Timing
+	// MeanPadding is the padding of the batches responses ran in (batch
+	// size × longest item ÷ real tokens; 1 = none), mean over the
+	// responses whose Server-Timing carried it (token models only).
+	MeanPadding float64  `json:"mean_padding,omitempty"`
 	Metrics     *Metrics `json:"metrics,omitempty"`     // /metrics deltas over the point
 	CPUSeconds  float64  `json:"cpu_seconds,omitempty"` // server process CPU over the point, when known
 	RSSBytes    int64    `json:"rss_bytes,omitempty"`   // server resident memory at the end, when known
