@@ -70,7 +70,11 @@ func (s *Scenario) Plans() []Plan {
 			if ep == "naive" && g > 0 {
 				continue
 			}
-			for _, load := range s.loads() {
+			scale := 1
+			if s.Load.PerWorker && ep != "naive" {
+				scale = max(sc.workers, 1)
+			}
+			for _, load := range s.loads(scale) {
 				p := record.Point{Endpoint: ep, Load: load, Items: s.Payload.N}
 				if ep != "naive" {
 					p.Batch, p.Workers, p.Latency, p.Policy = sc.batch, sc.workers, record.Duration(sc.latency), sc.policy
@@ -151,16 +155,16 @@ func bucketsText(bs []int) string {
 	return strings.Join(parts, ",")
 }
 
-// loads returns the load of each level.
-func (s *Scenario) loads() []record.Load {
+// loads returns the load of each level, scaled by scale.
+func (s *Scenario) loads(scale int) []record.Load {
 	var out []record.Load
 	for _, c := range s.Load.Concurrency {
-		out = append(out, record.Load{Mode: "closed", Concurrency: c})
+		out = append(out, record.Load{Mode: "closed", Concurrency: c * scale})
 	}
 	for _, r := range s.Load.Rates {
-		l := record.Load{Mode: "open", Pacer: s.Load.Pacer, Rate: r}
+		l := record.Load{Mode: "open", Pacer: s.Load.Pacer, Rate: r * float64(scale)}
 		if s.Load.Pacer == "ramp" {
-			l.RampFrom = s.Load.RampFrom
+			l.RampFrom = s.Load.RampFrom * float64(scale)
 		}
 		out = append(out, l)
 	}

@@ -92,3 +92,34 @@ sweep:
 		t.Errorf("points = %q, want %q", got, want)
 	}
 }
+
+// TestPlansPerWorker: with load.per_worker, each level is a share per
+// worker, so every configuration is loaded at the same share of its
+// capacity; the naive endpoint, with one instance, at the level itself.
+func TestPlansPerWorker(t *testing.T) {
+	sc := mustParse(t, `
+server:
+  model: sim
+load:
+  rate: [10, 100]
+  per_worker: true
+sweep:
+  endpoints: [naive, batched]
+  workers: [1, 4]
+  policy: [fixed, adaptive]
+`)
+	var got []string
+	for _, p := range sc.Plans() {
+		got = append(got, p.Point.Name)
+	}
+	want := []string{
+		"naive rate=10/s", "naive rate=100/s",
+		"batched w=1 fixed rate=10/s", "batched w=1 fixed rate=100/s",
+		"batched w=4 fixed rate=40/s", "batched w=4 fixed rate=400/s",
+		"batched w=1 adaptive rate=10/s", "batched w=1 adaptive rate=100/s",
+		"batched w=4 adaptive rate=40/s", "batched w=4 adaptive rate=400/s",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("points =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -91,6 +91,11 @@ type Inject struct {
 type Load struct {
 	Concurrency []int     // closed loop: clients, each sending its next request when the last is answered
 	Rates       []float64 // open loop: requests per second, sent on schedule whatever the answers
+	// PerWorker scales each level (rate, ramp start, clients) by the
+	// point's sweep.workers (1 when the sweep leaves workers to the server,
+	// and for the naive endpoint), so that levels are shares of each
+	// configuration's capacity.
+	PerWorker bool
 	// Pacer is "constant" (default) or "ramp": a linear ramp from RampFrom
 	// to the level's rate over the measured duration (warm-up runs at
 	// RampFrom).
@@ -255,6 +260,7 @@ type (
 		Pacer       string        `yaml:"pacer"`
 		RampFrom    *float64      `yaml:"ramp_from"`
 		MaxInFlight *int          `yaml:"max_in_flight"`
+		PerWorker   bool          `yaml:"per_worker"`
 		Warmup      *string       `yaml:"warmup"`
 		Duration    *string       `yaml:"duration"`
 		Repeats     *int          `yaml:"repeats"`
@@ -662,6 +668,7 @@ func (v *validator) load(l *fileLoad) Load {
 		Concurrency: l.Concurrency,
 		Rates:       l.Rate,
 		Pacer:       l.Pacer,
+		PerWorker:   l.PerWorker,
 		MaxInFlight: DefaultMaxInFlight,
 		Repeats:     1,
 	}
