@@ -288,6 +288,14 @@ func hline(y float64, ls draw.LineStyle) plot.Plotter {
 	return f
 }
 
+// diagonal is the reference line y = x across the whole panel.
+func diagonal(ls draw.LineStyle) plot.Plotter {
+	f := plotter.NewFunction(func(x float64) float64 { return x })
+	f.LineStyle = ls
+	f.Samples = 2
+	return f
+}
+
 // vline is a vertical reference line across the whole panel.
 type vline struct {
 	x     float64

@@ -24,7 +24,12 @@ type chart struct {
 	build       func() (*figure, string)
 }
 
-// charts lists the report's charts; the comparison only with a baseline.
+// optionalCharts are drawn only for the runs they apply to; a report
+// without one removes an earlier report's.
+var optionalCharts = []string{"policy.png", "comparison.png"}
+
+// charts lists the report's charts; the policy comparison only when points
+// differ by policy, the comparison only with a baseline.
 func (v *view) charts(c *Comparison) []chart {
 	cs := []chart{
 		{"throughput.png", "Throughput vs batch size", v.throughputChart},
@@ -32,6 +37,9 @@ func (v *view) charts(c *Comparison) []chart {
 		{"naive-vs-batched.png", "Naive vs batched", v.naiveVsBatchedChart},
 		{"throughput-latency.png", "Throughput vs p99 latency", v.tradeoffChart},
 		{"server-time.png", "Server-side time: queue vs compute", v.serverTimeChart},
+	}
+	if len(v.contrasts(policyDim)) > 0 {
+		cs = append(cs, chart{"policy.png", "Batching policies vs offered load", v.policyChart})
 	}
 	if c != nil {
 		cs = append(cs, chart{"comparison.png", "Change against the baseline", func() (*figure, string) { return v.comparisonChart(c) }})

@@ -13,7 +13,14 @@
 //	naive-vs-batched.png    the naive endpoint against the best batched configuration, per load level
 //	throughput-latency.png  every point's throughput vs its p99, the frontier, its knee, the SLO
 //	server-time.png         the server's queue vs compute time per request, by batch size
+//	policy.png              when points differ only by batching policy: p50/p99 and throughput
+//	                        vs offered load, a line per policy
 //	comparison.png          with a baseline: each point's change, its noise band, the verdict
+//
+// summary.md also compares policies (each one's latency and throughput per
+// load level, and adaptive's ratios to the others), length buckets
+// (throughput, p99 and padding with and without), and, with payload.inject,
+// the failures of requests carrying the injected text against the others.
 //
 // A chart without data to draw (no batched points, no Server-Timing) is
 // left out and the summary says why.
@@ -26,6 +33,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/inferhq/infer/loadgen/record"
 )
@@ -103,7 +111,8 @@ func Write(ctx context.Context, run, baseline *record.Run, dir string, opts Opti
 	if baseline != nil {
 		res.Comparison = Compare(run, baseline, opts.Noise)
 	}
-	for _, c := range v.charts(res.Comparison) {
+	charts := v.charts(res.Comparison)
+	for _, c := range charts {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
@@ -126,8 +135,11 @@ func Write(ctx context.Context, run, baseline *record.Run, dir string, opts Opti
 		}
 		res.Charts = append(res.Charts, ch)
 	}
-	if res.Comparison == nil {
-		if err := os.Remove(filepath.Join(dir, "comparison.png")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	for _, file := range optionalCharts {
+		if slices.ContainsFunc(charts, func(c chart) bool { return c.file == file }) {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, file)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("report: %w", err)
 		}
 	}

@@ -130,6 +130,7 @@ func TestWriteFixtures(t *testing.T) {
 		{run: "testdata/partial", baseline: "testdata/sim", drawn: append(all, "comparison.png"), verdict: Pass},
 		{run: "testdata/one-point", drawn: []string{"naive-vs-batched.png", "throughput-latency.png", "server-time.png"}},
 		{run: "testdata/failed", baseline: "testdata/sim", drawn: []string{"throughput.png", "naive-vs-batched.png", "throughput-latency.png", "server-time.png", "comparison.png"}, verdict: Regression},
+		{run: "testdata/policies", drawn: append(all, "policy.png"), full: true},
 	} {
 		t.Run(filepath.Base(tc.run)+"/"+filepath.Base(tc.baseline), func(t *testing.T) {
 			dir := t.TempDir()
@@ -170,22 +171,27 @@ func TestWriteFixtures(t *testing.T) {
 	}
 }
 
-// TestWriteReplacesCharts: reporting again without a baseline removes the
-// earlier comparison, so that a folder never shows a stale chart.
+// TestWriteReplacesCharts: reporting again without a baseline, or a run
+// without policies, removes the earlier comparison or policy chart, so that
+// a folder never shows a stale chart.
 func TestWriteReplacesCharts(t *testing.T) {
 	dir := t.TempDir()
-	run, base := readRun(t, "testdata/cpu"), readRun(t, "testdata/cpu")
+	run, base := readRun(t, "testdata/policies"), readRun(t, "testdata/policies")
 	if _, err := Write(context.Background(), run, base, dir, small); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "comparison.png")); err != nil {
+	for _, f := range []string{"comparison.png", "policy.png"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := Write(context.Background(), readRun(t, "testdata/cpu"), nil, dir, small); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Write(context.Background(), run, nil, dir, small); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "comparison.png")); !os.IsNotExist(err) {
-		t.Errorf("comparison.png after a report without baseline: %v, want it removed", err)
+	for _, f := range []string{"comparison.png", "policy.png"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); !os.IsNotExist(err) {
+			t.Errorf("%s after a report without baseline or policies: %v, want it removed", f, err)
+		}
 	}
 }
 
@@ -266,25 +272,31 @@ func TestWriteOddRuns(t *testing.T) {
 // TestSummaryGolden keeps summary.md under review: run
 // go test ./report -run Golden -update after changing it on purpose.
 func TestSummaryGolden(t *testing.T) {
-	res, err := Write(context.Background(), readRun(t, "testdata/sim"), readRun(t, "testdata/sim-slow"), t.TempDir(), small)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := os.ReadFile(res.Summary)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const golden = "testdata/sim-vs-sim-slow.summary.md"
-	if *update {
-		if err := os.WriteFile(golden, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("summary.md differs from %s (rerun with -update if intended); got:\n%s", golden, got)
+	for _, tc := range []struct{ run, baseline, golden string }{
+		{"testdata/sim", "testdata/sim-slow", "testdata/sim-vs-sim-slow.summary.md"},
+		{"testdata/policies", "", "testdata/policies.summary.md"},
+	} {
+		t.Run(filepath.Base(tc.golden), func(t *testing.T) {
+			res, err := Write(context.Background(), readRun(t, tc.run), readRun(t, tc.baseline), t.TempDir(), small)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := os.ReadFile(res.Summary)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if *update {
+				if err := os.WriteFile(tc.golden, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(tc.golden)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create it)", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("summary.md differs from %s (rerun with -update if intended); got:\n%s", tc.golden, got)
+			}
+		})
 	}
 }

@@ -27,6 +27,9 @@ func (v *view) summary(res *Result) string {
 	v.writeFacts(&b)
 	v.writeWarnings(&b)
 	v.writeBest(&b)
+	v.writePolicies(&b)
+	v.writeBucketing(&b)
+	v.writeInjected(&b)
 	writeCharts(&b, res.Charts)
 	v.writePoints(&b)
 	v.writeOffline(&b)
@@ -264,10 +267,44 @@ func (v *view) longConfig(r *record.Record) string {
 	if p.Policy != "" {
 		s += ", policy " + p.Policy
 	}
+	if len(p.Buckets) > 0 {
+		s += ", " + bucketsLabel(bucketsText(p.Buckets))
+	}
 	if p.Items > 1 {
 		s += fmt.Sprintf(", %d items per request", p.Items)
 	}
 	return s
+}
+
+// writeInjected writes the "Injected faults" section: at each point with
+// payload.inject, how the requests carrying the text fared against the
+// others.
+func (v *view) writeInjected(b *strings.Builder) {
+	var recs []*record.Record
+	for _, r := range v.recs {
+		if r.Injected != nil {
+			recs = append(recs, r)
+		}
+	}
+	if len(recs) == 0 {
+		return
+	}
+	b.WriteString("## Injected faults\n\n")
+	b.WriteString("Requests carrying the injected text (payload.inject) against the others, in the measured time. With per-item error isolation, a batch that fails because of a carrier fails only the carriers.\n\n")
+	b.WriteString("| point | text | carrying: sent | failed | others: sent | failed |\n|---|---|--:|--:|--:|--:|\n")
+	failing := 0
+	for _, r := range recs {
+		in := r.Injected
+		fmt.Fprintf(b, "| %s | `%s` | %d | %d | %d | %d |\n", v.pointLabel(r), in.Text, in.Sent, in.Failed, in.OthersSent, in.OthersFailed)
+		if in.OthersFailed > 0 {
+			failing++
+		}
+	}
+	if failing == 0 {
+		fmt.Fprintf(b, "\nNo request without the text failed, at any of the %s.\n\n", plural(len(recs), "point"))
+	} else {
+		fmt.Fprintf(b, "\n**Requests without the text failed at %d of %s.**\n\n", failing, plural(len(recs), "point"))
+	}
 }
 
 func writeCharts(b *strings.Builder, charts []Chart) {
@@ -311,6 +348,7 @@ func (v *view) writePoints(b *strings.Builder) {
 	}{
 		{column{"max-latency", "--:", func(r *record.Record) string { return r.Point.Latency.D().String() }}, func(s string) string { return "max-latency " + s }},
 		{column{"policy", "---", func(r *record.Record) string { return r.Point.Policy }}, func(s string) string { return "policy " + s }},
+		{column{"buckets", "---", func(r *record.Record) string { return bucketsText(r.Point.Buckets) }}, bucketsLabel},
 		{column{"items/req", "--:", func(r *record.Record) string { return fmt.Sprint(r.Point.Items) }}, func(s string) string {
 			if s == "1" {
 				return "1 item per request"
@@ -357,6 +395,11 @@ func (v *view) writePoints(b *strings.Builder) {
 		}},
 		column{"queue", "--:", func(r *record.Record) string { return fmtDur(r.Server.MeanQueue) }},
 		column{"compute", "--:", func(r *record.Record) string { return fmtDur(r.Server.MeanCompute) }},
+	)
+	if slices.ContainsFunc(v.recs, func(r *record.Record) bool { return r.Server.MeanPadding > 0 }) {
+		cols = append(cols, column{"padding", "--:", func(r *record.Record) string { return padText(r.Server.MeanPadding) }})
+	}
+	cols = append(cols,
 		column{"flags", "---", func(r *record.Record) string {
 			f := slices.Clone(r.Flags)
 			if r.Partial {
@@ -450,7 +493,7 @@ func (v *view) writeOffline(b *strings.Builder) {
 func (v *view) writeComparison(b *strings.Builder, c *Comparison) {
 	b.WriteString("## Comparison with the baseline\n\n")
 	fmt.Fprintf(b, "Baseline `%s`. Verdict: **%s** (%s).\n\n", c.Baseline, strings.ToUpper(c.Verdict.String()), c.counts())
-	fmt.Fprintf(b, "A point regresses when its throughput falls, its p99 rises or its error rate rises beyond the noise band, on measurements that are not flagged; beyond the band on a flagged measurement it warns. The band is the repeats' spread where both runs have repeats (at least a quarter of the default), else ±%s %% throughput and ±%s %% p99; the error rate may rise by %s percentage point(s). Points are matched by endpoint, batch, workers, max-latency, policy, items per request and load level.\n\n",
+	fmt.Fprintf(b, "A point regresses when its throughput falls, its p99 rises or its error rate rises beyond the noise band, on measurements that are not flagged; beyond the band on a flagged measurement it warns. The band is the repeats' spread where both runs have repeats (at least a quarter of the default), else ±%s %% throughput and ±%s %% p99; the error rate may rise by %s percentage point(s). Points are matched by endpoint, batch, workers, max-latency, policy, buckets, items per request and load level.\n\n",
 		num(c.Default.Throughput*100), num(c.Default.P99*100), num(c.Default.ErrorRate*100))
 	if len(c.Changes) > 0 {
 		changes := slices.Clone(c.Changes)
@@ -484,6 +527,14 @@ func (v *view) writeComparison(b *strings.Builder, c *Comparison) {
 		}
 		fmt.Fprintf(b, "%s (%s, not compared): %s.\n\n", u.what, plural(len(u.recs), "point"), strings.Join(names, "; "))
 	}
+}
+
+// padText formats a padding ratio: "1.37×", "–" when unknown.
+func padText(p float64) string {
+	if p <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f×", p)
 }
 
 func fmtDur(d record.Duration) string {

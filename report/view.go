@@ -17,11 +17,23 @@ type config struct {
 	Workers  int
 	Latency  record.Duration
 	Policy   string
+	Buckets  string // bucketsText of the point's buckets: "16,32,64", "" for none
 	Items    int
 }
 
 func configOf(p record.Point) config {
-	return config{Endpoint: p.Endpoint, Batch: p.Batch, Workers: p.Workers, Latency: p.Latency, Policy: p.Policy, Items: p.Items}
+	return config{Endpoint: p.Endpoint, Batch: p.Batch, Workers: p.Workers, Latency: p.Latency, Policy: p.Policy,
+		Buckets: bucketsText(p.Buckets), Items: p.Items}
+}
+
+// bucketsText renders bucket bounds as a comparable key and label:
+// "16,32,64"; "" for none.
+func bucketsText(bs []int) string {
+	parts := make([]string, len(bs))
+	for i, b := range bs {
+		parts[i] = fmt.Sprint(b)
+	}
+	return strings.Join(parts, ",")
 }
 
 // series is a configuration without its batch size: one line on the charts
@@ -31,11 +43,13 @@ type series struct {
 	Workers  int
 	Latency  record.Duration
 	Policy   string
+	Buckets  string
 	Items    int
 }
 
 func seriesOf(p record.Point) series {
-	return series{Endpoint: p.Endpoint, Workers: p.Workers, Latency: p.Latency, Policy: p.Policy, Items: p.Items}
+	c := configOf(p)
+	return series{Endpoint: c.Endpoint, Workers: c.Workers, Latency: c.Latency, Policy: c.Policy, Buckets: c.Buckets, Items: c.Items}
 }
 
 // variant is a series without its worker count: what sets a marker's shape.
@@ -43,11 +57,12 @@ type variant struct {
 	Endpoint string
 	Latency  record.Duration
 	Policy   string
+	Buckets  string
 	Items    int
 }
 
 func (s series) variant() variant {
-	return variant{Endpoint: s.Endpoint, Latency: s.Latency, Policy: s.Policy, Items: s.Items}
+	return variant{Endpoint: s.Endpoint, Latency: s.Latency, Policy: s.Policy, Buckets: s.Buckets, Items: s.Items}
 }
 
 // key matches a point across runs: its configuration and its load.
@@ -82,7 +97,7 @@ func compareLoad(a, b record.Load) int {
 func loadLabel(l record.Load) string {
 	switch {
 	case l.Mode == "closed" || (l.Rate == 0 && l.Concurrency > 0):
-		return fmt.Sprintf("%d clients", l.Concurrency)
+		return plural(l.Concurrency, "client")
 	case l.Pacer == "ramp":
 		return fmt.Sprintf("ramp %s→%s req/s", num(l.RampFrom), num(l.Rate))
 	case l.Rate > 0:
@@ -106,7 +121,7 @@ type view struct {
 	workers []int            // distinct worker counts of the served points, ordered
 	vars    []variant        // distinct variants of the served points, ordered
 	vary    struct {
-		endpoint, latency, policy, items bool
+		endpoint, latency, policy, buckets, items bool
 	}
 }
 
@@ -116,7 +131,7 @@ func newView(run *record.Run) *view {
 		v.recs = append(v.recs, &run.Records[i])
 	}
 	slices.SortStableFunc(v.recs, func(a, b *record.Record) int { return cmp.Compare(a.Index, b.Index) })
-	var eps, lats, pols, items []string
+	var eps, lats, pols, bks, items []string
 	for _, r := range v.recs {
 		if !slices.ContainsFunc(v.loads, func(l record.Load) bool { return l == r.Point.Load }) {
 			v.loads = append(v.loads, r.Point.Load)
@@ -134,16 +149,16 @@ func newView(run *record.Run) *view {
 			v.vars = append(v.vars, s.variant())
 		}
 		eps, lats = appendNew(eps, s.Endpoint), appendNew(lats, s.Latency.D().String())
-		pols, items = appendNew(pols, s.Policy), appendNew(items, fmt.Sprint(s.Items))
+		pols, bks, items = appendNew(pols, s.Policy), appendNew(bks, s.Buckets), appendNew(items, fmt.Sprint(s.Items))
 	}
 	slices.SortFunc(v.loads, compareLoad)
 	slices.Sort(v.workers)
 	slices.SortFunc(v.vars, func(a, b variant) int {
 		return cmp.Or(cmp.Compare(a.Endpoint, b.Endpoint), cmp.Compare(a.Latency, b.Latency),
-			cmp.Compare(a.Policy, b.Policy), cmp.Compare(a.Items, b.Items))
+			cmp.Compare(a.Policy, b.Policy), cmp.Compare(a.Buckets, b.Buckets), cmp.Compare(a.Items, b.Items))
 	})
 	v.vary.endpoint, v.vary.latency = len(eps) > 1, len(lats) > 1
-	v.vary.policy, v.vary.items = len(pols) > 1, len(items) > 1
+	v.vary.policy, v.vary.buckets, v.vary.items = len(pols) > 1, len(bks) > 1, len(items) > 1
 	return v
 }
 
@@ -165,7 +180,11 @@ func (v *view) seriesLabel(s series) string {
 }
 
 // variantLabel names the dimensions of vr that vary in this run, or "".
-func (v *view) variantLabel(vr variant) string {
+func (v *view) variantLabel(vr variant) string { return strings.Join(v.variantParts(vr, ""), " ") }
+
+// variantParts names the dimensions of vr that vary in this run, but skip
+// ("policy" or "buckets").
+func (v *view) variantParts(vr variant, skip string) []string {
 	var parts []string
 	if v.vary.endpoint {
 		parts = append(parts, vr.Endpoint)
@@ -173,13 +192,24 @@ func (v *view) variantLabel(vr variant) string {
 	if v.vary.latency {
 		parts = append(parts, "max-lat "+vr.Latency.D().String())
 	}
-	if v.vary.policy {
+	if v.vary.policy && skip != "policy" {
 		parts = append(parts, vr.Policy)
+	}
+	if v.vary.buckets && skip != "buckets" {
+		parts = append(parts, bucketsLabel(vr.Buckets))
 	}
 	if v.vary.items {
 		parts = append(parts, fmt.Sprintf("%d items/req", vr.Items))
 	}
-	return strings.Join(parts, " ")
+	return parts
+}
+
+// bucketsLabel names a bucket setting: "buckets 16,32,64", "no buckets".
+func bucketsLabel(b string) string {
+	if b == "" {
+		return "no buckets"
+	}
+	return "buckets " + b
 }
 
 // configLabel names a served configuration briefly: "b=32 w=4", with the

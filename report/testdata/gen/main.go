@@ -49,10 +49,17 @@ func (c cost) of(rng *rand.Rand, n, w int, slow float64) time.Duration {
 
 // server is one sweep point's server: batch size, workers, max latency, and
 // queue capacity in items. The naive endpoint is batch 1, one worker, no wait.
+//
+// Without a policy a batch closes at its size or deadline and then waits,
+// as it is, for a worker. With one, the batch is an open slab as in
+// server/batch: the policy says when it is ready (fixed: at its deadline;
+// immediate: at once; adaptive: at its target size or deadline), and it
+// keeps growing, up to its size, until a worker takes it.
 type server struct {
 	batch, workers int
 	maxLatency     time.Duration
 	queueCap       int
+	policy         string
 }
 
 // outcome is one repeat of a point.
@@ -94,14 +101,33 @@ func simulate(rng *rand.Rand, c cost, srv server, rate float64, dur time.Duratio
 		queue = append(queue, forming)
 		forming = nil
 	}
+	slabs := srv.policy != ""
+	ready := func() bool {
+		switch srv.policy {
+		case "immediate":
+			return true
+		case "adaptive":
+			return len(forming) >= adaptiveTarget(c, srv, rate, free, now) || now >= deadline
+		default:
+			return now >= deadline
+		}
+	}
 	dispatch := func() {
-		for len(queue) > 0 {
+		for {
 			w := slices.Index(free, slices.Min(free))
 			if free[w] > now {
 				return
 			}
-			b := queue[0]
-			queue = queue[1:]
+			var b []item
+			switch {
+			case len(queue) > 0:
+				b = queue[0]
+				queue = queue[1:]
+			case slabs && len(forming) > 0 && ready():
+				b, forming = forming, nil
+			default:
+				return
+			}
 			queued -= len(b)
 			d := c.of(rng, len(b), srv.workers, slow)
 			free[w] = now + d
@@ -127,17 +153,23 @@ func simulate(rng *rand.Rand, c cost, srv server, rate float64, dur time.Duratio
 		if next < dur {
 			t = next
 		}
-		if len(forming) > 0 {
+		switch {
+		case len(forming) > 0 && !slabs:
+			t = min(t, deadline)
+		case len(forming) > 0 && deadline > now: // a slab's deadline makes it ready
 			t = min(t, deadline)
 		}
-		if len(queue) > 0 {
-			t = min(t, max(slices.Min(free), now))
+		switch w := slices.Min(free); {
+		case len(queue) > 0:
+			t = min(t, max(w, now))
+		case slabs && len(forming) > 0 && w > now: // a worker turning idle may take the slab
+			t = min(t, w)
 		}
 		if t == math.MaxInt64 {
 			break
 		}
 		now = t
-		if len(forming) > 0 && now >= deadline {
+		if len(forming) > 0 && now >= deadline && !slabs {
 			closeBatch()
 		}
 		if next < dur && now == next {
@@ -156,7 +188,7 @@ func simulate(rng *rand.Rand, c cost, srv server, rate float64, dur time.Duratio
 					deadline = now + srv.maxLatency
 				}
 				forming = append(forming, item{arrive: now})
-				if len(forming) >= srv.batch || srv.maxLatency == 0 {
+				if len(forming) >= srv.batch || (srv.maxLatency == 0 && !slabs) {
 					closeBatch()
 				}
 			}
@@ -167,12 +199,42 @@ func simulate(rng *rand.Rand, c cost, srv server, rate float64, dur time.Duratio
 	return o
 }
 
+// adaptiveTarget is the adaptive policy's target batch size, as
+// server/batch computes it, from the known arrival rate and batch cost:
+// greedy (1) with one worker, else the size at which W workers keep up at
+// 90 % utilisation, rounded down with two or more idle workers.
+func adaptiveTarget(c cost, srv server, rate float64, free []time.Duration, now time.Duration) int {
+	if srv.workers <= 1 {
+		return 1
+	}
+	idle := 0
+	for _, f := range free {
+		if f <= now {
+			idle++
+		}
+	}
+	scale := 1 + c.contention*float64(srv.workers-1)
+	a, per := c.fixed.Seconds()*scale, c.perItem.Seconds()*scale
+	den := float64(srv.workers)*0.9 - rate*per
+	if den <= 0 {
+		return srv.batch
+	}
+	n := rate * a / den
+	if idle >= 2 {
+		n = math.Floor(n)
+	} else {
+		n = math.Ceil(n)
+	}
+	return min(srv.batch, max(1, int(n)))
+}
+
 // sweep is a fixture run's shape.
 type sweep struct {
 	dir, scenario string
 	cost          cost
 	batches       []int
 	workers       []int
+	policies      []string // when set: no naive points, a point per policy, rates per worker
 	rates         []float64
 	maxLatency    time.Duration
 	queueCap      int
@@ -209,9 +271,23 @@ func (s sweep) manifest() record.Manifest {
 }
 
 // points lists the sweep: the naive endpoint at each rate, then the batched
-// one for each batch size × workers × rate.
+// one for each batch size × workers × rate; or, with policies, for each
+// policy × workers × rate (times the workers: load.per_worker).
 func (s sweep) points() []record.Point {
 	var pts []record.Point
+	if len(s.policies) > 0 {
+		for _, pol := range s.policies {
+			for _, w := range s.workers {
+				for _, r := range s.rates {
+					rate := r * float64(w)
+					pts = append(pts, record.Point{Name: fmt.Sprintf("batched b=%d w=%d lat=%v %s rate=%g/s", s.batches[0], w, s.maxLatency, pol, rate),
+						Endpoint: "batched", Targets: []string{"http://127.0.0.1:8080/batched"}, Batch: s.batches[0], Workers: w,
+						Latency: record.Duration(s.maxLatency), Policy: pol, Load: record.Load{Mode: "open", Pacer: "constant", Rate: rate}, Items: 1})
+				}
+			}
+		}
+		return pts
+	}
 	for _, r := range s.rates {
 		pts = append(pts, record.Point{Name: fmt.Sprintf("naive rate=%g", r), Endpoint: "naive", Targets: []string{"http://127.0.0.1:8080/naive"},
 			Batch: 1, Workers: 1, Load: record.Load{Mode: "open", Pacer: "constant", Rate: r}, Items: 1})
@@ -235,6 +311,10 @@ func (s sweep) run() (record.Manifest, []record.Record) {
 	var recs []record.Record
 	for i, p := range s.points() {
 		srv := server{batch: p.Batch, workers: p.Workers, maxLatency: p.Latency.D(), queueCap: s.queueCap}
+		if len(s.policies) > 0 {
+			srv.policy = p.Policy
+			srv.queueCap = s.queueCap * p.Workers // infer serve's default: 16 × batch × workers
+		}
 		if p.Endpoint == "naive" {
 			srv.maxLatency = 0
 		}
@@ -339,7 +419,18 @@ func write(out string) error {
 		offline: map[int]float64{1: 98.4, 2: 135.2, 4: 165.9, 8: 187.3, 16: 199.6, 32: 205.1},
 		seed:    3,
 	}
-	for _, s := range []sweep{sim, slow, cpu} {
+	// The issue-7 comparison: fixed, immediate and adaptive from 5 % to
+	// 130 % of capacity (64 / 151.24 ms = 423 req/s per worker).
+	policies := sweep{
+		dir: "policies", scenario: "policies-sim",
+		cost:    cost{fixed: 77 * time.Millisecond, perItem: 1160 * time.Microsecond, jitter: 0.01},
+		batches: []int{64}, workers: []int{1, 4}, policies: []string{"fixed", "immediate", "adaptive"},
+		rates:      []float64{21, 106, 212, 317, 402, 550},
+		maxLatency: 100 * time.Millisecond, queueCap: 16 * 64, inflightCap: 1000, repeats: 1, measure: 4 * time.Second, noise: 0.02,
+		genCPUPerReq: 0.00004, histograms: true,
+		seed: 4,
+	}
+	for _, s := range []sweep{sim, slow, cpu, policies} {
 		m, recs := s.run()
 		if s.dir == "cpu" {
 			m.Model, m.Runtime = "bert-mini", "onnxruntime 1.22.0 (cpu)"
