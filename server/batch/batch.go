@@ -196,6 +196,7 @@ type slab[In, Out any] struct {
 func New[In, Out any](cfg Config, workers ...Func[In, Out]) *Batcher[In, Out] {
 	cfg = cfg.withDefaults(max(1, len(workers)))
 	b := &Batcher[In, Out]{
+		est:     newEstimator(),
 		onBatch: cfg.OnBatch,
 		in:      make(chan item[In, Out], cfg.QueueCap),
 		ready:   make(chan *slab[In, Out]),

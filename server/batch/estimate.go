@@ -12,31 +12,69 @@ import (
 // concurrent use.
 type estimator struct {
 	mu sync.Mutex
-	// Arrivals: an exponentially decayed count; count/rateTau estimates the
-	// rate in items per second.
-	count  float64
-	countT time.Time
+	// Arrivals: exponentially decayed counts over a slow and a fast time
+	// constant, corrected for the bias of a short history.
+	slow, fast decayed
+	first      time.Time // the first arrival
 	// Cost: decayed sums of 1, n, n², t, n·t over observed batches.
 	sw, sn, snn, st, snt float64
 	samples              int
 }
 
+// decayed is a count whose past decays with time constant tau: for arrivals
+// at rate λ it tends to λ·tau.
+type decayed struct {
+	tau   time.Duration
+	count float64
+	at    time.Time
+}
+
+func (d *decayed) add(t time.Time) {
+	if dt := t.Sub(d.at); dt > 0 {
+		d.count *= math.Exp(-float64(dt) / float64(d.tau))
+		d.at = t
+	} else if d.at.IsZero() {
+		d.at = t
+	}
+	d.count++
+}
+
+// rate returns the arrival rate the count implies at now, given a history
+// of length age (a short history has had no time to fill the count).
+func (d *decayed) rate(now time.Time, age time.Duration) float64 {
+	c := d.count
+	if dt := now.Sub(d.at); dt > 0 {
+		c *= math.Exp(-float64(dt) / float64(d.tau))
+	}
+	fill := 1.0
+	if age > 0 {
+		fill = -math.Expm1(-float64(age) / float64(d.tau))
+	}
+	return c / d.tau.Seconds() / max(fill, 1e-3)
+}
+
 const (
-	rateTau    = time.Second
+	// The arrival rate is the larger of a 1 s average (steady) and a 100 ms
+	// one (quick to see a rise): an under-estimate makes the adaptive
+	// policy send small batches that waste the workers; an over-estimate
+	// only makes it wait a little longer, never past MaxLatency.
+	slowTau    = time.Second
+	fastTau    = 100 * time.Millisecond
 	costDecay  = 0.95 // weight of the past per new batch
 	minSamples = 2
 )
 
+func newEstimator() estimator {
+	return estimator{slow: decayed{tau: slowTau}, fast: decayed{tau: fastTau}}
+}
+
 func (e *estimator) arrive(t time.Time) {
 	e.mu.Lock()
-	if e.countT.IsZero() {
-		e.countT = t
+	if e.first.IsZero() {
+		e.first = t
 	}
-	if dt := t.Sub(e.countT); dt > 0 {
-		e.count *= math.Exp(-float64(dt) / float64(rateTau))
-		e.countT = t
-	}
-	e.count++
+	e.slow.add(t)
+	e.fast.add(t)
 	e.mu.Unlock()
 }
 
@@ -44,11 +82,11 @@ func (e *estimator) arrive(t time.Time) {
 func (e *estimator) rate(now time.Time) float64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	c := e.count
-	if dt := now.Sub(e.countT); dt > 0 {
-		c *= math.Exp(-float64(dt) / float64(rateTau))
+	if e.first.IsZero() {
+		return 0
 	}
-	return c / rateTau.Seconds()
+	age := now.Sub(e.first)
+	return max(e.slow.rate(now, age), e.fast.rate(now, age))
 }
 
 func (e *estimator) observe(n int, d time.Duration) {

@@ -42,15 +42,32 @@ func TestEstimatorSameSizeBatches(t *testing.T) {
 	}
 }
 
+// steadyRate makes e as if items had arrived at rate for a long time.
+func steadyRate(e *estimator, rate float64, now time.Time) {
+	e.first = now.Add(-time.Hour)
+	e.slow = decayed{tau: slowTau, count: rate * slowTau.Seconds(), at: now}
+	e.fast = decayed{tau: fastTau, count: rate * fastTau.Seconds(), at: now}
+}
+
 func TestEstimatorRate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var e estimator
-		for range 5000 { // 500 items/s for 10 s
-			e.arrive(time.Now())
-			time.Sleep(2 * time.Millisecond)
+		e := newEstimator()
+		arrive := func(d time.Duration, every time.Duration) {
+			for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(every) {
+				e.arrive(time.Now())
+			}
 		}
+		arrive(200*time.Millisecond, 2*time.Millisecond) // 500/s, a short history
+		if got := e.rate(time.Now()); got < 450 || got > 550 {
+			t.Errorf("after 200ms at 500/s: rate() = %.1f, want ~500 (no start-up bias)", got)
+		}
+		arrive(10*time.Second, 2*time.Millisecond)
 		if got := e.rate(time.Now()); got < 490 || got > 510 {
-			t.Errorf("rate() = %.1f, want ~500", got)
+			t.Errorf("after 10s at 500/s: rate() = %.1f, want ~500", got)
+		}
+		arrive(300*time.Millisecond, 500*time.Microsecond) // a rise to 2000/s shows within 300ms
+		if got := e.rate(time.Now()); got < 1800 {
+			t.Errorf("300ms into a rise to 2000/s: rate() = %.1f, want ≥ 1800", got)
 		}
 	})
 }
@@ -77,7 +94,7 @@ func TestAdaptiveTarget(t *testing.T) {
 				b.est.observe(n, 77*time.Millisecond+time.Duration(n)*1160*time.Microsecond)
 			}
 			now := time.Now()
-			b.est.count, b.est.countT = tc.rate*rateTau.Seconds(), now
+			steadyRate(&b.est, tc.rate, now)
 			if got := b.adaptiveTarget(b.cfg.Load()); got != tc.want {
 				t.Errorf("adaptiveTarget() = %d, want %d", got, tc.want)
 			}
@@ -92,7 +109,7 @@ func TestAdaptiveNeverWaitsPastMaxLatency(t *testing.T) {
 		for _, n := range []int{1, 64, 8} { // a slow accelerator, and a high rate
 			b.est.observe(n, 77*time.Millisecond+time.Duration(n)*1160*time.Microsecond)
 		}
-		b.est.count, b.est.countT = 2000, time.Now()
+		steadyRate(&b.est, 2000, time.Now())
 		stop := start(t, b)
 		defer stop()
 
