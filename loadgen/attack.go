@@ -34,7 +34,11 @@ type attack struct {
 
 // attackResult is what one repeat measured.
 type attackResult struct {
-	tally    tally
+	tally tally // the requests sent in the measured window
+	// answered counts the successful answers received in the measured
+	// window, whenever they were sent: the server's real rate, which
+	// under overload lags what was sent in the window.
+	answered int
 	timeline timeline
 	start    time.Time     // of the measured window
 	window   time.Duration // measured time; shorter than asked when stopped
@@ -113,9 +117,9 @@ func (a attack) run(ctx context.Context, live func(*outcome), mark func(end bool
 
 	for r := range results {
 		mu.Lock()
-		stopped := !stoppedAt.IsZero()
+		stop := stoppedAt
 		mu.Unlock()
-		if stopped && strings.Contains(r.Error, context.Canceled.Error()) {
+		if !stop.IsZero() && strings.Contains(r.Error, context.Canceled.Error()) {
 			continue // cut off by the stop, not by the server
 		}
 		o := classify(int(r.Code), r.Error, r.Body, r.Headers.Get("Server-Timing"), a.traffic.check)
@@ -125,6 +129,13 @@ func (a attack) run(ctx context.Context, live func(*outcome), mark func(end bool
 		if !o.sent.Before(res.start) && o.sent.Before(end) {
 			res.tally.add(&o)
 			res.timeline.add(o.sent.Sub(res.start), &o)
+		}
+		windowEnd := end
+		if !stop.IsZero() && stop.Before(end) {
+			windowEnd = stop
+		}
+		if done := o.sent.Add(o.latency); o.ok() && !done.Before(res.start) && done.Before(windowEnd) {
+			res.answered++
 		}
 	}
 	close(finished)

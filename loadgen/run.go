@@ -475,12 +475,13 @@ func (r *runner) point(ctx context.Context, p Plan) (*record.Record, error) {
 		timeout: r.sc.Load.Timeout, maxInFlight: r.sc.Load.MaxInFlight}
 
 	var (
-		total   tally
-		m       measure
-		repeats []record.Repeat
-		first   time.Time
-		ticks   []record.Tick
-		partial bool
+		total    tally
+		answered int
+		m        measure
+		repeats  []record.Repeat
+		first    time.Time
+		ticks    []record.Tick
+		partial  bool
 	)
 	for rep := 1; rep <= r.sc.Load.Repeats; rep++ {
 		r.mon.startAttack(rep, pt.Load, a.warmup, a.duration)
@@ -503,10 +504,11 @@ func (r *runner) point(ctx context.Context, p Plan) (*record.Record, error) {
 			ticks = res.timeline.ticks(pt.Load, a.duration)
 		}
 		total.merge(&res.tally)
+		answered += res.answered
 		m.add(res.window, begin, end)
 		secs := res.window.Seconds()
 		repeats = append(repeats, record.Repeat{
-			Throughput:   float64(res.tally.ok) / secs,
+			Throughput:   float64(res.answered) / secs,
 			AchievedRate: float64(res.tally.sent) / secs,
 			P50:          record.Duration(res.tally.hist.Quantile(0.5)),
 			P99:          record.Duration(res.tally.hist.Quantile(0.99)),
@@ -519,7 +521,7 @@ func (r *runner) point(ctx context.Context, p Plan) (*record.Record, error) {
 	if total.sent == 0 && partial {
 		return nil, nil
 	}
-	rec := buildRecord(p.Index, pt, first, &total, &m, repeats, r.sc.Payload.N)
+	rec := buildRecord(p.Index, pt, first, &total, answered, &m, repeats, r.sc.Payload.N)
 	rec.Timeline = ticks
 	rec.Partial = partial
 	if inject != "" {
@@ -552,8 +554,10 @@ func (m *measure) add(window time.Duration, begin, end reading) {
 	m.countsMissing = m.countsMissing || !begin.countsOK || !end.countsOK
 }
 
-// buildRecord turns a point's measurements into its record.
-func buildRecord(index int, pt record.Point, start time.Time, t *tally, m *measure, repeats []record.Repeat, items int) *record.Record {
+// buildRecord turns a point's measurements into its record: t holds the
+// requests sent in the measured windows, answered the successful answers
+// received in them.
+func buildRecord(index int, pt record.Point, start time.Time, t *tally, answered int, m *measure, repeats []record.Repeat, items int) *record.Record {
 	secs := m.window.Seconds()
 	rec := &record.Record{
 		Index:        index,
@@ -562,8 +566,8 @@ func buildRecord(index int, pt record.Point, start time.Time, t *tally, m *measu
 		Duration:     record.Duration(m.window),
 		Sent:         t.sent,
 		AchievedRate: float64(t.sent) / secs,
-		Throughput:   float64(t.ok) / secs,
-		ItemsPerSec:  float64(t.ok*items) / secs,
+		Throughput:   float64(answered) / secs,
+		ItemsPerSec:  float64(answered*items) / secs,
 		Latency:      t.hist.Percentiles(),
 		Histogram:    &t.hist,
 		Status:       copyCounts(t.status),

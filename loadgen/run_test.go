@@ -399,6 +399,33 @@ func TestRunSlowServer(t *testing.T) {
 	}
 }
 
+// TestRunOverloadThroughput: an overloaded server's throughput is the rate
+// it answers at, not the rate requests were sent at: a server that answers
+// 100 requests/s, offered 200/s for a second, answers the second 100
+// after the window, and they do not count.
+func TestRunOverloadThroughput(t *testing.T) {
+	var mu sync.Mutex
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		time.Sleep(10 * time.Millisecond) // the server's work
+		mu.Unlock()
+		answer(w, r)
+	}))
+	defer ts.Close()
+	sc := mustParse(t, "target:\n  urls: "+ts.URL+"\nload:\n  rate: 200\n  warmup: 0s\n  duration: 1s\n")
+	out, err := Run(context.Background(), sc, Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := out.Records[0]
+	if r.Status["200"] < 190 || r.AchievedRate < 190 {
+		t.Errorf("sent %d at %v/s, %d answered; want all 200 sent and answered", r.Sent, r.AchievedRate, r.Status["200"])
+	}
+	if r.Throughput < 60 || r.Throughput > 110 {
+		t.Errorf("throughput %v/s from a server that answers 100/s at most", r.Throughput)
+	}
+}
+
 func TestTailBuffer(t *testing.T) {
 	tb := &tailBuffer{max: 3}
 	io.WriteString(tb, "one\ntwo\nthr")

@@ -238,6 +238,7 @@ type (
 		Model        string   `yaml:"model"`
 		SimFixed     *string  `yaml:"sim_fixed"`
 		SimPerItem   *string  `yaml:"sim_per_item"`
+		SimFailOn    string   `yaml:"sim_fail_on"`
 		Devices      string   `yaml:"devices"`
 		QueueCap     *int     `yaml:"queue_cap"`
 		Timeout      *string  `yaml:"timeout"`
@@ -568,6 +569,12 @@ func (v *validator) server(s *fileServer, bucketSweep bool) *ServerSpec {
 			v.errorf(d.path, "%s applies to model sim only, not %q", key(d.path), s.Model)
 		}
 		spec.Flags = append(spec.Flags, d.flag, v.duration(d.path, d.val, 0, false).String())
+	}
+	if s.SimFailOn != "" {
+		if s.Model != "sim" {
+			v.errorf("$.server.sim_fail_on", "server.sim_fail_on applies to model sim only, not %q", s.Model)
+		}
+		spec.Flags = append(spec.Flags, "--sim-fail-on", s.SimFailOn)
 	}
 	if s.Devices != "" {
 		spec.Flags = append(spec.Flags, "--devices", s.Devices)

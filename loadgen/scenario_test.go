@@ -142,6 +142,7 @@ func TestParseErrors(t *testing.T) {
 		{"both", "server:\n  model: sim\ntarget:\n  urls: http://x\nload:\n  concurrency: 8\n", 3, "both target and server"},
 		{"no model", "server:\n  devices: cpu\nload:\n  concurrency: 8\n", 1, "server.model"},
 		{"sim flag on bert", "server:\n  model: bert-mini\n  sim_fixed: 1ms\nload:\n  concurrency: 8\n", 3, "applies to model sim only"},
+		{"fail on bert", "server:\n  model: bert-mini\n  sim_fail_on: x\nload:\n  concurrency: 8\n", 3, "sim_fail_on applies to model sim only"},
 		{"bench flag in args", "server:\n  model: sim\n  args: [--batch, \"8\"]\nload:\n  concurrency: 8\n", 3, "--batch is set by infer bench"},
 		{"bad url", "target:\n  urls: [http://a:1, ftp://b]\nload:\n  concurrency: 8\n", 2, `target.urls[1]: "ftp://b"`},
 		{"buckets on target", "target:\n  urls: http://a:1\nload:\n  concurrency: 8\nsweep:\n  buckets: [16, 32]\n", 6, "the admin API cannot set a target's buckets"},
@@ -233,7 +234,7 @@ func TestParseBucketsInject(t *testing.T) {
 	sc := mustParse(t, `
 server:
   model: sim
-  args: [--sim-fail-on, poison]
+  sim_fail_on: poison
 payload:
   corpus: mixed
   inject: {text: poison, every: 4}
@@ -258,7 +259,7 @@ sweep:
 	if f := strings.Join(flags[0], " "); strings.Contains(f, "--buckets") {
 		t.Errorf("no-bucket server flags %q", f)
 	}
-	if f := strings.Join(flags[1], " "); !strings.HasSuffix(f, "--batch 8 --buckets 16,32,64") {
+	if f := strings.Join(flags[1], " "); f != "--model sim --sim-fail-on poison --batch 8 --buckets 16,32,64" {
 		t.Errorf("bucket server flags %q", f)
 	}
 	items := sc.Payload.Items
@@ -284,7 +285,8 @@ func TestScenarioFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"bert.yaml", "overload.yaml", "quick.yaml", "reference.yaml", "sim-gpu.yaml"}
+	want := []string{"bert.yaml", "bucketing.yaml", "isolation.yaml", "overload.yaml", "policies-bert.yaml", "policies-sim-fast.yaml",
+		"policies-sim.yaml", "quick.yaml", "reference.yaml", "sim-gpu.yaml", "single-client.yaml"}
 	var got []string
 	for _, f := range files {
 		got = append(got, filepath.Base(f))

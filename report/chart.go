@@ -252,16 +252,27 @@ func (niceTicks) Ticks(lo, hi float64) []plot.Tick {
 			break
 		}
 	}
+	// Labels are multiples of step/4 at most (2.5 × a power of ten, halved
+	// for minor ticks), so this many decimals shows them exactly.
+	decimals := max(0, 2-int(math.Floor(math.Log10(step))))
 	var ts []plot.Tick
 	for i := math.Ceil(lo / step * 2); i/2*step <= hi; i++ {
 		v := i / 2 * step
 		t := plot.Tick{Value: v}
 		if int(i)%2 == 0 {
-			t.Label = tickLabel(math.Round(v/step*4)*step/4 + 0) // + 0: no "-0"
+			t.Label = trimZeros(strconv.FormatFloat(math.Round(v/step*4)*step/4+0, 'f', decimals, 64)) // + 0: no "-0"
 		}
 		ts = append(ts, t)
 	}
 	return ts
+}
+
+// trimZeros drops a decimal number's trailing zeros: "0.60" → "0.6", "5.00" → "5".
+func trimZeros(s string) string {
+	if !strings.Contains(s, ".") {
+		return s
+	}
+	return strings.TrimSuffix(strings.TrimRight(s, "0"), ".")
 }
 
 // batchAxis puts a on a log-2 scale with a tick at each batch size.

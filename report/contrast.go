@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg/draw"
 
@@ -122,6 +123,22 @@ func offered(l record.Load) float64 {
 	return l.Rate
 }
 
+// loadAxis puts a tick at each load level's offered load, from 0 (or
+// around the one level there is).
+func loadAxis(a *plot.Axis, loads []record.Load) {
+	var ts plot.ConstantTicks
+	for _, l := range loads {
+		ts = append(ts, plot.Tick{Value: offered(l), Label: num(offered(l))})
+	}
+	a.Tick.Marker = ts
+	hi := offered(loads[len(loads)-1])
+	if len(loads) == 1 {
+		a.Min, a.Max = hi*0.5, hi*1.5
+		return
+	}
+	a.Min, a.Max = 0, max(hi*1.05, 1)
+}
+
 func offeredAxis(l record.Load) string {
 	if l.Mode == "closed" {
 		return "offered load (closed-loop clients)"
@@ -215,8 +232,9 @@ func (v *view) policyChart() (*figure, string) {
 			thr.Add(diagonal(line(naiveColor, 1.2, 2, 3)))
 			ymax = max(ymax, xmax)
 		}
-		lat.X.Min, lat.X.Max = 0, max(xmax*1.05, 1)
-		thr.X.Min, thr.X.Max = 0, max(xmax*1.05, 1)
+		for _, p := range []*plot.Plot{lat, thr} {
+			loadAxis(&p.X, c.loads)
+		}
 		thr.Y.Min, thr.Y.Max = 0, max(ymax*1.08, 1)
 		switch {
 		case hi == 0:

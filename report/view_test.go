@@ -124,3 +124,25 @@ func TestLoadLabel(t *testing.T) {
 		}
 	}
 }
+
+func TestNiceTicks(t *testing.T) {
+	for _, tc := range []struct {
+		lo, hi float64
+		want   []string
+	}{
+		{0, 1.05, []string{"0", "0.2", "0.4", "0.6", "0.8", "1"}},
+		{0, 2300, []string{"0", "500", "1000", "1500", "2000"}},
+		{0.9, 1.3, []string{"0.9", "1", "1.1", "1.2", "1.3"}},
+		{0, 0.021, []string{"0", "0.005", "0.01", "0.015", "0.02"}},
+	} {
+		var got []string
+		for _, tk := range (niceTicks{}).Ticks(tc.lo, tc.hi) {
+			if tk.Label != "" {
+				got = append(got, tk.Label)
+			}
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("niceTicks(%v, %v) labels = %q, want %q", tc.lo, tc.hi, got, tc.want)
+		}
+	}
+}

@@ -88,8 +88,11 @@ type Record struct {
 	Sent         int     `json:"sent"`          // requests sent in the measured time
 	TargetRate   float64 `json:"target_rate"`   // requests/s asked for (open loop), 0 for closed loop
 	AchievedRate float64 `json:"achieved_rate"` // requests/s actually sent
-	Throughput   float64 `json:"throughput"`    // successful requests/s
-	ItemsPerSec  float64 `json:"items_per_sec"` // successful items/s
+	// Throughput is the successful answers received per second in the
+	// measured time, whenever their requests were sent: the server's real
+	// rate, also when an overloaded server lags what was sent.
+	Throughput  float64 `json:"throughput"`
+	ItemsPerSec float64 `json:"items_per_sec"` // successful items/s, likewise
 
 	Latency   Percentiles    `json:"latency"`             // over successful requests
 	Histogram *Histogram     `json:"histogram,omitempty"` // latencies of successful requests
