@@ -29,6 +29,7 @@ type modelOptions struct {
 	Truncate   bool
 	SimFixed   time.Duration
 	SimPerItem time.Duration
+	SimFailOn  string
 }
 
 const defaultModel = "bert-mini"
@@ -52,6 +53,7 @@ func (o *modelOptions) bindSettings(cmd *cobra.Command) {
 	f.BoolVar(&o.Truncate, "truncate", true, "truncate longer items to --max-seq-len; with --truncate=false they are refused with 413")
 	f.DurationVar(&o.SimFixed, "sim-fixed", 77*time.Millisecond, "sim: fixed cost of any batch")
 	f.DurationVar(&o.SimPerItem, "sim-per-item", 1160*time.Microsecond, "sim: added cost per item in a batch")
+	f.StringVar(&o.SimFailOn, "sim-fail-on", "", "sim: fault injection: a batch holding an item that contains this text fails as a whole")
 }
 
 func builtinNames() string {
@@ -74,7 +76,7 @@ func (o *modelOptions) open(workers int, log *slog.Logger) (models.Factory, erro
 		return nil, usageErrorf("--devices: %v", err)
 	}
 	if o.Model == "sim" {
-		f, err := sim.New(sim.Config{Fixed: o.SimFixed, PerItem: o.SimPerItem})
+		f, err := sim.New(sim.Config{Fixed: o.SimFixed, PerItem: o.SimPerItem, FailOn: o.SimFailOn})
 		if err != nil {
 			return nil, usageErrorf("%v", err)
 		}
