@@ -15,11 +15,15 @@ import (
 // the bert-base-uncased vocabulary).
 const Module = "github.com/clems4ever/all-minilm-l6-v2-go"
 
-// TokenizerJSON returns the path of the module's tokenizer.json, at the
-// version go.mod selects. It runs "go mod download", which fetches the
-// module if the module cache lacks it.
+// Version is the module version holding the vocabulary the package embeds.
+// It is named here rather than in go.mod, which no Go import keeps it in.
+const Version = "v0.0.9"
+
+// TokenizerJSON returns the path of the module's tokenizer.json at Version.
+// It runs "go mod download", which fetches the module if the module cache
+// lacks it.
 func TokenizerJSON() (string, error) {
-	cmd := exec.Command("go", "mod", "download", "-json", Module)
+	cmd := exec.Command("go", "mod", "download", "-json", Module+"@"+Version)
 	out, err := cmd.Output()
 	var m struct{ Dir, Error string }
 	if jerr := json.Unmarshal(out, &m); jerr != nil && err == nil {
