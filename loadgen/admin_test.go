@@ -149,7 +149,7 @@ func TestRunInjected(t *testing.T) {
 	if in.Text != "poison" || in.Sent+in.OthersSent != r.Sent || in.Sent < r.Sent/20 || in.Sent > r.Sent/5 {
 		t.Errorf("injected %+v of %d sent; want about one in ten carrying poison", in, r.Sent)
 	}
-	if in.Failed != in.Sent || in.OthersFailed != 0 || r.Status["500"] != in.Sent {
+	if in.ModelFailed != in.Sent || in.OthersModelFailed != 0 || r.Status["500"] != in.Sent {
 		t.Errorf("injected %+v, status %v; want every carrier to fail with 500 and no other request", in, r.Status)
 	}
 	if r.Server.MeanBatch < 2 {

@@ -50,9 +50,9 @@ type tally struct {
 	batchItems int
 	padded     int     // timed responses that carried a padding
 	padding    float64 // their padding, summed
-	// Requests that carried the injected text, and failures on either
-	// side.
-	carriers, carriersFailed, othersFailed int
+	// Requests that carried the injected text, and the model's failures
+	// (500) on either side.
+	carriers, carriers500, others500 int
 }
 
 func (t *tally) add(o *outcome) {
@@ -64,13 +64,14 @@ func (t *tally) add(o *outcome) {
 	if o.carrier {
 		t.carriers++
 	}
+	switch {
+	case o.status == "500" && o.carrier:
+		t.carriers500++
+	case o.status == "500":
+		t.others500++
+	}
 	if !o.ok() {
 		t.addError(o.errText, 1)
-		if o.carrier {
-			t.carriersFailed++
-		} else {
-			t.othersFailed++
-		}
 		return
 	}
 	t.ok++
@@ -120,8 +121,8 @@ func (t *tally) merge(o *tally) {
 	t.padded += o.padded
 	t.padding += o.padding
 	t.carriers += o.carriers
-	t.carriersFailed += o.carriersFailed
-	t.othersFailed += o.othersFailed
+	t.carriers500 += o.carriers500
+	t.others500 += o.others500
 }
 
 // serverSide returns the means of the Server-Timing headers seen.
@@ -146,8 +147,8 @@ func (t *tally) serverSide() record.ServerSide {
 // others.
 func (t *tally) injected(text string) *record.Injected {
 	return &record.Injected{
-		Text: text, Sent: t.carriers, Failed: t.carriersFailed,
-		OthersSent: t.sent - t.carriers, OthersFailed: t.othersFailed,
+		Text: text, Sent: t.carriers, ModelFailed: t.carriers500,
+		OthersSent: t.sent - t.carriers, OthersModelFailed: t.others500,
 	}
 }
 

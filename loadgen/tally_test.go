@@ -83,12 +83,14 @@ func TestTally(t *testing.T) {
 	var a, b tally
 	a.add(&outcome{status: "200", latency: 10 * time.Millisecond, timed: true, timing: serverTiming{queue: 2 * time.Millisecond, compute: 4 * time.Millisecond, batch: 8, pad: 1.5}})
 	a.add(&outcome{status: "429", errText: "HTTP 429 queue_full"})
-	a.add(&outcome{status: "500", errText: "HTTP 500 model_failed", carrier: true})
+	a.add(&outcome{status: "500", errText: "HTTP 500 model_error", carrier: true})
+	a.add(&outcome{status: "500", errText: "HTTP 500 model_error"})
+	a.add(&outcome{status: "429", errText: "HTTP 429 queue_full", carrier: true})
 	b.add(&outcome{status: "200", latency: 30 * time.Millisecond, timed: true, timing: serverTiming{queue: 4 * time.Millisecond, compute: 6 * time.Millisecond, batch: 16}})
 	b.add(&outcome{status: StatusError, errText: "connection reset"})
 	b.add(&outcome{status: "200", latency: 20 * time.Millisecond, carrier: true})
 	a.merge(&b)
-	if a.sent != 6 || a.ok != 3 || a.hist.Count() != 3 || a.status["200"] != 3 || a.status["429"] != 1 || a.status[StatusError] != 1 {
+	if a.sent != 8 || a.ok != 3 || a.hist.Count() != 3 || a.status["200"] != 3 || a.status["429"] != 2 || a.status[StatusError] != 1 {
 		t.Errorf("merged tally = %+v", a)
 	}
 	ss := a.serverSide()
@@ -97,7 +99,7 @@ func TestTally(t *testing.T) {
 	if ss != want {
 		t.Errorf("serverSide() = %+v, want %+v", ss, want)
 	}
-	if got, want := *a.injected("poison"), (record.Injected{Text: "poison", Sent: 2, Failed: 1, OthersSent: 4, OthersFailed: 2}); got != want {
+	if got, want := *a.injected("poison"), (record.Injected{Text: "poison", Sent: 3, ModelFailed: 1, OthersSent: 5, OthersModelFailed: 1}); got != want {
 		t.Errorf("injected = %+v, want %+v", got, want)
 	}
 	// Distinct error texts are bounded.

@@ -93,14 +93,14 @@ func TestContrastSections(t *testing.T) {
 
 func TestInjectedSection(t *testing.T) {
 	clean, leaky := at("", nil, 8, 100, 80*time.Millisecond, 90*time.Millisecond, 0), at("", nil, 32, 100, 80*time.Millisecond, 90*time.Millisecond, 0)
-	clean.Injected = &record.Injected{Text: "poison", Sent: 20, Failed: 20, OthersSent: 980, OthersFailed: 0}
-	leaky.Injected = &record.Injected{Text: "poison", Sent: 20, Failed: 20, OthersSent: 980, OthersFailed: 7}
+	clean.Injected = &record.Injected{Text: "poison", Sent: 20, ModelFailed: 20, OthersSent: 980, OthersModelFailed: 0}
+	leaky.Injected = &record.Injected{Text: "poison", Sent: 20, ModelFailed: 20, OthersSent: 980, OthersModelFailed: 7}
 	for _, tc := range []struct {
 		recs []record.Record
 		want string
 	}{
-		{[]record.Record{clean}, "| b=64 w=1 @ 8 clients | `poison` | 20 | 20 | 980 | 0 |\n\nNo request without the text failed, at any of the 1 point."},
-		{[]record.Record{clean, leaky}, "**Requests without the text failed at 1 of 2 points.**"},
+		{[]record.Record{clean}, "| b=64 w=1 @ 8 clients | `poison` | 20 | 20 | 980 | 0 |\n\nThe model failed no request without the text, at any of the 1 point."},
+		{[]record.Record{clean, leaky}, "**The model failed requests without the text at 1 of 2 points.**"},
 	} {
 		if got := summaryOf(t, tc.recs); !strings.Contains(got, tc.want) {
 			t.Errorf("summary.md lacks %q; got:\n%s", tc.want, got)

@@ -290,20 +290,20 @@ func (v *view) writeInjected(b *strings.Builder) {
 		return
 	}
 	b.WriteString("## Injected faults\n\n")
-	b.WriteString("Requests carrying the injected text (payload.inject) against the others, in the measured time. With per-item error isolation, a batch that fails because of a carrier fails only the carriers.\n\n")
-	b.WriteString("| point | text | carrying: sent | failed | others: sent | failed |\n|---|---|--:|--:|--:|--:|\n")
+	b.WriteString("Requests carrying the injected text (payload.inject) against the others, in the measured time, and how many of each the model failed (HTTP 500). With per-item error isolation, a batch that fails because of a carrier fails only the carriers. Refusals (429) and late answers (504) are admission and deadline outcomes: see the table of points.\n\n")
+	b.WriteString("| point | text | carrying: sent | 500 | others: sent | 500 |\n|---|---|--:|--:|--:|--:|\n")
 	failing := 0
 	for _, r := range recs {
 		in := r.Injected
-		fmt.Fprintf(b, "| %s | `%s` | %d | %d | %d | %d |\n", v.pointLabel(r), in.Text, in.Sent, in.Failed, in.OthersSent, in.OthersFailed)
-		if in.OthersFailed > 0 {
+		fmt.Fprintf(b, "| %s | `%s` | %d | %d | %d | %d |\n", v.pointLabel(r), in.Text, in.Sent, in.ModelFailed, in.OthersSent, in.OthersModelFailed)
+		if in.OthersModelFailed > 0 {
 			failing++
 		}
 	}
 	if failing == 0 {
-		fmt.Fprintf(b, "\nNo request without the text failed, at any of the %s.\n\n", plural(len(recs), "point"))
+		fmt.Fprintf(b, "\nThe model failed no request without the text, at any of the %s.\n\n", plural(len(recs), "point"))
 	} else {
-		fmt.Fprintf(b, "\n**Requests without the text failed at %d of %s.**\n\n", failing, plural(len(recs), "point"))
+		fmt.Fprintf(b, "\n**The model failed requests without the text at %d of %s.**\n\n", failing, plural(len(recs), "point"))
 	}
 }
 

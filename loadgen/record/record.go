@@ -121,13 +121,15 @@ type Record struct {
 
 // Injected is how the requests carrying an injected text (a fault the
 // server is told to fail on, like `infer serve --sim-fail-on`) fared apart
-// from the others: with per-item error isolation only the carriers fail.
+// from the others: with per-item error isolation the model fails (HTTP
+// 500) only the carriers. Other statuses (429, 504) are admission and
+// deadline outcomes, in Record.Status.
 type Injected struct {
-	Text         string `json:"text"`
-	Sent         int    `json:"sent"`          // requests carrying Text
-	Failed       int    `json:"failed"`        // of which did not succeed
-	OthersSent   int    `json:"others_sent"`   // requests without Text
-	OthersFailed int    `json:"others_failed"` // of which did not succeed: 0 with isolation
+	Text              string `json:"text"`
+	Sent              int    `json:"sent"`                // requests carrying Text
+	ModelFailed       int    `json:"model_failed"`        // of which got 500
+	OthersSent        int    `json:"others_sent"`         // requests without Text
+	OthersModelFailed int    `json:"others_model_failed"` // of which got 500: 0 with isolation
 }
 
 // Tick is one second of a point's measured window.
