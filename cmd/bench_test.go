@@ -268,3 +268,19 @@ sweep:
 		t.Errorf("bench against a server without admin API: exit %d, output:\n%s", code, out.String())
 	}
 }
+
+func TestAdminToken(t *testing.T) {
+	t.Setenv("INFER_ADMIN_TOKEN", "fallback")
+	t.Setenv("SCENARIO_TOKEN", "named")
+	t.Setenv("EMPTY_TOKEN", "")
+	for _, tc := range []struct{ flag, env, want string }{
+		{"flag", "SCENARIO_TOKEN", "flag"},
+		{"", "SCENARIO_TOKEN", "named"},
+		{"", "EMPTY_TOKEN", "fallback"},
+		{"", "", "fallback"},
+	} {
+		if got := adminToken(tc.flag, tc.env); got != tc.want {
+			t.Errorf("adminToken(%q, %q) = %q, want %q", tc.flag, tc.env, got, tc.want)
+		}
+	}
+}

@@ -64,7 +64,9 @@ func newTraffic(bases []string, endpoint, model, format string, items []string, 
 	path := endpointPath(endpoint, model)
 	for _, b := range bases {
 		t.urls = append(t.urls, b+path)
-		t.carrierURLs = append(t.carrierURLs, b+path+injectFragment)
+		if inject != "" {
+			t.carrierURLs = append(t.carrierURLs, b+path+injectFragment)
+		}
 	}
 	switch {
 	case t.v2 || format == "json":

@@ -101,7 +101,7 @@ func Run(ctx context.Context, sc *Scenario, cfg Config) (*Outcome, error) {
 		if err := r.probeTargets(ctx); err != nil {
 			return nil, err
 		}
-		if sc.Sweep.SetsServer() {
+		if len(sc.Sweep.adminKeys()) > 0 {
 			if err := r.checkAdmin(ctx); err != nil {
 				return nil, err
 			}

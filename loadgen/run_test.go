@@ -365,10 +365,8 @@ func TestRunOpenLoop(t *testing.T) {
 	}
 }
 
-// TestRunSlowServer is flagged, not reported as fast: a server that takes
-// 20 ms per request, one at a time (50/s), cannot be loaded at 200/s with
-// at most 4 requests in flight.
-func TestRunSlowServer(t *testing.T) {
+// serialServer answers /batched one request at a time, each taking work.
+func serialServer(t *testing.T, work time.Duration) *httptest.Server {
 	var mu sync.Mutex
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/batched" {
@@ -376,11 +374,19 @@ func TestRunSlowServer(t *testing.T) {
 			return
 		}
 		mu.Lock()
-		time.Sleep(20 * time.Millisecond) // the server's work
+		time.Sleep(work) // the server's work
 		mu.Unlock()
 		answer(w, r)
 	}))
-	defer ts.Close()
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+// TestRunSlowServer is flagged, not reported as fast: a server that takes
+// 20 ms per request, one at a time (50/s), cannot be loaded at 200/s with
+// at most 4 requests in flight.
+func TestRunSlowServer(t *testing.T) {
+	ts := serialServer(t, 20*time.Millisecond)
 	sc := mustParse(t, "target:\n  urls: "+ts.URL+"\nload:\n  rate: 200\n  max_in_flight: 4\n  warmup: 100ms\n  duration: 1s\n")
 	out, err := Run(context.Background(), sc, Config{Dir: t.TempDir()})
 	if err != nil {
@@ -404,14 +410,7 @@ func TestRunSlowServer(t *testing.T) {
 // 100 requests/s, offered 200/s for a second, answers the second 100
 // after the window, and they do not count.
 func TestRunOverloadThroughput(t *testing.T) {
-	var mu sync.Mutex
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		time.Sleep(10 * time.Millisecond) // the server's work
-		mu.Unlock()
-		answer(w, r)
-	}))
-	defer ts.Close()
+	ts := serialServer(t, 10*time.Millisecond)
 	sc := mustParse(t, "target:\n  urls: "+ts.URL+"\nload:\n  rate: 200\n  warmup: 0s\n  duration: 1s\n")
 	out, err := Run(context.Background(), sc, Config{Dir: t.TempDir()})
 	if err != nil {

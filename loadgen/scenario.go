@@ -128,10 +128,6 @@ type Sweep struct {
 	Buckets    [][]int // --buckets bounds; an empty list: no buckets
 }
 
-// SetsServer reports whether the sweep sets any batching setting of the
-// server.
-func (s Sweep) SetsServer() bool { return len(s.adminKeys()) > 0 || len(s.Buckets) > 0 }
-
 // adminKeys names the sweep keys set that the admin API applies.
 func (s Sweep) adminKeys() []string {
 	var keys []string

@@ -206,7 +206,7 @@ func TestWithTargets(t *testing.T) {
 		t.Errorf("targets = %v, server %v", got.Targets, got.Server)
 	}
 	// The batching settings stay: the targets' admin API applies them.
-	if !slices.Equal(got.Sweep.Batch, []int{1, 8}) || !slices.Equal(got.Sweep.Workers, []int{2}) || !got.Sweep.SetsServer() ||
+	if !slices.Equal(got.Sweep.Batch, []int{1, 8}) || !slices.Equal(got.Sweep.Workers, []int{2}) || !slices.Equal(got.Sweep.adminKeys(), []string{"batch", "workers"}) ||
 		!slices.Equal(got.Sweep.Endpoints, []string{"naive", "batched"}) {
 		t.Errorf("sweep = %+v", got.Sweep)
 	}

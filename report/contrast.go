@@ -104,10 +104,8 @@ func (v *view) contrastLabel(c *contrast, d dimension) string {
 	if c.base.Workers > 0 {
 		parts = append(parts, fmt.Sprintf("w=%d", c.base.Workers))
 	}
-	s := seriesOf(record.Point{})
-	s.Endpoint, s.Latency, s.Policy, s.Items = c.base.Endpoint, c.base.Latency, c.base.Policy, c.base.Items
-	s.Buckets = c.base.Buckets
-	parts = append(parts, v.variantParts(s.variant(), d.name)...)
+	b := c.base
+	parts = append(parts, v.variantParts(variant{Endpoint: b.Endpoint, Latency: b.Latency, Policy: b.Policy, Buckets: b.Buckets, Items: b.Items}, d.name)...)
 	if len(parts) == 0 {
 		return "every configuration"
 	}
