@@ -6,7 +6,7 @@ VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X github.com/inferhq/infer/cmd.version=$(VERSION) -X github.com/inferhq/infer/cmd.commit=$(COMMIT)
 
-.PHONY: help setup build test vet fmt-check bench demo clean
+.PHONY: help setup build test vet fmt-check bench demo try ci-bench clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -32,5 +32,13 @@ bench: ## Go benchmarks of the batcher and the simulated accelerator
 demo: setup build ## serve the default model and show both endpoints
 	./scripts/demo.sh
 
+# CI's performance check: the quick scenario against the baseline run kept in
+# ci/baseline/quick. On shared machines the verdict only warns; set
+# FAIL_ON_REGRESSION=1 to make a regression fail.
+ci-bench: build ## bench scenarios/quick.yaml and compare with ci/baseline/quick (report in ci-out/report)
+	rm -rf ci-out
+	$(BIN) bench --scenario scenarios/quick.yaml --no-tui --report=false --out ci-out/quick
+	$(BIN) report ci-out/quick --baseline ci/baseline/quick --out ci-out/report $(if $(FAIL_ON_REGRESSION),--fail-on-regression)
+
 clean:
-	rm -rf bin
+	rm -rf bin ci-out
