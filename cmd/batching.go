@@ -2,6 +2,8 @@ package cmd
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -14,7 +16,7 @@ type batchOptions struct {
 	Batch       int
 	MaxLatency  time.Duration
 	Policy      string
-	Buckets     []int
+	Buckets     string
 	NoIsolation bool
 }
 
@@ -22,8 +24,8 @@ func (o *batchOptions) bind(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.IntVar(&o.Batch, "batch", 64, "most items per batch")
 	f.DurationVar(&o.MaxLatency, "max-latency", 100*time.Millisecond, "longest a batch waits for company, from its first item's arrival")
-	f.StringVar(&o.Policy, "policy", string(batch.Fixed), fmt.Sprintf("batching policy: %v", batch.Policies()))
-	f.IntSliceVar(&o.Buckets, "buckets", nil, "token-length bucket bounds (e.g. 16,32,64): items batch only with items of similar length, so batches pad less")
+	f.StringVar(&o.Policy, "policy", string(batch.Adaptive), fmt.Sprintf("batching policy: %v", batch.Policies()))
+	f.StringVar(&o.Buckets, "buckets", "16,32,64", "token-length bucket bounds: items batch only with items of similar length, so batches pad less (none: one bucket; no effect on models without tokens)")
 	f.BoolVar(&o.NoIsolation, "no-isolation", false, "do not bisect batches that fail as a whole to find the failing items")
 }
 
@@ -39,15 +41,36 @@ func (o *batchOptions) config() (batch.Config, error) {
 	case o.MaxLatency < 0:
 		return batch.Config{}, usageErrorf("--max-latency %v: must not be negative", o.MaxLatency)
 	}
+	buckets, err := parseBuckets(o.Buckets)
+	if err != nil {
+		return batch.Config{}, err
+	}
 	cfg := batch.Config{
 		MaxBatch:         o.Batch,
 		MaxLatency:       o.MaxLatency,
 		Policy:           policy,
-		Buckets:          o.Buckets,
+		Buckets:          buckets,
 		DisableIsolation: o.NoIsolation,
 	}
 	if err := cfg.Validate(); err != nil {
 		return batch.Config{}, usageErrorf("%v", err)
 	}
 	return cfg, nil
+}
+
+// parseBuckets reads --buckets: "none" (or empty) or a list like 16,32,64.
+func parseBuckets(s string) ([]int, error) {
+	s = strings.TrimSpace(s)
+	if s == "" || s == "none" {
+		return nil, nil
+	}
+	var bs []int
+	for _, part := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(part))
+		if err != nil {
+			return nil, usageErrorf("--buckets %q: want none or increasing token counts like 16,32,64", s)
+		}
+		bs = append(bs, n)
+	}
+	return bs, nil
 }

@@ -35,7 +35,7 @@ func TestServeFlags(t *testing.T) {
 				t.Fatal(err)
 			}
 			if cfg.Addr != "127.0.0.1:8080" || cfg.Batch.MaxBatch != 64 || cfg.Batch.MaxLatency != 100*time.Millisecond ||
-				cfg.Workers != 1 || cfg.Batch.Policy != batch.Fixed || cfg.Timeout != 30*time.Second || cfg.MaxBody != 1<<20 {
+				cfg.Workers != 1 || cfg.Batch.Policy != batch.Adaptive || fmt.Sprint(cfg.Batch.Buckets) != "[16 32 64]" || cfg.Timeout != 30*time.Second || cfg.MaxBody != 1<<20 {
 				t.Errorf("defaults = %+v", cfg)
 			}
 			if o.Model.Model != "bert-mini" || o.Model.Task != "fill-mask" || o.Model.MaxSeqLen != 128 || !o.Model.Truncate ||

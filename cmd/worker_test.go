@@ -27,7 +27,7 @@ func TestWorkerFlags(t *testing.T) {
 				t.Fatal(err)
 			}
 			if cfg.URL != "redis://127.0.0.1:6379/0" || cfg.Batch.MaxBatch != 64 || cfg.Batch.MaxLatency != 100*time.Millisecond ||
-				cfg.Batch.Policy != batch.Fixed || cfg.Instances != 1 || cfg.Visibility != 10*time.Second || cfg.MetricsAddr != "127.0.0.1:9101" {
+				cfg.Batch.Policy != batch.Adaptive || fmt.Sprint(cfg.Batch.Buckets) != "[16 32 64]" || cfg.Instances != 1 || cfg.Visibility != 10*time.Second || cfg.MetricsAddr != "127.0.0.1:9101" {
 				t.Errorf("defaults = %+v", cfg)
 			}
 		}},

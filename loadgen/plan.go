@@ -139,15 +139,18 @@ func (c serverConfig) flags() []string {
 	if c.policy != "" {
 		f = append(f, "--policy", c.policy)
 	}
-	if len(c.buckets) > 0 {
+	if c.bucketsSet {
 		f = append(f, "--buckets", bucketsText(c.buckets))
 	}
 	return f
 }
 
 // bucketsText renders bucket bounds as the --buckets flag takes them:
-// "16,32,64".
+// "16,32,64", or "none".
 func bucketsText(bs []int) string {
+	if len(bs) == 0 {
+		return "none"
+	}
 	parts := make([]string, len(bs))
 	for i, b := range bs {
 		parts[i] = strconv.Itoa(b)
