@@ -29,8 +29,11 @@ fmt-check:
 bench: ## Go benchmarks of the batcher and the simulated accelerator
 	$(GO) test -run='^$$' -bench=. -benchmem ./server/batch ./models/sim
 
-demo: setup build ## serve the default model and show both endpoints
-	./scripts/demo.sh
+demo: setup build ## bench the default model naive vs batched (live view) and write the PNG report
+	$(BIN) bench --scenario scenarios/demo.yaml
+
+try: setup build ## serve the default model and send requests to every endpoint
+	./scripts/try.sh
 
 # CI's performance check: the quick scenario against the baseline run kept in
 # ci/baseline/quick. On shared machines the verdict only warns; set

@@ -285,7 +285,7 @@ func TestScenarioFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"bert.yaml", "bucketing.yaml", "isolation.yaml", "overload.yaml", "policies-bert.yaml", "policies-sim-fast.yaml",
+	want := []string{"bert.yaml", "bucketing.yaml", "demo.yaml", "isolation.yaml", "overload.yaml", "policies-bert.yaml", "policies-sim-fast.yaml",
 		"policies-sim.yaml", "quick.yaml", "reference.yaml", "sim-gpu.yaml", "single-client.yaml"}
 	var got []string
 	for _, f := range files {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Serves the default model (bert-mini, fill-mask: generated on first use into
+# A walk through the HTTP API (make try). Serves the default model (bert-mini, fill-mask: generated on first use into
 # the model cache, run by ONNX Runtime from scripts/setup-ort.sh) on
 # 127.0.0.1:8080, waits until it is ready, sends requests through the naive and
 # the batched endpoint and KServe v2 with text, JSON and form bodies, and stops
