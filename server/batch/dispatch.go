@@ -145,19 +145,24 @@ func (b *Batcher[In, Out]) pick(open []*slab[In, Out], now time.Time, draining b
 }
 
 // adaptiveTarget is how many items a forming batch should hold before it is
-// worth sending. Sending a small batch ties a worker up for a whole batch
-// time, during which the next arrivals wait; so a batch waits for its share
-// of the arrivals: the size n at which batches of n, taken by the W workers
-// in turn, keep up with the arrival rate λ at utilisation adaptiveUtil —
-// n = λ·a / (W·u − λ·b), with t(n) = a + b·n the measured cost. At low load
-// that is one item (send at once, the greedy rule); under bursts — clients
-// that all send again as their answers arrive — and at high load it is the
-// batch the workers need. When two or more workers are idle, or there is
-// only one, the share is rounded down (latency first); when the last idle
-// worker would take it, up (keeping up first). The caller never waits past
-// MaxLatency.
+// worth sending. With one worker the rule is greedy (send at once): the batch
+// grows by itself while the worker is busy, and for steady traffic waiting
+// only adds latency. (Clients in a closed loop that all send again as their
+// answers arrive are the exception: the worker takes the burst's first item
+// alone. With one worker, a batch as large as the clients and a large fixed
+// batch cost, --policy fixed then serves more; see README.)
+// With several, idle workers grabbing tiny batches would tie themselves up
+// for a whole batch time each, so a batch waits for its share of the
+// arrivals: the size n at which batches of n, taken by the W workers in
+// turn, keep up with the arrival rate λ at utilisation adaptiveUtil —
+// n = λ·a / (W·u − λ·b) with t(n) = a + b·n the measured cost. When two or
+// more workers are idle the share is rounded down (latency first), when only
+// one is, up (keeping up first). The caller never waits past MaxLatency.
 func (b *Batcher[In, Out]) adaptiveTarget(cfg *Config) int {
 	workers := int(b.nworkers.Load())
+	if workers <= 1 {
+		return 1
+	}
 	idle := workers - int(b.busy.Load())
 	lambda := b.est.rate(time.Now())
 	a, per, ok := b.est.cost()
@@ -169,7 +174,7 @@ func (b *Batcher[In, Out]) adaptiveTarget(cfg *Config) int {
 		return cfg.MaxBatch
 	}
 	n := lambda * a / den
-	if idle >= 2 || workers == 1 {
+	if idle >= 2 {
 		n = math.Floor(n)
 	} else {
 		n = math.Ceil(n)

@@ -79,9 +79,7 @@ func TestAdaptiveTarget(t *testing.T) {
 		rate          float64 // items/s
 		want          int
 	}{
-		{"one worker, low rate: at once", 1, 0, 12, 1},           // 12·0.077/(0.9−0.014) = 1.04, down
-		{"one worker: its share, rounded down", 1, 0, 200, 23},   // 200·0.077/(0.9−0.232) = 23.05
-		{"one worker past capacity: full", 1, 0, 1000, 64},       // 0.9 − 1.16 < 0
+		{"one worker: greedy", 1, 0, 1000, 1},
 		{"last idle worker waits for its share", 4, 3, 1000, 32}, // 1000·0.077/(3.6−1.16) = 31.6, up
 		{"two idle: share rounded down", 4, 2, 1000, 31},
 		{"low rate, two idle: at once", 4, 2, 50, 1}, // 50·0.077/(3.6−0.058) = 1.09, down
