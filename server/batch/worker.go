@@ -126,14 +126,19 @@ func (b *Batcher[In, Out]) runBatch(ctx context.Context, w *worker[In, Out], s *
 		if calls == 1 {
 			b.est.observe(n, info.Compute)
 		}
+		for _, err := range errs {
+			if err != nil {
+				info.Failed++
+			}
+		}
+		// Report the batch before answering its callers, so that whoever
+		// sees an answer also sees the batch in OnBatch's effects (metrics).
+		b.report(info)
 		st := Stats{Compute: info.Compute, BatchSize: n, Padding: info.Padding}
 		for i, it := range live {
 			var err error
 			if errs != nil {
 				err = errs[i]
-			}
-			if err != nil {
-				info.Failed++
 			}
 			st.Queue = start.Sub(it.c.enq)
 			it.c.finish(it.idx, out[i], err, st)
@@ -141,10 +146,15 @@ func (b *Batcher[In, Out]) runBatch(ctx context.Context, w *worker[In, Out], s *
 		clear(out)
 		clear(live)
 		clear(ins)
+	} else {
+		b.report(info)
 	}
 	buf.live, buf.ins = live, ins
 	b.busy.Add(-1)
 	b.notify()
+}
+
+func (b *Batcher[In, Out]) report(info Info) {
 	if b.onBatch != nil {
 		b.onBatch(info)
 	}
