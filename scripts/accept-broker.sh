@@ -19,7 +19,8 @@ TMP=$(mktemp -d -t infer-broker.XXXXXX)
 for tool in redis-server wrk; do
 	command -v $tool >/dev/null || { echo "$tool missing: apt-get install -y redis-server wrk"; exit 1; }
 done
-go build -o "$TMP/vegeta" github.com/tsenart/vegeta/v12
+# The vegeta command, at the version the project's library is.
+GOBIN="$TMP" go install github.com/tsenart/vegeta/v12@v12.13.0
 VEGETA="$TMP/vegeta"
 
 REDIS_PORT=27379

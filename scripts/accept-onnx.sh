@@ -7,7 +7,9 @@
 # (apt-get install -y wrk). Every load is bounded in time.
 # Usage: scripts/accept-onnx.sh [section...]; sections: ceiling served memory
 # (default: all). MODEL (default bert-mini), BATCH (64), DURATION (6s, per
-# load) and ROUNDS (5) override the settings.
+# load) and ROUNDS (5) override the settings; SERVE_ARGS (default
+# "--buckets none", so that served batches pad like the offline bench's)
+# adds flags to the served model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 make -s setup build
@@ -16,6 +18,7 @@ MODEL=${MODEL:-bert-mini}
 BATCH=${BATCH:-64}
 DURATION=${DURATION:-6s}
 ROUNDS=${ROUNDS:-5}
+SERVE_ARGS=${SERVE_ARGS---buckets none}
 ADDR=127.0.0.1:18081
 URL=http://$ADDR
 TMP=$(mktemp -d -t infer-onnx.XXXXXX)
@@ -71,7 +74,9 @@ if section served; then
 	echo "== served $MODEL, batch $BATCH, max-latency 100ms, $((2 * BATCH)) connections, vs the offline ceiling at batch $BATCH"
 	# Short rounds alternate the two, and the median round counts, so that
 	# other work on the machine in bursts hits both sides or only one round.
-	start --model "$MODEL" --batch "$BATCH" --max-latency 100ms
+	# shellcheck disable=SC2086 # SERVE_ARGS is a list of flags
+	start --model "$MODEL" --batch "$BATCH" --max-latency 100ms $SERVE_ARGS
+	echo "(serve flags: ${SERVE_ARGS:-none added})"
 	ratios=()
 	for r in $(seq 1 "$ROUNDS"); do
 		o=$(ceiling "$BATCH")

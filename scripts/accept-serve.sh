@@ -12,8 +12,9 @@ BIN=bin/infer
 ADDR=127.0.0.1:18080
 URL=http://$ADDR
 TMP=$(mktemp -d -t infer-accept.XXXXXX)
-VEGETA="go run github.com/tsenart/vegeta/v12"
-go build -o "$TMP/vegeta" github.com/tsenart/vegeta/v12 && VEGETA="$TMP/vegeta"
+# The vegeta command, at the version the project's library is.
+GOBIN="$TMP" go install github.com/tsenart/vegeta/v12@v12.13.0
+VEGETA="$TMP/vegeta"
 command -v wrk >/dev/null || { echo "wrk missing: apt-get install -y wrk"; exit 1; }
 
 cat >"$TMP/post.lua" <<'LUA'
