@@ -133,47 +133,33 @@ func (s *Server) infer(r *http.Request, ep string, arrived time.Time, decode fun
 // compute answers items from the cache where it can and runs the rest on
 // the endpoint's scheduler. Errors name items by their index in the request.
 func (s *Server) compute(ctx context.Context, ep string, items []string) ([]models.Output, timing, error) {
+	if s.cache == nil {
+		return s.run(ctx, ep, items, nil)
+	}
 	outs := make([]models.Output, len(items))
-	miss := make([]int, 0, len(items)) // indexes of the items to compute
+	var miss []int // indexes of the items to compute
+	var missed []string
 	now := time.Now()
 	for i, text := range items {
-		if s.cache != nil {
-			if out, ok := s.cache.get(text, now); ok {
-				outs[i] = out
-				continue
-			}
+		if out, ok := s.cache.get(text, now); ok {
+			outs[i] = out
+			continue
 		}
-		miss = append(miss, i)
+		miss, missed = append(miss, i), append(missed, text)
 	}
 	hits := len(items) - len(miss)
-	if s.cache != nil {
-		s.metrics.cacheHits.Add(float64(hits))
-		s.metrics.cacheMisses.Add(float64(len(miss)))
-	}
+	s.metrics.cacheHits.Add(float64(hits))
+	s.metrics.cacheMisses.Add(float64(len(miss)))
 	if len(miss) == 0 {
 		return outs, timing{cached: hits}, nil
 	}
 
-	ins := make([]models.Input, len(miss))
-	var err error
-	for k, i := range miss {
-		if ins[k], err = s.factory.Prepare(items[i]); err != nil {
-			return nil, timing{}, fmt.Errorf("item %d: %w", i, err)
-		}
-	}
-	var computed []models.Output
-	var cst batch.Stats
-	if ep == endpointNaive {
-		computed, cst, err = s.naive.Load().Do(ctx, ins)
-	} else {
-		computed, cst, err = s.scheduler().Do(ctx, ins)
-	}
+	computed, t, err := s.run(ctx, ep, missed, miss)
 	var ie *batch.ItemsError
 	if err != nil && !errors.As(err, &ie) {
 		return nil, timing{}, err
 	}
-	t := timing{Stats: cst, cached: hits}
-	s.metrics.eps[ep].queueDur.Observe(cst.Queue.Seconds())
+	t.cached = hits
 	var errs []error
 	for k, i := range miss {
 		if ie != nil && ie.Errs[k] != nil {
@@ -184,14 +170,41 @@ func (s *Server) compute(ctx context.Context, ep string, items []string) ([]mode
 			continue
 		}
 		outs[i] = computed[k]
-		if s.cache != nil {
-			s.cache.put(items[i], computed[k], now)
-		}
+		s.cache.put(items[i], computed[k], now)
 	}
 	if errs != nil {
 		return outs, t, &batch.ItemsError{Errs: errs}
 	}
 	return outs, t, nil
+}
+
+// run prepares items and computes them on the endpoint's scheduler. idx,
+// when not nil, gives each item's index in the request, for error messages.
+func (s *Server) run(ctx context.Context, ep string, items []string, idx []int) ([]models.Output, timing, error) {
+	ins := make([]models.Input, len(items))
+	for k, text := range items {
+		var err error
+		if ins[k], err = s.factory.Prepare(text); err != nil {
+			i := k
+			if idx != nil {
+				i = idx[k]
+			}
+			return nil, timing{}, fmt.Errorf("item %d: %w", i, err)
+		}
+	}
+	var outs []models.Output
+	var st batch.Stats
+	var err error
+	if ep == endpointNaive {
+		outs, st, err = s.naive.Load().Do(ctx, ins)
+	} else {
+		outs, st, err = s.scheduler().Do(ctx, ins)
+	}
+	var ie *batch.ItemsError
+	if err == nil || errors.As(err, &ie) {
+		s.metrics.eps[ep].queueDur.Observe(st.Queue.Seconds())
+	}
+	return outs, timing{Stats: st}, err
 }
 
 // timing is how a request was served, for its Server-Timing header.
