@@ -66,11 +66,21 @@ func builtinNames() string {
 
 // open returns the factory for the chosen model, sized for workers instances
 // computing at once. A built-in model is generated into the cache on first
-// use.
+// use. It logs the model it opened.
 func (o *modelOptions) open(workers int, log *slog.Logger) (models.Factory, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	f, err := o.factory(workers, log)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("model", "name", describe(f.Info()))
+	return f, nil
+}
+
+// factory builds the model's factory; see open.
+func (o *modelOptions) factory(workers int, log *slog.Logger) (models.Factory, error) {
 	devices, err := models.ParseDevices(o.Devices)
 	if err != nil {
 		return nil, usageErrorf("--devices: %v", err)

@@ -202,7 +202,7 @@ func runModelsInfo(_ context.Context, opts *modelsInfoOptions) error {
 	}{{"inputs", info.Inputs}, {"outputs", info.Outputs}} {
 		fmt.Fprintf(w, "%s:\n", group.title)
 		for _, t := range group.tensors {
-			fmt.Fprintf(w, "  %-20s %-8s %s\n", t.Name, t.Type, shapeString(t))
+			fmt.Fprintf(w, "  %-20s %-8s %s\n", t.Name, t.Type, t.ShapeString())
 		}
 	}
 	if len(info.Metadata) > 0 {
@@ -212,22 +212,6 @@ func runModelsInfo(_ context.Context, opts *modelsInfoOptions) error {
 		}
 	}
 	return nil
-}
-
-// shapeString writes dims as [batch, sequence, 30522].
-func shapeString(t onnxgraph.Tensor) string {
-	dims := make([]string, len(t.Shape))
-	for i, d := range t.Shape {
-		switch {
-		case i < len(t.Dims) && t.Dims[i] != "":
-			dims[i] = t.Dims[i]
-		case d < 0:
-			dims[i] = "?"
-		default:
-			dims[i] = fmt.Sprint(d)
-		}
-	}
-	return "[" + strings.Join(dims, ", ") + "]"
 }
 
 // -- bench and calibrate

@@ -131,7 +131,6 @@ func runServe(ctx context.Context, opts *serveOptions) error {
 		return err
 	}
 	defer factory.Close()
-	cfg.Logger.Info("model", "name", describe(factory.Info()))
 	if err := useBroker(&cfg, opts.Broker, factory.Info()); err != nil {
 		return err
 	}

@@ -94,7 +94,6 @@ func runWorker(ctx context.Context, opts *workerOptions) error {
 		return err
 	}
 	defer factory.Close()
-	cfg.Logger.Info("model", "name", describe(factory.Info()))
 	broker.LogClientTo(cfg.Logger)
 	w, err := broker.NewWorker(cfg, factory)
 	if err != nil {

@@ -33,21 +33,27 @@ type Tensor struct {
 
 // String formats t as "input_ids int64 [batch, sequence]".
 func (t Tensor) String() string {
+	return t.Name + " " + t.Type + " " + t.ShapeString()
+}
+
+// ShapeString writes the dimensions as "[batch, sequence, 30522]": sizes,
+// symbolic names, "?" for an unnamed dynamic axis, "[?]" for unknown rank.
+func (t Tensor) ShapeString() string {
 	if t.Shape == nil {
-		return t.Name + " " + t.Type + " [?]"
+		return "[?]"
 	}
 	dims := make([]string, len(t.Shape))
 	for i, n := range t.Shape {
 		switch {
 		case n >= 0:
 			dims[i] = strconv.FormatInt(n, 10)
-		case t.Dims[i] != "":
+		case i < len(t.Dims) && t.Dims[i] != "":
 			dims[i] = t.Dims[i]
 		default:
 			dims[i] = "?"
 		}
 	}
-	return t.Name + " " + t.Type + " [" + strings.Join(dims, ", ") + "]"
+	return "[" + strings.Join(dims, ", ") + "]"
 }
 
 // Info is what Inspect reads from an ONNX file.
