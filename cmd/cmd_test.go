@@ -73,26 +73,37 @@ func TestServeFlags(t *testing.T) {
 				}
 				return nil
 			})
-			cmd.SetArgs(tc.args)
-			cmd.SetOut(&bytes.Buffer{})
-			cmd.SetErr(&bytes.Buffer{})
-			cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err.Error()} })
-			err := cmd.Execute()
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
-				}
-				if code := exitCode(err, &bytes.Buffer{}); code != exitUsage {
-					t.Errorf("exit code = %d, want %d", code, exitUsage)
-				}
+			if !execFlags(t, cmd, tc.args, tc.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			tc.check(t, got)
 		})
 	}
+}
+
+// execFlags runs cmd with args, wanting a usage error (exit code 2) that
+// contains wantErr, or success when wantErr is empty. It reports whether the
+// command succeeded, so that the caller checks the options it parsed.
+func execFlags(t *testing.T, cmd *cobra.Command, args []string, wantErr string) bool {
+	t.Helper()
+	cmd.SetArgs(args)
+	cmd.SetOut(&bytes.Buffer{})
+	cmd.SetErr(&bytes.Buffer{})
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err.Error()} })
+	err := cmd.Execute()
+	if wantErr != "" {
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Fatalf("error = %v, want one containing %q", err, wantErr)
+		}
+		if code := exitCode(err, &bytes.Buffer{}); code != exitUsage {
+			t.Errorf("exit code = %d, want %d", code, exitUsage)
+		}
+		return false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return true
 }
 
 func TestUnknownModel(t *testing.T) {

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spf13/cobra"
-
 	"github.com/inferhq/infer/server/batch"
 )
 
@@ -63,22 +61,8 @@ func TestWorkerFlags(t *testing.T) {
 				_, err := o.config()
 				return err
 			})
-			cmd.SetArgs(tc.args)
-			cmd.SetOut(&bytes.Buffer{})
-			cmd.SetErr(&bytes.Buffer{})
-			cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err.Error()} })
-			err := cmd.Execute()
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
-				}
-				if code := exitCode(err, &bytes.Buffer{}); code != exitUsage {
-					t.Errorf("exit code = %d, want %d", code, exitUsage)
-				}
+			if !execFlags(t, cmd, tc.args, tc.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			tc.want(t, got)
 		})
