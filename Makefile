@@ -6,7 +6,7 @@ VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X github.com/inferhq/infer/cmd.version=$(VERSION) -X github.com/inferhq/infer/cmd.commit=$(COMMIT)
 
-.PHONY: help setup build test vet fmt-check bench demo try ci-bench clean
+.PHONY: help setup build test vet lint fmt-check bench demo try ci-bench clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -17,11 +17,18 @@ setup: ## fetch the ONNX Runtime library into .cache/onnxruntime (once)
 build: ## build bin/infer
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) .
 
-test: setup fmt-check vet ## the full test suite: gofmt, go vet, go test -race
+test: setup fmt-check vet lint ## the full test suite: gofmt, go vet, staticcheck, go test -race
 	$(GO) test -race -count=1 ./...
 
 vet:
 	$(GO) vet ./...
+
+STATICCHECK := .cache/bin/staticcheck
+lint: $(STATICCHECK) ## staticcheck (its default checks, unused code included)
+	$(STATICCHECK) ./...
+
+$(STATICCHECK):
+	GOBIN=$(CURDIR)/.cache/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 fmt-check:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
