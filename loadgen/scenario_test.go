@@ -122,6 +122,7 @@ func TestParseErrors(t *testing.T) {
 		want string
 	}{
 		{"typo", "server:\n  model: sim\nload:\n  concurrency: 8\n  duraton: 3s\n", 5, `unknown field "duraton" (did you mean "duration"?)`},
+		{"nested typo", "server:\n  model: sim\npayload:\n  inject: {text: x, evrey: 5}\nload:\n  concurrency: 8\n", 4, `unknown field "evrey" (did you mean "every"?)`},
 		{"unknown section", "server:\n  model: sim\nloads:\n  concurrency: 8\n", 3, `unknown field "loads" (did you mean "load"?)`},
 		{"bad duration", "server:\n  model: sim\nload:\n  concurrency: 8\n  duration: 3 seconds\n", 5, `load.duration "3 seconds": want a duration like 10s`},
 		{"bare number duration", "server:\n  model: sim\nload:\n  concurrency: 8\n  warmup: 3\n", 5, `load.warmup "3": want a duration`},
