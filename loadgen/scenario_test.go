@@ -147,7 +147,7 @@ func TestParseErrors(t *testing.T) {
 		{"bench flag in args", "server:\n  model: sim\n  args: [--batch, \"8\"]\nload:\n  concurrency: 8\n", 3, "--batch is set by infer bench"},
 		{"bad url", "target:\n  urls: [http://a:1, ftp://b]\nload:\n  concurrency: 8\n", 2, `target.urls[1]: "ftp://b"`},
 		{"buckets on target", "target:\n  urls: http://a:1\nload:\n  concurrency: 8\nsweep:\n  buckets: [16, 32]\n", 6, "the admin API cannot set a target's buckets"},
-		{"buckets decrease", "server:\n  model: sim\nload:\n  concurrency: 8\nsweep:\n  buckets: [[], [32, 16]]\n", 6, "sweep.buckets[1]: [32 16]: want positive, increasing"},
+		{"buckets decrease", "server:\n  model: sim\nload:\n  concurrency: 8\nsweep:\n  buckets: [[], [32, 16]]\n", 6, "sweep.buckets[1]: buckets [32 16]: want positive, increasing bounds (like [16, 32, 64]"},
 		{"buckets in args", "server:\n  model: sim\n  args: [--buckets, \"8\"]\nload:\n  concurrency: 8\nsweep:\n  buckets: [[], [8]]\n", 3, "--buckets is set by infer bench"},
 		{"literal token", "target:\n  urls: http://a:1\n  admin_token_env: s3cr3t-token!\nload:\n  concurrency: 8\n", 3, "name an environment variable"},
 		{"inject without text", "server:\n  model: sim\npayload:\n  inject: {every: 5}\nload:\n  concurrency: 8\n", 4, "payload.inject.text"},

@@ -151,6 +151,8 @@ func (v *validator) server(s *fileServer, bucketSweep bool) *ServerSpec {
 	if s.QueueCap != nil {
 		if *s.QueueCap < 1 {
 			v.errorf("$.server.queue_cap", "server.queue_cap %d: must be at least 1", *s.QueueCap)
+		} else {
+			v.batching("$.server.queue_cap", "server.queue_cap", batch.Config{QueueCap: *s.QueueCap}, "")
 		}
 		spec.Flags = append(spec.Flags, "--queue-cap", strconv.Itoa(*s.QueueCap))
 	}
@@ -320,15 +322,19 @@ func (v *validator) sweep(s *fileSweep, server bool) Sweep {
 	if !server && len(s.Buckets) > 0 {
 		v.errorf("$.sweep.buckets", "sweep.buckets: the admin API cannot set a target's buckets; sweep them with a server: section, which infer starts with --buckets")
 	}
+	// The batcher's own rule judges each value; below zero and zero are
+	// caught here first, since the library takes zero for its default.
 	for i, bs := range s.Buckets {
-		if err := checkBuckets(bs); err != nil {
-			v.errorf(fmt.Sprintf("$.sweep.buckets[%d]", i), "sweep.buckets[%d]: %v", i, err)
-		}
+		v.batching(fmt.Sprintf("$.sweep.buckets[%d]", i), fmt.Sprintf("sweep.buckets[%d]", i), batch.Config{Buckets: bs},
+			" (like [16, 32, 64], or [] for none)")
 	}
 	for i, b := range s.Batch {
+		path := fmt.Sprintf("$.sweep.batch[%d]", i)
 		if b < 1 {
-			v.errorf(fmt.Sprintf("$.sweep.batch[%d]", i), "sweep.batch %d: must be at least 1", b)
+			v.errorf(path, "sweep.batch %d: must be at least 1", b)
+			continue
 		}
+		v.batching(path, "sweep.batch", batch.Config{MaxBatch: b}, "")
 	}
 	for i, w := range s.Workers {
 		if w < 1 || w > 1024 {
@@ -336,14 +342,29 @@ func (v *validator) sweep(s *fileSweep, server bool) Sweep {
 		}
 	}
 	for i, l := range s.MaxLatency {
-		out.MaxLatency = append(out.MaxLatency, v.duration(fmt.Sprintf("$.sweep.max_latency[%d]", i), &l, 0, false))
+		path := fmt.Sprintf("$.sweep.max_latency[%d]", i)
+		d := v.duration(path, &l, 0, false)
+		if d > 0 {
+			v.batching(path, "sweep.max_latency", batch.Config{MaxLatency: d}, "")
+		}
+		out.MaxLatency = append(out.MaxLatency, d)
 	}
 	for i, p := range s.Policy {
-		if _, err := batch.ParsePolicy(p); err != nil {
-			v.errorf(fmt.Sprintf("$.sweep.policy[%d]", i), "sweep.policy: %v", err)
+		if p == "" {
+			v.errorf(fmt.Sprintf("$.sweep.policy[%d]", i), "sweep.policy: empty; want one of %v", batch.Policies())
+			continue
 		}
+		v.batching(fmt.Sprintf("$.sweep.policy[%d]", i), "sweep.policy", batch.Config{Policy: batch.Policy(p)}, "")
 	}
 	return out
+}
+
+// batching reports what the batcher's Config.Validate says of c, a config
+// holding one swept value, as a problem with the key at path.
+func (v *validator) batching(path, key string, c batch.Config, hint string) {
+	if err := c.Validate(); err != nil {
+		v.errorf(path, "%s: %v%s", key, err, hint)
+	}
 }
 
 func (v *validator) slo(s *fileSLO) SLO {
@@ -374,12 +395,3 @@ func (v *validator) slo(s *fileSLO) SLO {
 	return out
 }
 
-// checkBuckets accepts positive, increasing bucket bounds (or none).
-func checkBuckets(bs []int) error {
-	for i, b := range bs {
-		if b < 1 || (i > 0 && b <= bs[i-1]) {
-			return fmt.Errorf("%v: want positive, increasing token-length bounds like [16, 32, 64], or [] for none", bs)
-		}
-	}
-	return nil
-}
