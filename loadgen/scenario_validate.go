@@ -394,4 +394,3 @@ func (v *validator) slo(s *fileSLO) SLO {
 	}
 	return out
 }
-
