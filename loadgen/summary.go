@@ -3,6 +3,7 @@ package loadgen
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -28,6 +29,8 @@ type Row struct {
 	Partial      bool            `json:"partial,omitempty"`
 	// Violations lists the SLO thresholds the point missed.
 	Violations []string `json:"violations,omitempty"`
+	// Caveats are the record's (record.Record.Caveats).
+	Caveats []string `json:"-"`
 }
 
 // RowOf summarises r against slo.
@@ -38,7 +41,7 @@ func RowOf(r *record.Record, slo SLO) Row {
 		Throughput: r.Throughput, ItemsPerSec: r.ItemsPerSec,
 		P50: r.Latency.P50, P99: r.Latency.P99,
 		ErrorRate: r.ErrorRate(), Batch: r.Server.MeanBatch,
-		Valid: r.Valid, Flags: r.Flags, Partial: r.Partial,
+		Valid: r.Valid, Flags: r.Flags, Partial: r.Partial, Caveats: r.Caveats(),
 	}
 	switch {
 	case slo.P99 == 0:
@@ -147,19 +150,9 @@ func (s Summary) WriteText(w io.Writer) error {
 	return err
 }
 
-// Notes joins a row's flags and violations for a table cell.
+// Notes joins a row's caveats and violations for a table cell.
 func (r Row) Notes() string {
-	var notes []string
-	if r.Partial {
-		notes = append(notes, "partial")
-	}
-	for _, f := range r.Flags {
-		if f != record.FlagErrors {
-			notes = append(notes, f)
-		}
-	}
-	notes = append(notes, r.Violations...)
-	return strings.Join(notes, "; ")
+	return strings.Join(append(slices.Clip(r.Caveats), r.Violations...), "; ")
 }
 
 func (s Summary) thresholds() string {

@@ -400,13 +400,7 @@ func (v *view) writePoints(b *strings.Builder) {
 		cols = append(cols, column{"padding", "--:", func(r *record.Record) string { return padText(r.Server.MeanPadding) }})
 	}
 	cols = append(cols,
-		column{"flags", "---", func(r *record.Record) string {
-			f := slices.Clone(r.Flags)
-			if r.Partial {
-				f = append(f, "partial")
-			}
-			return strings.Join(f, ", ")
-		}},
+		column{"flags", "---", func(r *record.Record) string { return strings.Join(r.Caveats(), ", ") }},
 	)
 	if len(same) > 0 {
 		fmt.Fprintf(b, "Every point: %s. ", strings.Join(same, " · "))

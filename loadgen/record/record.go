@@ -213,6 +213,27 @@ func (r *Record) Spread() (lo, hi float64) {
 	return lo, hi
 }
 
+// Caveats lists why r's figures cannot be taken at face value, for tables
+// and verdicts: "partial" when the point was cut short, then every flag
+// but FlagErrors (failed requests are an outcome the record measures, not
+// a doubt about its figures), or "not valid" for an invalid record without
+// flags. It is empty for a point whose figures stand.
+func (r *Record) Caveats() []string {
+	var c []string
+	if r.Partial {
+		c = append(c, "partial")
+	}
+	for _, f := range r.Flags {
+		if f != FlagErrors {
+			c = append(c, f)
+		}
+	}
+	if len(c) == 0 && !r.Valid {
+		c = append(c, "not valid")
+	}
+	return c
+}
+
 // ErrorRate is the share of sent requests that did not succeed.
 func (r *Record) ErrorRate() float64 {
 	if r.Sent == 0 {

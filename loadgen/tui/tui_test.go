@@ -35,7 +35,7 @@ func running() loadgen.Snapshot {
 		Finished: []loadgen.Row{
 			{Index: 0, Name: "naive c=32", Throughput: 48.2, P50: record.Duration(ms(662)), P99: record.Duration(ms(675)), Valid: true},
 			{Index: 1, Name: "batched b=1 w=1 c=32", Throughput: 47, P50: record.Duration(ms(669)), P99: record.Duration(ms(793)),
-				Flags: []string{record.FlagCoordinatedOmission}},
+				Flags: []string{record.FlagCoordinatedOmission}, Caveats: []string{record.FlagCoordinatedOmission}},
 		},
 	}
 }
