@@ -184,8 +184,8 @@ slo:
 				t.Fatalf("metrics = %+v", r.Server.Metrics)
 			}
 			if r.Point.Endpoint == "naive" {
-				if r.Point.Batch != 0 || r.Server.MeanBatch != 2 {
-					t.Errorf("naive: batch setting %d, mean batch %v (one request of 2 items at a time)", r.Point.Batch, r.Server.MeanBatch)
+				if r.Point.Batch != 0 || r.MeanBatch() != 2 {
+					t.Errorf("naive: batch setting %d, mean batch %v (one request of 2 items at a time)", r.Point.Batch, r.MeanBatch())
 				}
 				return
 			}
@@ -194,12 +194,12 @@ slo:
 			}
 			switch r.Point.Batch {
 			case 1:
-				if r.Server.MeanBatch != 1 || r.Server.Metrics.MeanBatch != 1 {
-					t.Errorf("batch 1: mean batch %v (metrics %v), want 1", r.Server.MeanBatch, r.Server.Metrics.MeanBatch)
+				if r.MeanBatch() != 1 || r.Server.Metrics.MeanBatch != 1 {
+					t.Errorf("batch 1: mean batch %v (metrics %v), want 1", r.MeanBatch(), r.Server.Metrics.MeanBatch)
 				}
 			case 8:
-				if r.Server.MeanBatch < 3 || r.Server.Metrics.MeanBatch < 3 {
-					t.Errorf("batch 8, 8 clients of 2 items: mean batch %v (metrics %v), want well above 1", r.Server.MeanBatch, r.Server.Metrics.MeanBatch)
+				if r.MeanBatch() < 3 || r.Server.Metrics.MeanBatch < 3 {
+					t.Errorf("batch 8, 8 clients of 2 items: mean batch %v (metrics %v), want well above 1", r.MeanBatch(), r.Server.Metrics.MeanBatch)
 				}
 			}
 		})

@@ -254,7 +254,7 @@ sweep:
 		names = append(names, p.Point.Name)
 		flags = append(flags, p.Serve)
 	}
-	if want := []string{"batched b=8 buckets=none c=2", "batched b=8 buckets=16,32,64 c=2"}; !slices.Equal(names, want) {
+	if want := []string{"batched buckets=none c=2", "batched buckets=16,32,64 c=2"}; !slices.Equal(names, want) {
 		t.Errorf("points = %q, want %q", names, want)
 	}
 	if f := strings.Join(flags[0], " "); f != "--model sim --sim-fail-on poison --batch 8 --buckets none" {

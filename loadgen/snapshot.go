@@ -207,7 +207,7 @@ func (m *monitor) snapshot(tick time.Duration) Snapshot {
 		s.RPS = float64(agg.sent) / s.Window.Seconds()
 	}
 	s.P50, s.P99 = agg.hist.Quantile(0.5), agg.hist.Quantile(0.99)
-	s.Batch = agg.serverSide().MeanBatch
+	s.Batch = agg.serverSide().Batch
 	return s
 }
 

@@ -23,10 +23,13 @@ type Row struct {
 	P50          record.Duration `json:"p50"`
 	P99          record.Duration `json:"p99"`
 	ErrorRate    float64         `json:"error_rate"`
-	Batch        float64         `json:"mean_batch,omitempty"` // server side, from Server-Timing
-	Valid        bool            `json:"valid"`
-	Flags        []string        `json:"flags,omitempty"`
-	Partial      bool            `json:"partial,omitempty"`
+	// Batch is the server's mean batch size, each batch counted once
+	// (record.Record.MeanBatch); ResponseBatch counts each response once.
+	Batch         float64  `json:"mean_batch,omitempty"`
+	ResponseBatch float64  `json:"response_batch,omitempty"`
+	Valid         bool     `json:"valid"`
+	Flags         []string `json:"flags,omitempty"`
+	Partial       bool     `json:"partial,omitempty"`
 	// Violations lists the SLO thresholds the point missed.
 	Violations []string `json:"violations,omitempty"`
 	// Caveats are the record's (record.Record.Caveats).
@@ -40,7 +43,7 @@ func RowOf(r *record.Record, slo SLO) Row {
 		TargetRate: r.TargetRate, AchievedRate: r.AchievedRate,
 		Throughput: r.Throughput, ItemsPerSec: r.ItemsPerSec,
 		P50: r.Latency.P50, P99: r.Latency.P99,
-		ErrorRate: r.ErrorRate(), Batch: r.Server.MeanBatch,
+		ErrorRate: r.ErrorRate(), Batch: r.MeanBatch(), ResponseBatch: r.Server.ResponseBatch,
 		Valid: r.Valid, Flags: r.Flags, Partial: r.Partial, Caveats: r.Caveats(),
 	}
 	switch {

@@ -47,7 +47,8 @@ type tally struct {
 	timed      int
 	queue      time.Duration
 	compute    time.Duration
-	batchItems int
+	batchItems int     // Σ batch size over timed responses
+	batchShare float64 // Σ 1/batch size over them: the batches they make up, per item of a request
 	padded     int     // timed responses that carried a padding
 	padding    float64 // their padding, summed
 	// Requests that carried the injected text, and the model's failures
@@ -81,6 +82,9 @@ func (t *tally) add(o *outcome) {
 		t.queue += o.timing.queue
 		t.compute += o.timing.compute
 		t.batchItems += o.timing.batch
+		if o.timing.batch > 0 {
+			t.batchShare += 1 / float64(o.timing.batch)
+		}
 		if o.timing.pad > 0 {
 			t.padded++
 			t.padding += o.timing.pad
@@ -118,6 +122,7 @@ func (t *tally) merge(o *tally) {
 	t.queue += o.queue
 	t.compute += o.compute
 	t.batchItems += o.batchItems
+	t.batchShare += o.batchShare
 	t.padded += o.padded
 	t.padding += o.padding
 	t.carriers += o.carriers
@@ -132,10 +137,15 @@ func (t *tally) serverSide() record.ServerSide {
 	}
 	n := time.Duration(t.timed)
 	s := record.ServerSide{
-		MeanBatch:   float64(t.batchItems) / float64(t.timed),
-		MeanQueue:   record.Duration(t.queue / n),
-		MeanCompute: record.Duration(t.compute / n),
-		Timed:       t.timed,
+		ResponseBatch: float64(t.batchItems) / float64(t.timed),
+		MeanQueue:     record.Duration(t.queue / n),
+		MeanCompute:   record.Duration(t.compute / n),
+		Timed:         t.timed,
+	}
+	if t.batchShare > 0 {
+		// Every request carries the same number of items, so the
+		// batches the responses ran in number Σ 1/batch per item.
+		s.Batch = float64(t.timed) / t.batchShare
 	}
 	if t.padded > 0 {
 		s.MeanPadding = t.padding / float64(t.padded)

@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -79,6 +80,32 @@ func TestCheckV2(t *testing.T) {
 	}
 }
 
+// TestTallyMeanBatch: batches that alternate 1 and 31 items hold 16 on
+// average, which is what "mean batch" says; counted by response (31
+// responses say 31, one says 1) the figure is 30.1, and it is named apart.
+func TestTallyMeanBatch(t *testing.T) {
+	var tl tally
+	for range 10 { // ten rounds of a batch of 1 and a batch of 31
+		tl.add(&outcome{status: "200", timed: true, timing: serverTiming{batch: 1}})
+		for range 31 {
+			tl.add(&outcome{status: "200", timed: true, timing: serverTiming{batch: 31}})
+		}
+	}
+	ss := tl.serverSide()
+	if math.Abs(ss.Batch-16) > 1e-9 || math.Abs(ss.ResponseBatch-30.0625) > 1e-9 {
+		t.Errorf("batch %v, response-weighted %v; want 16 and 30.06", ss.Batch, ss.ResponseBatch)
+	}
+	rec := record.Record{Server: ss}
+	if got := rec.MeanBatch(); got != ss.Batch {
+		t.Errorf("MeanBatch() without /metrics = %v, want Server-Timing's batch-weighted %v", got, ss.Batch)
+	}
+	rec.Server.Metrics = &record.Metrics{Batches: 20, Items: 320, MeanBatch: 16}
+	row := RowOf(&rec, SLO{})
+	if row.Batch != 16 || row.ResponseBatch != ss.ResponseBatch {
+		t.Errorf("row mean batch %v, response batch %v; want /metrics' 16 and %v", row.Batch, row.ResponseBatch, ss.ResponseBatch)
+	}
+}
+
 func TestTally(t *testing.T) {
 	var a, b tally
 	a.add(&outcome{status: "200", latency: 10 * time.Millisecond, timed: true, timing: serverTiming{queue: 2 * time.Millisecond, compute: 4 * time.Millisecond, batch: 8, pad: 1.5}})
@@ -95,7 +122,7 @@ func TestTally(t *testing.T) {
 	}
 	ss := a.serverSide()
 	// The padding is the mean over the responses that carried one.
-	want := record.ServerSide{MeanBatch: 12, MeanQueue: record.Duration(3 * time.Millisecond), MeanCompute: record.Duration(5 * time.Millisecond), Timed: 2, MeanPadding: 1.5}
+	want := record.ServerSide{Batch: 2 / (1.0/8 + 1.0/16), ResponseBatch: 12, MeanQueue: record.Duration(3 * time.Millisecond), MeanCompute: record.Duration(5 * time.Millisecond), Timed: 2, MeanPadding: 1.5}
 	if ss != want {
 		t.Errorf("serverSide() = %+v, want %+v", ss, want)
 	}

@@ -388,10 +388,10 @@ func (v *view) writePoints(b *strings.Builder) {
 		column{"p99.9", "--:", func(r *record.Record) string { return fmtDur(r.Latency.P999) }},
 		column{"errors", "--:", func(r *record.Record) string { return pctAbs(r.ErrorRate()) }},
 		column{"mean batch", "--:", func(r *record.Record) string {
-			if r.Server.MeanBatch == 0 {
+			if r.MeanBatch() == 0 {
 				return "–"
 			}
-			return fmt.Sprintf("%.1f", r.Server.MeanBatch)
+			return fmt.Sprintf("%.1f", r.MeanBatch())
 		}},
 		column{"queue", "--:", func(r *record.Record) string { return fmtDur(r.Server.MeanQueue) }},
 		column{"compute", "--:", func(r *record.Record) string { return fmtDur(r.Server.MeanCompute) }},
@@ -405,7 +405,7 @@ func (v *view) writePoints(b *strings.Builder) {
 	if len(same) > 0 {
 		fmt.Fprintf(b, "Every point: %s. ", strings.Join(same, " · "))
 	}
-	b.WriteString("Rates in requests/s; latencies over successful requests, as the client saw them; mean batch, queue and compute from the server's Server-Timing headers.\n\n")
+	b.WriteString("Rates in requests/s; latencies over successful requests, as the client saw them; mean batch is items per batch with each batch counted once (from /metrics, else Server-Timing); queue and compute are means over responses from the server's Server-Timing headers.\n\n")
 	for i, c := range cols {
 		b.WriteString(map[bool]string{true: "| ", false: " | "}[i == 0] + c.head)
 	}

@@ -169,11 +169,23 @@ type Percentiles struct {
 
 // ServerSide is what the server said about the point: from Server-Timing
 // headers of successful responses and from /metrics where reachable.
+//
+// A mean batch size can be weighted two ways. Counting each batch once
+// (items ÷ batches, what /metrics gives) is Record.MeanBatch. Counting each
+// response once is ResponseBatch: when batches alternate 1 and 31 items,
+// 31 responses say 31 and one says 1, so ResponseBatch reads 30.1 where
+// the batches held 16 items on average.
 type ServerSide struct {
-	MeanBatch   float64  `json:"mean_batch,omitempty"`  // items per batch, mean over responses
-	MeanQueue   Duration `json:"mean_queue,omitzero"`   // queue time, mean over responses
-	MeanCompute Duration `json:"mean_compute,omitzero"` // compute time, mean over responses
-	Timed       int      `json:"timed,omitempty"`       // responses that carried Server-Timing
+	// Batch is the mean batch size with each batch counted once, from
+	// Server-Timing: the harmonic mean of the batch size each response
+	// ran in (a batch of b items answers b / items-per-request requests).
+	Batch float64 `json:"batch,omitempty"`
+	// ResponseBatch is the batch size a response ran in, mean over the
+	// responses (weighted by response, so above Batch when sizes vary).
+	ResponseBatch float64  `json:"response_batch,omitempty"`
+	MeanQueue     Duration `json:"mean_queue,omitzero"`   // queue time, mean over responses
+	MeanCompute   Duration `json:"mean_compute,omitzero"` // compute time, mean over responses
+	Timed         int      `json:"timed,omitempty"`       // responses that carried Server-Timing
 	// MeanPadding is the padding of the batches responses ran in (batch
 	// size × longest item ÷ real tokens; 1 = none), mean over the
 	// responses whose Server-Timing carried it (token models only).
@@ -183,11 +195,29 @@ type ServerSide struct {
 	RSSBytes    int64    `json:"rss_bytes,omitempty"`   // server resident memory at the end, when known
 }
 
+// UnmarshalJSON reads records written before response_batch had its name,
+// whose mean_batch was the response-weighted figure.
+func (s *ServerSide) UnmarshalJSON(b []byte) error {
+	type plain ServerSide
+	var v struct {
+		plain
+		Legacy *float64 `json:"mean_batch"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*s = ServerSide(v.plain)
+	if v.Legacy != nil && s.ResponseBatch == 0 {
+		s.ResponseBatch = *v.Legacy
+	}
+	return nil
+}
+
 // Metrics are deltas of the server's Prometheus metrics over a point.
 type Metrics struct {
 	Batches   float64  `json:"batches"`
 	Items     float64  `json:"items"`
-	MeanBatch float64  `json:"mean_batch"`
+	MeanBatch float64  `json:"mean_batch"` // Items ÷ Batches: each batch counted once
 	MeanQueue Duration `json:"mean_queue"`
 	Dropped   float64  `json:"dropped,omitempty"`
 }
@@ -232,6 +262,17 @@ func (r *Record) Caveats() []string {
 		c = append(c, "not valid")
 	}
 	return c
+}
+
+// MeanBatch is the server's mean batch size with each batch counted once:
+// items ÷ batches from /metrics when they were counted, else the same from
+// Server-Timing (ServerSide.Batch); 0 when unknown. ServerSide's
+// ResponseBatch is the response-weighted figure.
+func (r *Record) MeanBatch() float64 {
+	if m := r.Server.Metrics; m != nil && m.Batches > 0 {
+		return m.MeanBatch
+	}
+	return r.Server.Batch
 }
 
 // ErrorRate is the share of sent requests that did not succeed.
