@@ -71,6 +71,7 @@ func DefaultDir(sc *Scenario, now time.Time) string {
 // Outcome is what a run produced; the same is in its directory.
 type Outcome struct {
 	Dir         string
+	Shared      string // the settings every batched point has (Scenario.Shared)
 	Manifest    record.Manifest
 	Records     []record.Record // one per finished point, in order
 	Points      int             // points planned
@@ -112,7 +113,7 @@ func Run(ctx context.Context, sc *Scenario, cfg Config) (*Outcome, error) {
 		return nil, err
 	}
 	plans := sc.Plans()
-	out := &Outcome{Dir: cfg.Dir, Points: len(plans), Manifest: r.manifest(start)}
+	out := &Outcome{Dir: cfg.Dir, Points: len(plans), Shared: sc.Shared(), Manifest: r.manifest(start)}
 	if err := record.WriteManifest(cfg.Dir, &out.Manifest); err != nil {
 		return nil, fmt.Errorf("write manifest: %w", err)
 	}
@@ -122,7 +123,7 @@ func Run(ctx context.Context, sc *Scenario, cfg Config) (*Outcome, error) {
 	}
 	defer w.Close()
 
-	r.mon = newMonitor(time.Now, sc.Name, cfg.Dir, len(plans))
+	r.mon = newMonitor(time.Now, sc.Name, sc.Shared(), cfg.Dir, len(plans))
 	var wg sync.WaitGroup
 	published := make(chan struct{})
 	wg.Go(func() { r.publish(ctx, published) })

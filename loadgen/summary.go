@@ -1,12 +1,15 @@
 package loadgen
 
 import (
+	"cmp"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
+	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/inferhq/infer/loadgen/record"
 )
@@ -30,6 +33,9 @@ type Row struct {
 	Valid         bool     `json:"valid"`
 	Flags         []string `json:"flags,omitempty"`
 	Partial       bool     `json:"partial,omitempty"`
+	// Errors counts the failed requests by cause (transport error, HTTP
+	// status with the server's code, or why an answer was invalid).
+	Errors map[string]int `json:"errors,omitempty"`
 	// Violations lists the SLO thresholds the point missed.
 	Violations []string `json:"violations,omitempty"`
 	// Caveats are the record's (record.Record.Caveats).
@@ -44,7 +50,7 @@ func RowOf(r *record.Record, slo SLO) Row {
 		Throughput: r.Throughput, ItemsPerSec: r.ItemsPerSec,
 		P50: r.Latency.P50, P99: r.Latency.P99,
 		ErrorRate: r.ErrorRate(), Batch: r.MeanBatch(), ResponseBatch: r.Server.ResponseBatch,
-		Valid: r.Valid, Flags: r.Flags, Partial: r.Partial, Caveats: r.Caveats(),
+		Valid: r.Valid, Flags: r.Flags, Partial: r.Partial, Caveats: r.Caveats(), Errors: r.Errors,
 	}
 	switch {
 	case slo.P99 == 0:
@@ -65,12 +71,17 @@ func RowOf(r *record.Record, slo SLO) Row {
 // Summary is the end-of-run report: one row per finished point and the
 // verdict of the SLO thresholds.
 type Summary struct {
-	Scenario    string `json:"scenario"`
-	Dir         string `json:"dir"`
-	Points      int    `json:"points"` // planned
+	Scenario string `json:"scenario"`
+	Dir      string `json:"dir"`
+	Points   int    `json:"points"` // planned
+	// Shared are the settings every batched point has, which point names
+	// leave out (Scenario.Shared).
+	Shared      string `json:"shared,omitempty"`
 	Rows        []Row  `json:"rows"`
 	Interrupted bool   `json:"interrupted,omitempty"`
-	SLO         struct {
+	// Notices are what the run found missing or assumed, each said once.
+	Notices []string `json:"notices,omitempty"`
+	SLO     struct {
 		record.SLO
 		Require string `json:"require,omitempty"`
 	} `json:"slo"`
@@ -84,7 +95,8 @@ type Summary struct {
 // Summarize judges the outcome of a run against the scenario's SLO.
 // Partial points are shown but not judged.
 func Summarize(o *Outcome, slo SLO) Summary {
-	s := Summary{Scenario: o.Manifest.Scenario, Dir: o.Dir, Points: o.Points, Interrupted: o.Interrupted}
+	s := Summary{Scenario: o.Manifest.Scenario, Dir: o.Dir, Points: o.Points, Shared: o.Shared, Interrupted: o.Interrupted,
+		Notices: o.Manifest.Notices}
 	s.SLO.SLO, s.SLO.Require = slo.Record(), slo.Require
 	judged, passed := 0, 0
 	for i := range o.Records {
@@ -112,26 +124,89 @@ func Summarize(o *Outcome, slo SLO) Summary {
 	return s
 }
 
-// WriteText writes the summary as a table.
+// tableWidth is the width the summary table keeps to: a row's notes go on
+// a line of their own below it when they would pass it.
+const tableWidth = 80
+
+// WriteText writes the summary as a table that fits 80 columns, then the
+// causes of failed requests, the notices, the verdict and the run
+// directory.
 func (s Summary) WriteText(w io.Writer) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "POINT\tSENT\tRATE/s\tOK/s\tITEMS/s\tP50\tP99\tERRORS\tBATCH\tNOTES")
+	var b strings.Builder
+	if s.Shared != "" {
+		fmt.Fprintf(&b, "every batched point: %s\n", s.Shared)
+	}
+	// Items/s says more than OK/s only when requests carry several
+	// items; the send rate, only in open loop.
+	items := slices.ContainsFunc(s.Rows, func(r Row) bool { return r.ItemsPerSec != r.Throughput })
+	open := slices.ContainsFunc(s.Rows, func(r Row) bool { return r.TargetRate > 0 })
+	head := []string{"POINT", "SENT"}
+	if open {
+		head = append(head, "SENT/s")
+	}
+	head = append(head, "OK/s")
+	if items {
+		head = append(head, "ITEMS/s")
+	}
+	head = append(head, "P50", "P99", "ERRORS", "BATCH")
+	cells := [][]string{head}
 	for _, r := range s.Rows {
-		rate := fmt.Sprintf("%.1f", r.AchievedRate)
-		if r.TargetRate > 0 {
-			rate += fmt.Sprintf(" of %.0f", r.TargetRate)
+		row := []string{r.Name, strconv.Itoa(r.Sent)}
+		if open {
+			rate := short(r.AchievedRate)
+			if r.TargetRate > 0 {
+				rate += " of " + short(r.TargetRate)
+			}
+			row = append(row, rate)
+		}
+		row = append(row, short(r.Throughput))
+		if items {
+			row = append(row, short(r.ItemsPerSec))
 		}
 		batch := "-"
 		if r.Batch > 0 {
 			batch = fmt.Sprintf("%.1f", r.Batch)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%.1f\t%.1f\t%v\t%v\t%.2f%%\t%s\t%s\n", r.Name, r.Sent, rate, r.Throughput, r.ItemsPerSec,
-			Round(r.P50.D()), Round(r.P99.D()), 100*r.ErrorRate, batch, r.Notes())
+		row = append(row, Round(r.P50.D()).String(), Round(r.P99.D()).String(), fmt.Sprintf("%.1f%%", 100*r.ErrorRate), batch)
+		cells = append(cells, row)
 	}
-	if err := tw.Flush(); err != nil {
-		return err
+	widths := make([]int, len(head))
+	for _, row := range cells {
+		for i, c := range row {
+			widths[i] = max(widths[i], utf8.RuneCountInString(c))
+		}
 	}
-	var b strings.Builder
+	for i, row := range cells {
+		var line strings.Builder
+		for j, c := range row {
+			pad := strings.Repeat(" ", widths[j]-utf8.RuneCountInString(c))
+			if j == 0 {
+				line.WriteString(c + pad)
+			} else {
+				line.WriteString("  " + pad + c)
+			}
+		}
+		notes := "NOTES"
+		if i > 0 {
+			notes = s.Rows[i-1].Notes()
+		}
+		switch {
+		case notes == "":
+		case utf8.RuneCountInString(line.String())+2+utf8.RuneCountInString(notes) <= tableWidth:
+			line.WriteString("  " + notes)
+		case i > 0:
+			line.WriteString("\n  ↳ " + notes)
+		}
+		b.WriteString(strings.TrimRight(line.String(), " ") + "\n")
+	}
+	for _, r := range s.Rows {
+		if why := topErrors(r.Errors, 3); why != "" {
+			fmt.Fprintf(&b, "failed in %s: %s\n", r.Name, why)
+		}
+	}
+	for _, n := range s.Notices {
+		fmt.Fprintf(&b, "note: %s\n", n)
+	}
 	if s.Interrupted {
 		done := 0
 		for _, r := range s.Rows {
@@ -151,6 +226,33 @@ func (s Summary) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "results in %s\n", s.Dir)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// short formats a rate to three significant digits at most: "1526",
+// "97.5", "9.93".
+func short(v float64) string {
+	switch {
+	case v >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case v >= 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	default:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+}
+
+// topErrors renders the n most frequent causes of failure: "HTTP 429
+// queue_full ×120, connection reset ×3"; "" when none failed.
+func topErrors(errs map[string]int, n int) string {
+	keys := slices.SortedFunc(maps.Keys(errs), func(a, b string) int { return cmp.Or(-cmp.Compare(errs[a], errs[b]), cmp.Compare(a, b)) })
+	var parts []string
+	for _, k := range keys[:min(n, len(keys))] {
+		parts = append(parts, fmt.Sprintf("%s ×%d", k, errs[k]))
+	}
+	if len(keys) > n {
+		parts = append(parts, fmt.Sprintf("%d more causes", len(keys)-n))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // Notes joins a row's caveats and violations for a table cell.

@@ -44,6 +44,9 @@ type Manifest struct {
 	SLO SLO `json:"slo,omitzero"`
 	// Interrupted is set when the run was stopped before its last point.
 	Interrupted bool `json:"interrupted,omitempty"`
+	// Notices are what the run found missing or assumed (no /metrics, no
+	// Server-Timing, answers checked by their status only…), each once.
+	Notices []string `json:"notices,omitempty"`
 }
 
 // SLO thresholds; a zero field is not checked.
