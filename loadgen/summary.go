@@ -186,9 +186,12 @@ func (s Summary) WriteText(w io.Writer) error {
 				line.WriteString("  " + pad + c)
 			}
 		}
-		notes := "NOTES"
-		if i > 0 {
+		notes := ""
+		switch {
+		case i > 0:
 			notes = s.Rows[i-1].Notes()
+		case slices.ContainsFunc(s.Rows, func(r Row) bool { return r.Notes() != "" }):
+			notes = "NOTES"
 		}
 		switch {
 		case notes == "":
