@@ -225,6 +225,18 @@ func (v *view) configLabel(r *record.Record) string {
 	return b + v.seriesLabel(seriesOf(r.Point))
 }
 
+// batchLabel names a point's configuration briefly, for a chart whose
+// colours tell the worker count and shapes the variant: "naive", "b=8".
+func (v *view) batchLabel(r *record.Record) string {
+	switch {
+	case isNaive(r):
+		return "naive"
+	case r.Point.Batch > 0:
+		return fmt.Sprintf("b=%d", r.Point.Batch)
+	}
+	return v.configLabel(r)
+}
+
 // pointLabel names a point: its configuration at its load.
 func (v *view) pointLabel(r *record.Record) string {
 	return v.configLabel(r) + " @ " + loadLabel(r.Point.Load)
