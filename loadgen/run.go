@@ -571,6 +571,8 @@ func buildRecord(index int, pt record.Point, start time.Time, t *tally, answered
 		ItemsPerSec:  float64(answered*items) / secs,
 		Latency:      t.hist.Percentiles(),
 		Histogram:    &t.hist,
+		ScheduleLag:  percentiles(&t.lag),
+		FromSchedule: percentiles(&t.fromSchedule),
 		Status:       copyCounts(t.status),
 		Errors:       copyCounts(t.errors),
 		Server:       t.serverSide(),
@@ -595,11 +597,25 @@ func buildRecord(index int, pt record.Point, start time.Time, t *tally, answered
 	return rec
 }
 
+// percentiles returns h's percentiles, or nil when h is empty.
+func percentiles(h *record.Histogram) *record.Percentiles {
+	if h.Count() == 0 {
+		return nil
+	}
+	p := h.Percentiles()
+	return &p
+}
+
 // Validity thresholds.
 const (
 	// An open-loop point that sent less than this share of its target
 	// rate was held back by the server: coordinated omission.
 	minAchieved = 0.95
+	// An open-loop point whose p99 schedule lag passes this share of its
+	// p99 latency, and maxLagFloor, went out late against its schedule:
+	// coordinated omission that the average rate hides.
+	maxLagShare = 0.1
+	maxLagFloor = 10 * time.Millisecond
 	// A generator using this share of its cores or more was the limit.
 	maxGeneratorCPU = 0.9
 )
@@ -609,6 +625,9 @@ func judge(r *record.Record, cores int) {
 	r.Flags = nil
 	if r.TargetRate > 0 && r.AchievedRate < minAchieved*r.TargetRate {
 		r.Flags = append(r.Flags, record.FlagCoordinatedOmission)
+	}
+	if l := r.ScheduleLag; l != nil && l.P99.D() > max(maxLagFloor, time.Duration(maxLagShare*float64(r.Latency.P99))) {
+		r.Flags = append(r.Flags, record.FlagScheduleLag)
 	}
 	if r.GeneratorCPU >= maxGeneratorCPU*float64(cores) {
 		r.Flags = append(r.Flags, record.FlagGeneratorSaturated)

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -354,6 +355,9 @@ func TestRunOpenLoop(t *testing.T) {
 	if !r.Valid || r.Status["200"] != r.Sent {
 		t.Errorf("valid %v flags %v status %v", r.Valid, r.Flags, r.Status)
 	}
+	if r.ScheduleLag == nil || r.FromSchedule == nil || r.FromSchedule.P99 < r.Latency.P99 {
+		t.Errorf("schedule lag %v, latency from schedule %v (service p99 %v): want both, the second no shorter", r.ScheduleLag, r.FromSchedule, r.Latency.P99)
+	}
 	if len(r.Timeline) != 1 || r.Timeline[0].Sent != r.Sent || r.Timeline[0].Target != 200 || r.Timeline[0].P99 <= 0 {
 		t.Errorf("timeline = %+v, want one second holding every request", r.Timeline)
 	}
@@ -431,5 +435,65 @@ func TestTailBuffer(t *testing.T) {
 	io.WriteString(tb, "ee\nfour\nfive")
 	if got, want := tb.String(), "three\nfour\nfive"; got != want {
 		t.Errorf("tail = %q, want %q", got, want)
+	}
+}
+
+// TestRunCaughtUpStall reproduces hidden coordinated omission: the server
+// stalls for 1.5 s once, at 200 requests/s with at most 5 requests in
+// flight (far fewer than rate × stall), so sending pauses and then catches
+// up in a burst. The average rate looks right and the service times stay
+// short; the schedule lag shows the stall, the point is flagged, and the
+// latency from the intended send time tells what clients on schedule saw.
+func TestRunCaughtUpStall(t *testing.T) {
+	var (
+		mu         sync.Mutex
+		n          int
+		stallUntil time.Time
+	)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		n++
+		if n == 150 { // a second or so into the window
+			stallUntil = time.Now().Add(1500 * time.Millisecond)
+		}
+		until := stallUntil
+		mu.Unlock()
+		time.Sleep(time.Until(until)) // the stall, for requests that arrive in it
+		answer(w, r)
+	}))
+	defer ts.Close()
+	sc := mustParse(t, "target:\n  urls: "+ts.URL+"\nload:\n  rate: 200\n  max_in_flight: 5\n  warmup: 0s\n  duration: 4s\n")
+	out, err := Run(context.Background(), sc, Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := out.Records[0]
+	if r.AchievedRate < 0.95*r.TargetRate {
+		t.Errorf("achieved %v of %v/s: the burst should catch up within the window", r.AchievedRate, r.TargetRate)
+	}
+	if r.Valid || !slices.Contains(r.Flags, record.FlagScheduleLag) || slices.Contains(r.Flags, record.FlagCoordinatedOmission) {
+		t.Errorf("flags %v valid %v; want schedule-lag alone (the average rate is on target)", r.Flags, r.Valid)
+	}
+	if r.ScheduleLag == nil || r.FromSchedule == nil {
+		t.Fatalf("schedule lag %v, latency from schedule %v: not measured", r.ScheduleLag, r.FromSchedule)
+	}
+	if r.ScheduleLag.Max.D() < 1200*time.Millisecond || r.ScheduleLag.P99.D() < time.Second {
+		t.Errorf("schedule lag %+v; want p99 and max near the 1.5s stall", *r.ScheduleLag)
+	}
+	if r.FromSchedule.P99.D() < time.Second || r.Latency.P99.D() > r.FromSchedule.P99.D()/2 {
+		t.Errorf("p99 from the schedule %v, service time p99 %v; want the stall in the first, not the second",
+			r.FromSchedule.P99.D(), r.Latency.P99.D())
+	}
+	t.Logf("achieved %.1f of %v/s; service p99 %v; schedule lag p99 %v max %v; p99 from the schedule %v",
+		r.AchievedRate, r.TargetRate, r.Latency.P99.D(), r.ScheduleLag.P99.D(), r.ScheduleLag.Max.D(), r.FromSchedule.P99.D())
+	var maxTick time.Duration
+	for _, tk := range r.Timeline {
+		maxTick = max(maxTick, tk.MaxLag.D())
+	}
+	if maxTick < 1200*time.Millisecond {
+		t.Errorf("the timeline's largest lag is %v; want the stall", maxTick)
+	}
+	if row := RowOf(&r, SLO{}); !strings.Contains(row.Notes(), record.FlagScheduleLag) {
+		t.Errorf("summary notes %q do not show the flag", row.Notes())
 	}
 }

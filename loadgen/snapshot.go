@@ -54,6 +54,9 @@ type Snapshot struct {
 	TargetRate float64
 	P50, P99   time.Duration
 	Batch      float64 // items per batch, each batch counted once
+	// LagP99 and LagMax are how late requests went out against the open
+	// loop's schedule (0 in closed loop).
+	LagP99, LagMax time.Duration
 	// MeasuredRPS is the successful answers per second received so far
 	// in the current repeat's measured window: what its record will say
 	// (0 in the warm-up).
@@ -247,6 +250,7 @@ func (m *monitor) snapshot(tick time.Duration) Snapshot {
 		s.RPS = float64(agg.sent) / s.Window.Seconds()
 	}
 	s.P50, s.P99 = agg.hist.Quantile(0.5), agg.hist.Quantile(0.99)
+	s.LagP99, s.LagMax = agg.lag.Quantile(0.99), agg.lag.Max()
 	s.Batch = agg.serverSide().Batch
 	return s
 }

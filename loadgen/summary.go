@@ -33,6 +33,11 @@ type Row struct {
 	Valid         bool     `json:"valid"`
 	Flags         []string `json:"flags,omitempty"`
 	Partial       bool     `json:"partial,omitempty"`
+	// In open loop: the schedule lag (how late requests went out against
+	// the schedule) and the p99 latency from the intended send time.
+	LagP99          record.Duration `json:"schedule_lag_p99,omitzero"`
+	LagMax          record.Duration `json:"schedule_lag_max,omitzero"`
+	P99FromSchedule record.Duration `json:"p99_from_schedule,omitzero"`
 	// Errors counts the failed requests by cause (transport error, HTTP
 	// status with the server's code, or why an answer was invalid).
 	Errors map[string]int `json:"errors,omitempty"`
@@ -51,6 +56,12 @@ func RowOf(r *record.Record, slo SLO) Row {
 		P50: r.Latency.P50, P99: r.Latency.P99,
 		ErrorRate: r.ErrorRate(), Batch: r.MeanBatch(), ResponseBatch: r.Server.ResponseBatch,
 		Valid: r.Valid, Flags: r.Flags, Partial: r.Partial, Caveats: r.Caveats(), Errors: r.Errors,
+	}
+	if l := r.ScheduleLag; l != nil {
+		row.LagP99, row.LagMax = l.P99, l.Max
+	}
+	if f := r.FromSchedule; f != nil {
+		row.P99FromSchedule = f.P99
 	}
 	switch {
 	case slo.P99 == 0:
@@ -205,6 +216,10 @@ func (s Summary) WriteText(w io.Writer) error {
 	for _, r := range s.Rows {
 		if why := topErrors(r.Errors, 3); why != "" {
 			fmt.Fprintf(&b, "failed in %s: %s\n", r.Name, why)
+		}
+		if slices.Contains(r.Flags, record.FlagScheduleLag) {
+			fmt.Fprintf(&b, "behind schedule in %s: sends lagged p99 %v, max %v; p99 from the intended send %v (service time %v)\n",
+				r.Name, Round(r.LagP99.D()), Round(r.LagMax.D()), Round(r.P99FromSchedule.D()), Round(r.P99.D()))
 		}
 	}
 	for _, n := range s.Notices {

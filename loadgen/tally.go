@@ -25,32 +25,47 @@ const maxErrorKinds = 20
 
 // outcome is one request, classified.
 type outcome struct {
-	sent    time.Time
-	latency time.Duration
-	status  string // "200", "429", StatusError, StatusInvalid
-	errText string // for failures
-	timing  serverTiming
-	timed   bool
-	carrier bool // it carried the payload's injected text
+	sent time.Time
+	// intended is when the open loop's schedule meant the request to go
+	// (zero in closed loop); sent − intended is its schedule lag.
+	intended time.Time
+	latency  time.Duration
+	status   string // "200", "429", StatusError, StatusInvalid
+	errText  string // for failures
+	timing   serverTiming
+	timed    bool
+	carrier  bool // it carried the payload's injected text
 }
 
 // ok reports whether the request succeeded.
 func (o *outcome) ok() bool { return o.status == "200" }
 
+// lag returns how late the request went out against the schedule, and
+// false when it had none.
+func (o *outcome) lag() (time.Duration, bool) {
+	if o.intended.IsZero() {
+		return 0, false
+	}
+	return max(o.sent.Sub(o.intended), 0), true
+}
+
 // tally accumulates the outcomes of a measured window. The zero value is
 // empty and usable.
 type tally struct {
-	sent, ok   int
-	hist       record.Histogram
-	status     map[string]int
-	errors     map[string]int
-	timed      int
-	queue      time.Duration
-	compute    time.Duration
-	batchItems int     // Σ batch size over timed responses
-	batchShare float64 // Σ 1/batch size over them: the batches they make up, per item of a request
-	padded     int     // timed responses that carried a padding
-	padding    float64 // their padding, summed
+	sent, ok int
+	hist     record.Histogram // latency of successful requests from their actual send
+	// In open loop: the schedule lag of every request, and the latency of
+	// successful ones from their intended send time.
+	lag, fromSchedule record.Histogram
+	status            map[string]int
+	errors            map[string]int
+	timed             int
+	queue             time.Duration
+	compute           time.Duration
+	batchItems        int     // Σ batch size over timed responses
+	batchShare        float64 // Σ 1/batch size over them: the batches they make up, per item of a request
+	padded            int     // timed responses that carried a padding
+	padding           float64 // their padding, summed
 	// Requests that carried the injected text, and the model's failures
 	// (500) on either side.
 	carriers, carriers500, others500 int
@@ -71,12 +86,19 @@ func (t *tally) add(o *outcome) {
 	case o.status == "500":
 		t.others500++
 	}
+	lag, scheduled := o.lag()
+	if scheduled {
+		t.lag.Record(lag)
+	}
 	if !o.ok() {
 		t.addError(o.errText, 1)
 		return
 	}
 	t.ok++
 	t.hist.Record(o.latency)
+	if scheduled {
+		t.fromSchedule.Record(lag + o.latency)
+	}
 	if o.timed {
 		t.timed++
 		t.queue += o.timing.queue
@@ -109,6 +131,8 @@ func (t *tally) merge(o *tally) {
 	t.sent += o.sent
 	t.ok += o.ok
 	t.hist.Merge(&o.hist)
+	t.lag.Merge(&o.lag)
+	t.fromSchedule.Merge(&o.fromSchedule)
 	if len(o.status) > 0 && t.status == nil {
 		t.status = make(map[string]int)
 	}
@@ -168,6 +192,7 @@ type timeline []second
 type second struct {
 	sent, ok int
 	hist     record.Histogram
+	maxLag   time.Duration
 }
 
 // add counts o, sent at from the window's start.
@@ -178,6 +203,9 @@ func (tl *timeline) add(at time.Duration, o *outcome) {
 	}
 	s := &(*tl)[i]
 	s.sent++
+	if lag, ok := o.lag(); ok {
+		s.maxLag = max(s.maxLag, lag)
+	}
 	if o.ok() {
 		s.ok++
 		s.hist.Record(o.latency)
@@ -196,6 +224,7 @@ func (tl timeline) ticks(load record.Load, duration time.Duration) []record.Tick
 			OK:     tl[i].ok,
 			P50:    record.Duration(tl[i].hist.Quantile(0.5)),
 			P99:    record.Duration(tl[i].hist.Quantile(0.99)),
+			MaxLag: record.Duration(tl[i].maxLag),
 		}
 	}
 	return out

@@ -97,8 +97,20 @@ type Record struct {
 	Throughput  float64 `json:"throughput"`
 	ItemsPerSec float64 `json:"items_per_sec"` // successful items/s, likewise
 
-	Latency   Percentiles    `json:"latency"`             // over successful requests
-	Histogram *Histogram     `json:"histogram,omitempty"` // latencies of successful requests
+	// Latency is the service time of successful requests: from their
+	// actual send to their answer.
+	Latency Percentiles `json:"latency"`
+	// FromSchedule is the latency of successful requests measured from
+	// their intended send time instead (wrk2's correction for coordinated
+	// omission): what clients who sent on the open loop's schedule waited,
+	// including the time sending fell behind it. nil in closed loop.
+	FromSchedule *Percentiles `json:"latency_from_schedule,omitempty"`
+	// ScheduleLag is how late requests went out against the open loop's
+	// schedule (actual − intended send time), over every request sent in
+	// the measured time. nil in closed loop, which has no schedule.
+	ScheduleLag *Percentiles `json:"schedule_lag,omitempty"`
+
+	Histogram *Histogram     `json:"histogram,omitempty"` // service times of successful requests
 	Status    map[string]int `json:"status"`              // HTTP status (or "error") → count
 	Errors    map[string]int `json:"errors,omitempty"`    // transport/check error text → count
 
@@ -143,6 +155,7 @@ type Tick struct {
 	OK     int      `json:"ok"`               // of which succeeded
 	P50    Duration `json:"p50,omitzero"`     // latency of the successful ones
 	P99    Duration `json:"p99,omitzero"`
+	MaxLag Duration `json:"max_lag,omitzero"` // open loop: the latest send against the schedule
 }
 
 // Validity flags.
@@ -151,6 +164,13 @@ const (
 	// its target rate, so the server slowed the generator down and the
 	// latencies under-state what clients at that rate would see.
 	FlagCoordinatedOmission = "coordinated-omission"
+	// FlagScheduleLag: an open-loop point whose requests went out late
+	// against the schedule (p99 schedule lag above 10 % of the p99
+	// latency, and above 10 ms), as when a stall holds sending back at
+	// load.max_in_flight and a burst catches up afterwards. The average
+	// rate may look right, but the service times (Latency) understate
+	// what clients on schedule saw: read FromSchedule.
+	FlagScheduleLag = "schedule-lag"
 	// FlagGeneratorSaturated: the load generator used (nearly) all the CPU it
 	// could; the server may have been faster than measured.
 	FlagGeneratorSaturated = "generator-saturated"

@@ -66,6 +66,9 @@ func (l *Lines) Put(s loadgen.Snapshot) {
 		line += fmt.Sprintf(" · %.1f ok/s so far", s.MeasuredRPS)
 	}
 	line += fmt.Sprintf(" · p50 %s p99 %s", fmtLat(s.P50), fmtLat(s.P99))
+	if s.TargetRate > 0 && s.LagP99 > 10*time.Millisecond {
+		line += fmt.Sprintf(" · sends %s behind schedule (p99)", fmtLat(s.LagP99))
+	}
 	if s.Batch > 0 {
 		line += fmt.Sprintf(" · batch %.1f", s.Batch)
 	}

@@ -209,6 +209,15 @@ func (m Model) live(s loadgen.Snapshot) string {
 		line("measured", fmt.Sprintf("%.1f ok/s so far %s", s.MeasuredRPS, dimStyle.Render("(the point's throughput)")))
 	}
 	line("latency", fmt.Sprintf("p50 %-9s p99 %-9s %s", fmtLat(s.P50), fmtLat(s.P99), window))
+	if s.TargetRate > 0 && s.LagMax > 0 {
+		lag := fmt.Sprintf("p99 %-9s max %-9s", fmtLat(s.LagP99), fmtLat(s.LagMax))
+		if s.LagP99 > 10*time.Millisecond {
+			lag = warnStyle.Render(lag + " sends are behind the schedule")
+		} else {
+			lag += dimStyle.Render("sends behind the schedule")
+		}
+		line("lag", lag)
+	}
 	if s.Batch > 0 {
 		line("batch", fmt.Sprintf("%.1f items per batch (server)", s.Batch))
 	}

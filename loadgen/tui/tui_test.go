@@ -31,7 +31,8 @@ func running() loadgen.Snapshot {
 		Repeat: 1, Repeats: 2, PointElapsed: 4 * time.Second, PointTotal: 10 * time.Second,
 		PhaseElapsed: 3 * time.Second, PhaseTotal: 4 * time.Second, MeasuredRPS: 322.25,
 		Window: 2 * time.Second, RPS: 316.5, TargetRate: 400, P50: ms(97.4), P99: ms(231.2), Batch: 7.9,
-		Notices: []string{"http://127.0.0.1:1/metrics answers 404: the server's batch sizes are not measured"},
+		LagP99: ms(1.2), LagMax: ms(3.4),
+		Notices:   []string{"http://127.0.0.1:1/metrics answers 404: the server's batch sizes are not measured"},
 		Status:    map[string]int{"200": 1264, "429": 3},
 		LastError: "HTTP 429 queue_full",
 		Spark:     []time.Duration{ms(10), ms(50), ms(100), ms(231)},
@@ -57,7 +58,7 @@ func TestViewRunning(t *testing.T) {
 		"every batched point: lat=10ms",
 		"3/7 batched b=8 w=1 c=32", "measuring · repeat 1/2 · 3s of 4s",
 		"316.5 answers/s last 2s · target 400/s (behind)", "322.2 ok/s so far", "p50 97.4ms", "p99 231ms",
-		"note     http://127.0.0.1:1/metrics answers 404",
+		"note     http://127.0.0.1:1/metrics answers 404", "lag      p99 1.2ms     max 3.4ms",
 		"7.9 items per batch", "200: 1264", "429: 3", "▁▂▄█", "HTTP 429 queue_full",
 		"naive c=32", "48.2", "662ms", "coordinated-omission", "q stop · results in results/quick-1",
 	} {
