@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -124,6 +125,9 @@ func Run(ctx context.Context, sc *Scenario, cfg Config) (*Outcome, error) {
 	defer w.Close()
 
 	r.mon = newMonitor(time.Now, sc.Name, sc.Shared(), cfg.Dir, len(plans))
+	for _, n := range r.notices { // the probes' findings
+		r.mon.notice(n)
+	}
 	var wg sync.WaitGroup
 	published := make(chan struct{})
 	wg.Go(func() { r.publish(ctx, published) })
@@ -138,6 +142,7 @@ func Run(ctx context.Context, sc *Scenario, cfg Config) (*Outcome, error) {
 	}
 	out.Manifest.End = time.Now()
 	out.Manifest.Interrupted = interrupted
+	out.Manifest.Notices = r.noticed()
 	if err := record.WriteManifest(cfg.Dir, &out.Manifest); err != nil && runErr == nil {
 		runErr = fmt.Errorf("write manifest: %w", err)
 	}
@@ -193,7 +198,37 @@ type runner struct {
 	serverLog *os.File
 	starts    int           // servers started
 	startTime time.Duration // their time to ready, summed
+
+	noticeMu sync.Mutex
+	notices  []string // what the run found missing or assumed, each once
 }
+
+// notice says a gap in what the run measures, or an assumption it made,
+// once per run: in the log, the live view and the manifest. Safe for
+// concurrent use.
+func (r *runner) notice(format string, args ...any) {
+	text := fmt.Sprintf(format, args...)
+	r.noticeMu.Lock()
+	defer r.noticeMu.Unlock()
+	if slices.Contains(r.notices, text) {
+		return
+	}
+	r.notices = append(r.notices, text)
+	r.log.Warn(text)
+	if r.mon != nil {
+		r.mon.notice(text)
+	}
+}
+
+func (r *runner) noticed() []string {
+	r.noticeMu.Lock()
+	defer r.noticeMu.Unlock()
+	return slices.Clone(r.notices)
+}
+
+// inferServer reports whether the load goes to infer servers: ones infer
+// started, or targets whose /metrics carries infer's info metrics.
+func (r *runner) inferServer() bool { return r.sc.Server != nil || r.info.ok }
 
 func prepareDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -209,16 +244,28 @@ func (r *runner) probeTargets(ctx context.Context) error {
 	r.bases = r.sc.Targets
 	r.model = r.sc.Model
 	for i, base := range r.sc.Targets {
-		model, err := probeTarget(ctx, r.client, base, 30*time.Second)
+		model, noReady, err := probeTarget(ctx, r.client, base, 30*time.Second)
 		if err != nil {
 			return err
+		}
+		if noReady != 0 {
+			r.notice("%s has no /readyz (it answers %d): taken as ready", base, noReady)
 		}
 		if i == 0 && r.model == "" {
 			r.model = model
 		}
+		switch samples, err := scrape(ctx, r.client, base); {
+		case err != nil:
+			r.notice("%s/metrics: %v: the server's batch sizes, queue times and dropped items are not measured", base, err)
+		case len(samples) == 0:
+			r.notice("%s/metrics has no infer_ metrics: the server's batch sizes, queue times and dropped items are not measured", base)
+		case i == 0:
+			r.info = infoOf(samples)
+		}
 	}
-	if samples, err := scrape(ctx, r.client, r.bases[0]); err == nil {
-		r.info = infoOf(samples)
+	if !r.inferServer() && r.sc.Payload.Expect == "" &&
+		slices.ContainsFunc(r.sc.Sweep.Endpoints, func(e string) bool { return r.sc.Payload.Expectation(e, false) == ExpectStatus }) {
+		r.notice("%s is not an infer server (no infer_model_info in /metrics): a 200 answer counts as a success whatever its body (payload.expect: status); set payload.expect to check its shape", r.bases[0])
 	}
 	return nil
 }
@@ -426,12 +473,19 @@ func (r *runner) read(ctx context.Context, endpoint string) reading {
 	}
 	label := metricsEndpoint(endpoint)
 	if label == "" {
+		if r.inferServer() {
+			r.notice("sweep endpoint %s is none of infer's (naive, batched, v2): its batches are not counted in /metrics", endpoint)
+		}
 		return rd
+	}
+	if !r.inferServer() {
+		return rd // no infer metrics to read; said at the probe
 	}
 	rd.countsOK = true
 	for _, base := range r.bases {
 		samples, err := scrape(ctx, r.client, base)
 		if err != nil {
+			r.notice("%s/metrics: %v: the server's batch sizes are missing from the points measured then", base, err)
 			rd.countsOK = false
 			break
 		}
@@ -467,7 +521,8 @@ func (r *runner) point(ctx context.Context, p Plan) (*record.Record, error) {
 	if in := r.sc.Payload.Inject; in != nil {
 		inject = in.Text
 	}
-	tr, err := newTraffic(r.bases, pt.Endpoint, r.model, r.sc.Payload.Format, r.sc.Payload.Items, r.sc.Payload.N, inject)
+	pt.Expect = r.sc.Payload.Expectation(pt.Endpoint, r.inferServer())
+	tr, err := newTraffic(r.bases, pt.Endpoint, r.model, r.sc.Payload.Format, pt.Expect, r.sc.Payload.Items, r.sc.Payload.N, inject)
 	if err != nil {
 		return nil, fmt.Errorf("point %q: %w", pt.Name, err)
 	}
@@ -529,6 +584,9 @@ func (r *runner) point(ctx context.Context, p Plan) (*record.Record, error) {
 		rec.Injected = total.injected(inject)
 	}
 	judge(rec, r.cfg.Cores)
+	if total.ok > 0 && total.timed == 0 {
+		r.notice("answers of %s carry no Server-Timing header: the server's queue and compute times are not measured", pt.Endpoint)
+	}
 	return rec, nil
 }
 

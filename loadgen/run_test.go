@@ -497,3 +497,123 @@ func TestRunCaughtUpStall(t *testing.T) {
 		t.Errorf("summary notes %q do not show the flag", row.Notes())
 	}
 }
+
+// TestRunForeignServer: a server that is not infer's (answers {"ok": true},
+// no /readyz, no /metrics, no Server-Timing) is measured by status, and
+// each missing part is said once; asked to check infer's shape, its
+// answers are invalid and the summary says why.
+func TestRunForeignServer(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/predict" && r.URL.Path != "/batched" {
+			http.NotFound(w, r)
+			return
+		}
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"ok": true}`)
+	}))
+	defer ts.Close()
+	src := "target:\n  urls: " + ts.URL + "\nload:\n  concurrency: 2\n  warmup: 0s\n  duration: 300ms\nsweep:\n  endpoints: [/predict, batched]\n"
+	out, err := Run(context.Background(), mustParse(t, src), Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := out.Records[0]
+	if !r.Valid || r.Status["200"] != r.Sent || r.Sent == 0 || r.Point.Expect != ExpectStatus {
+		t.Errorf("valid %v, status %v of %d sent, expect %q; want every answer a success by status", r.Valid, r.Status, r.Sent, r.Point.Expect)
+	}
+	notices := out.Manifest.Notices
+	for _, want := range []string{"has no /readyz (it answers 404)", "/metrics: GET " + ts.URL + "/metrics: 404", "is not an infer server",
+		"answers of /predict carry no Server-Timing", "answers of batched carry no Server-Timing"} {
+		n := 0
+		for _, s := range notices {
+			if strings.Contains(s, want) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("notice %q said %d times; notices: %q", want, n, notices)
+		}
+	}
+	if len(notices) != 5 {
+		t.Errorf("notices = %q, want the five gaps, each once", notices)
+	}
+	var text strings.Builder
+	if err := Summarize(out, SLO{}).WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text.String(), "note: "+ts.URL+" is not an infer server") {
+		t.Errorf("summary does not say the notices:\n%s", text.String())
+	}
+
+	out, err = Run(context.Background(), mustParse(t, src+"payload:\n  expect: infer\n"), Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = out.Records[0]
+	if r.Status[StatusInvalid] != r.Sent || r.Valid {
+		t.Errorf("expect infer: status %v of %d sent, valid %v; want every answer invalid", r.Status, r.Sent, r.Valid)
+	}
+	text.Reset()
+	Summarize(out, SLO{}).WriteText(&text)
+	if !strings.Contains(text.String(), "failed in /predict c=2: response has 0 outputs, want 1 ×") {
+		t.Errorf("summary does not give the reason for the invalid answers:\n%s", text.String())
+	}
+}
+
+// TestProbeReadiness: a /readyz that answers 501 is no readiness; 404 and
+// 405 mean there is none, and the target counts as ready.
+func TestProbeReadiness(t *testing.T) {
+	for _, tc := range []struct {
+		status  int
+		wantErr string
+		noReady int
+	}{
+		{http.StatusOK, "", 0},
+		{http.StatusNotFound, "", 404},
+		{http.StatusMethodNotAllowed, "", 405},
+		{http.StatusNotImplemented, "not ready after 300ms (/readyz answers 501 Not Implemented)", 0},
+		{http.StatusServiceUnavailable, "not ready after 300ms (/readyz answers 503 Service Unavailable)", 0},
+	} {
+		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(tc.status) }))
+		_, noReady, err := probeTarget(context.Background(), ts.Client(), ts.URL, 300*time.Millisecond)
+		ts.Close()
+		if (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) || noReady != tc.noReady {
+			t.Errorf("/readyz %d: no readyz %d, error %v; want %d, %q", tc.status, noReady, err, tc.noReady, tc.wantErr)
+		}
+	}
+}
+
+// TestRunInferPaths: infer's endpoints named by their paths are joined
+// with their /metrics counters like the named endpoints.
+func TestRunInferPaths(t *testing.T) {
+	sc := mustParse(t, `
+server:
+  model: sim
+  sim_fixed: 1ms
+load:
+  concurrency: 4
+  warmup: 100ms
+  duration: 400ms
+sweep:
+  endpoints: [/batched, /v2/models/sim/infer]
+`)
+	if sc.Sweep.Endpoints[0] != "batched" {
+		t.Errorf("endpoints = %q, want /batched read as batched", sc.Sweep.Endpoints)
+	}
+	out, err := Run(context.Background(), sc, Config{Dir: t.TempDir(), Launcher: testLauncher()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range out.Records {
+		if m := r.Server.Metrics; m == nil || m.Batches == 0 || r.Status["200"] != r.Sent || r.Sent == 0 {
+			t.Errorf("%s: metrics %+v, status %v of %d; want the batches counted and every answer good", r.Point.Name, r.Server.Metrics, r.Status, r.Sent)
+		}
+	}
+	if r := out.Records[1]; r.Point.Expect != ExpectKServe {
+		t.Errorf("the v2 path's answers were checked as %q, want kserve", r.Point.Expect)
+	}
+	if len(out.Manifest.Notices) != 0 {
+		t.Errorf("notices %q against infer's own server", out.Manifest.Notices)
+	}
+}

@@ -63,10 +63,51 @@ type Payload struct {
 	Corpus string   // "builtin", "mixed" or the file's path as written
 	N      int      // items per request. Default 1.
 	Format string   // "json" (default) or "text"; the v2 endpoint always sends v2 JSON
+	// Expect is how a 200 answer is checked: ExpectStatus (any body),
+	// ExpectInfer (one output per item), ExpectKServe (a KServe v2 answer
+	// to a KServe v2 request, on any endpoint), or "" to choose per point
+	// (Expectation).
+	Expect string
 	// Inject, when set, appends a text to every Every-th item of the
 	// corpus (for fault injection, like infer serve --sim-fail-on); the
 	// requests that carry it are counted apart (record.Injected).
 	Inject *Inject
+}
+
+// Answer checks of payload.expect.
+const (
+	ExpectStatus = "status"
+	ExpectInfer  = "infer"
+	ExpectKServe = "kserve"
+)
+
+// Expectation is the check of a point's answers on endpoint: the
+// scenario's payload.expect, else KServe v2 for the v2 endpoint (and a
+// /v2/models/NAME/infer path), infer's shape for an infer server, and the
+// status alone for any other server (inferServer false).
+func (p Payload) Expectation(endpoint string, inferServer bool) string {
+	switch {
+	case p.Expect != "":
+		return p.Expect
+	case canonicalEndpoint(endpoint) == "v2":
+		return ExpectKServe
+	case inferServer:
+		return ExpectInfer
+	}
+	return ExpectStatus
+}
+
+// canonicalEndpoint returns the infer endpoint that a sweep endpoint
+// names: "naive", "batched" or "v2" (also for a /v2/models/NAME/infer
+// path), or "" for another path.
+func canonicalEndpoint(e string) string {
+	switch {
+	case e == "naive" || e == "batched" || e == "v2":
+		return e
+	case strings.HasPrefix(e, "/v2/models/") && strings.HasSuffix(e, "/infer") && len(e) > len("/v2/models//infer"):
+		return "v2"
+	}
+	return ""
 }
 
 // Inject is payload.inject: Text is appended, after a space, to items

@@ -33,6 +33,7 @@ type (
 		Corpus string      `yaml:"corpus"`
 		Items  *int        `yaml:"items"`
 		Format string      `yaml:"format"`
+		Expect string      `yaml:"expect"`
 		Inject *fileInject `yaml:"inject"`
 	}
 	fileInject struct {

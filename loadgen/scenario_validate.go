@@ -78,8 +78,14 @@ func (v *validator) scenario(fs *fileScenario, dir string) *Scenario {
 	sc.Load = v.load(fs.Load)
 	sc.Sweep = v.sweep(fs.Sweep, sc.Server != nil)
 	sc.SLO = v.slo(fs.SLO)
-	if sc.Payload.Format == "text" && slices.Contains(sc.Sweep.Endpoints, "v2") {
+	if sc.Payload.Format == "text" && slices.ContainsFunc(sc.Sweep.Endpoints, func(e string) bool { return canonicalEndpoint(e) == "v2" }) {
 		v.errorf("$.payload.format", "payload.format text cannot be sent to the v2 endpoint, which takes v2 JSON")
+	}
+	if sc.Payload.Format == "text" && sc.Payload.Expect == ExpectKServe {
+		v.errorf("$.payload.format", "payload.format text cannot go with payload.expect kserve, which sends KServe v2 JSON")
+	}
+	if sc.Payload.Expect == ExpectInfer && slices.ContainsFunc(sc.Sweep.Endpoints, func(e string) bool { return canonicalEndpoint(e) == "v2" }) {
+		v.errorf("$.payload.expect", "payload.expect infer: the v2 endpoint answers in KServe v2's shape; use kserve, or leave expect out")
 	}
 	return sc
 }
@@ -185,6 +191,12 @@ func (v *validator) payload(p *filePayload, dir string) Payload {
 		if out.N < 1 || out.N > 4096 {
 			v.errorf("$.payload.items", "payload.items %d: want 1 to 4096 items per request", out.N)
 		}
+	}
+	switch p.Expect {
+	case "", ExpectStatus, ExpectInfer, ExpectKServe:
+		out.Expect = p.Expect
+	default:
+		v.errorf("$.payload.expect", "payload.expect %q: want status (any 200 counts), infer (one output per item) or kserve (a KServe v2 answer)", p.Expect)
 	}
 	switch p.Format {
 	case "":
@@ -304,11 +316,18 @@ func (v *validator) sweep(s *fileSweep, server bool) Sweep {
 	if s == nil {
 		s = &fileSweep{}
 	}
-	out := Sweep{Endpoints: s.Endpoints, Batch: s.Batch, Workers: s.Workers, Policy: s.Policy, Buckets: s.Buckets}
-	if len(out.Endpoints) == 0 {
+	out := Sweep{Batch: s.Batch, Workers: s.Workers, Policy: s.Policy, Buckets: s.Buckets}
+	if len(s.Endpoints) == 0 {
 		out.Endpoints = []string{"batched"}
 	}
 	for i, e := range s.Endpoints {
+		// infer's own paths are its endpoints, so that their points are
+		// judged as such (the naive one once per load level) and joined
+		// with their /metrics.
+		if e == "/naive" || e == "/batched" {
+			e = e[1:]
+		}
+		out.Endpoints = append(out.Endpoints, e)
 		switch {
 		case e == "naive" || e == "batched" || e == "v2":
 		case strings.HasPrefix(e, "/"):

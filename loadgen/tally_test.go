@@ -66,8 +66,41 @@ func TestClassify(t *testing.T) {
 	}
 }
 
+// TestExpectations: how answers are checked follows payload.expect, else
+// the endpoint and whether the server is infer's.
+func TestExpectations(t *testing.T) {
+	for _, tc := range []struct {
+		expect, endpoint string
+		infer            bool
+		want             string
+	}{
+		{"", "batched", true, ExpectInfer},
+		{"", "batched", false, ExpectStatus},
+		{"", "/predict", false, ExpectStatus},
+		{"", "v2", true, ExpectKServe},
+		{"", "/v2/models/bert/infer", false, ExpectKServe},
+		{ExpectStatus, "v2", true, ExpectStatus},
+		{ExpectInfer, "/predict", false, ExpectInfer},
+	} {
+		if got := (Payload{Expect: tc.expect}).Expectation(tc.endpoint, tc.infer); got != tc.want {
+			t.Errorf("expect %q on %s (infer server %v) = %s, want %s", tc.expect, tc.endpoint, tc.infer, got, tc.want)
+		}
+	}
+	status := &traffic{items: 1, expect: ExpectStatus}
+	for _, body := range []string{`{"ok": true}`, ``, `<html>`} {
+		if err := status.check([]byte(body)); err != nil {
+			t.Errorf("status check of %q = %v, want any body accepted", body, err)
+		}
+	}
+	for ep, want := range map[string]string{"naive": "naive", "batched": "batched", "v2": "batched", "/v2/models/m/infer": "batched", "/predict": "", "/v2/models//infer": ""} {
+		if got := metricsEndpoint(ep); got != want {
+			t.Errorf("metricsEndpoint(%q) = %q, want %q", ep, got, want)
+		}
+	}
+}
+
 func TestCheckV2(t *testing.T) {
-	tr := &traffic{items: 3, v2: true}
+	tr := &traffic{items: 3, v2: true, expect: ExpectKServe}
 	for body, ok := range map[string]bool{
 		`{"model_name":"sim","outputs":[{"name":"classify","datatype":"BYTES","shape":[3],"data":["a","b","c"]}]}`: true,
 		`{"outputs":[{"shape":[3,128],"datatype":"FP32","data":[]}]}`:                                              true,
@@ -142,20 +175,24 @@ func TestTally(t *testing.T) {
 func TestTraffic(t *testing.T) {
 	items := []string{"a", "b", "c"}
 	for _, tc := range []struct {
-		endpoint, format string
-		n                int
-		wantURL          string
-		wantType         string
-		wantBodies       []string
+		endpoint, format, expect string
+		n                        int
+		wantURL                  string
+		wantType                 string
+		wantBodies               []string
 	}{
-		{"batched", "json", 2, "http://h:1/batched", "application/json",
+		{"batched", "json", ExpectInfer, 2, "http://h:1/batched", "application/json",
 			[]string{`{"inputs":["a","b"]}`, `{"inputs":["c","a"]}`, `{"inputs":["b","c"]}`}},
-		{"naive", "text", 1, "http://h:1/naive", "text/plain; charset=utf-8", []string{"a", "b", "c"}},
-		{"v2", "json", 1, "http://h:1/v2/models/bert%20mini/infer", "application/json",
+		{"naive", "text", ExpectInfer, 1, "http://h:1/naive", "text/plain; charset=utf-8", []string{"a", "b", "c"}},
+		{"v2", "json", ExpectKServe, 1, "http://h:1/v2/models/bert%20mini/infer", "application/json",
 			[]string{`{"inputs":[{"name":"text","shape":[1],"datatype":"BYTES","data":["a"]}]}`}},
-		{"/predict", "json", 1, "http://h:1/predict", "application/json", []string{`{"inputs":["a"]}`}},
+		{"/predict", "json", ExpectStatus, 1, "http://h:1/predict", "application/json", []string{`{"inputs":["a"]}`}},
+		{"/v2/models/m/infer", "json", ExpectKServe, 1, "http://h:1/v2/models/m/infer", "application/json",
+			[]string{`{"inputs":[{"name":"text","shape":[1],"datatype":"BYTES","data":["a"]}]}`}},
+		{"/triton/infer", "json", ExpectKServe, 1, "http://h:1/triton/infer", "application/json",
+			[]string{`{"inputs":[{"name":"text","shape":[1],"datatype":"BYTES","data":["a"]}]}`}},
 	} {
-		tr, err := newTraffic([]string{"http://h:1"}, tc.endpoint, "bert mini", tc.format, items, tc.n, "")
+		tr, err := newTraffic([]string{"http://h:1"}, tc.endpoint, "bert mini", tc.format, tc.expect, items, tc.n, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -174,7 +211,7 @@ func TestTraffic(t *testing.T) {
 		}
 	}
 	// The load is spread over the targets.
-	tr, _ := newTraffic([]string{"http://a:1", "http://b:2"}, "batched", "", "json", items, 1, "")
+	tr, _ := newTraffic([]string{"http://a:1", "http://b:2"}, "batched", "", "json", ExpectInfer, items, 1, "")
 	seen := map[string]int{}
 	for range 10 {
 		var tgt vegeta.Target
@@ -184,12 +221,12 @@ func TestTraffic(t *testing.T) {
 	if seen["http://a:1/batched"] != 5 || seen["http://b:2/batched"] != 5 {
 		t.Errorf("requests per target = %v, want 5 each", seen)
 	}
-	if _, err := newTraffic([]string{"http://a:1"}, "v2", "", "json", items, 1, ""); err == nil {
+	if _, err := newTraffic([]string{"http://a:1"}, "v2", "", "json", ExpectKServe, items, 1, ""); err == nil {
 		t.Error("v2 without a model name succeeded")
 	}
 	// Requests carrying the injected text go to a URL marked by a
 	// fragment, which is never sent.
-	tr, _ = newTraffic([]string{"http://a:1"}, "batched", "", "json", []string{"a", "b poison", "c", "d"}, 2, "poison")
+	tr, _ = newTraffic([]string{"http://a:1"}, "batched", "", "json", ExpectInfer, []string{"a", "b poison", "c", "d"}, 2, "poison")
 	for i, want := range []string{"http://a:1/batched#inject", "http://a:1/batched", "http://a:1/batched#inject", "http://a:1/batched"} {
 		var tgt vegeta.Target
 		tr.targeter()(&tgt)

@@ -70,6 +70,9 @@ type Point struct {
 	Buckets []int `json:"buckets,omitempty"`
 	Load    Load  `json:"load"`
 	Items   int   `json:"items_per_request"` // items in each request body
+	// Expect is how 200 answers were checked: "status" (any body),
+	// "infer" (one output per item) or "kserve" (a KServe v2 answer).
+	Expect string `json:"expect,omitempty"`
 }
 
 // Load is how the generator drove one point.
