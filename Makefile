@@ -47,7 +47,7 @@ bench: ## Go benchmarks of the batcher and the simulated accelerator
 	$(GO) test -run='^$$' -bench=. -benchmem ./server/batch ./models/sim
 
 demo: setup build ## bench the default model naive vs batched (live view) and write the PNG report
-	@echo "running scenarios/demo.yaml (about a minute; the first run also generates the bert-mini model; q stops)…"
+	@echo "running scenarios/demo.yaml: about a minute (the first run also makes bert-mini); q stops"
 	$(BIN) bench --scenario scenarios/demo.yaml
 
 try: setup build ## serve the default model and send requests to every endpoint

@@ -49,6 +49,9 @@ func (v *view) charts(c *Comparison) []chart {
 
 const maxPanels = 4 // load levels drawn as panels at most
 
+// labelAll is the most points throughput-latency.png names one by one.
+const labelAll = 16
+
 const (
 	noteCapacity = "Each point is the load level with the highest throughput for its configuration: what it can serve."
 	noteFlagged  = "Hollow markers are flagged measurements (coordinated omission, saturated generator, no success, or cut short): see summary.md."
@@ -431,7 +434,14 @@ func (v *view) tradeoffChart() (*figure, string) {
 		}
 		p.Add(&plotter.Line{XYs: xys, LineStyle: line(faded, 1)},
 			&plotter.Scatter{XYs: xys, GlyphStyleFunc: func(i int) draw.GlyphStyle { return glyph(col, sh, !trusted(recs[i]), 4) }})
-		// Each configuration is named once, at its highest throughput.
+		// Few points are each named with their load; many, by
+		// configuration once, at its highest throughput.
+		if len(v.recs) <= labelAll {
+			for _, r := range recs {
+				lx, ly, lt = append(lx, r.Throughput), append(ly, r.Latency.P99.Ms()), append(lt, v.batchLabel(r)+" "+shortLoad(r.Point.Load))
+			}
+			continue
+		}
 		top := slices.MaxFunc(recs, func(a, b *record.Record) int { return cmp.Compare(a.Throughput, b.Throughput) })
 		lx, ly, lt = append(lx, top.Throughput), append(ly, top.Latency.P99.Ms()), append(lt, v.batchLabel(top))
 	}
@@ -499,10 +509,13 @@ func (v *view) tradeoffChart() (*figure, string) {
 	if flagged {
 		addFlaggedLegend(f)
 	}
-	if len(v.recs) > len(order) {
-		f.note("Thin lines join a configuration's points across load levels; each configuration is named at its highest throughput.")
-	} else {
-		f.note("Each point is named by its configuration (colour: workers).")
+	switch {
+	case len(v.recs) > labelAll:
+		f.note("Thin lines join a configuration's points across load levels; each configuration is named at its highest throughput (colour: workers).")
+	case len(v.recs) > len(order):
+		f.note("Thin lines join a configuration's points across load levels; each point is named by its configuration and load (colour: workers).")
+	default:
+		f.note("Each point is named by its configuration and load (colour: workers).")
 	}
 	if len(front) > 1 {
 		f.note("The black line joins the trusted points no other point beats on both throughput and p99.")

@@ -107,6 +107,19 @@ func loadLabel(l record.Load) string {
 	}
 }
 
+// shortLoad names a load level briefly, for labels at points: "c=16",
+// "400/s", "→400/s" (a ramp's end).
+func shortLoad(l record.Load) string {
+	switch {
+	case l.Mode == "closed" || (l.Rate == 0 && l.Concurrency > 0):
+		return fmt.Sprintf("c=%d", l.Concurrency)
+	case l.Pacer == "ramp":
+		return "→" + num(l.Rate) + "/s"
+	default:
+		return num(l.Rate) + "/s"
+	}
+}
+
 // num formats a rate or count without trailing zeros: 12.5, 400, 0.25.
 func num(v float64) string { return fmt.Sprintf("%g", math.Round(v*100)/100) }
 
