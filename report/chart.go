@@ -435,8 +435,9 @@ func (l *labels) Plot(c draw.Canvas, p *plot.Plot) {
 		}
 		tries := []try{{vg.Point{X: dx, Y: dy}, l.style.XAlign}}
 		if l.avoid { // the other side, then above and below
+			step := h + 3*pad // clear of a neighbour's patch
 			tries = append(tries, try{vg.Point{X: -dx, Y: dy}, -1 - l.style.XAlign},
-				try{vg.Point{X: dx, Y: dy + h}, l.style.XAlign}, try{vg.Point{X: dx, Y: dy - h}, l.style.XAlign})
+				try{vg.Point{X: dx, Y: dy + step}, l.style.XAlign}, try{vg.Point{X: dx, Y: dy - step}, l.style.XAlign})
 		}
 		for _, try := range tries {
 			sty := l.style

@@ -445,6 +445,11 @@ func (v *view) tradeoffChart() (*figure, string) {
 		top := slices.MaxFunc(recs, func(a, b *record.Record) int { return cmp.Compare(a.Throughput, b.Throughput) })
 		lx, ly, lt = append(lx, top.Throughput), append(ly, top.Latency.P99.Ms()), append(lt, v.batchLabel(top))
 	}
+	// The naive points' names go first, so that they win a collision with
+	// the points under them.
+	slices.Reverse(lx)
+	slices.Reverse(ly)
+	slices.Reverse(lt)
 	names := newLabels(lx, ly, lt, 9, 7, 2, draw.XLeft)
 	names.avoid = true
 	front := frontier(v.recs)
