@@ -290,7 +290,11 @@ func finishedTable(rows []loadgen.Row, width int) string {
 		nameW = max(nameW, len([]rune(r.Name)))
 	}
 	nameW = min(nameW, max(width-2-numbers-2, 12))
-	b.WriteString(dimStyle.Render(fmt.Sprintf("  %-*s %8s %8s %8s %7s  %s", nameW, "POINT", "OK/s", "P50", "P99", "ERRORS", "NOTES")) + "\n")
+	head := fmt.Sprintf("  %-*s %8s %8s %8s %7s", nameW, "POINT", "OK/s", "P50", "P99", "ERRORS")
+	if slices.ContainsFunc(rows[skipped:], func(r loadgen.Row) bool { return r.Notes() != "" }) {
+		head += "  NOTES"
+	}
+	b.WriteString(dimStyle.Render(head) + "\n")
 	for _, r := range rows[skipped:] {
 		line := fmt.Sprintf("  %-*s %8.1f %8s %8s %6.1f%%", nameW, truncate(r.Name, nameW), r.Throughput,
 			fmtLat(r.P50.D()), fmtLat(r.P99.D()), 100*r.ErrorRate)
