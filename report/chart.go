@@ -389,12 +389,7 @@ func (l lineLabel) Plot(c draw.Canvas, p *plot.Plot) {
 		sty.YAlign = draw.YTop
 		pt.Y = y - vg.Points(2)
 	}
-	r := sty.Rectangle(l.text)
-	pad := vg.Points(1.5)
-	box := []vg.Point{{X: pt.X + r.Min.X - pad, Y: pt.Y + r.Min.Y - pad}, {X: pt.X + r.Max.X + pad, Y: pt.Y + r.Min.Y - pad},
-		{X: pt.X + r.Max.X + pad, Y: pt.Y + r.Max.Y + pad}, {X: pt.X + r.Min.X - pad, Y: pt.Y + r.Max.Y + pad}}
-	c.FillPolygon(color.NRGBA{R: 255, G: 255, B: 255, A: 230}, box)
-	c.FillText(sty, pt, l.text)
+	textOnPatch(c, sty, pt, l.text)
 }
 
 // sloLine draws the p99 threshold across p with its value written on it.
@@ -423,7 +418,6 @@ func newLabels(x, y []float64, texts []string, size, dx, dy float64, align draw.
 
 func (l *labels) Plot(c draw.Canvas, p *plot.Plot) {
 	trX, trY := p.Transforms(&c)
-	pad := vg.Points(1.5)
 	var placed []vg.Rectangle
 	for i, t := range l.texts {
 		at := vg.Point{X: trX(l.x[i]), Y: trY(l.y[i])}
@@ -435,7 +429,7 @@ func (l *labels) Plot(c draw.Canvas, p *plot.Plot) {
 		}
 		tries := []try{{vg.Point{X: dx, Y: dy}, l.style.XAlign}}
 		if l.avoid { // the other side, then above and below
-			step := h + 3*pad // clear of a neighbour's patch
+			step := h + 3*labelPad // clear of a neighbour's patch
 			tries = append(tries, try{vg.Point{X: -dx, Y: dy}, -1 - l.style.XAlign},
 				try{vg.Point{X: dx, Y: dy + step}, l.style.XAlign}, try{vg.Point{X: dx, Y: dy - step}, l.style.XAlign})
 		}
@@ -443,17 +437,33 @@ func (l *labels) Plot(c draw.Canvas, p *plot.Plot) {
 			sty := l.style
 			sty.XAlign = try.align
 			pt := at.Add(try.off)
-			r := sty.Rectangle(t)
-			box := vg.Rectangle{Min: vg.Point{X: pt.X + r.Min.X - pad, Y: pt.Y + r.Min.Y - pad}, Max: vg.Point{X: pt.X + r.Max.X + pad, Y: pt.Y + r.Max.Y + pad}}
+			box := patchOf(sty, pt, t)
 			if l.avoid && (slices.ContainsFunc(placed, func(o vg.Rectangle) bool { return overlap(o, box) }) || !c.Contains(box.Min) || !c.Contains(box.Max)) {
 				continue
 			}
 			placed = append(placed, box)
-			c.FillPolygon(color.NRGBA{R: 255, G: 255, B: 255, A: 230}, []vg.Point{box.Min, {X: box.Max.X, Y: box.Min.Y}, box.Max, {X: box.Min.X, Y: box.Max.Y}})
-			c.FillText(sty, pt, t)
+			textOnPatch(c, sty, pt, t)
 			break
 		}
 	}
+}
+
+// labelPad is the white margin around a label's text.
+var labelPad = vg.Points(1.5)
+
+// patchOf returns the white patch under text t drawn at pt.
+func patchOf(sty text.Style, pt vg.Point, t string) vg.Rectangle {
+	r := sty.Rectangle(t)
+	return vg.Rectangle{Min: vg.Point{X: pt.X + r.Min.X - labelPad, Y: pt.Y + r.Min.Y - labelPad},
+		Max: vg.Point{X: pt.X + r.Max.X + labelPad, Y: pt.Y + r.Max.Y + labelPad}}
+}
+
+// textOnPatch draws t at pt on a white patch, so that it reads over bars
+// and lines.
+func textOnPatch(c draw.Canvas, sty text.Style, pt vg.Point, t string) {
+	box := patchOf(sty, pt, t)
+	c.FillPolygon(color.NRGBA{R: 255, G: 255, B: 255, A: 230}, []vg.Point{box.Min, {X: box.Max.X, Y: box.Min.Y}, box.Max, {X: box.Min.X, Y: box.Max.Y}})
+	c.FillText(sty, pt, t)
 }
 
 func overlap(a, b vg.Rectangle) bool {
