@@ -207,18 +207,33 @@ type runner struct {
 // once per run: in the log, the live view and the manifest. Safe for
 // concurrent use.
 func (r *runner) notice(format string, args ...any) {
-	text := fmt.Sprintf(format, args...)
+	text := printable(fmt.Sprintf(format, args...))
 	r.noticeMu.Lock()
 	defer r.noticeMu.Unlock()
 	if slices.Contains(r.notices, text) {
 		return
 	}
-	r.notices = append(r.notices, text)
 	r.log.Warn(text)
+	if len(r.notices) >= maxNotices { // a server's errors may differ every time
+		if r.notices[len(r.notices)-1] != moreNotices {
+			r.notices = append(r.notices, moreNotices)
+			if r.mon != nil {
+				r.mon.notice(moreNotices)
+			}
+		}
+		return
+	}
+	r.notices = append(r.notices, text)
 	if r.mon != nil {
 		r.mon.notice(text)
 	}
 }
+
+// A run keeps maxNotices notices, then says moreNotices.
+const (
+	maxNotices  = 20
+	moreNotices = "more notices: see the log"
+)
 
 func (r *runner) noticed() []string {
 	r.noticeMu.Lock()

@@ -617,3 +617,17 @@ sweep:
 		t.Errorf("notices %q against infer's own server", out.Manifest.Notices)
 	}
 }
+
+// TestNoticesBounded: a notice is said once, and a run keeps a bounded
+// number of them (a server's errors may differ every time).
+func TestNoticesBounded(t *testing.T) {
+	r := &runner{log: slog.New(slog.DiscardHandler)}
+	for i := range 2 * maxNotices {
+		r.notice("gap %d", i)
+		r.notice("gap %d", i)
+	}
+	got := r.noticed()
+	if len(got) != maxNotices+1 || got[0] != "gap 0" || got[maxNotices] != moreNotices {
+		t.Errorf("notices = %q, want %d once each, then %q", got, maxNotices, moreNotices)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/inferhq/infer/loadgen/record"
 )
@@ -230,9 +231,39 @@ func (tl timeline) ticks(load record.Load, duration time.Duration) []record.Tick
 	return out
 }
 
+// maxText bounds the runes kept of a text that came from a server.
+const maxText = 200
+
+// printable returns s with its control characters (terminal escapes among
+// them) replaced by '?', cut to maxText runes: what a server sends ends up
+// on terminals and in files.
+func printable(s string) string {
+	var b strings.Builder
+	n := 0
+	for _, r := range s {
+		if n == maxText {
+			b.WriteString("…")
+			break
+		}
+		if !unicode.IsPrint(r) {
+			r = '?'
+		}
+		b.WriteRune(r)
+		n++
+	}
+	return b.String()
+}
+
 // classify turns a raw answer into an outcome: transport errors, HTTP
 // statuses with the server's error code, and 200s whose body fails check.
+// Its error text is printable.
 func classify(code int, errText string, body []byte, timing string, check func([]byte) error) outcome {
+	o := classifyRaw(code, errText, body, timing, check)
+	o.errText = printable(o.errText)
+	return o
+}
+
+func classifyRaw(code int, errText string, body []byte, timing string, check func([]byte) error) outcome {
 	o := outcome{status: strconv.Itoa(code)}
 	switch {
 	case code == 0:

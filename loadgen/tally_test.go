@@ -256,3 +256,15 @@ func TestTimeline(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintable: what a server sends reaches terminals without its control
+// characters, and bounded.
+func TestPrintable(t *testing.T) {
+	o := classify(503, "", []byte(`{"error":{"code":"\u001b[2J\u001b]0;owned\u0007"}}`), "", nil)
+	if strings.ContainsAny(o.errText, "\x1b\x07") || o.errText != "HTTP 503 ?[2J?]0;owned?" {
+		t.Errorf("error text %q keeps control characters", o.errText)
+	}
+	if got := printable(strings.Repeat("é", 300)); len([]rune(got)) != maxText+1 {
+		t.Errorf("printable kept %d runes of 300, want %d and an ellipsis", len([]rune(got)), maxText)
+	}
+}
