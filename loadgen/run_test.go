@@ -453,7 +453,7 @@ func TestRunCaughtUpStall(t *testing.T) {
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		n++
-		if n == 150 { // a second or so into the window
+		if n == 100 { // half a second into the window
 			stallUntil = time.Now().Add(1500 * time.Millisecond)
 		}
 		until := stallUntil
@@ -462,17 +462,20 @@ func TestRunCaughtUpStall(t *testing.T) {
 		answer(w, r)
 	}))
 	defer ts.Close()
-	sc := mustParse(t, "target:\n  urls: "+ts.URL+"\nload:\n  rate: 200\n  max_in_flight: 5\n  warmup: 0s\n  duration: 4s\n")
+	sc := mustParse(t, "target:\n  urls: "+ts.URL+"\nload:\n  rate: 200\n  max_in_flight: 5\n  warmup: 0s\n  duration: 5s\n")
 	out, err := Run(context.Background(), sc, Config{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := out.Records[0]
-	if r.AchievedRate < 0.95*r.TargetRate {
-		t.Errorf("achieved %v of %v/s: the burst should catch up within the window", r.AchievedRate, r.TargetRate)
+	if r.Valid || !slices.Contains(r.Flags, record.FlagScheduleLag) {
+		t.Errorf("flags %v valid %v; want schedule-lag", r.Flags, r.Valid)
 	}
-	if r.Valid || !slices.Contains(r.Flags, record.FlagScheduleLag) || slices.Contains(r.Flags, record.FlagCoordinatedOmission) {
-		t.Errorf("flags %v valid %v; want schedule-lag alone (the average rate is on target)", r.Flags, r.Valid)
+	// The burst catches up within the window unless the machine is too
+	// busy to send 300 requests more in 3 s through 5 connections: then
+	// the shortfall is flagged too.
+	if caughtUp := r.AchievedRate >= 0.95*r.TargetRate; caughtUp == slices.Contains(r.Flags, record.FlagCoordinatedOmission) {
+		t.Errorf("achieved %.1f of %v/s, flags %v: coordinated-omission is for a shortfall alone", r.AchievedRate, r.TargetRate, r.Flags)
 	}
 	if r.ScheduleLag == nil || r.FromSchedule == nil {
 		t.Fatalf("schedule lag %v, latency from schedule %v: not measured", r.ScheduleLag, r.FromSchedule)
