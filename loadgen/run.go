@@ -693,13 +693,19 @@ const (
 	maxGeneratorCPU = 0.9
 )
 
+// lagBound is the most p99 schedule lag a point whose p99 latency is p99
+// bears without being flagged.
+func lagBound(p99 time.Duration) time.Duration {
+	return max(maxLagFloor, time.Duration(maxLagShare*float64(p99)))
+}
+
 // judge sets the record's validity flags.
 func judge(r *record.Record, cores int) {
 	r.Flags = nil
 	if r.TargetRate > 0 && r.AchievedRate < minAchieved*r.TargetRate {
 		r.Flags = append(r.Flags, record.FlagCoordinatedOmission)
 	}
-	if l := r.ScheduleLag; l != nil && l.P99.D() > max(maxLagFloor, time.Duration(maxLagShare*float64(r.Latency.P99))) {
+	if l := r.ScheduleLag; l != nil && l.P99.D() > lagBound(r.Latency.P99.D()) {
 		r.Flags = append(r.Flags, record.FlagScheduleLag)
 	}
 	if r.GeneratorCPU >= maxGeneratorCPU*float64(cores) {
