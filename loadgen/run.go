@@ -684,19 +684,27 @@ const (
 	// An open-loop point that sent less than this share of its target
 	// rate was held back by the server: coordinated omission.
 	minAchieved = 0.95
-	// An open-loop point whose p99 schedule lag passes this share of its
-	// p99 latency, and maxLagFloor, went out late against its schedule:
-	// coordinated omission that the average rate hides.
+	// An open-loop point whose p99 latency from the intended send times
+	// passes its p99 service time by this share of it, and by maxLagFloor,
+	// went out late against its schedule enough to matter: coordinated
+	// omission that the average rate hides.
 	maxLagShare = 0.1
 	maxLagFloor = 10 * time.Millisecond
 	// A generator using this share of its cores or more was the limit.
 	maxGeneratorCPU = 0.9
 )
 
-// lagBound is the most p99 schedule lag a point whose p99 latency is p99
-// bears without being flagged.
-func lagBound(p99 time.Duration) time.Duration {
-	return max(maxLagFloor, time.Duration(maxLagShare*float64(p99)))
+// behindSchedule reports whether an open-loop point's sends lagged its
+// schedule enough to matter: its p99 latency from the intended send times
+// passes the p99 service time by a tenth of it and by 10 ms. A lag that
+// moves the p99 less, such as a busy machine's scheduling jitter under
+// slower answers, leaves the service times standing.
+func behindSchedule(r *record.Record) bool {
+	if r.ScheduleLag == nil || r.FromSchedule == nil {
+		return false
+	}
+	p99 := r.Latency.P99.D()
+	return r.FromSchedule.P99.D()-p99 > max(maxLagFloor, time.Duration(maxLagShare*float64(p99)))
 }
 
 // judge sets the record's validity flags.
@@ -705,7 +713,7 @@ func judge(r *record.Record, cores int) {
 	if r.TargetRate > 0 && r.AchievedRate < minAchieved*r.TargetRate {
 		r.Flags = append(r.Flags, record.FlagCoordinatedOmission)
 	}
-	if l := r.ScheduleLag; l != nil && l.P99.D() > lagBound(r.Latency.P99.D()) {
+	if behindSchedule(r) {
 		r.Flags = append(r.Flags, record.FlagScheduleLag)
 	}
 	if r.GeneratorCPU >= maxGeneratorCPU*float64(cores) {

@@ -120,7 +120,7 @@ var warnings = []struct {
 	{"partial", "Cut short", "the user stopped the run during these points; they were measured for less than planned"},
 	{record.FlagNoSuccess, "No success", "every request failed, so these points have no latencies and count as zero throughput"},
 	{record.FlagCoordinatedOmission, "Coordinated omission", "the generator sent less than 95 % of the target rate because the server held it back, so the latencies understate what clients at that rate would see"},
-	{record.FlagScheduleLag, "Behind schedule", "requests went out late against the open loop's schedule (p99 schedule lag above a tenth of the p99 latency and 10 ms), as when a stall holds sending back and a burst catches up: the average rate looks right, but the latencies (service times, from the actual send) understate what clients on schedule saw; the p99 from the intended send is given"},
+	{record.FlagScheduleLag, "Behind schedule", "requests went out late against the open loop's schedule, enough that the p99 measured from their intended send passes the service time's by over 10 % and 10 ms, as when a stall holds sending back and a burst catches up: the average rate looks right, but the latencies (service times, from the actual send) understate what clients on schedule saw; the p99 from the intended send is given"},
 	{record.FlagGeneratorSaturated, "Load generator saturated", "the generator used (nearly) all the CPU it had, so the server may be faster than measured"},
 	{record.FlagErrors, "Errors", "some requests failed (429: the queue was full and admission refused; 503: not ready or draining; 504: deadline passed; error: no HTTP answer)"},
 }

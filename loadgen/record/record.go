@@ -168,8 +168,9 @@ const (
 	// latencies under-state what clients at that rate would see.
 	FlagCoordinatedOmission = "coordinated-omission"
 	// FlagScheduleLag: an open-loop point whose requests went out late
-	// against the schedule (p99 schedule lag above 10 % of the p99
-	// latency, and above 10 ms), as when a stall holds sending back at
+	// against the schedule enough to move its p99 (measured from the
+	// intended send times, the p99 passes the service time's by more than
+	// 10 % and 10 ms), as when a stall holds sending back at
 	// load.max_in_flight and a burst catches up afterwards. The average
 	// rate may look right, but the service times (Latency) understate
 	// what clients on schedule saw: read FromSchedule.
