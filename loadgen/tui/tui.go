@@ -229,7 +229,13 @@ func (m Model) live(s loadgen.Snapshot) string {
 		line("error", badStyle.Render(truncate(s.LastError, max(m.width-14, 20))))
 	}
 	for _, n := range s.Notices {
-		line("note", warnStyle.Render(truncate(n, max(m.width-14, 20))))
+		for i, l := range wrapWords(n, max(m.width-12, 20)) {
+			label := "note"
+			if i > 0 {
+				label = ""
+			}
+			line(label, warnStyle.Render(l))
+		}
 	}
 	return b.String()
 }
@@ -331,6 +337,33 @@ func Sparkline(values []time.Duration, width int) string {
 		b.WriteRune(runes[min(max(i, 0), len(runes)-1)])
 	}
 	return b.String()
+}
+
+// wrapWords breaks s into lines of at most width runes, between words (a
+// longer word is cut).
+func wrapWords(s string, width int) []string {
+	var lines []string
+	cur := ""
+	for _, w := range strings.Fields(s) {
+		switch {
+		case cur == "":
+			cur = w
+		case len([]rune(cur))+1+len([]rune(w)) <= width:
+			cur += " " + w
+		default:
+			lines = append(lines, cur)
+			cur = w
+		}
+		for len([]rune(cur)) > width {
+			r := []rune(cur)
+			lines = append(lines, string(r[:width]))
+			cur = string(r[width:])
+		}
+	}
+	if cur != "" {
+		lines = append(lines, cur)
+	}
+	return lines
 }
 
 func truncate(s string, n int) string {

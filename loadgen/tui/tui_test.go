@@ -76,6 +76,7 @@ func TestViewRunning(t *testing.T) {
 // load, and notes that do not fit beside their row go below it.
 func TestViewNarrow(t *testing.T) {
 	s := running()
+	s.Notices = append(s.Notices, "http://127.0.0.1:25090 is not an infer server (no infer_model_info in /metrics): a 200 answer counts as a success whatever its body")
 	s.Finished = append(s.Finished, loadgen.Row{Index: 2, Name: "batched b=32 w=2 lat=10ms c=32", Throughput: 1234.5,
 		P50: record.Duration(ms(38.5)), P99: record.Duration(ms(1180)), ErrorRate: 0.125,
 		Caveats: []string{record.FlagCoordinatedOmission, record.FlagGeneratorSaturated}, Violations: []string{"p99 1.18s > 250ms"}})
@@ -88,7 +89,8 @@ func TestViewNarrow(t *testing.T) {
 			t.Errorf("line %d is %d columns wide: %q", i, n, l)
 		}
 	}
-	for _, want := range []string{"batched b=32 w=2 lat=10ms c=32", "12.5%", "↳ coordinated-omission; generator-saturated; p99 1.18s > 250ms"} {
+	for _, want := range []string{"batched b=32 w=2 lat=10ms c=32", "12.5%", "↳ coordinated-omission; generator-saturated; p99 1.18s > 250ms",
+		"note     http://127.0.0.1:25090 is not an infer server (no infer_model_info", "whatever its body"} {
 		if !strings.Contains(view, want) {
 			t.Errorf("view lacks %q:\n%s", want, view)
 		}
