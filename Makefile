@@ -6,7 +6,7 @@ VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X github.com/inferhq/infer/cmd.version=$(VERSION) -X github.com/inferhq/infer/cmd.commit=$(COMMIT)
 
-.PHONY: help setup build test vet lint fmt-check bench demo try ci-bench clean
+.PHONY: help setup build install test vet lint fmt-check bench demo try ci-bench clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -15,7 +15,17 @@ setup: ## fetch the ONNX Runtime library into .cache/onnxruntime (once)
 	./scripts/setup-ort.sh
 
 build: ## build bin/infer
+	@if [ ! -e $(BIN) ]; then echo "building $(BIN): the first build downloads the Go modules and compiles them (about a minute)…"; fi
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) .
+
+# A link rather than a copy: infer finds the ONNX Runtime library of this
+# clone (.cache/onnxruntime) next to the binary it resolves to.
+PREFIX ?= $(HOME)/.local
+install: setup build ## put infer on your PATH: a link $(PREFIX)/bin/infer → bin/infer (PREFIX=/usr/local for everyone)
+	@mkdir -p $(PREFIX)/bin
+	ln -sf $(CURDIR)/$(BIN) $(PREFIX)/bin/infer
+	@case ":$$PATH:" in *":$(PREFIX)/bin:"*) echo "infer is on your PATH: $$(command -v infer)";; \
+	*) echo "$(PREFIX)/bin is not on your PATH; add it: export PATH=\"$(PREFIX)/bin:\$$PATH\"";; esac
 
 test: setup fmt-check vet lint ## the full test suite: gofmt, go vet, staticcheck, go test -race
 	$(GO) test -race -count=1 ./...
@@ -37,6 +47,7 @@ bench: ## Go benchmarks of the batcher and the simulated accelerator
 	$(GO) test -run='^$$' -bench=. -benchmem ./server/batch ./models/sim
 
 demo: setup build ## bench the default model naive vs batched (live view) and write the PNG report
+	@echo "running scenarios/demo.yaml: about a minute (the first run also makes bert-mini); q stops"
 	$(BIN) bench --scenario scenarios/demo.yaml
 
 try: setup build ## serve the default model and send requests to every endpoint

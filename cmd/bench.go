@@ -63,11 +63,18 @@ with infer serve --admin-token), checks that they took, and puts the targets'
 own settings back at the end. The token comes from --admin-token, else the
 variable named by target.admin_token_env, else INFER_ADMIN_TOKEN.
 
+Any HTTP server can be a target: payload.expect says how its answers are
+checked (by default infer's shape for infer servers, the status alone for
+others), and what it cannot tell (no /readyz, /metrics or Server-Timing) is
+said once per run.
+
 Each point's record (throughput, latency percentiles and histogram, status
-counts, the server's batch sizes, CPU, validity flags) is appended to
-results.jsonl in the run directory as soon as the point is done, next to
-manifest.json. On a terminal a live view shows the sweep; q or Ctrl-C stops
-it, keeping the finished points and the current one (marked partial).
+counts and error causes, the server's batch sizes, CPU, validity flags; in
+open loop the schedule lag and the latency from each request's intended send
+time) is appended to results.jsonl in the run directory as soon as the point
+is done, next to manifest.json. On a terminal a live view shows the sweep; q
+or Ctrl-C stops it, keeping the finished points and the current one (marked
+partial).
 
 Exit codes: 0 done (or stopped with q); 1 failure; 2 bad scenario, flags or
 unreachable target; 3 SLO thresholds not met; 130 stopped by a signal.`,

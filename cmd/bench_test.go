@@ -154,7 +154,7 @@ slo:
 	if err := json.Unmarshal(stdout.Bytes(), &summary); err != nil {
 		t.Fatalf("stdout is not a JSON summary: %v\n%s", err, stdout.String())
 	}
-	if summary.Passed || summary.Scenario != "e2e" || len(summary.Rows) != 2 || summary.Rows[1].Name != "batched b=4 w=2 c=4" {
+	if summary.Passed || summary.Scenario != "e2e" || len(summary.Rows) != 2 || summary.Rows[1].Name != "batched c=4" {
 		t.Errorf("summary = %+v", summary)
 	}
 	for _, r := range summary.Rows {
@@ -169,7 +169,7 @@ slo:
 	if len(run.Records) != 2 || run.Manifest.InferCommit == "" || run.Records[1].Point.Workers != 2 || run.Records[1].Server.CPUSeconds <= 0 {
 		t.Errorf("run: manifest %+v, records %+v", run.Manifest, run.Records)
 	}
-	if !strings.Contains(stderr.String(), "done batched b=4 w=2 c=4") {
+	if !strings.Contains(stderr.String(), "done batched c=4") {
 		t.Errorf("no progress lines on stderr:\n%s", stderr.String())
 	}
 }
@@ -252,8 +252,8 @@ sweep:
 	var got []string
 	for _, r := range run.Records {
 		got = append(got, fmt.Sprintf("b=%d %s", r.Point.Batch, r.Point.Policy))
-		if r.Point.Batch == 1 && r.Server.MeanBatch != 1 {
-			t.Errorf("%s: mean batch %.2f at batch 1", r.Point.Name, r.Server.MeanBatch)
+		if r.Point.Batch == 1 && r.MeanBatch() != 1 {
+			t.Errorf("%s: mean batch %.2f at batch 1", r.Point.Name, r.MeanBatch())
 		}
 	}
 	if want := []string{"b=1 fixed", "b=4 fixed", "b=1 adaptive", "b=4 adaptive"}; !slices.Equal(got, want) {

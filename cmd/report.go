@@ -2,8 +2,11 @@ package cmd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -39,9 +42,12 @@ configuration and load, and its change of throughput, p99 and error rate is
 judged against a noise band (the repeats' spread, else the --noise-* flags):
 pass, warn (worse beyond noise, but on a flagged measurement) or regression.
 The verdict is printed; it fails the command (exit code 4) only with
---fail-on-regression, since shared machines are noisy.`,
-		Example: `  infer report runs/2025-03-14T09-26-53
-  infer report runs/today --baseline testdata/baseline --out ci-report --fail-on-regression`,
+--fail-on-regression, since shared machines are noisy.
+
+Exit codes: 0 done; 1 failure; 2 bad flags, or a folder that is not a bench
+run; 4 regression against the baseline with --fail-on-regression.`,
+		Example: `  infer report results/quick-20250314-092653
+  infer report results/quick-20250314-092653 --baseline ci/baseline/quick --out ci-report --fail-on-regression`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usageErrorf("%s takes one argument, the run's folder; got %d", cmd.CommandPath(), len(args))
@@ -67,14 +73,14 @@ The verdict is printed; it fails the command (exit code 4) only with
 }
 
 func runReport(ctx context.Context, opts *reportOptions) error {
-	run, err := record.ReadRun(opts.Run)
+	run, err := readRun("run", opts.Run)
 	if err != nil {
-		return fmt.Errorf("read run: %w", err)
+		return err
 	}
 	var base *record.Run
 	if opts.Baseline != "" {
-		if base, err = record.ReadRun(opts.Baseline); err != nil {
-			return fmt.Errorf("read baseline: %w", err)
+		if base, err = readRun("baseline", opts.Baseline); err != nil {
+			return err
 		}
 	}
 	res, err := report.Write(ctx, run, base, opts.Out, report.Options{
@@ -91,6 +97,22 @@ func runReport(ctx context.Context, opts *reportOptions) error {
 		fmt.Fprintln(opts.Stdout, "  (not failing: add --fail-on-regression to make a regression fail)")
 	}
 	return nil
+}
+
+// readRun reads a run folder. A folder that is missing, is no run or holds
+// malformed results is bad input (exit code 2, as for bench's scenarios).
+func readRun(what, dir string) (*record.Run, error) {
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return nil, usageErrorf("read %s %s: no such folder (infer bench writes runs under results/)", what, dir)
+	}
+	if _, err := os.Stat(filepath.Join(dir, record.ResultsFile)); errors.Is(err, fs.ErrNotExist) {
+		return nil, usageErrorf("read %s %s: no %s there: not a bench run folder", what, dir, record.ResultsFile)
+	}
+	run, err := record.ReadRun(dir)
+	if err != nil {
+		return nil, usageErrorf("read %s: %v", what, err)
+	}
+	return run, nil
 }
 
 func printReport(w io.Writer, res *report.Result) {

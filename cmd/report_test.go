@@ -61,7 +61,9 @@ func TestReportRun(t *testing.T) {
 			[]string{"verdict against " + fixtures + "sim: regression: 4 regression, 0 warn, 2 pass", "not failing: add --fail-on-regression"}},
 		{"regression: fails when asked", []string{fixtures + "failed", "--baseline", fixtures + "sim", "--fail-on-regression"}, exitRegression,
 			[]string{"regression: 4 regression", "infer: regression against the baseline"}},
-		{"no such run", []string{"testdata/no-such-run"}, exitError, []string{"read run"}},
+		{"no such run", []string{"testdata/no-such-run"}, exitUsage, []string{"read run testdata/no-such-run: no such folder"}},
+		{"not a run", []string{"testdata"}, exitUsage, []string{"no results.jsonl there"}},
+		{"no such baseline", []string{fixtures + "sim", "--baseline", "testdata/nothing"}, exitUsage, []string{"read baseline testdata/nothing: no such folder"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "report")
@@ -76,7 +78,7 @@ func TestReportRun(t *testing.T) {
 					t.Errorf("output lacks %q:\n%s", want, buf.String())
 				}
 			}
-			if tc.code != exitError {
+			if tc.code != exitUsage {
 				if !strings.Contains(buf.String(), "report: "+out) {
 					t.Errorf("output does not name the folder %s:\n%s", out, buf.String())
 				}

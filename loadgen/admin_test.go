@@ -75,7 +75,7 @@ sweep:
 			t.Errorf("%s: recorded settings %+v", p.Name, p)
 		}
 		// 8 clients fill whatever batch a waiting (fixed) server allows.
-		if got := r.Server.MeanBatch; got > float64(p.Batch) || (p.Batch == 8 && p.Policy == "fixed" && got < 2.5) {
+		if got := r.MeanBatch(); got > float64(p.Batch) || (p.Batch == 8 && p.Policy == "fixed" && got < 2.5) {
 			t.Errorf("%s: the server's mean batch is %.2f at batch %d: the setting did not take", p.Name, got, p.Batch)
 		}
 	}
@@ -152,7 +152,7 @@ func TestRunInjected(t *testing.T) {
 	if in.ModelFailed != in.Sent || in.OthersModelFailed != 0 || r.Status["500"] != in.Sent {
 		t.Errorf("injected %+v, status %v; want every carrier to fail with 500 and no other request", in, r.Status)
 	}
-	if r.Server.MeanBatch < 2 {
-		t.Errorf("mean batch %.1f: the carriers did not share batches with other requests", r.Server.MeanBatch)
+	if r.MeanBatch() < 2 {
+		t.Errorf("mean batch %.1f: the carriers did not share batches with other requests", r.MeanBatch())
 	}
 }

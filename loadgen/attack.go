@@ -77,10 +77,12 @@ func (a attack) run(ctx context.Context, live func(*outcome), mark func(end bool
 		vegeta.MaxBody(maxResponse),
 	)
 
-	began := time.Now()
+	pacer := a.pacer()
+	sched, _ := pacer.(schedule)
+	began := time.Now() // vegeta's own start, within a microsecond
 	res := attackResult{start: began.Add(a.warmup)}
 	end := res.start.Add(a.duration)
-	results := atk.Attack(a.traffic.targeter(), a.pacer(), a.warmup+a.duration, "")
+	results := atk.Attack(a.traffic.targeter(), pacer, a.warmup+a.duration, "")
 
 	var (
 		wg        sync.WaitGroup
@@ -124,6 +126,11 @@ func (a attack) run(ctx context.Context, live func(*outcome), mark func(end bool
 		}
 		o := classify(int(r.Code), r.Error, r.Body, r.Headers.Get("Server-Timing"), a.traffic.check)
 		o.sent, o.latency = r.Timestamp, r.Latency
+		if sched != nil {
+			// Hits are numbered in the order they go out, which is the
+			// order the pacer released them in.
+			o.intended = began.Add(sched.Intended(r.Seq))
+		}
 		o.carrier = strings.HasSuffix(r.URL, injectFragment)
 		live(&o)
 		if !o.sent.Before(res.start) && o.sent.Before(end) {
@@ -158,6 +165,17 @@ func (a attack) workers() (workers, conns int) {
 	return a.maxInFlight, a.maxInFlight
 }
 
+// A schedule is a pacer that knows when it meant each hit to go: Intended
+// returns the intended send time of hit n (from 0, in sending order) from
+// the attack's start. Against it each request's actual send time gives its
+// schedule lag, and its latency from the intended time (wrk2's correction
+// for coordinated omission). The open loop's pacers are schedules; the
+// closed loop has none (each client sends when it is answered).
+type schedule interface {
+	vegeta.Pacer
+	Intended(hit uint64) time.Duration
+}
+
 // pacer returns the schedule of sends: none for closed loop (each client
 // sends when answered), a constant rate, or a ramp that holds its start
 // rate through the warm-up.
@@ -169,12 +187,12 @@ func (a attack) pacer() vegeta.Pacer {
 		from := constantPacer(a.load.RampFrom)
 		return warmedPacer{
 			warmup: a.warmup,
-			before: from,
-			after:  vegeta.LinearPacer{StartAt: from, Slope: (a.load.Rate - a.load.RampFrom) / a.duration.Seconds()},
+			before: constant{from},
+			after:  linear{vegeta.LinearPacer{StartAt: from, Slope: (a.load.Rate - a.load.RampFrom) / a.duration.Seconds()}},
 			hits:   uint64(a.load.RampFrom * a.warmup.Seconds()),
 		}
 	default:
-		return constantPacer(a.load.Rate)
+		return constant{constantPacer(a.load.Rate)}
 	}
 }
 
@@ -187,11 +205,38 @@ func constantPacer(rate float64) vegeta.ConstantPacer {
 	return vegeta.ConstantPacer{Freq: int(math.Round(rate * 1000)), Per: 1000 * time.Second}
 }
 
+// constant is vegeta's constant pacer as a schedule.
+type constant struct{ vegeta.ConstantPacer }
+
+// Intended implements schedule: vegeta sends hit n one interval after
+// hit n−1, the first one interval after the start.
+func (p constant) Intended(n uint64) time.Duration {
+	interval := p.Per.Nanoseconds() / int64(p.Freq)
+	return time.Duration(int64(n+1) * interval)
+}
+
+// linear is vegeta's linear pacer (rate StartAt + Slope·t) as a schedule.
+type linear struct{ vegeta.LinearPacer }
+
+// Intended implements schedule: vegeta sends hit 0 at once, and hit n when
+// the hits due, StartAt·t + Slope·t²/2, reach n+1.
+func (p linear) Intended(n uint64) time.Duration {
+	if n == 0 {
+		return 0
+	}
+	b := float64(p.StartAt.Freq) / p.StartAt.Per.Seconds()
+	h := float64(n + 1)
+	// The root of Slope/2·t² + b·t − h, in the form that also holds for
+	// Slope 0 and stays exact when Slope·h is small.
+	disc := max(b*b+2*p.Slope*h, 0)
+	return time.Duration(2 * h / (b + math.Sqrt(disc)) * float64(time.Second))
+}
+
 // warmedPacer runs before until warmup has passed, then after, from its
 // own start: hits is how many requests before should have sent by then.
 type warmedPacer struct {
 	warmup        time.Duration
-	before, after vegeta.Pacer
+	before, after schedule
 	hits          uint64
 }
 
@@ -210,6 +255,14 @@ func (p warmedPacer) Rate(elapsed time.Duration) float64 {
 		return p.before.Rate(elapsed)
 	}
 	return p.after.Rate(elapsed - p.warmup)
+}
+
+// Intended implements schedule.
+func (p warmedPacer) Intended(n uint64) time.Duration {
+	if n < p.hits {
+		return p.before.Intended(n)
+	}
+	return p.warmup + p.after.Intended(n-p.hits)
 }
 
 // ctxTransport gives every request ctx, so that cancelling it aborts them.

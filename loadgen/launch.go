@@ -240,10 +240,12 @@ func getReady(ctx context.Context, client *http.Client, base string) (readiness,
 }
 
 // probeTarget checks that an existing server answers, fast: a refused or
-// silent target is ErrUnreachable at once. A server that says it is not
-// ready yet (503) is waited for until timeout. A server without /readyz
-// (404) counts as ready. It returns the model name /readyz gave, if any.
-func probeTarget(ctx context.Context, client *http.Client, base string, timeout time.Duration) (string, error) {
+// silent target is ErrUnreachable at once. A server that is not ready
+// (/readyz answering 503, or any status but 2xx, 404 and 405: a 501 is
+// no readiness either) is waited for until timeout. A server without
+// /readyz (404 or 405) counts as ready; noReady then says so. It returns
+// the model name /readyz gave, if any.
+func probeTarget(ctx context.Context, client *http.Client, base string, timeout time.Duration) (model string, noReady int, err error) {
 	deadline := time.Now().Add(timeout)
 	for {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -251,17 +253,19 @@ func probeTarget(ctx context.Context, client *http.Client, base string, timeout 
 		cancel()
 		switch {
 		case ctx.Err() != nil:
-			return "", ctx.Err()
+			return "", 0, ctx.Err()
 		case err != nil:
-			return "", fmt.Errorf("target %s: %w: %v", base, ErrUnreachable, err)
-		case r.status == http.StatusServiceUnavailable && time.Now().Before(deadline):
+			return "", 0, fmt.Errorf("target %s: %w: %v", base, ErrUnreachable, err)
+		case r.status >= 200 && r.status < 300:
+			return r.model, 0, nil
+		case r.status == http.StatusNotFound || r.status == http.StatusMethodNotAllowed:
+			return "", r.status, nil
+		case time.Now().Before(deadline):
 			if err := sleepCtx(ctx, 250*time.Millisecond); err != nil {
-				return "", err
+				return "", 0, err
 			}
-		case r.status == http.StatusServiceUnavailable:
-			return "", fmt.Errorf("target %s: not ready after %v (/readyz answers 503)", base, timeout)
 		default:
-			return r.model, nil
+			return "", 0, fmt.Errorf("target %s: not ready after %v (/readyz answers %d %s)", base, timeout, r.status, http.StatusText(r.status))
 		}
 	}
 }

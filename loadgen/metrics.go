@@ -165,13 +165,13 @@ func (c counters) delta(end counters) *record.Metrics {
 }
 
 // metricsEndpoint is the endpoint label under which the server counts a
-// sweep endpoint's batches: v2 requests run in the batched endpoint's
-// batches. Other paths have none.
+// sweep endpoint's batches: v2 requests (also by their path) run in the
+// batched endpoint's batches. Other paths have none.
 func metricsEndpoint(endpoint string) string {
-	switch endpoint {
-	case "naive", "batched":
-		return endpoint
-	case "v2":
+	switch canonicalEndpoint(endpoint) {
+	case "naive":
+		return "naive"
+	case "batched", "v2":
 		return "batched"
 	}
 	return ""

@@ -88,3 +88,51 @@ func TestTargetRate(t *testing.T) {
 		}
 	}
 }
+
+// sendTimes replays a pacer as vegeta's attack loop does, with an exact
+// clock and nothing holding sending back, and returns when each of the
+// first n hits goes out.
+func sendTimes(p vegeta.Pacer, n int) []time.Duration {
+	var out []time.Duration
+	var elapsed time.Duration
+	for hits := uint64(0); len(out) < n; hits++ {
+		wait, stop := p.Pace(elapsed, hits)
+		if stop {
+			break
+		}
+		elapsed += max(wait, 0)
+		out = append(out, elapsed)
+	}
+	return out
+}
+
+// TestSchedules: each open-loop pacer says when it meant every hit to go,
+// which is when vegeta sends it on time; the closed loop has no schedule.
+func TestSchedules(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		a    attack
+		// vegeta's ramp waits by a linear step at the current rate, off the
+		// exact curve by a fraction of an interval (100 ms at 10/s).
+		tol time.Duration
+	}{
+		{"constant", attack{load: record.Load{Mode: "open", Pacer: "constant", Rate: 200}}, 0},
+		{"constant, fractional", attack{load: record.Load{Mode: "open", Pacer: "constant", Rate: 2.5}}, 0},
+		{"ramp", attack{load: record.Load{Mode: "open", Pacer: "ramp", RampFrom: 10, Rate: 110}, warmup: 2 * time.Second, duration: 10 * time.Second}, 20 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, ok := tc.a.pacer().(schedule)
+			if !ok {
+				t.Fatalf("%T is no schedule", tc.a.pacer())
+			}
+			for n, at := range sendTimes(p, 500) {
+				if got := p.Intended(uint64(n)); got < at-tc.tol || got > at+tc.tol {
+					t.Fatalf("Intended(%d) = %v; vegeta sends it at %v", n, got, at)
+				}
+			}
+		})
+	}
+	if _, ok := (attack{load: record.Load{Mode: "closed", Concurrency: 4}}).pacer().(schedule); ok {
+		t.Error("the closed loop has a schedule")
+	}
+}

@@ -22,7 +22,8 @@ type traffic struct {
 	bodies [][]byte
 	header http.Header
 	items  int
-	v2     bool
+	v2     bool   // bodies are KServe v2 requests
+	expect string // how answers are checked: ExpectStatus, ExpectInfer or ExpectKServe
 	next   atomic.Uint64
 	// carries[i] tells that body i carries the injected text; such
 	// requests go to urls with injectFragment appended (carrierURLs).
@@ -52,15 +53,17 @@ func endpointPath(endpoint, model string) string {
 // newTraffic prepares the requests of a point: request i carries items
 // [i·n, i·n+n) of the corpus, wrapping around; there are as many distinct
 // bodies as corpus items. Bodies with an item containing inject (when not
-// "") are marked as carriers.
-func newTraffic(bases []string, endpoint, model, format string, items []string, n int, inject string) (*traffic, error) {
+// "") are marked as carriers. Bodies are KServe v2 requests for the v2
+// endpoint (or path) and whenever answers are expected in KServe's shape;
+// answers are checked as expect says.
+func newTraffic(bases []string, endpoint, model, format, expect string, items []string, n int, inject string) (*traffic, error) {
 	if len(items) == 0 {
 		return nil, errors.New("empty corpus")
 	}
 	if endpoint == "v2" && model == "" {
 		return nil, errors.New("the v2 endpoint needs the model's name: set target.model")
 	}
-	t := &traffic{items: n, v2: endpoint == "v2", header: http.Header{}}
+	t := &traffic{items: n, v2: canonicalEndpoint(endpoint) == "v2" || expect == ExpectKServe, expect: expect, header: http.Header{}}
 	path := endpointPath(endpoint, model)
 	for _, b := range bases {
 		t.urls = append(t.urls, b+path)
@@ -130,9 +133,13 @@ func (t *traffic) targeter() vegeta.Targeter {
 }
 
 // check reports whether a 200 answer has the expected shape: one output
-// per item sent.
+// per item sent, in infer's or KServe v2's form; any body when only the
+// status is checked.
 func (t *traffic) check(body []byte) error {
-	if t.v2 {
+	switch t.expect {
+	case ExpectStatus:
+		return nil
+	case ExpectKServe:
 		var r struct {
 			Outputs []struct {
 				Shape []int `json:"shape"`

@@ -81,7 +81,7 @@ func (s *Scenario) Plans() []Plan {
 					p.Buckets = sc.buckets
 				}
 				set := sc.latencySet && ep != "naive"
-				p.Name = pointName(p, set, sc.bucketsSet && ep != "naive")
+				p.Name = pointName(p, s.Sweep.varied(), ep != "naive")
 				plans = append(plans, Plan{Index: len(plans), Point: p, Group: g, Serve: serve, LatencySet: set, server: sc})
 			}
 		}
@@ -174,34 +174,79 @@ func (s *Scenario) loads(scale int) []record.Load {
 	return out
 }
 
-// pointName labels a point: "batched b=64 w=2 lat=10ms c=32", with
-// "buckets=16,32,64" (or "buckets=none") when the sweep sets buckets.
-func pointName(p record.Point, latencySet, bucketsSet bool) string {
+// dims names the server dimensions of a sweep.
+type dims struct{ batch, workers, latency, policy, buckets bool }
+
+// varied returns the dimensions the sweep gives more than one value.
+func (s Sweep) varied() dims {
+	return dims{len(s.Batch) > 1, len(s.Workers) > 1, len(s.MaxLatency) > 1, len(s.Policy) > 1, len(s.Buckets) > 1}
+}
+
+// set returns the dimensions the sweep gives one value.
+func (s Sweep) set() dims {
+	return dims{len(s.Batch) == 1, len(s.Workers) == 1, len(s.MaxLatency) == 1, len(s.Policy) == 1, len(s.Buckets) == 1}
+}
+
+// pointName labels a point with its endpoint, the server settings among
+// show (of a point with batching settings) and its load: "batched b=64
+// w=2 c=32". Points are named by what tells them apart: a setting the
+// sweep gives one value is the same on every point, and said once
+// (Scenario.Shared).
+func pointName(p record.Point, show dims, batching bool) string {
 	parts := []string{p.Endpoint}
-	if p.Batch > 0 {
-		parts = append(parts, fmt.Sprintf("b=%d", p.Batch))
-	}
-	if p.Workers > 0 {
-		parts = append(parts, fmt.Sprintf("w=%d", p.Workers))
-	}
-	if latencySet {
-		parts = append(parts, "lat="+p.Latency.D().String())
-	}
-	if p.Policy != "" {
-		parts = append(parts, p.Policy)
-	}
-	if bucketsSet {
-		b := bucketsText(p.Buckets)
-		if b == "" {
-			b = "none"
-		}
-		parts = append(parts, "buckets="+b)
+	if batching {
+		parts = append(parts, settingParts(p, show)...)
 	}
 	parts = append(parts, loadName(p.Load))
 	if p.Items > 1 {
 		parts = append(parts, fmt.Sprintf("items=%d", p.Items))
 	}
 	return strings.Join(parts, " ")
+}
+
+// settingParts renders p's server settings among show: "b=64", "w=2",
+// "lat=10ms", the policy, "buckets=16,32,64" or "buckets=none".
+func settingParts(p record.Point, show dims) []string {
+	var parts []string
+	if show.batch && p.Batch > 0 {
+		parts = append(parts, fmt.Sprintf("b=%d", p.Batch))
+	}
+	if show.workers && p.Workers > 0 {
+		parts = append(parts, fmt.Sprintf("w=%d", p.Workers))
+	}
+	if show.latency {
+		parts = append(parts, "lat="+p.Latency.D().String())
+	}
+	if show.policy && p.Policy != "" {
+		parts = append(parts, p.Policy)
+	}
+	if show.buckets {
+		parts = append(parts, "buckets="+bucketsText(p.Buckets))
+	}
+	return parts
+}
+
+// Shared returns the server settings the sweep gives one value, which
+// point names leave out since every point with batching settings has
+// them: like "w=1 lat=20ms"; "" when there are none.
+func (s *Scenario) Shared() string {
+	var p record.Point
+	if len(s.Sweep.Batch) == 1 {
+		p.Batch = s.Sweep.Batch[0]
+	}
+	if len(s.Sweep.Workers) == 1 {
+		p.Workers = s.Sweep.Workers[0]
+	}
+	if len(s.Sweep.MaxLatency) == 1 {
+		p.Latency = record.Duration(s.Sweep.MaxLatency[0])
+	}
+	if len(s.Sweep.Policy) == 1 {
+		p.Policy = s.Sweep.Policy[0]
+	}
+	if len(s.Sweep.Buckets) == 1 {
+		p.Buckets = s.Sweep.Buckets[0]
+	}
+	return strings.Join(settingParts(p, s.Sweep.set()), " ")
 }
 
 func loadName(l record.Load) string {

@@ -33,13 +33,16 @@ sweep:
 	}
 	want := []string{
 		"naive c=4", "naive c=16",
-		"batched b=1 w=1 lat=5ms c=4", "batched b=1 w=1 lat=5ms c=16",
-		"batched b=8 w=1 lat=5ms c=4", "batched b=8 w=1 lat=5ms c=16",
-		"batched b=1 w=2 lat=5ms c=4", "batched b=1 w=2 lat=5ms c=16",
-		"batched b=8 w=2 lat=5ms c=4", "batched b=8 w=2 lat=5ms c=16",
+		"batched b=1 w=1 c=4", "batched b=1 w=1 c=16",
+		"batched b=8 w=1 c=4", "batched b=8 w=1 c=16",
+		"batched b=1 w=2 c=4", "batched b=1 w=2 c=16",
+		"batched b=8 w=2 c=4", "batched b=8 w=2 c=16",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("points =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if got := sc.Shared(); got != "lat=5ms" {
+		t.Errorf("Shared() = %q, want lat=5ms (the one setting every batched point has)", got)
 	}
 	for i, p := range plans {
 		if p.Index != i {

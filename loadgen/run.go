@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -71,6 +72,7 @@ func DefaultDir(sc *Scenario, now time.Time) string {
 // Outcome is what a run produced; the same is in its directory.
 type Outcome struct {
 	Dir         string
+	Shared      string // the settings every batched point has (Scenario.Shared)
 	Manifest    record.Manifest
 	Records     []record.Record // one per finished point, in order
 	Points      int             // points planned
@@ -112,7 +114,7 @@ func Run(ctx context.Context, sc *Scenario, cfg Config) (*Outcome, error) {
 		return nil, err
 	}
 	plans := sc.Plans()
-	out := &Outcome{Dir: cfg.Dir, Points: len(plans), Manifest: r.manifest(start)}
+	out := &Outcome{Dir: cfg.Dir, Points: len(plans), Shared: sc.Shared(), Manifest: r.manifest(start)}
 	if err := record.WriteManifest(cfg.Dir, &out.Manifest); err != nil {
 		return nil, fmt.Errorf("write manifest: %w", err)
 	}
@@ -122,7 +124,10 @@ func Run(ctx context.Context, sc *Scenario, cfg Config) (*Outcome, error) {
 	}
 	defer w.Close()
 
-	r.mon = newMonitor(time.Now, sc.Name, cfg.Dir, len(plans))
+	r.mon = newMonitor(time.Now, sc.Name, sc.Shared(), cfg.Dir, len(plans))
+	for _, n := range r.notices { // the probes' findings
+		r.mon.notice(n)
+	}
 	var wg sync.WaitGroup
 	published := make(chan struct{})
 	wg.Go(func() { r.publish(ctx, published) })
@@ -137,6 +142,7 @@ func Run(ctx context.Context, sc *Scenario, cfg Config) (*Outcome, error) {
 	}
 	out.Manifest.End = time.Now()
 	out.Manifest.Interrupted = interrupted
+	out.Manifest.Notices = r.noticed()
 	if err := record.WriteManifest(cfg.Dir, &out.Manifest); err != nil && runErr == nil {
 		runErr = fmt.Errorf("write manifest: %w", err)
 	}
@@ -192,7 +198,52 @@ type runner struct {
 	serverLog *os.File
 	starts    int           // servers started
 	startTime time.Duration // their time to ready, summed
+
+	noticeMu sync.Mutex
+	notices  []string // what the run found missing or assumed, each once
 }
+
+// notice says a gap in what the run measures, or an assumption it made,
+// once per run: in the log, the live view and the manifest. Safe for
+// concurrent use.
+func (r *runner) notice(format string, args ...any) {
+	text := printable(fmt.Sprintf(format, args...))
+	r.noticeMu.Lock()
+	defer r.noticeMu.Unlock()
+	if slices.Contains(r.notices, text) {
+		return
+	}
+	r.log.Warn(text)
+	if len(r.notices) >= maxNotices { // a server's errors may differ every time
+		if r.notices[len(r.notices)-1] != moreNotices {
+			r.notices = append(r.notices, moreNotices)
+			if r.mon != nil {
+				r.mon.notice(moreNotices)
+			}
+		}
+		return
+	}
+	r.notices = append(r.notices, text)
+	if r.mon != nil {
+		r.mon.notice(text)
+	}
+}
+
+// A run keeps maxNotices notices, then says moreNotices.
+const (
+	maxNotices  = 20
+	moreNotices = "more notices: see the log"
+)
+
+func (r *runner) noticed() []string {
+	r.noticeMu.Lock()
+	defer r.noticeMu.Unlock()
+	return slices.Clone(r.notices)
+}
+
+// inferServer reports whether the load goes to infer servers: ones infer
+// started, or targets whose /metrics carries infer's info metrics.
+func (r *runner) inferServer() bool { return r.sc.Server != nil || r.info.ok }
 
 func prepareDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -208,16 +259,28 @@ func (r *runner) probeTargets(ctx context.Context) error {
 	r.bases = r.sc.Targets
 	r.model = r.sc.Model
 	for i, base := range r.sc.Targets {
-		model, err := probeTarget(ctx, r.client, base, 30*time.Second)
+		model, noReady, err := probeTarget(ctx, r.client, base, 30*time.Second)
 		if err != nil {
 			return err
+		}
+		if noReady != 0 {
+			r.notice("%s has no /readyz (it answers %d): taken as ready", base, noReady)
 		}
 		if i == 0 && r.model == "" {
 			r.model = model
 		}
+		switch samples, err := scrape(ctx, r.client, base); {
+		case err != nil:
+			r.notice("%s/metrics: %v: the server's batch sizes, queue times and dropped items are not measured", base, err)
+		case len(samples) == 0:
+			r.notice("%s/metrics has no infer_ metrics: the server's batch sizes, queue times and dropped items are not measured", base)
+		case i == 0:
+			r.info = infoOf(samples)
+		}
 	}
-	if samples, err := scrape(ctx, r.client, r.bases[0]); err == nil {
-		r.info = infoOf(samples)
+	if !r.inferServer() && r.sc.Payload.Expect == "" &&
+		slices.ContainsFunc(r.sc.Sweep.Endpoints, func(e string) bool { return r.sc.Payload.Expectation(e, false) == ExpectStatus }) {
+		r.notice("%s is not an infer server (no infer_model_info in /metrics): a 200 answer counts as a success whatever its body (payload.expect: status); set payload.expect to check its shape", r.bases[0])
 	}
 	return nil
 }
@@ -425,12 +488,19 @@ func (r *runner) read(ctx context.Context, endpoint string) reading {
 	}
 	label := metricsEndpoint(endpoint)
 	if label == "" {
+		if r.inferServer() {
+			r.notice("sweep endpoint %s is none of infer's (naive, batched, v2): its batches are not counted in /metrics", endpoint)
+		}
 		return rd
+	}
+	if !r.inferServer() {
+		return rd // no infer metrics to read; said at the probe
 	}
 	rd.countsOK = true
 	for _, base := range r.bases {
 		samples, err := scrape(ctx, r.client, base)
 		if err != nil {
+			r.notice("%s/metrics: %v: the server's batch sizes are missing from the points measured then", base, err)
 			rd.countsOK = false
 			break
 		}
@@ -466,7 +536,8 @@ func (r *runner) point(ctx context.Context, p Plan) (*record.Record, error) {
 	if in := r.sc.Payload.Inject; in != nil {
 		inject = in.Text
 	}
-	tr, err := newTraffic(r.bases, pt.Endpoint, r.model, r.sc.Payload.Format, r.sc.Payload.Items, r.sc.Payload.N, inject)
+	pt.Expect = r.sc.Payload.Expectation(pt.Endpoint, r.inferServer())
+	tr, err := newTraffic(r.bases, pt.Endpoint, r.model, r.sc.Payload.Format, pt.Expect, r.sc.Payload.Items, r.sc.Payload.N, inject)
 	if err != nil {
 		return nil, fmt.Errorf("point %q: %w", pt.Name, err)
 	}
@@ -528,6 +599,9 @@ func (r *runner) point(ctx context.Context, p Plan) (*record.Record, error) {
 		rec.Injected = total.injected(inject)
 	}
 	judge(rec, r.cfg.Cores)
+	if total.ok > 0 && total.timed == 0 {
+		r.notice("answers of %s carry no Server-Timing header: the server's queue and compute times are not measured", pt.Endpoint)
+	}
 	return rec, nil
 }
 
@@ -570,6 +644,8 @@ func buildRecord(index int, pt record.Point, start time.Time, t *tally, answered
 		ItemsPerSec:  float64(answered*items) / secs,
 		Latency:      t.hist.Percentiles(),
 		Histogram:    &t.hist,
+		ScheduleLag:  percentiles(&t.lag),
+		FromSchedule: percentiles(&t.fromSchedule),
 		Status:       copyCounts(t.status),
 		Errors:       copyCounts(t.errors),
 		Server:       t.serverSide(),
@@ -594,20 +670,51 @@ func buildRecord(index int, pt record.Point, start time.Time, t *tally, answered
 	return rec
 }
 
+// percentiles returns h's percentiles, or nil when h is empty.
+func percentiles(h *record.Histogram) *record.Percentiles {
+	if h.Count() == 0 {
+		return nil
+	}
+	p := h.Percentiles()
+	return &p
+}
+
 // Validity thresholds.
 const (
 	// An open-loop point that sent less than this share of its target
 	// rate was held back by the server: coordinated omission.
 	minAchieved = 0.95
+	// An open-loop point whose p99 latency from the intended send times
+	// passes its p99 service time by this share of it, and by maxLagFloor,
+	// went out late against its schedule enough to matter: coordinated
+	// omission that the average rate hides.
+	maxLagShare = 0.1
+	maxLagFloor = 10 * time.Millisecond
 	// A generator using this share of its cores or more was the limit.
 	maxGeneratorCPU = 0.9
 )
+
+// behindSchedule reports whether an open-loop point's sends lagged its
+// schedule enough to matter: its p99 latency from the intended send times
+// passes the p99 service time by a tenth of it and by 10 ms. A lag that
+// moves the p99 less, such as a busy machine's scheduling jitter under
+// slower answers, leaves the service times standing.
+func behindSchedule(r *record.Record) bool {
+	if r.ScheduleLag == nil || r.FromSchedule == nil {
+		return false
+	}
+	p99 := r.Latency.P99.D()
+	return r.FromSchedule.P99.D()-p99 > max(maxLagFloor, time.Duration(maxLagShare*float64(p99)))
+}
 
 // judge sets the record's validity flags.
 func judge(r *record.Record, cores int) {
 	r.Flags = nil
 	if r.TargetRate > 0 && r.AchievedRate < minAchieved*r.TargetRate {
 		r.Flags = append(r.Flags, record.FlagCoordinatedOmission)
+	}
+	if behindSchedule(r) {
+		r.Flags = append(r.Flags, record.FlagScheduleLag)
 	}
 	if r.GeneratorCPU >= maxGeneratorCPU*float64(cores) {
 		r.Flags = append(r.Flags, record.FlagGeneratorSaturated)

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -184,8 +185,8 @@ slo:
 				t.Fatalf("metrics = %+v", r.Server.Metrics)
 			}
 			if r.Point.Endpoint == "naive" {
-				if r.Point.Batch != 0 || r.Server.MeanBatch != 2 {
-					t.Errorf("naive: batch setting %d, mean batch %v (one request of 2 items at a time)", r.Point.Batch, r.Server.MeanBatch)
+				if r.Point.Batch != 0 || r.MeanBatch() != 2 {
+					t.Errorf("naive: batch setting %d, mean batch %v (one request of 2 items at a time)", r.Point.Batch, r.MeanBatch())
 				}
 				return
 			}
@@ -194,12 +195,12 @@ slo:
 			}
 			switch r.Point.Batch {
 			case 1:
-				if r.Server.MeanBatch != 1 || r.Server.Metrics.MeanBatch != 1 {
-					t.Errorf("batch 1: mean batch %v (metrics %v), want 1", r.Server.MeanBatch, r.Server.Metrics.MeanBatch)
+				if r.MeanBatch() != 1 || r.Server.Metrics.MeanBatch != 1 {
+					t.Errorf("batch 1: mean batch %v (metrics %v), want 1", r.MeanBatch(), r.Server.Metrics.MeanBatch)
 				}
 			case 8:
-				if r.Server.MeanBatch < 3 || r.Server.Metrics.MeanBatch < 3 {
-					t.Errorf("batch 8, 8 clients of 2 items: mean batch %v (metrics %v), want well above 1", r.Server.MeanBatch, r.Server.Metrics.MeanBatch)
+				if r.MeanBatch() < 3 || r.Server.Metrics.MeanBatch < 3 {
+					t.Errorf("batch 8, 8 clients of 2 items: mean batch %v (metrics %v), want well above 1", r.MeanBatch(), r.Server.Metrics.MeanBatch)
 				}
 			}
 		})
@@ -351,8 +352,15 @@ func TestRunOpenLoop(t *testing.T) {
 	if r.Sent < 196 || r.Sent > 204 || r.TargetRate != 200 || r.AchievedRate < 196 || r.AchievedRate > 204 {
 		t.Errorf("sent %d at %v/s, target %v; want 200 ± 2 %%", r.Sent, r.AchievedRate, r.TargetRate)
 	}
-	if !r.Valid || r.Status["200"] != r.Sent {
-		t.Errorf("valid %v flags %v status %v", r.Valid, r.Flags, r.Status)
+	if r.ScheduleLag == nil || r.FromSchedule == nil || r.FromSchedule.P99 < r.Latency.P99 {
+		t.Fatalf("schedule lag %v, latency from schedule %v (service p99 %v): want both, the second no shorter", r.ScheduleLag, r.FromSchedule, r.Latency.P99)
+	}
+	t.Logf("schedule lag p99 %v, max %v; service p99 %v, from the schedule %v", r.ScheduleLag.P99.D(), r.ScheduleLag.Max.D(), r.Latency.P99.D(), r.FromSchedule.P99.D())
+	// A machine too busy to send on time (so late that the p99 from the
+	// schedule moves) is flagged for it, and for nothing else.
+	late := behindSchedule(&r)
+	if r.Valid == late || r.Status["200"] != r.Sent || (late && !slices.Equal(r.Flags, []string{record.FlagScheduleLag})) {
+		t.Errorf("valid %v flags %v status %v (lag p99 %v)", r.Valid, r.Flags, r.Status, r.ScheduleLag.P99.D())
 	}
 	if len(r.Timeline) != 1 || r.Timeline[0].Sent != r.Sent || r.Timeline[0].Target != 200 || r.Timeline[0].P99 <= 0 {
 		t.Errorf("timeline = %+v, want one second holding every request", r.Timeline)
@@ -431,5 +439,202 @@ func TestTailBuffer(t *testing.T) {
 	io.WriteString(tb, "ee\nfour\nfive")
 	if got, want := tb.String(), "three\nfour\nfive"; got != want {
 		t.Errorf("tail = %q, want %q", got, want)
+	}
+}
+
+// TestRunCaughtUpStall reproduces hidden coordinated omission: the server
+// stalls for 1.5 s once, at 200 requests/s with at most 5 requests in
+// flight (far fewer than rate × stall), so sending pauses and then catches
+// up in a burst. The average rate looks right and the service times stay
+// short; the schedule lag shows the stall, the point is flagged, and the
+// latency from the intended send time tells what clients on schedule saw.
+func TestRunCaughtUpStall(t *testing.T) {
+	var (
+		mu         sync.Mutex
+		n          int
+		stallUntil time.Time
+	)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		n++
+		if n == 100 { // half a second into the window
+			stallUntil = time.Now().Add(1500 * time.Millisecond)
+		}
+		until := stallUntil
+		mu.Unlock()
+		time.Sleep(time.Until(until)) // the stall, for requests that arrive in it
+		answer(w, r)
+	}))
+	defer ts.Close()
+	sc := mustParse(t, "target:\n  urls: "+ts.URL+"\nload:\n  rate: 200\n  max_in_flight: 5\n  warmup: 0s\n  duration: 5s\n")
+	out, err := Run(context.Background(), sc, Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := out.Records[0]
+	if r.Valid || !slices.Contains(r.Flags, record.FlagScheduleLag) {
+		t.Errorf("flags %v valid %v; want schedule-lag", r.Flags, r.Valid)
+	}
+	// The burst catches up within the window unless the machine is too
+	// busy to send 300 requests more in 3 s through 5 connections: then
+	// the shortfall is flagged too.
+	if caughtUp := r.AchievedRate >= 0.95*r.TargetRate; caughtUp == slices.Contains(r.Flags, record.FlagCoordinatedOmission) {
+		t.Errorf("achieved %.1f of %v/s, flags %v: coordinated-omission is for a shortfall alone", r.AchievedRate, r.TargetRate, r.Flags)
+	}
+	if r.ScheduleLag == nil || r.FromSchedule == nil {
+		t.Fatalf("schedule lag %v, latency from schedule %v: not measured", r.ScheduleLag, r.FromSchedule)
+	}
+	if r.ScheduleLag.Max.D() < 1200*time.Millisecond || r.ScheduleLag.P99.D() < time.Second {
+		t.Errorf("schedule lag %+v; want p99 and max near the 1.5s stall", *r.ScheduleLag)
+	}
+	if r.FromSchedule.P99.D() < time.Second || r.Latency.P99.D() > r.FromSchedule.P99.D()/2 {
+		t.Errorf("p99 from the schedule %v, service time p99 %v; want the stall in the first, not the second",
+			r.FromSchedule.P99.D(), r.Latency.P99.D())
+	}
+	t.Logf("achieved %.1f of %v/s; service p99 %v; schedule lag p99 %v max %v; p99 from the schedule %v",
+		r.AchievedRate, r.TargetRate, r.Latency.P99.D(), r.ScheduleLag.P99.D(), r.ScheduleLag.Max.D(), r.FromSchedule.P99.D())
+	var maxTick time.Duration
+	for _, tk := range r.Timeline {
+		maxTick = max(maxTick, tk.MaxLag.D())
+	}
+	if maxTick < 1200*time.Millisecond {
+		t.Errorf("the timeline's largest lag is %v; want the stall", maxTick)
+	}
+	if row := RowOf(&r, SLO{}); !strings.Contains(row.Notes(), record.FlagScheduleLag) {
+		t.Errorf("summary notes %q do not show the flag", row.Notes())
+	}
+}
+
+// TestRunForeignServer: a server that is not infer's (answers {"ok": true},
+// no /readyz, no /metrics, no Server-Timing) is measured by status, and
+// each missing part is said once; asked to check infer's shape, its
+// answers are invalid and the summary says why.
+func TestRunForeignServer(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/predict" && r.URL.Path != "/batched" {
+			http.NotFound(w, r)
+			return
+		}
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"ok": true}`)
+	}))
+	defer ts.Close()
+	src := "target:\n  urls: " + ts.URL + "\nload:\n  concurrency: 2\n  warmup: 0s\n  duration: 300ms\nsweep:\n  endpoints: [/predict, batched]\n"
+	out, err := Run(context.Background(), mustParse(t, src), Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := out.Records[0]
+	if !r.Valid || r.Status["200"] != r.Sent || r.Sent == 0 || r.Point.Expect != ExpectStatus {
+		t.Errorf("valid %v, status %v of %d sent, expect %q; want every answer a success by status", r.Valid, r.Status, r.Sent, r.Point.Expect)
+	}
+	notices := out.Manifest.Notices
+	for _, want := range []string{"has no /readyz (it answers 404)", "/metrics: GET " + ts.URL + "/metrics: 404", "is not an infer server",
+		"answers of /predict carry no Server-Timing", "answers of batched carry no Server-Timing"} {
+		n := 0
+		for _, s := range notices {
+			if strings.Contains(s, want) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("notice %q said %d times; notices: %q", want, n, notices)
+		}
+	}
+	if len(notices) != 5 {
+		t.Errorf("notices = %q, want the five gaps, each once", notices)
+	}
+	var text strings.Builder
+	if err := Summarize(out, SLO{}).WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text.String(), "note: "+ts.URL+" is not an infer server") {
+		t.Errorf("summary does not say the notices:\n%s", text.String())
+	}
+
+	out, err = Run(context.Background(), mustParse(t, src+"payload:\n  expect: infer\n"), Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = out.Records[0]
+	if r.Status[StatusInvalid] != r.Sent || r.Valid {
+		t.Errorf("expect infer: status %v of %d sent, valid %v; want every answer invalid", r.Status, r.Sent, r.Valid)
+	}
+	text.Reset()
+	Summarize(out, SLO{}).WriteText(&text)
+	if !strings.Contains(text.String(), "failed in /predict c=2: response has 0 outputs, want 1 ×") {
+		t.Errorf("summary does not give the reason for the invalid answers:\n%s", text.String())
+	}
+}
+
+// TestProbeReadiness: a /readyz that answers 501 is no readiness; 404 and
+// 405 mean there is none, and the target counts as ready.
+func TestProbeReadiness(t *testing.T) {
+	for _, tc := range []struct {
+		status  int
+		wantErr string
+		noReady int
+	}{
+		{http.StatusOK, "", 0},
+		{http.StatusNotFound, "", 404},
+		{http.StatusMethodNotAllowed, "", 405},
+		{http.StatusNotImplemented, "not ready after 300ms (/readyz answers 501 Not Implemented)", 0},
+		{http.StatusServiceUnavailable, "not ready after 300ms (/readyz answers 503 Service Unavailable)", 0},
+	} {
+		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(tc.status) }))
+		_, noReady, err := probeTarget(context.Background(), ts.Client(), ts.URL, 300*time.Millisecond)
+		ts.Close()
+		if (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) || noReady != tc.noReady {
+			t.Errorf("/readyz %d: no readyz %d, error %v; want %d, %q", tc.status, noReady, err, tc.noReady, tc.wantErr)
+		}
+	}
+}
+
+// TestRunInferPaths: infer's endpoints named by their paths are joined
+// with their /metrics counters like the named endpoints.
+func TestRunInferPaths(t *testing.T) {
+	sc := mustParse(t, `
+server:
+  model: sim
+  sim_fixed: 1ms
+load:
+  concurrency: 4
+  warmup: 100ms
+  duration: 400ms
+sweep:
+  endpoints: [/batched, /v2/models/sim/infer]
+`)
+	if sc.Sweep.Endpoints[0] != "batched" {
+		t.Errorf("endpoints = %q, want /batched read as batched", sc.Sweep.Endpoints)
+	}
+	out, err := Run(context.Background(), sc, Config{Dir: t.TempDir(), Launcher: testLauncher()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range out.Records {
+		if m := r.Server.Metrics; m == nil || m.Batches == 0 || r.Status["200"] != r.Sent || r.Sent == 0 {
+			t.Errorf("%s: metrics %+v, status %v of %d; want the batches counted and every answer good", r.Point.Name, r.Server.Metrics, r.Status, r.Sent)
+		}
+	}
+	if r := out.Records[1]; r.Point.Expect != ExpectKServe {
+		t.Errorf("the v2 path's answers were checked as %q, want kserve", r.Point.Expect)
+	}
+	if len(out.Manifest.Notices) != 0 {
+		t.Errorf("notices %q against infer's own server", out.Manifest.Notices)
+	}
+}
+
+// TestNoticesBounded: a notice is said once, and a run keeps a bounded
+// number of them (a server's errors may differ every time).
+func TestNoticesBounded(t *testing.T) {
+	r := &runner{log: slog.New(slog.DiscardHandler)}
+	for i := range 2 * maxNotices {
+		r.notice("gap %d", i)
+		r.notice("gap %d", i)
+	}
+	got := r.noticed()
+	if len(got) != maxNotices+1 || got[0] != "gap 0" || got[maxNotices] != moreNotices {
+		t.Errorf("notices = %q, want %d once each, then %q", got, maxNotices, moreNotices)
 	}
 }

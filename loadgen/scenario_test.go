@@ -122,6 +122,7 @@ func TestParseErrors(t *testing.T) {
 		want string
 	}{
 		{"typo", "server:\n  model: sim\nload:\n  concurrency: 8\n  duraton: 3s\n", 5, `unknown field "duraton" (did you mean "duration"?)`},
+		{"nested typo", "server:\n  model: sim\npayload:\n  inject: {text: x, evrey: 5}\nload:\n  concurrency: 8\n", 4, `unknown field "evrey" (did you mean "every"?)`},
 		{"unknown section", "server:\n  model: sim\nloads:\n  concurrency: 8\n", 3, `unknown field "loads" (did you mean "load"?)`},
 		{"bad duration", "server:\n  model: sim\nload:\n  concurrency: 8\n  duration: 3 seconds\n", 5, `load.duration "3 seconds": want a duration like 10s`},
 		{"bare number duration", "server:\n  model: sim\nload:\n  concurrency: 8\n  warmup: 3\n", 5, `load.warmup "3": want a duration`},
@@ -146,13 +147,16 @@ func TestParseErrors(t *testing.T) {
 		{"bench flag in args", "server:\n  model: sim\n  args: [--batch, \"8\"]\nload:\n  concurrency: 8\n", 3, "--batch is set by infer bench"},
 		{"bad url", "target:\n  urls: [http://a:1, ftp://b]\nload:\n  concurrency: 8\n", 2, `target.urls[1]: "ftp://b"`},
 		{"buckets on target", "target:\n  urls: http://a:1\nload:\n  concurrency: 8\nsweep:\n  buckets: [16, 32]\n", 6, "the admin API cannot set a target's buckets"},
-		{"buckets decrease", "server:\n  model: sim\nload:\n  concurrency: 8\nsweep:\n  buckets: [[], [32, 16]]\n", 6, "sweep.buckets[1]: [32 16]: want positive, increasing"},
+		{"buckets decrease", "server:\n  model: sim\nload:\n  concurrency: 8\nsweep:\n  buckets: [[], [32, 16]]\n", 6, "sweep.buckets[1]: buckets [32 16]: want positive, increasing bounds (like [16, 32, 64]"},
 		{"buckets in args", "server:\n  model: sim\n  args: [--buckets, \"8\"]\nload:\n  concurrency: 8\nsweep:\n  buckets: [[], [8]]\n", 3, "--buckets is set by infer bench"},
 		{"literal token", "target:\n  urls: http://a:1\n  admin_token_env: s3cr3t-token!\nload:\n  concurrency: 8\n", 3, "name an environment variable"},
 		{"inject without text", "server:\n  model: sim\npayload:\n  inject: {every: 5}\nload:\n  concurrency: 8\n", 4, "payload.inject.text"},
 		{"inject every 0", "server:\n  model: sim\npayload:\n  inject: {text: x, every: 0}\nload:\n  concurrency: 8\n", 4, "payload.inject.every 0"},
 		{"text items", "server:\n  model: sim\npayload:\n  format: text\n  items: 2\nload:\n  concurrency: 8\n", 4, "one item per request"},
 		{"text v2", "server:\n  model: sim\npayload:\n  format: text\nload:\n  concurrency: 8\nsweep:\n  endpoints: v2\n", 4, "cannot be sent to the v2"},
+		{"bad expect", "target:\n  urls: http://a:1\npayload:\n  expect: json\nload:\n  concurrency: 8\n", 4, `payload.expect "json": want status`},
+		{"infer on v2", "target:\n  urls: http://a:1\n  model: m\npayload:\n  expect: infer\nload:\n  concurrency: 8\nsweep:\n  endpoints: [/v2/models/m/infer]\n", 5, "the v2 endpoint answers in KServe v2's shape"},
+		{"text to kserve", "target:\n  urls: http://a:1\npayload:\n  expect: kserve\n  format: text\nload:\n  concurrency: 8\nsweep:\n  endpoints: [/triton]\n", 5, "cannot go with payload.expect kserve"},
 		{"missing corpus", "server:\n  model: sim\npayload:\n  corpus: nowhere.txt\nload:\n  concurrency: 8\n", 4, "nowhere.txt"},
 		{"bad name", "name: my run\nserver:\n  model: sim\nload:\n  concurrency: 8\n", 1, "names the run directory"},
 		{"error rate", "server:\n  model: sim\nload:\n  concurrency: 8\nslo:\n  max_error_rate: 5\n", 6, "fraction from 0 to 1"},
@@ -253,7 +257,7 @@ sweep:
 		names = append(names, p.Point.Name)
 		flags = append(flags, p.Serve)
 	}
-	if want := []string{"batched b=8 buckets=none c=2", "batched b=8 buckets=16,32,64 c=2"}; !slices.Equal(names, want) {
+	if want := []string{"batched buckets=none c=2", "batched buckets=16,32,64 c=2"}; !slices.Equal(names, want) {
 		t.Errorf("points = %q, want %q", names, want)
 	}
 	if f := strings.Join(flags[0], " "); f != "--model sim --sim-fail-on poison --batch 8 --buckets none" {

@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -24,11 +25,14 @@ const (
 // publishes one a few times a second, never one per request.
 type Snapshot struct {
 	Scenario string
-	Dir      string // the run directory
-	Points   int    // points in the sweep
-	Done     int    // points finished
-	Elapsed  time.Duration
-	ETA      time.Duration // estimated time left
+	// Shared are the settings every batched point has, which point names
+	// leave out (Scenario.Shared): like "w=1 lat=20ms".
+	Shared  string
+	Dir     string // the run directory
+	Points  int    // points in the sweep
+	Done    int    // points finished whole (a point cut short is not done)
+	Elapsed time.Duration
+	ETA     time.Duration // estimated time left
 
 	Phase   Phase
 	Index   int          // the current point's index
@@ -38,6 +42,9 @@ type Snapshot struct {
 	// PointElapsed and PointTotal are the load time spent and planned in
 	// the current point (warm-ups included, server start excluded).
 	PointElapsed, PointTotal time.Duration
+	// PhaseElapsed and PhaseTotal are the time spent and planned in the
+	// current repeat's phase: its warm-up, or its measured window.
+	PhaseElapsed, PhaseTotal time.Duration
 
 	// Over the last Window: answers per second, the open loop's target
 	// rate now (0 in closed loop), latency percentiles of successful
@@ -46,7 +53,14 @@ type Snapshot struct {
 	RPS        float64
 	TargetRate float64
 	P50, P99   time.Duration
-	Batch      float64
+	Batch      float64 // items per batch, each batch counted once
+	// LagP99 and LagMax are how late requests went out against the open
+	// loop's schedule (0 in closed loop).
+	LagP99, LagMax time.Duration
+	// MeasuredRPS is the successful answers per second received so far
+	// in the current repeat's measured window: what its record will say
+	// (0 in the warm-up).
+	MeasuredRPS float64
 	// Status counts answers by status since the current point began
 	// (warm-up included); LastError is the latest failure's text.
 	Status    map[string]int
@@ -56,6 +70,9 @@ type Snapshot struct {
 
 	Finished []Row // summaries of the finished points, in order
 	Stopping bool  // a stop was asked for
+	// Notices are what the run found missing or assumed (no /metrics, no
+	// Server-Timing, answers checked by status only…), each said once.
+	Notices []string
 }
 
 // Snapshot defaults.
@@ -81,16 +98,17 @@ type monitor struct {
 	perRepeat        time.Duration
 
 	buckets  [windowTicks]tally // the live window, by tick
+	measured int                // successful answers received in the current measured window
 	cur      int
 	ticks    int // ticks since the current point began, up to windowTicks-1
 	lastTick time.Time
 	spark    []time.Duration
 }
 
-func newMonitor(now func() time.Time, scenario, dir string, points int) *monitor {
+func newMonitor(now func() time.Time, scenario, shared, dir string, points int) *monitor {
 	m := &monitor{now: now, runStart: now()}
 	m.lastTick = m.runStart
-	m.snap = Snapshot{Scenario: scenario, Dir: dir, Points: points, Phase: PhaseStarting}
+	m.snap = Snapshot{Scenario: scenario, Shared: shared, Dir: dir, Points: points, Phase: PhaseStarting}
 	return m
 }
 
@@ -124,14 +142,26 @@ func (m *monitor) startAttack(repeat int, load record.Load, warmup, duration tim
 	m.snap.Repeat = repeat
 	m.attackStart = m.now()
 	m.load, m.warmup, m.duration = load, warmup, duration
+	m.measured = 0
 }
 
 func (m *monitor) finishPoint(r Row) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.snap.Done++
+	if !r.Partial {
+		m.snap.Done++
+	}
 	m.snap.Finished = append(m.snap.Finished, r)
 	m.attackStart = time.Time{}
+}
+
+// notice records a notice, unless it was given already.
+func (m *monitor) notice(text string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !slices.Contains(m.snap.Notices, text) {
+		m.snap.Notices = append(m.snap.Notices, text)
+	}
 }
 
 func (m *monitor) stopping() {
@@ -151,6 +181,13 @@ func (m *monitor) add(o *outcome) {
 	m.snap.Status[o.status]++
 	if !o.ok() {
 		m.snap.LastError = o.errText
+		return
+	}
+	if !m.attackStart.IsZero() {
+		start := m.attackStart.Add(m.warmup)
+		if done := o.sent.Add(o.latency); !done.Before(start) && done.Before(start.Add(m.duration)) {
+			m.measured++
+		}
 	}
 }
 
@@ -178,6 +215,7 @@ func (m *monitor) snapshot(tick time.Duration) Snapshot {
 	s := m.snap
 	s.Status = copyCounts(m.snap.Status)
 	s.Finished = append([]Row(nil), m.snap.Finished...)
+	s.Notices = slices.Clone(m.snap.Notices)
 	s.Spark = append([]time.Duration(nil), m.spark...)
 	s.Elapsed = now.Sub(m.runStart)
 	if !m.attackStart.IsZero() {
@@ -186,8 +224,13 @@ func (m *monitor) snapshot(tick time.Duration) Snapshot {
 		if s.Phase == PhaseWarmup || s.Phase == PhaseMeasuring {
 			if in < m.warmup {
 				s.Phase = PhaseWarmup
+				s.PhaseElapsed, s.PhaseTotal = in, m.warmup
 			} else {
 				s.Phase = PhaseMeasuring
+				s.PhaseElapsed, s.PhaseTotal = min(in-m.warmup, m.duration), m.duration
+				if s.PhaseElapsed > 0 {
+					s.MeasuredRPS = float64(m.measured) / s.PhaseElapsed.Seconds()
+				}
 			}
 		}
 		s.TargetRate = targetRate(m.load, in-m.warmup, m.duration)
@@ -207,7 +250,8 @@ func (m *monitor) snapshot(tick time.Duration) Snapshot {
 		s.RPS = float64(agg.sent) / s.Window.Seconds()
 	}
 	s.P50, s.P99 = agg.hist.Quantile(0.5), agg.hist.Quantile(0.99)
-	s.Batch = agg.serverSide().MeanBatch
+	s.LagP99, s.LagMax = agg.lag.Quantile(0.99), agg.lag.Max()
+	s.Batch = agg.serverSide().Batch
 	return s
 }
 

@@ -15,7 +15,7 @@ func (c *fakeClock) advance(d time.Duration) { c.t = c.t.Add(d) }
 
 func TestMonitorSnapshots(t *testing.T) {
 	clock := &fakeClock{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
-	m := newMonitor(clock.now, "quick", "results/x", 3)
+	m := newMonitor(clock.now, "quick", "w=1", "results/x", 3)
 	load := record.Load{Mode: "open", Rate: 100}
 	plan := Plan{Index: 1, Point: record.Point{Name: "batched rate=100/s", Load: load}}
 	clock.advance(5 * time.Second) // the first point took 5s
@@ -50,6 +50,10 @@ func TestMonitorSnapshots(t *testing.T) {
 	}
 	if s.PointElapsed != 750*time.Millisecond || s.PointTotal != 6*time.Second {
 		t.Errorf("point progress = %v of %v, want 750ms of 6s", s.PointElapsed, s.PointTotal)
+	}
+	if s.PhaseElapsed != 750*time.Millisecond || s.PhaseTotal != time.Second || s.MeasuredRPS != 0 || s.Shared != "w=1" {
+		t.Errorf("phase progress %v of %v, measured %v/s, shared %q; want 750ms of the 1s warm-up, nothing measured, w=1",
+			s.PhaseElapsed, s.PhaseTotal, s.MeasuredRPS, s.Shared)
 	}
 	if want := 6*time.Second - 750*time.Millisecond + 6*time.Second; s.ETA != want {
 		t.Errorf("ETA = %v, want %v", s.ETA, want)
@@ -86,6 +90,29 @@ func TestMonitorSnapshots(t *testing.T) {
 	s.Status["200"] = -1
 	if m.snapshot(DefaultTick).Status["200"] != 18 {
 		t.Error("a snapshot shares its status map with the monitor")
+	}
+	// In the measured window (1s of 2s in), the answers received there
+	// make the measured rate, as in the record; the phase counts the
+	// window alone, not the warm-up.
+	clock.t = m.attackStart.Add(1500 * time.Millisecond)
+	for i := range 30 {
+		m.add(&outcome{status: "200", sent: clock.t.Add(-time.Duration(i) * 10 * time.Millisecond), latency: time.Millisecond})
+	}
+	m.add(&outcome{status: "200", sent: m.attackStart, latency: 10 * time.Millisecond}) // answered in the warm-up
+	m.add(&outcome{status: "503", sent: clock.t})
+	s = m.snapshot(DefaultTick)
+	if s.PhaseElapsed != 500*time.Millisecond || s.PhaseTotal != 2*time.Second || s.MeasuredRPS != 60 {
+		t.Errorf("measuring %v of %v at %v/s; want 500ms of 2s, 30 answers in 0.5s = 60/s", s.PhaseElapsed, s.PhaseTotal, s.MeasuredRPS)
+	}
+	m.notice("no /metrics")
+	m.notice("no /metrics")
+	if s := m.snapshot(DefaultTick); len(s.Notices) != 1 {
+		t.Errorf("notices = %q, want one, said once", s.Notices)
+	}
+	// A point cut short is finished, not done.
+	m.finishPoint(Row{Index: 1, Name: "cut", Partial: true})
+	if s := m.snapshot(DefaultTick); s.Done != 1 || len(s.Finished) != 2 {
+		t.Errorf("after a partial point: done %d, finished %d; want 1, 2", s.Done, len(s.Finished))
 	}
 
 	// A new point starts from zero.

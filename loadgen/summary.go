@@ -1,11 +1,15 @@
 package loadgen
 
 import (
+	"cmp"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/inferhq/infer/loadgen/record"
 )
@@ -22,12 +26,25 @@ type Row struct {
 	P50          record.Duration `json:"p50"`
 	P99          record.Duration `json:"p99"`
 	ErrorRate    float64         `json:"error_rate"`
-	Batch        float64         `json:"mean_batch,omitempty"` // server side, from Server-Timing
-	Valid        bool            `json:"valid"`
-	Flags        []string        `json:"flags,omitempty"`
-	Partial      bool            `json:"partial,omitempty"`
+	// Batch is the server's mean batch size, each batch counted once
+	// (record.Record.MeanBatch); ResponseBatch counts each response once.
+	Batch         float64  `json:"mean_batch,omitempty"`
+	ResponseBatch float64  `json:"response_batch,omitempty"`
+	Valid         bool     `json:"valid"`
+	Flags         []string `json:"flags,omitempty"`
+	Partial       bool     `json:"partial,omitempty"`
+	// In open loop: the schedule lag (how late requests went out against
+	// the schedule) and the p99 latency from the intended send time.
+	LagP99          record.Duration `json:"schedule_lag_p99,omitzero"`
+	LagMax          record.Duration `json:"schedule_lag_max,omitzero"`
+	P99FromSchedule record.Duration `json:"p99_from_schedule,omitzero"`
+	// Errors counts the failed requests by cause (transport error, HTTP
+	// status with the server's code, or why an answer was invalid).
+	Errors map[string]int `json:"errors,omitempty"`
 	// Violations lists the SLO thresholds the point missed.
 	Violations []string `json:"violations,omitempty"`
+	// Caveats are the record's (record.Record.Caveats).
+	Caveats []string `json:"-"`
 }
 
 // RowOf summarises r against slo.
@@ -37,8 +54,14 @@ func RowOf(r *record.Record, slo SLO) Row {
 		TargetRate: r.TargetRate, AchievedRate: r.AchievedRate,
 		Throughput: r.Throughput, ItemsPerSec: r.ItemsPerSec,
 		P50: r.Latency.P50, P99: r.Latency.P99,
-		ErrorRate: r.ErrorRate(), Batch: r.Server.MeanBatch,
-		Valid: r.Valid, Flags: r.Flags, Partial: r.Partial,
+		ErrorRate: r.ErrorRate(), Batch: r.MeanBatch(), ResponseBatch: r.Server.ResponseBatch,
+		Valid: r.Valid, Flags: r.Flags, Partial: r.Partial, Caveats: r.Caveats(), Errors: r.Errors,
+	}
+	if l := r.ScheduleLag; l != nil {
+		row.LagP99, row.LagMax = l.P99, l.Max
+	}
+	if f := r.FromSchedule; f != nil {
+		row.P99FromSchedule = f.P99
 	}
 	switch {
 	case slo.P99 == 0:
@@ -59,12 +82,17 @@ func RowOf(r *record.Record, slo SLO) Row {
 // Summary is the end-of-run report: one row per finished point and the
 // verdict of the SLO thresholds.
 type Summary struct {
-	Scenario    string `json:"scenario"`
-	Dir         string `json:"dir"`
-	Points      int    `json:"points"` // planned
+	Scenario string `json:"scenario"`
+	Dir      string `json:"dir"`
+	Points   int    `json:"points"` // planned
+	// Shared are the settings every batched point has, which point names
+	// leave out (Scenario.Shared).
+	Shared      string `json:"shared,omitempty"`
 	Rows        []Row  `json:"rows"`
 	Interrupted bool   `json:"interrupted,omitempty"`
-	SLO         struct {
+	// Notices are what the run found missing or assumed, each said once.
+	Notices []string `json:"notices,omitempty"`
+	SLO     struct {
 		record.SLO
 		Require string `json:"require,omitempty"`
 	} `json:"slo"`
@@ -78,7 +106,8 @@ type Summary struct {
 // Summarize judges the outcome of a run against the scenario's SLO.
 // Partial points are shown but not judged.
 func Summarize(o *Outcome, slo SLO) Summary {
-	s := Summary{Scenario: o.Manifest.Scenario, Dir: o.Dir, Points: o.Points, Interrupted: o.Interrupted}
+	s := Summary{Scenario: o.Manifest.Scenario, Dir: o.Dir, Points: o.Points, Shared: o.Shared, Interrupted: o.Interrupted,
+		Notices: o.Manifest.Notices}
 	s.SLO.SLO, s.SLO.Require = slo.Record(), slo.Require
 	judged, passed := 0, 0
 	for i := range o.Records {
@@ -106,26 +135,96 @@ func Summarize(o *Outcome, slo SLO) Summary {
 	return s
 }
 
-// WriteText writes the summary as a table.
+// tableWidth is the width the summary table keeps to: a row's notes go on
+// a line of their own below it when they would pass it.
+const tableWidth = 80
+
+// WriteText writes the summary as a table that fits 80 columns, then the
+// causes of failed requests, the notices, the verdict and the run
+// directory.
 func (s Summary) WriteText(w io.Writer) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "POINT\tSENT\tRATE/s\tOK/s\tITEMS/s\tP50\tP99\tERRORS\tBATCH\tNOTES")
+	var b strings.Builder
+	if s.Shared != "" {
+		fmt.Fprintf(&b, "every batched point: %s\n", s.Shared)
+	}
+	// Items/s says more than OK/s only when requests carry several
+	// items; the send rate, only in open loop.
+	items := slices.ContainsFunc(s.Rows, func(r Row) bool { return r.ItemsPerSec != r.Throughput })
+	open := slices.ContainsFunc(s.Rows, func(r Row) bool { return r.TargetRate > 0 })
+	head := []string{"POINT", "SENT"}
+	if open {
+		head = append(head, "SENT/s")
+	}
+	head = append(head, "OK/s")
+	if items {
+		head = append(head, "ITEMS/s")
+	}
+	head = append(head, "P50", "P99", "ERRORS", "BATCH")
+	cells := [][]string{head}
 	for _, r := range s.Rows {
-		rate := fmt.Sprintf("%.1f", r.AchievedRate)
-		if r.TargetRate > 0 {
-			rate += fmt.Sprintf(" of %.0f", r.TargetRate)
+		row := []string{r.Name, strconv.Itoa(r.Sent)}
+		if open {
+			rate := short(r.AchievedRate)
+			if r.TargetRate > 0 {
+				rate += " of " + short(r.TargetRate)
+			}
+			row = append(row, rate)
+		}
+		row = append(row, short(r.Throughput))
+		if items {
+			row = append(row, short(r.ItemsPerSec))
 		}
 		batch := "-"
 		if r.Batch > 0 {
 			batch = fmt.Sprintf("%.1f", r.Batch)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%.1f\t%.1f\t%v\t%v\t%.2f%%\t%s\t%s\n", r.Name, r.Sent, rate, r.Throughput, r.ItemsPerSec,
-			Round(r.P50.D()), Round(r.P99.D()), 100*r.ErrorRate, batch, r.Notes())
+		row = append(row, Round(r.P50.D()).String(), Round(r.P99.D()).String(), fmt.Sprintf("%.1f%%", 100*r.ErrorRate), batch)
+		cells = append(cells, row)
 	}
-	if err := tw.Flush(); err != nil {
-		return err
+	widths := make([]int, len(head))
+	for _, row := range cells {
+		for i, c := range row {
+			widths[i] = max(widths[i], utf8.RuneCountInString(c))
+		}
 	}
-	var b strings.Builder
+	for i, row := range cells {
+		var line strings.Builder
+		for j, c := range row {
+			pad := strings.Repeat(" ", widths[j]-utf8.RuneCountInString(c))
+			if j == 0 {
+				line.WriteString(c + pad)
+			} else {
+				line.WriteString("  " + pad + c)
+			}
+		}
+		notes := ""
+		switch {
+		case i > 0:
+			notes = s.Rows[i-1].Notes()
+		case slices.ContainsFunc(s.Rows, func(r Row) bool { return r.Notes() != "" }):
+			notes = "NOTES"
+		}
+		switch {
+		case notes == "":
+		case utf8.RuneCountInString(line.String())+2+utf8.RuneCountInString(notes) <= tableWidth:
+			line.WriteString("  " + notes)
+		case i > 0:
+			line.WriteString("\n  ↳ " + notes)
+		}
+		b.WriteString(strings.TrimRight(line.String(), " ") + "\n")
+	}
+	for _, r := range s.Rows {
+		if why := topErrors(r.Errors, 3); why != "" {
+			fmt.Fprintf(&b, "failed in %s: %s\n", r.Name, why)
+		}
+		if slices.Contains(r.Flags, record.FlagScheduleLag) {
+			fmt.Fprintf(&b, "behind schedule in %s: sends lagged p99 %v, max %v; p99 from the intended send %v (service time %v)\n",
+				r.Name, Round(r.LagP99.D()), Round(r.LagMax.D()), Round(r.P99FromSchedule.D()), Round(r.P99.D()))
+		}
+	}
+	for _, n := range s.Notices {
+		fmt.Fprintf(&b, "note: %s\n", n)
+	}
 	if s.Interrupted {
 		done := 0
 		for _, r := range s.Rows {
@@ -147,19 +246,36 @@ func (s Summary) WriteText(w io.Writer) error {
 	return err
 }
 
-// Notes joins a row's flags and violations for a table cell.
+// short formats a rate to three significant digits at most: "1526",
+// "97.5", "9.93".
+func short(v float64) string {
+	switch {
+	case v >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case v >= 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	default:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+}
+
+// topErrors renders the n most frequent causes of failure: "HTTP 429
+// queue_full ×120, connection reset ×3"; "" when none failed.
+func topErrors(errs map[string]int, n int) string {
+	keys := slices.SortedFunc(maps.Keys(errs), func(a, b string) int { return cmp.Or(-cmp.Compare(errs[a], errs[b]), cmp.Compare(a, b)) })
+	var parts []string
+	for _, k := range keys[:min(n, len(keys))] {
+		parts = append(parts, fmt.Sprintf("%s ×%d", k, errs[k]))
+	}
+	if len(keys) > n {
+		parts = append(parts, fmt.Sprintf("%d more causes", len(keys)-n))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Notes joins a row's caveats and violations for a table cell.
 func (r Row) Notes() string {
-	var notes []string
-	if r.Partial {
-		notes = append(notes, "partial")
-	}
-	for _, f := range r.Flags {
-		if f != record.FlagErrors {
-			notes = append(notes, f)
-		}
-	}
-	notes = append(notes, r.Violations...)
-	return strings.Join(notes, "; ")
+	return strings.Join(append(slices.Clip(r.Caveats), r.Violations...), "; ")
 }
 
 func (s Summary) thresholds() string {

@@ -35,15 +35,17 @@ func ms(n float64) record.Duration { return record.Duration(n * float64(time.Mil
 
 func sampleOutcome() *Outcome {
 	return &Outcome{
-		Dir: "results/quick-1", Points: 4, Interrupted: true,
-		Manifest: record.Manifest{Scenario: "quick"},
+		Dir: "results/quick-1", Points: 4, Interrupted: true, Shared: "w=1 lat=10ms",
+		Manifest: record.Manifest{Scenario: "quick", Notices: []string{"http://127.0.0.1:1 has no /metrics (404): the server's batch sizes are not measured"}},
 		Records: []record.Record{
 			{Index: 0, Point: record.Point{Name: "naive c=32"}, Sent: 193, AchievedRate: 48.2, Throughput: 48.2, ItemsPerSec: 48.2,
 				Latency: record.Percentiles{P50: ms(662.4), P99: ms(675.3)}, Status: map[string]int{"200": 193},
-				Server: record.ServerSide{MeanBatch: 1}, Valid: true},
+				Server: record.ServerSide{Batch: 1}, Valid: true},
 			{Index: 1, Point: record.Point{Name: "batched b=32 rate=900/s"}, Sent: 3300, TargetRate: 900, AchievedRate: 825, Throughput: 800, ItemsPerSec: 3200,
 				Latency: record.Percentiles{P50: ms(38.81), P99: ms(2047.9)}, Status: map[string]int{"200": 3200, "429": 100},
-				Server: record.ServerSide{MeanBatch: 31.96}, Flags: []string{record.FlagCoordinatedOmission, record.FlagErrors}},
+				Errors: map[string]int{"HTTP 429 queue_full": 98, "connection reset by peer": 2},
+				Server: record.ServerSide{Batch: 31.96}, Flags: []string{record.FlagCoordinatedOmission, record.FlagScheduleLag, record.FlagErrors},
+				ScheduleLag: &record.Percentiles{P99: ms(1453), Max: ms(1476)}, FromSchedule: &record.Percentiles{P99: ms(3500)}},
 			{Index: 2, Point: record.Point{Name: "batched b=64 rate=900/s"}, Sent: 10, TargetRate: 900, AchievedRate: 900, Throughput: 900, ItemsPerSec: 900,
 				Latency: record.Percentiles{P50: ms(0.2517), P99: ms(1.5)}, Status: map[string]int{"200": 10}, Valid: true, Partial: true},
 		},

@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -65,8 +66,41 @@ func TestClassify(t *testing.T) {
 	}
 }
 
+// TestExpectations: how answers are checked follows payload.expect, else
+// the endpoint and whether the server is infer's.
+func TestExpectations(t *testing.T) {
+	for _, tc := range []struct {
+		expect, endpoint string
+		infer            bool
+		want             string
+	}{
+		{"", "batched", true, ExpectInfer},
+		{"", "batched", false, ExpectStatus},
+		{"", "/predict", false, ExpectStatus},
+		{"", "v2", true, ExpectKServe},
+		{"", "/v2/models/bert/infer", false, ExpectKServe},
+		{ExpectStatus, "v2", true, ExpectStatus},
+		{ExpectInfer, "/predict", false, ExpectInfer},
+	} {
+		if got := (Payload{Expect: tc.expect}).Expectation(tc.endpoint, tc.infer); got != tc.want {
+			t.Errorf("expect %q on %s (infer server %v) = %s, want %s", tc.expect, tc.endpoint, tc.infer, got, tc.want)
+		}
+	}
+	status := &traffic{items: 1, expect: ExpectStatus}
+	for _, body := range []string{`{"ok": true}`, ``, `<html>`} {
+		if err := status.check([]byte(body)); err != nil {
+			t.Errorf("status check of %q = %v, want any body accepted", body, err)
+		}
+	}
+	for ep, want := range map[string]string{"naive": "naive", "batched": "batched", "v2": "batched", "/v2/models/m/infer": "batched", "/predict": "", "/v2/models//infer": ""} {
+		if got := metricsEndpoint(ep); got != want {
+			t.Errorf("metricsEndpoint(%q) = %q, want %q", ep, got, want)
+		}
+	}
+}
+
 func TestCheckV2(t *testing.T) {
-	tr := &traffic{items: 3, v2: true}
+	tr := &traffic{items: 3, v2: true, expect: ExpectKServe}
 	for body, ok := range map[string]bool{
 		`{"model_name":"sim","outputs":[{"name":"classify","datatype":"BYTES","shape":[3],"data":["a","b","c"]}]}`: true,
 		`{"outputs":[{"shape":[3,128],"datatype":"FP32","data":[]}]}`:                                              true,
@@ -76,6 +110,32 @@ func TestCheckV2(t *testing.T) {
 		if err := tr.check([]byte(body)); (err == nil) != ok {
 			t.Errorf("check(%s) = %v, want ok %v", body, err, ok)
 		}
+	}
+}
+
+// TestTallyMeanBatch: batches that alternate 1 and 31 items hold 16 on
+// average, which is what "mean batch" says; counted by response (31
+// responses say 31, one says 1) the figure is 30.1, and it is named apart.
+func TestTallyMeanBatch(t *testing.T) {
+	var tl tally
+	for range 10 { // ten rounds of a batch of 1 and a batch of 31
+		tl.add(&outcome{status: "200", timed: true, timing: serverTiming{batch: 1}})
+		for range 31 {
+			tl.add(&outcome{status: "200", timed: true, timing: serverTiming{batch: 31}})
+		}
+	}
+	ss := tl.serverSide()
+	if math.Abs(ss.Batch-16) > 1e-9 || math.Abs(ss.ResponseBatch-30.0625) > 1e-9 {
+		t.Errorf("batch %v, response-weighted %v; want 16 and 30.06", ss.Batch, ss.ResponseBatch)
+	}
+	rec := record.Record{Server: ss}
+	if got := rec.MeanBatch(); got != ss.Batch {
+		t.Errorf("MeanBatch() without /metrics = %v, want Server-Timing's batch-weighted %v", got, ss.Batch)
+	}
+	rec.Server.Metrics = &record.Metrics{Batches: 20, Items: 320, MeanBatch: 16}
+	row := RowOf(&rec, SLO{})
+	if row.Batch != 16 || row.ResponseBatch != ss.ResponseBatch {
+		t.Errorf("row mean batch %v, response batch %v; want /metrics' 16 and %v", row.Batch, row.ResponseBatch, ss.ResponseBatch)
 	}
 }
 
@@ -95,7 +155,7 @@ func TestTally(t *testing.T) {
 	}
 	ss := a.serverSide()
 	// The padding is the mean over the responses that carried one.
-	want := record.ServerSide{MeanBatch: 12, MeanQueue: record.Duration(3 * time.Millisecond), MeanCompute: record.Duration(5 * time.Millisecond), Timed: 2, MeanPadding: 1.5}
+	want := record.ServerSide{Batch: 2 / (1.0/8 + 1.0/16), ResponseBatch: 12, MeanQueue: record.Duration(3 * time.Millisecond), MeanCompute: record.Duration(5 * time.Millisecond), Timed: 2, MeanPadding: 1.5}
 	if ss != want {
 		t.Errorf("serverSide() = %+v, want %+v", ss, want)
 	}
@@ -115,20 +175,24 @@ func TestTally(t *testing.T) {
 func TestTraffic(t *testing.T) {
 	items := []string{"a", "b", "c"}
 	for _, tc := range []struct {
-		endpoint, format string
-		n                int
-		wantURL          string
-		wantType         string
-		wantBodies       []string
+		endpoint, format, expect string
+		n                        int
+		wantURL                  string
+		wantType                 string
+		wantBodies               []string
 	}{
-		{"batched", "json", 2, "http://h:1/batched", "application/json",
+		{"batched", "json", ExpectInfer, 2, "http://h:1/batched", "application/json",
 			[]string{`{"inputs":["a","b"]}`, `{"inputs":["c","a"]}`, `{"inputs":["b","c"]}`}},
-		{"naive", "text", 1, "http://h:1/naive", "text/plain; charset=utf-8", []string{"a", "b", "c"}},
-		{"v2", "json", 1, "http://h:1/v2/models/bert%20mini/infer", "application/json",
+		{"naive", "text", ExpectInfer, 1, "http://h:1/naive", "text/plain; charset=utf-8", []string{"a", "b", "c"}},
+		{"v2", "json", ExpectKServe, 1, "http://h:1/v2/models/bert%20mini/infer", "application/json",
 			[]string{`{"inputs":[{"name":"text","shape":[1],"datatype":"BYTES","data":["a"]}]}`}},
-		{"/predict", "json", 1, "http://h:1/predict", "application/json", []string{`{"inputs":["a"]}`}},
+		{"/predict", "json", ExpectStatus, 1, "http://h:1/predict", "application/json", []string{`{"inputs":["a"]}`}},
+		{"/v2/models/m/infer", "json", ExpectKServe, 1, "http://h:1/v2/models/m/infer", "application/json",
+			[]string{`{"inputs":[{"name":"text","shape":[1],"datatype":"BYTES","data":["a"]}]}`}},
+		{"/triton/infer", "json", ExpectKServe, 1, "http://h:1/triton/infer", "application/json",
+			[]string{`{"inputs":[{"name":"text","shape":[1],"datatype":"BYTES","data":["a"]}]}`}},
 	} {
-		tr, err := newTraffic([]string{"http://h:1"}, tc.endpoint, "bert mini", tc.format, items, tc.n, "")
+		tr, err := newTraffic([]string{"http://h:1"}, tc.endpoint, "bert mini", tc.format, tc.expect, items, tc.n, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -147,7 +211,7 @@ func TestTraffic(t *testing.T) {
 		}
 	}
 	// The load is spread over the targets.
-	tr, _ := newTraffic([]string{"http://a:1", "http://b:2"}, "batched", "", "json", items, 1, "")
+	tr, _ := newTraffic([]string{"http://a:1", "http://b:2"}, "batched", "", "json", ExpectInfer, items, 1, "")
 	seen := map[string]int{}
 	for range 10 {
 		var tgt vegeta.Target
@@ -157,12 +221,12 @@ func TestTraffic(t *testing.T) {
 	if seen["http://a:1/batched"] != 5 || seen["http://b:2/batched"] != 5 {
 		t.Errorf("requests per target = %v, want 5 each", seen)
 	}
-	if _, err := newTraffic([]string{"http://a:1"}, "v2", "", "json", items, 1, ""); err == nil {
+	if _, err := newTraffic([]string{"http://a:1"}, "v2", "", "json", ExpectKServe, items, 1, ""); err == nil {
 		t.Error("v2 without a model name succeeded")
 	}
 	// Requests carrying the injected text go to a URL marked by a
 	// fragment, which is never sent.
-	tr, _ = newTraffic([]string{"http://a:1"}, "batched", "", "json", []string{"a", "b poison", "c", "d"}, 2, "poison")
+	tr, _ = newTraffic([]string{"http://a:1"}, "batched", "", "json", ExpectInfer, []string{"a", "b poison", "c", "d"}, 2, "poison")
 	for i, want := range []string{"http://a:1/batched#inject", "http://a:1/batched", "http://a:1/batched#inject", "http://a:1/batched"} {
 		var tgt vegeta.Target
 		tr.targeter()(&tgt)
@@ -190,5 +254,17 @@ func TestTimeline(t *testing.T) {
 		if got[i] != want {
 			t.Errorf("tick %d = %+v, want %+v", i, got[i], want)
 		}
+	}
+}
+
+// TestPrintable: what a server sends reaches terminals without its control
+// characters, and bounded.
+func TestPrintable(t *testing.T) {
+	o := classify(503, "", []byte(`{"error":{"code":"\u001b[2J\u001b]0;owned\u0007"}}`), "", nil)
+	if strings.ContainsAny(o.errText, "\x1b\x07") || o.errText != "HTTP 503 ?[2J?]0;owned?" {
+		t.Errorf("error text %q keeps control characters", o.errText)
+	}
+	if got := printable(strings.Repeat("é", 300)); len([]rune(got)) != maxText+1 {
+		t.Errorf("printable kept %d runes of 300, want %d and an ellipsis", len([]rune(got)), maxText)
 	}
 }

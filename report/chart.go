@@ -81,6 +81,10 @@ const (
 	triangle
 	diamond
 	nShapes
+	// cross marks the naive endpoint where it shares a panel with
+	// batched points: drawn over them, it stays visible where it
+	// coincides with one.
+	cross
 )
 
 func (v *view) shapeOf(vr variant) shape {
@@ -120,6 +124,19 @@ func (m marker) DrawGlyph(c *draw.Canvas, sty draw.GlyphStyle, pt vg.Point) {
 		p.Line(vg.Point{X: pt.X + r, Y: pt.Y})
 		p.Line(vg.Point{X: pt.X, Y: pt.Y - r*1.2})
 		p.Line(vg.Point{X: pt.X - r, Y: pt.Y})
+	case cross: // an ×, stroked: white under it, so that it reads on a marker
+		s := r * 1.1
+		arms := [][2]vg.Point{{{X: pt.X - s, Y: pt.Y - s}, {X: pt.X + s, Y: pt.Y + s}}, {{X: pt.X - s, Y: pt.Y + s}, {X: pt.X + s, Y: pt.Y - s}}}
+		width := vg.Points(2.6)
+		if m.hollow {
+			width = vg.Points(1.6)
+		}
+		for _, ls := range []draw.LineStyle{{Color: color.White, Width: width + vg.Points(2)}, {Color: sty.Color, Width: width}} {
+			for _, a := range arms {
+				c.StrokeLine2(ls, a[0].X, a[0].Y, a[1].X, a[1].Y)
+			}
+		}
+		return
 	default:
 		p.Move(vg.Point{X: pt.X + r, Y: pt.Y})
 		p.Arc(pt, r, 0, 2*math.Pi)
@@ -154,6 +171,7 @@ func line(c color.Color, width float64, dashes ...float64) draw.LineStyle {
 // or a combination.
 type thumb struct {
 	fill  color.Color
+	hatch bool // fill is drawn as stripes over its tint
 	line  *draw.LineStyle
 	glyph *draw.GlyphStyle
 }
@@ -163,7 +181,8 @@ func (t thumb) Thumbnail(c *draw.Canvas) {
 		r := c.Rectangle
 		h := (r.Max.Y - r.Min.Y) * 0.8
 		mid := (r.Min.Y + r.Max.Y) / 2
-		c.FillPolygon(t.fill, []vg.Point{{X: r.Min.X, Y: mid - h/2}, {X: r.Max.X, Y: mid - h/2}, {X: r.Max.X, Y: mid + h/2}, {X: r.Min.X, Y: mid + h/2}})
+		box := vg.Rectangle{Min: vg.Point{X: r.Min.X, Y: mid - h/2}, Max: vg.Point{X: r.Max.X, Y: mid + h/2}}
+		fillBox(c, box, t.fill, t.hatch)
 	}
 	if t.line != nil {
 		y := c.Center().Y
@@ -171,6 +190,26 @@ func (t thumb) Thumbnail(c *draw.Canvas) {
 	}
 	if t.glyph != nil {
 		c.DrawGlyphNoClip(*t.glyph, c.Center())
+	}
+}
+
+// fillBox fills r with col, or, hatched, with col's tint crossed by
+// diagonal stripes of col.
+func fillBox(c *draw.Canvas, r vg.Rectangle, col color.Color, hatched bool) {
+	pts := []vg.Point{r.Min, {X: r.Max.X, Y: r.Min.Y}, r.Max, {X: r.Min.X, Y: r.Max.Y}}
+	if !hatched {
+		c.FillPolygon(col, pts)
+		return
+	}
+	c.FillPolygon(tint(col), pts)
+	ls := draw.LineStyle{Color: col, Width: vg.Points(1.6)}
+	h := r.Max.Y - r.Min.Y
+	for k := r.Min.X - h; k < r.Max.X; k += vg.Points(5) {
+		// The stripe y − r.Min.Y = x − k, clipped to r.
+		x0, x1 := max(r.Min.X, k), min(r.Max.X, k+h)
+		if x1 > x0 {
+			c.StrokeLine2(ls, x0, r.Min.Y+(x0-k), x1, r.Min.Y+(x1-k))
+		}
 	}
 }
 
@@ -196,11 +235,17 @@ func newPlot(title, xLabel, yLabel string) *plot.Plot {
 }
 
 // logAxis puts a on a log scale over [lo, hi] with ticks at 1, 2 and 5
-// times powers of ten. lo and hi must be positive.
+// times powers of ten, and says so in its label: "latency (ms)" becomes
+// "latency (ms, log scale)". lo and hi must be positive.
 func logAxis(a *plot.Axis, lo, hi float64) {
 	a.Scale = plot.LogScale{}
 	a.Tick.Marker = logTicks{}
 	a.Min, a.Max = lo/1.2, hi*1.2
+	if t := a.Label.Text; strings.HasSuffix(t, ")") {
+		a.Label.Text = strings.TrimSuffix(t, ")") + ", log scale)"
+	} else if t != "" {
+		a.Label.Text = t + " (log scale)"
+	}
 }
 
 func isLog(a plot.Axis) bool {
@@ -322,6 +367,36 @@ func (l vline) Plot(c draw.Canvas, p *plot.Plot) {
 	c.StrokeLine2(l.style, x, c.Min.Y, x, c.Max.Y)
 }
 
+// lineLabel names a horizontal reference line at y: its text sits just
+// above the line at the panel's right edge, on a white patch, so that the
+// line's value reads without tick labels near it.
+type lineLabel struct {
+	y    float64
+	text string
+	col  color.Color
+}
+
+func (l lineLabel) Plot(c draw.Canvas, p *plot.Plot) {
+	_, trY := p.Transforms(&c)
+	y := trY(l.y)
+	if y < c.Min.Y || y > c.Max.Y {
+		return
+	}
+	sty := textStyle(sans, 9.5, l.col)
+	sty.XAlign, sty.YAlign = draw.XRight, draw.YBottom
+	pt := vg.Point{X: c.Max.X - vg.Points(4), Y: y + vg.Points(2)}
+	if pt.Y+sty.Height(l.text) > c.Max.Y { // no room above: below the line
+		sty.YAlign = draw.YTop
+		pt.Y = y - vg.Points(2)
+	}
+	textOnPatch(c, sty, pt, l.text)
+}
+
+// sloLine draws the p99 threshold across p with its value written on it.
+func sloLine(p *plot.Plot, ms float64) {
+	p.Add(hline(ms, line(sloColor, 1.5, 3, 3)), lineLabel{y: ms, text: "SLO p99 " + fmtMs(ms), col: sloColor})
+}
+
 // labels draws texts at data points, offset by dx, dy points, each on a
 // white patch so that it stays readable over bars and lines. With avoid,
 // a label that would overlap one drawn before it (or leave the panel)
@@ -343,7 +418,6 @@ func newLabels(x, y []float64, texts []string, size, dx, dy float64, align draw.
 
 func (l *labels) Plot(c draw.Canvas, p *plot.Plot) {
 	trX, trY := p.Transforms(&c)
-	pad := vg.Points(1.5)
 	var placed []vg.Rectangle
 	for i, t := range l.texts {
 		at := vg.Point{X: trX(l.x[i]), Y: trY(l.y[i])}
@@ -355,24 +429,41 @@ func (l *labels) Plot(c draw.Canvas, p *plot.Plot) {
 		}
 		tries := []try{{vg.Point{X: dx, Y: dy}, l.style.XAlign}}
 		if l.avoid { // the other side, then above and below
+			step := h + 3*labelPad // clear of a neighbour's patch
 			tries = append(tries, try{vg.Point{X: -dx, Y: dy}, -1 - l.style.XAlign},
-				try{vg.Point{X: dx, Y: dy + h}, l.style.XAlign}, try{vg.Point{X: dx, Y: dy - h}, l.style.XAlign})
+				try{vg.Point{X: dx, Y: dy + step}, l.style.XAlign}, try{vg.Point{X: dx, Y: dy - step}, l.style.XAlign})
 		}
 		for _, try := range tries {
 			sty := l.style
 			sty.XAlign = try.align
 			pt := at.Add(try.off)
-			r := sty.Rectangle(t)
-			box := vg.Rectangle{Min: vg.Point{X: pt.X + r.Min.X - pad, Y: pt.Y + r.Min.Y - pad}, Max: vg.Point{X: pt.X + r.Max.X + pad, Y: pt.Y + r.Max.Y + pad}}
+			box := patchOf(sty, pt, t)
 			if l.avoid && (slices.ContainsFunc(placed, func(o vg.Rectangle) bool { return overlap(o, box) }) || !c.Contains(box.Min) || !c.Contains(box.Max)) {
 				continue
 			}
 			placed = append(placed, box)
-			c.FillPolygon(color.NRGBA{R: 255, G: 255, B: 255, A: 230}, []vg.Point{box.Min, {X: box.Max.X, Y: box.Min.Y}, box.Max, {X: box.Min.X, Y: box.Max.Y}})
-			c.FillText(sty, pt, t)
+			textOnPatch(c, sty, pt, t)
 			break
 		}
 	}
+}
+
+// labelPad is the white margin around a label's text.
+var labelPad = vg.Points(1.5)
+
+// patchOf returns the white patch under text t drawn at pt.
+func patchOf(sty text.Style, pt vg.Point, t string) vg.Rectangle {
+	r := sty.Rectangle(t)
+	return vg.Rectangle{Min: vg.Point{X: pt.X + r.Min.X - labelPad, Y: pt.Y + r.Min.Y - labelPad},
+		Max: vg.Point{X: pt.X + r.Max.X + labelPad, Y: pt.Y + r.Max.Y + labelPad}}
+}
+
+// textOnPatch draws t at pt on a white patch, so that it reads over bars
+// and lines.
+func textOnPatch(c draw.Canvas, sty text.Style, pt vg.Point, t string) {
+	box := patchOf(sty, pt, t)
+	c.FillPolygon(color.NRGBA{R: 255, G: 255, B: 255, A: 230}, []vg.Point{box.Min, {X: box.Max.X, Y: box.Min.Y}, box.Max, {X: box.Min.X, Y: box.Max.Y}})
+	c.FillText(sty, pt, t)
 }
 
 func overlap(a, b vg.Rectangle) bool {

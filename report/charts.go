@@ -49,6 +49,9 @@ func (v *view) charts(c *Comparison) []chart {
 
 const maxPanels = 4 // load levels drawn as panels at most
 
+// labelAll is the most points throughput-latency.png names one by one.
+const labelAll = 16
+
 const (
 	noteCapacity = "Each point is the load level with the highest throughput for its configuration: what it can serve."
 	noteFlagged  = "Hollow markers are flagged measurements (coordinated omission, saturated generator, no success, or cut short): see summary.md."
@@ -213,7 +216,7 @@ func (v *view) latencyChart() (*figure, string) {
 	}
 	for _, p := range f.panels {
 		if slo > 0 {
-			p.Add(hline(slo, line(sloColor, 1.5, 3, 3)))
+			sloLine(p, slo)
 		}
 		if needsLog(lo, hi) {
 			logAxis(&p.Y, lo, hi)
@@ -243,6 +246,7 @@ type bars struct {
 	x, bottom, top []float64
 	width          float64
 	color          color.Color
+	hatch          bool // stripes of color over its tint
 }
 
 func (b *bars) Plot(c draw.Canvas, p *plot.Plot) {
@@ -257,8 +261,10 @@ func (b *bars) Plot(c draw.Canvas, p *plot.Plot) {
 		}
 		y1 := trY(b.top[i])
 		x0, x1 := trX(b.x[i]-b.width/2), trX(b.x[i]+b.width/2)
-		pts := c.ClipPolygonY([]vg.Point{{X: x0, Y: y0}, {X: x1, Y: y0}, {X: x1, Y: y1}, {X: x0, Y: y1}})
-		c.FillPolygon(b.color, pts)
+		y0, y1 = max(y0, c.Min.Y), min(y1, c.Max.Y)
+		if y1 > y0 {
+			fillBox(&c, vg.Rectangle{Min: vg.Point{X: x0, Y: y0}, Max: vg.Point{X: x1, Y: y1}}, b.color, b.hatch)
+		}
 	}
 }
 
@@ -396,6 +402,17 @@ func (v *view) tradeoffChart() (*figure, string) {
 	}
 	p := newPlot("Throughput vs p99 latency", "throughput (successful requests/s)", "p99 latency (ms)")
 	f := &figure{panels: []*plot.Plot{p}}
+	// The naive endpoint goes last, on top, as a cross: its points often
+	// coincide with those of batch size 1.
+	naiveLast := func(c config) int {
+		if c.Endpoint == "naive" {
+			return 1
+		}
+		return 0
+	}
+	slices.SortStableFunc(order, func(a, b config) int { return cmp.Compare(naiveLast(a), naiveLast(b)) })
+	var lx, ly []float64
+	var lt []string
 	for _, c := range order {
 		recs := groups[c]
 		slices.SortFunc(recs, func(a, b *record.Record) int { return compareLoad(a.Point.Load, b.Point.Load) })
@@ -413,11 +430,28 @@ func (v *view) tradeoffChart() (*figure, string) {
 		}
 		sh := v.shapeOf(s.variant())
 		if isNaive(recs[0]) {
-			sh = circle
+			sh = cross
 		}
 		p.Add(&plotter.Line{XYs: xys, LineStyle: line(faded, 1)},
 			&plotter.Scatter{XYs: xys, GlyphStyleFunc: func(i int) draw.GlyphStyle { return glyph(col, sh, !trusted(recs[i]), 4) }})
+		// Few points are each named with their load; many, by
+		// configuration once, at its highest throughput.
+		if len(v.recs) <= labelAll {
+			for _, r := range recs {
+				lx, ly, lt = append(lx, r.Throughput), append(ly, r.Latency.P99.Ms()), append(lt, v.batchLabel(r)+" "+shortLoad(r.Point.Load))
+			}
+			continue
+		}
+		top := slices.MaxFunc(recs, func(a, b *record.Record) int { return cmp.Compare(a.Throughput, b.Throughput) })
+		lx, ly, lt = append(lx, top.Throughput), append(ly, top.Latency.P99.Ms()), append(lt, v.batchLabel(top))
 	}
+	// The naive points' names go first, so that they win a collision with
+	// the points under them.
+	slices.Reverse(lx)
+	slices.Reverse(ly)
+	slices.Reverse(lt)
+	names := newLabels(lx, ly, lt, 9, 7, 2, draw.XLeft)
+	names.avoid = true
 	front := frontier(v.recs)
 	if len(front) > 1 {
 		xys := make(plotter.XYs, len(front))
@@ -429,7 +463,7 @@ func (v *view) tradeoffChart() (*figure, string) {
 	slo := v.run.Manifest.SLO
 	if slo.P99 > 0 {
 		lo, hi = min(lo, slo.P99.Ms()), max(hi, slo.P99.Ms())
-		p.Add(hline(slo.P99.Ms(), line(sloColor, 1.5, 3, 3)))
+		sloLine(p, slo.P99.Ms())
 	}
 	if slo.MinThroughput > 0 {
 		p.Add(vline{x: slo.MinThroughput, style: line(sloColor, 1.5, 3, 3)})
@@ -452,12 +486,13 @@ func (v *view) tradeoffChart() (*figure, string) {
 		}
 		p.Add(sc, newLabels([]float64{x}, []float64{y}, []string{fmt.Sprintf("knee: %s\n%s req/s, p99 %s", v.pointLabel(k), short(k.Throughput), fmtMs(y))}, 10.5, dx, 10, align))
 	}
+	p.Add(names) // after the knee's label, which goes first
 	for _, w := range v.workers {
 		g := glyph(v.workerColor(w), circle, false, 4.5)
 		f.add(fmt.Sprintf("w=%d", w), lineThumb(line(v.workerColor(w), 1), &g))
 	}
 	if len(v.naive) > 0 {
-		g := glyph(naiveColor, circle, false, 4.5)
+		g := glyph(naiveColor, cross, false, 4.5)
 		f.add("naive", lineThumb(line(naiveColor, 1), &g))
 	}
 	if len(v.vars) > 1 {
@@ -479,8 +514,13 @@ func (v *view) tradeoffChart() (*figure, string) {
 	if flagged {
 		addFlaggedLegend(f)
 	}
-	if len(v.recs) > len(order) {
-		f.note("Thin lines join a configuration's points across load levels.")
+	switch {
+	case len(v.recs) > labelAll:
+		f.note("Thin lines join a configuration's points across load levels; each configuration is named at its highest throughput (colour: workers).")
+	case len(v.recs) > len(order):
+		f.note("Thin lines join a configuration's points across load levels; each point is named by its configuration and load (colour: workers).")
+	default:
+		f.note("Each point is named by its configuration and load (colour: workers).")
 	}
 	if len(front) > 1 {
 		f.note("The black line joins the trusted points no other point beats on both throughput and p99.")
@@ -513,14 +553,18 @@ func (v *view) serverTimeChart() (*figure, string) {
 		names = append(names, "naive")
 	}
 	for _, b := range batches {
-		names = append(names, fmt.Sprint(b))
+		names = append(names, fmt.Sprintf("b=%d", b))
+	}
+	xLabel := "max batch size (--batch)"
+	if naive {
+		xLabel = "naive endpoint | batched endpoint by max batch size (--batch)"
 	}
 	loads := panelLoads(v.loads, maxPanels)
-	f := &figure{title: "Server-side time per request: queue (light) and compute (dark)", cols: min(len(loads), 2)}
+	f := &figure{title: "Server-side time per request: compute (solid) and queue (hatched)", cols: min(len(loads), 2)}
 	n := len(order)
 	w := 0.8 / float64(max(n, 1))
 	for _, l := range loads {
-		p := newPlot("at "+loadLabel(l), "max batch size (--batch)", "mean time per request (ms)")
+		p := newPlot("at "+loadLabel(l), xLabel, "mean time per request (ms)")
 		p.NominalX(names...)
 		p.X.Min, p.X.Max = -0.6, float64(len(names))-0.4
 		top := 0.0
@@ -529,11 +573,13 @@ func (v *view) serverTimeChart() (*figure, string) {
 				if timed(r) {
 					c, q := r.Server.MeanCompute.Ms(), r.Server.MeanQueue.Ms()
 					p.Add(&bars{x: []float64{0}, bottom: []float64{0}, top: []float64{c}, width: w * 1.5, color: naiveColor},
-						&bars{x: []float64{0}, bottom: []float64{c}, top: []float64{c + q}, width: w * 1.5, color: tint(naiveColor)})
+						&bars{x: []float64{0}, bottom: []float64{c}, top: []float64{c + q}, width: w * 1.5, color: naiveColor, hatch: true})
 					top = max(top, c+q)
 					break
 				}
 			}
+			// The naive endpoint is no batch size: a rule sets it apart.
+			p.Add(vline{x: 0.5, style: line(color.RGBA{170, 170, 170, 255}, 1, 4, 3)})
 		}
 		first := 0.0
 		if naive {
@@ -543,7 +589,7 @@ func (v *view) serverTimeChart() (*figure, string) {
 		var marks []draw.GlyphStyle
 		for si, s := range order {
 			col := v.workerColor(s.Workers)
-			cb, qb := &bars{width: w * 0.92, color: col}, &bars{width: w * 0.92, color: tint(col)}
+			cb, qb := &bars{width: w * 0.92, color: col}, &bars{width: w * 0.92, color: col, hatch: true}
 			for _, r := range atLoad(groups[s], l) {
 				if !timed(r) {
 					continue
@@ -580,8 +626,9 @@ func (v *view) serverTimeChart() (*figure, string) {
 	if naive {
 		f.add("naive", thumb{fill: naiveColor})
 	}
-	f.add("compute", thumb{fill: color.RGBA{90, 90, 90, 255}})
-	f.add("queue", thumb{fill: tint(color.RGBA{90, 90, 90, 255})})
+	neutral := color.RGBA{40, 40, 40, 255}
+	f.add("compute (solid)", thumb{fill: neutral})
+	f.add("queue (hatched)", thumb{fill: neutral, hatch: true})
 	f.note("Means over successful responses, from their Server-Timing headers. Queue time is waiting for a batch to fill (up to --max-latency) and for a free worker.")
 	if len(loads) < len(v.loads) {
 		f.note("%d of the run's %d load levels are drawn.", len(loads), len(v.loads))

@@ -195,7 +195,7 @@ func judge(base, cur *record.Record, def Noise) Change {
 			if r == cur {
 				which = "run"
 			}
-			why = append(why, which+" point "+strings.Join(flagsOf(r), ", "))
+			why = append(why, which+" point "+strings.Join(r.Caveats(), ", "))
 		}
 		return strings.Join(why, "; ")
 	}
@@ -236,23 +236,6 @@ func judge(base, cur *record.Record, def Noise) Change {
 		ch.Verdict, ch.Reason = Regression, strings.Join(worse, "; ")
 	}
 	return ch
-}
-
-// flagsOf lists why r is not trusted.
-func flagsOf(r *record.Record) []string {
-	var f []string
-	if r.Partial {
-		f = append(f, "cut short")
-	}
-	for _, fl := range r.Flags {
-		if fl != record.FlagErrors {
-			f = append(f, fl)
-		}
-	}
-	if len(f) == 0 && !r.Valid {
-		f = append(f, "not valid")
-	}
-	return f
 }
 
 // rel returns (cur − base) / base, or NaN when base is zero.

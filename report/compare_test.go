@@ -78,7 +78,7 @@ func TestJudge(t *testing.T) {
 		{"error rate +0.5 points", point(), point(failing(5)), Pass, ""},
 		{"slower but flagged now", point(), point(thrX(0.8), flagged(record.FlagCoordinatedOmission)), Warn, "run point coordinated-omission"},
 		{"slower but baseline saturated", point(flagged(record.FlagGeneratorSaturated)), point(thrX(0.8)), Warn, "baseline point generator-saturated"},
-		{"slower but cut short", point(), point(thrX(0.8), partial), Warn, "cut short"},
+		{"slower but cut short", point(), point(thrX(0.8), partial), Warn, "run point partial"},
 		{"errors flag alone is trusted", point(), point(thrX(0.8), failing(1), func(r *record.Record) { r.Flags = []string{record.FlagErrors} }), Regression, "throughput"},
 		{"now fails", point(), point(noSuccess), Regression, "no request succeeded"},
 		{"now fails, cut short", point(), point(noSuccess, partial), Warn, "cut short"},

@@ -239,7 +239,6 @@ func (v *view) policyChart() (*figure, string) {
 			lat.Y.Min, lat.Y.Max = 0, 1
 		case hi/lo > 4: // log: the policies' ratios show as equal gaps at every load
 			logAxis(&lat.Y, lo, hi)
-			lat.Y.Label.Text = "latency (ms, log scale)"
 		default:
 			lat.Y.Min, lat.Y.Max = 0, hi*1.1
 		}

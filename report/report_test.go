@@ -300,3 +300,32 @@ func TestSummaryGolden(t *testing.T) {
 		})
 	}
 }
+
+// TestSummaryScheduleLag: a point that fell behind its schedule is warned
+// about with its lag, and the latency from the intended send stands next to
+// the service time.
+func TestSummaryScheduleLag(t *testing.T) {
+	d := func(ms float64) record.Duration { return record.Duration(ms * float64(time.Millisecond)) }
+	open := record.Load{Mode: "open", Rate: 200}
+	recs := []record.Record{
+		{Point: record.Point{Endpoint: "batched", Batch: 8, Workers: 1, Load: open, Items: 1}, Sent: 800, TargetRate: 200, AchievedRate: 199.8,
+			Throughput: 199, Status: map[string]int{"200": 800}, Flags: []string{record.FlagScheduleLag},
+			Latency: record.Percentiles{P50: d(1), P99: d(3.1)}, ScheduleLag: &record.Percentiles{P99: d(1453), Max: d(1476)},
+			FromSchedule: &record.Percentiles{P99: d(1468)}},
+	}
+	run := &record.Run{Dir: t.TempDir(), Records: recs}
+	res, err := Write(context.Background(), run, nil, "", small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(res.Summary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"**Behind schedule** (1 point)", "lag p99 1.45 s, max 1.48 s; p99 1.47 s from the intended send, 3.1 ms from the actual one",
+		"p99 from schedule", "schedule-lag"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("summary.md lacks %q:\n%s", want, b)
+		}
+	}
+}

@@ -120,6 +120,7 @@ var warnings = []struct {
 	{"partial", "Cut short", "the user stopped the run during these points; they were measured for less than planned"},
 	{record.FlagNoSuccess, "No success", "every request failed, so these points have no latencies and count as zero throughput"},
 	{record.FlagCoordinatedOmission, "Coordinated omission", "the generator sent less than 95 % of the target rate because the server held it back, so the latencies understate what clients at that rate would see"},
+	{record.FlagScheduleLag, "Behind schedule", "requests went out late against the open loop's schedule, enough that the p99 measured from their intended send passes the service time's by over 10 % and 10 ms, as when a stall holds sending back and a burst catches up: the average rate looks right, but the latencies (service times, from the actual send) understate what clients on schedule saw; the p99 from the intended send is given"},
 	{record.FlagGeneratorSaturated, "Load generator saturated", "the generator used (nearly) all the CPU it had, so the server may be faster than measured"},
 	{record.FlagErrors, "Errors", "some requests failed (429: the queue was full and admission refused; 503: not ready or draining; 504: deadline passed; error: no HTTP answer)"},
 }
@@ -143,6 +144,13 @@ func (v *view) writeWarnings(b *strings.Builder) {
 			}
 			if w.flag == record.FlagCoordinatedOmission && r.TargetRate > 0 {
 				label += fmt.Sprintf(" (%s of %s req/s)", num(r.AchievedRate), num(r.TargetRate))
+			}
+			if w.flag == record.FlagScheduleLag && r.ScheduleLag != nil {
+				label += fmt.Sprintf(" (lag p99 %s, max %s", fmtMs(r.ScheduleLag.P99.Ms()), fmtMs(r.ScheduleLag.Max.Ms()))
+				if f := r.FromSchedule; f != nil {
+					label += fmt.Sprintf("; p99 %s from the intended send, %s from the actual one", fmtMs(f.P99.Ms()), fmtMs(r.Latency.P99.Ms()))
+				}
+				label += ")"
 			}
 			if w.flag == record.FlagGeneratorSaturated {
 				label += fmt.Sprintf(" (%s cores)", num(r.GeneratorCPU))
@@ -386,12 +394,22 @@ func (v *view) writePoints(b *strings.Builder) {
 		column{"p90", "--:", func(r *record.Record) string { return fmtDur(r.Latency.P90) }},
 		column{"p99", "--:", func(r *record.Record) string { return fmtDur(r.Latency.P99) }},
 		column{"p99.9", "--:", func(r *record.Record) string { return fmtDur(r.Latency.P999) }},
-		column{"errors", "--:", func(r *record.Record) string { return pctAbs(r.ErrorRate()) }},
-		column{"mean batch", "--:", func(r *record.Record) string {
-			if r.Server.MeanBatch == 0 {
+	)
+	if slices.ContainsFunc(v.recs, func(r *record.Record) bool { return r.FromSchedule != nil }) {
+		cols = append(cols, column{"p99 from schedule", "--:", func(r *record.Record) string {
+			if r.FromSchedule == nil {
 				return "–"
 			}
-			return fmt.Sprintf("%.1f", r.Server.MeanBatch)
+			return fmtDur(r.FromSchedule.P99)
+		}})
+	}
+	cols = append(cols,
+		column{"errors", "--:", func(r *record.Record) string { return pctAbs(r.ErrorRate()) }},
+		column{"mean batch", "--:", func(r *record.Record) string {
+			if r.MeanBatch() == 0 {
+				return "–"
+			}
+			return fmt.Sprintf("%.1f", r.MeanBatch())
 		}},
 		column{"queue", "--:", func(r *record.Record) string { return fmtDur(r.Server.MeanQueue) }},
 		column{"compute", "--:", func(r *record.Record) string { return fmtDur(r.Server.MeanCompute) }},
@@ -400,18 +418,16 @@ func (v *view) writePoints(b *strings.Builder) {
 		cols = append(cols, column{"padding", "--:", func(r *record.Record) string { return padText(r.Server.MeanPadding) }})
 	}
 	cols = append(cols,
-		column{"flags", "---", func(r *record.Record) string {
-			f := slices.Clone(r.Flags)
-			if r.Partial {
-				f = append(f, "partial")
-			}
-			return strings.Join(f, ", ")
-		}},
+		column{"flags", "---", func(r *record.Record) string { return strings.Join(r.Caveats(), ", ") }},
 	)
 	if len(same) > 0 {
 		fmt.Fprintf(b, "Every point: %s. ", strings.Join(same, " · "))
 	}
-	b.WriteString("Rates in requests/s; latencies over successful requests, as the client saw them; mean batch, queue and compute from the server's Server-Timing headers.\n\n")
+	b.WriteString("Rates in requests/s; latencies over successful requests, as the client saw them, from each request's actual send (service time)")
+	if slices.ContainsFunc(v.recs, func(r *record.Record) bool { return r.FromSchedule != nil }) {
+		b.WriteString("; p99 from schedule measures open-loop requests from their intended send instead (wrk2's correction for coordinated omission)")
+	}
+	b.WriteString("; mean batch is items per batch with each batch counted once (from /metrics, else Server-Timing); queue and compute are means over responses from the server's Server-Timing headers.\n\n")
 	for i, c := range cols {
 		b.WriteString(map[bool]string{true: "| ", false: " | "}[i == 0] + c.head)
 	}

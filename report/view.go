@@ -107,6 +107,19 @@ func loadLabel(l record.Load) string {
 	}
 }
 
+// shortLoad names a load level briefly, for labels at points: "c=16",
+// "400/s", "→400/s" (a ramp's end).
+func shortLoad(l record.Load) string {
+	switch {
+	case l.Mode == "closed" || (l.Rate == 0 && l.Concurrency > 0):
+		return fmt.Sprintf("c=%d", l.Concurrency)
+	case l.Pacer == "ramp":
+		return "→" + num(l.Rate) + "/s"
+	default:
+		return num(l.Rate) + "/s"
+	}
+}
+
 // num formats a rate or count without trailing zeros: 12.5, 400, 0.25.
 func num(v float64) string { return fmt.Sprintf("%g", math.Round(v*100)/100) }
 
@@ -223,6 +236,18 @@ func (v *view) configLabel(r *record.Record) string {
 		b = ""
 	}
 	return b + v.seriesLabel(seriesOf(r.Point))
+}
+
+// batchLabel names a point's configuration briefly, for a chart whose
+// colours tell the worker count and shapes the variant: "naive", "b=8".
+func (v *view) batchLabel(r *record.Record) string {
+	switch {
+	case isNaive(r):
+		return "naive"
+	case r.Point.Batch > 0:
+		return fmt.Sprintf("b=%d", r.Point.Batch)
+	}
+	return v.configLabel(r)
 }
 
 // pointLabel names a point: its configuration at its load.

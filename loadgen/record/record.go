@@ -44,6 +44,9 @@ type Manifest struct {
 	SLO SLO `json:"slo,omitzero"`
 	// Interrupted is set when the run was stopped before its last point.
 	Interrupted bool `json:"interrupted,omitempty"`
+	// Notices are what the run found missing or assumed (no /metrics, no
+	// Server-Timing, answers checked by their status only…), each once.
+	Notices []string `json:"notices,omitempty"`
 }
 
 // SLO thresholds; a zero field is not checked.
@@ -67,6 +70,9 @@ type Point struct {
 	Buckets []int `json:"buckets,omitempty"`
 	Load    Load  `json:"load"`
 	Items   int   `json:"items_per_request"` // items in each request body
+	// Expect is how 200 answers were checked: "status" (any body),
+	// "infer" (one output per item) or "kserve" (a KServe v2 answer).
+	Expect string `json:"expect,omitempty"`
 }
 
 // Load is how the generator drove one point.
@@ -94,8 +100,20 @@ type Record struct {
 	Throughput  float64 `json:"throughput"`
 	ItemsPerSec float64 `json:"items_per_sec"` // successful items/s, likewise
 
-	Latency   Percentiles    `json:"latency"`             // over successful requests
-	Histogram *Histogram     `json:"histogram,omitempty"` // latencies of successful requests
+	// Latency is the service time of successful requests: from their
+	// actual send to their answer.
+	Latency Percentiles `json:"latency"`
+	// FromSchedule is the latency of successful requests measured from
+	// their intended send time instead (wrk2's correction for coordinated
+	// omission): what clients who sent on the open loop's schedule waited,
+	// including the time sending fell behind it. nil in closed loop.
+	FromSchedule *Percentiles `json:"latency_from_schedule,omitempty"`
+	// ScheduleLag is how late requests went out against the open loop's
+	// schedule (actual − intended send time), over every request sent in
+	// the measured time. nil in closed loop, which has no schedule.
+	ScheduleLag *Percentiles `json:"schedule_lag,omitempty"`
+
+	Histogram *Histogram     `json:"histogram,omitempty"` // service times of successful requests
 	Status    map[string]int `json:"status"`              // HTTP status (or "error") → count
 	Errors    map[string]int `json:"errors,omitempty"`    // transport/check error text → count
 
@@ -140,6 +158,7 @@ type Tick struct {
 	OK     int      `json:"ok"`               // of which succeeded
 	P50    Duration `json:"p50,omitzero"`     // latency of the successful ones
 	P99    Duration `json:"p99,omitzero"`
+	MaxLag Duration `json:"max_lag,omitzero"` // open loop: the latest send against the schedule
 }
 
 // Validity flags.
@@ -148,6 +167,14 @@ const (
 	// its target rate, so the server slowed the generator down and the
 	// latencies under-state what clients at that rate would see.
 	FlagCoordinatedOmission = "coordinated-omission"
+	// FlagScheduleLag: an open-loop point whose requests went out late
+	// against the schedule enough to move its p99 (measured from the
+	// intended send times, the p99 passes the service time's by more than
+	// 10 % and 10 ms), as when a stall holds sending back at
+	// load.max_in_flight and a burst catches up afterwards. The average
+	// rate may look right, but the service times (Latency) understate
+	// what clients on schedule saw: read FromSchedule.
+	FlagScheduleLag = "schedule-lag"
 	// FlagGeneratorSaturated: the load generator used (nearly) all the CPU it
 	// could; the server may have been faster than measured.
 	FlagGeneratorSaturated = "generator-saturated"
@@ -169,11 +196,23 @@ type Percentiles struct {
 
 // ServerSide is what the server said about the point: from Server-Timing
 // headers of successful responses and from /metrics where reachable.
+//
+// A mean batch size can be weighted two ways. Counting each batch once
+// (items ÷ batches, what /metrics gives) is Record.MeanBatch. Counting each
+// response once is ResponseBatch: when batches alternate 1 and 31 items,
+// 31 responses say 31 and one says 1, so ResponseBatch reads 30.1 where
+// the batches held 16 items on average.
 type ServerSide struct {
-	MeanBatch   float64  `json:"mean_batch,omitempty"`  // items per batch, mean over responses
-	MeanQueue   Duration `json:"mean_queue,omitzero"`   // queue time, mean over responses
-	MeanCompute Duration `json:"mean_compute,omitzero"` // compute time, mean over responses
-	Timed       int      `json:"timed,omitempty"`       // responses that carried Server-Timing
+	// Batch is the mean batch size with each batch counted once, from
+	// Server-Timing: the harmonic mean of the batch size each response
+	// ran in (a batch of b items answers b / items-per-request requests).
+	Batch float64 `json:"batch,omitempty"`
+	// ResponseBatch is the batch size a response ran in, mean over the
+	// responses (weighted by response, so above Batch when sizes vary).
+	ResponseBatch float64  `json:"response_batch,omitempty"`
+	MeanQueue     Duration `json:"mean_queue,omitzero"`   // queue time, mean over responses
+	MeanCompute   Duration `json:"mean_compute,omitzero"` // compute time, mean over responses
+	Timed         int      `json:"timed,omitempty"`       // responses that carried Server-Timing
 	// MeanPadding is the padding of the batches responses ran in (batch
 	// size × longest item ÷ real tokens; 1 = none), mean over the
 	// responses whose Server-Timing carried it (token models only).
@@ -183,11 +222,29 @@ type ServerSide struct {
 	RSSBytes    int64    `json:"rss_bytes,omitempty"`   // server resident memory at the end, when known
 }
 
+// UnmarshalJSON reads records written before response_batch had its name,
+// whose mean_batch was the response-weighted figure.
+func (s *ServerSide) UnmarshalJSON(b []byte) error {
+	type plain ServerSide
+	var v struct {
+		plain
+		Legacy *float64 `json:"mean_batch"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*s = ServerSide(v.plain)
+	if v.Legacy != nil && s.ResponseBatch == 0 {
+		s.ResponseBatch = *v.Legacy
+	}
+	return nil
+}
+
 // Metrics are deltas of the server's Prometheus metrics over a point.
 type Metrics struct {
 	Batches   float64  `json:"batches"`
 	Items     float64  `json:"items"`
-	MeanBatch float64  `json:"mean_batch"`
+	MeanBatch float64  `json:"mean_batch"` // Items ÷ Batches: each batch counted once
 	MeanQueue Duration `json:"mean_queue"`
 	Dropped   float64  `json:"dropped,omitempty"`
 }
@@ -211,6 +268,38 @@ func (r *Record) Spread() (lo, hi float64) {
 		lo, hi = min(lo, rp.Throughput), max(hi, rp.Throughput)
 	}
 	return lo, hi
+}
+
+// Caveats lists why r's figures cannot be taken at face value, for tables
+// and verdicts: "partial" when the point was cut short, then every flag
+// but FlagErrors (failed requests are an outcome the record measures, not
+// a doubt about its figures), or "not valid" for an invalid record without
+// flags. It is empty for a point whose figures stand.
+func (r *Record) Caveats() []string {
+	var c []string
+	if r.Partial {
+		c = append(c, "partial")
+	}
+	for _, f := range r.Flags {
+		if f != FlagErrors {
+			c = append(c, f)
+		}
+	}
+	if len(c) == 0 && !r.Valid {
+		c = append(c, "not valid")
+	}
+	return c
+}
+
+// MeanBatch is the server's mean batch size with each batch counted once:
+// items ÷ batches from /metrics when they were counted, else the same from
+// Server-Timing (ServerSide.Batch); 0 when unknown. ServerSide's
+// ResponseBatch is the response-weighted figure.
+func (r *Record) MeanBatch() float64 {
+	if m := r.Server.Metrics; m != nil && m.Batches > 0 {
+		return m.MeanBatch
+	}
+	return r.Server.Batch
 }
 
 // ErrorRate is the share of sent requests that did not succeed.

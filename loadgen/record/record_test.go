@@ -122,3 +122,28 @@ func TestDurationJSON(t *testing.T) {
 		t.Errorf("Marshal(1s) = %s", b)
 	}
 }
+
+// TestLegacyMeanBatch: records written before the response-weighted mean
+// had its name carry it as server.mean_batch; it is read as ResponseBatch,
+// and the mean batch is the batch-weighted figure of /metrics.
+func TestLegacyMeanBatch(t *testing.T) {
+	const line = `{"index":0,"point":{"name":"p","endpoint":"batched","targets":null,"load":{"mode":"closed"},"items_per_request":1},` +
+		`"start":"2025-01-01T00:00:00Z","duration":"1s","sent":1,"target_rate":0,"achieved_rate":1,"throughput":1,"items_per_sec":1,` +
+		`"latency":{"mean":"1ms","p50":"1ms","p90":"1ms","p99":"1ms","p999":"1ms","max":"1ms"},"status":{"200":1},` +
+		`"server":{"mean_batch":30.1,"metrics":{"batches":2,"items":32,"mean_batch":16,"mean_queue":"1ms"}},"valid":true,"generator_cpu":0}` + "\n"
+	recs, err := Read(strings.NewReader(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := recs[0]
+	if r.Server.ResponseBatch != 30.1 || r.Server.Batch != 0 || r.MeanBatch() != 16 {
+		t.Errorf("response batch %v, batch %v, MeanBatch() %v; want 30.1, 0, 16", r.Server.ResponseBatch, r.Server.Batch, r.MeanBatch())
+	}
+	b, err := json.Marshal(r.Server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"response_batch":30.1`) || strings.Contains(string(b), `"server":{"mean_batch"`) {
+		t.Errorf("written back as %s", b)
+	}
+}

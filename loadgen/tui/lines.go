@@ -18,6 +18,7 @@ type Lines struct {
 	started  bool
 	index    int
 	finished int
+	notices  int
 	last     time.Duration // Elapsed at the last progress line
 	stopping bool
 }
@@ -33,6 +34,10 @@ func (l *Lines) Put(s loadgen.Snapshot) {
 			r.Index+1, s.Points, r.Name, r.Throughput, r.ItemsPerSec, fmtLat(r.P50.D()), fmtLat(r.P99.D()), 100*r.ErrorRate, notes(r))
 	}
 	l.finished = len(s.Finished)
+	for _, n := range s.Notices[min(l.notices, len(s.Notices)):] {
+		fmt.Fprintf(l.W, "note: %s\n", n)
+	}
+	l.notices = len(s.Notices)
 	if s.Stopping && !l.stopping {
 		l.stopping = true
 		fmt.Fprintln(l.W, "stopping: finishing the current point and writing results…")
@@ -49,12 +54,21 @@ func (l *Lines) Put(s loadgen.Snapshot) {
 		return
 	}
 	l.last = s.Elapsed
-	line := fmt.Sprintf("[%d/%d] %s: %s %s of %s · %.1f answers/s", s.Index+1, s.Points, s.Point.Name, s.Phase,
-		fmtDur(s.PointElapsed), fmtDur(s.PointTotal), s.RPS)
+	line := fmt.Sprintf("[%d/%d] %s: %s", s.Index+1, s.Points, s.Point.Name, s.Phase)
+	if s.Repeats > 1 {
+		line += fmt.Sprintf(" (repeat %d/%d)", s.Repeat, s.Repeats)
+	}
+	line += fmt.Sprintf(" %s of %s · %.1f answers/s over %s", fmtDur(s.PhaseElapsed), fmtDur(s.PhaseTotal), s.RPS, fmtDur(s.Window))
 	if s.TargetRate > 0 {
 		line += fmt.Sprintf(" (target %.0f/s)", s.TargetRate)
 	}
+	if s.Phase == loadgen.PhaseMeasuring {
+		line += fmt.Sprintf(" · %.1f ok/s so far", s.MeasuredRPS)
+	}
 	line += fmt.Sprintf(" · p50 %s p99 %s", fmtLat(s.P50), fmtLat(s.P99))
+	if s.TargetRate > 0 && s.LagP99 > 10*time.Millisecond {
+		line += fmt.Sprintf(" · sends %s behind schedule (p99)", fmtLat(s.LagP99))
+	}
 	if s.Batch > 0 {
 		line += fmt.Sprintf(" · batch %.1f", s.Batch)
 	}

@@ -136,44 +136,56 @@ var (
 // finishedRows is how many finished points the view lists.
 const finishedRows = 8
 
-// View renders the current snapshot.
+// View renders the current snapshot. Once the run is over it shows the
+// header and the bar alone: the summary that follows on the terminal holds
+// the results table.
 func (m Model) View() string {
 	if !m.have {
 		return "infer bench: starting…\n"
 	}
 	s := m.snap
 	w := max(m.width, 40)
+	over := m.done || s.Phase == loadgen.PhaseDone
 	var b strings.Builder
 	head := titleStyle.Render("infer bench · "+s.Scenario) + fmt.Sprintf("   %d/%d points · %s elapsed", s.Done, s.Points, fmtDur(s.Elapsed))
-	if s.Phase != loadgen.PhaseDone {
+	switch {
+	case over && s.Done < s.Points:
+		head += " · " + warnStyle.Render("stopped")
+	case over:
+		head += " · done"
+	default:
 		head += " · ETA " + fmtDur(s.ETA)
 	}
 	b.WriteString(head + "\n")
-	b.WriteString(bar(sweepDone(s), min(w-2, 70)) + "\n\n")
+	b.WriteString(bar(sweepDone(s), min(w-2, 70)) + "\n")
+	if over {
+		return b.String()
+	}
+	if s.Shared != "" {
+		b.WriteString(dimStyle.Render(truncate("every batched point: "+s.Shared, w)) + "\n")
+	}
+	b.WriteString("\n")
 
-	if s.Phase != loadgen.PhaseDone && s.Done < s.Points {
-		b.WriteString(m.spin.View() + " " + titleStyle.Render(fmt.Sprintf("%d/%d %s", s.Index+1, s.Points, s.Point.Name)) + "\n")
+	if s.Done < s.Points {
+		b.WriteString(m.spin.View() + " " + titleStyle.Render(truncate(fmt.Sprintf("%d/%d %s", s.Index+1, s.Points, s.Point.Name), w-2)) + "\n")
 		phase := string(s.Phase)
 		if s.Repeats > 1 && s.Repeat > 0 {
 			phase += fmt.Sprintf(" · repeat %d/%d", s.Repeat, s.Repeats)
 		}
-		if s.PointTotal > 0 {
-			phase += fmt.Sprintf(" · %s of %s", fmtDur(s.PointElapsed), fmtDur(s.PointTotal))
+		if s.PhaseTotal > 0 {
+			phase += fmt.Sprintf(" · %s of %s", fmtDur(s.PhaseElapsed), fmtDur(s.PhaseTotal))
 		}
 		b.WriteString("  " + dimStyle.Render(phase) + "\n")
 		b.WriteString(m.live(s))
 	}
-	switch {
-	case m.done || s.Phase == loadgen.PhaseDone:
-		b.WriteString("\n" + titleStyle.Render("done") + "\n")
-	case m.stopping || s.Stopping:
-		b.WriteString("\n" + warnStyle.Render("stopping: finishing the current point and writing results… (q again to leave now)") + "\n")
+	if m.stopping || s.Stopping {
+		b.WriteString("\n" + warnStyle.Render(truncate("stopping: finishing the current point and writing results… (q again to leave now)", w)) + "\n")
 	}
 	if len(s.Finished) > 0 {
 		b.WriteString("\n" + finishedTable(s.Finished, w))
 	}
 	foot := "results in " + s.Dir
-	if !m.done && s.Phase != loadgen.PhaseDone && !m.stopping {
+	if !m.stopping {
 		foot = "q stop · " + foot
 	}
 	b.WriteString("\n" + dimStyle.Render(foot) + "\n")
@@ -184,7 +196,8 @@ func (m Model) View() string {
 func (m Model) live(s loadgen.Snapshot) string {
 	var b strings.Builder
 	line := func(label, text string) { b.WriteString("  " + labelStyle.Render(label) + text + "\n") }
-	rate := fmt.Sprintf("%.1f answers/s", s.RPS)
+	window := dimStyle.Render("last " + fmtDur(s.Window))
+	rate := fmt.Sprintf("%.1f answers/s %s", s.RPS, window)
 	if s.TargetRate > 0 {
 		rate += fmt.Sprintf(" · target %.0f/s", s.TargetRate)
 		if s.Phase == loadgen.PhaseMeasuring && s.RPS < 0.95*s.TargetRate && s.Window >= time.Second {
@@ -192,7 +205,19 @@ func (m Model) live(s loadgen.Snapshot) string {
 		}
 	}
 	line("rate", rate)
-	line("latency", fmt.Sprintf("p50 %-9s p99 %-9s %s", fmtLat(s.P50), fmtLat(s.P99), dimStyle.Render("last "+fmtDur(s.Window))))
+	if s.Phase == loadgen.PhaseMeasuring && s.PhaseElapsed > 0 {
+		line("measured", fmt.Sprintf("%.1f ok/s so far %s", s.MeasuredRPS, dimStyle.Render("(the point's throughput)")))
+	}
+	line("latency", fmt.Sprintf("p50 %-9s p99 %-9s %s", fmtLat(s.P50), fmtLat(s.P99), window))
+	if s.TargetRate > 0 && s.LagMax > 0 {
+		lag := fmt.Sprintf("p99 %-9s max %-9s", fmtLat(s.LagP99), fmtLat(s.LagMax))
+		if s.LagP99 > 10*time.Millisecond {
+			lag = warnStyle.Render(lag + " sends are behind the schedule")
+		} else {
+			lag += dimStyle.Render("sends behind the schedule")
+		}
+		line("lag", lag)
+	}
 	if s.Batch > 0 {
 		line("batch", fmt.Sprintf("%.1f items per batch (server)", s.Batch))
 	}
@@ -202,6 +227,15 @@ func (m Model) live(s loadgen.Snapshot) string {
 	}
 	if s.LastError != "" {
 		line("error", badStyle.Render(truncate(s.LastError, max(m.width-14, 20))))
+	}
+	for _, n := range s.Notices {
+		for i, l := range wrapWords(n, max(m.width-12, 20)) {
+			label := "note"
+			if i > 0 {
+				label = ""
+			}
+			line(label, warnStyle.Render(l))
+		}
 	}
 	return b.String()
 }
@@ -246,7 +280,8 @@ func statusLine(status map[string]int) string {
 	return strings.Join(parts, "  ")
 }
 
-// finishedTable lists the last finished points.
+// finishedTable lists the last finished points in width columns: a row's
+// notes go on a line of their own when they do not fit beside it.
 func finishedTable(rows []loadgen.Row, width int) string {
 	var b strings.Builder
 	skipped := max(len(rows)-finishedRows, 0)
@@ -255,15 +290,27 @@ func finishedTable(rows []loadgen.Row, width int) string {
 		title += fmt.Sprintf(" (last %d of %d)", finishedRows, len(rows))
 	}
 	b.WriteString(titleStyle.Render(title) + "\n")
-	nameW := 12
+	const numbers = 8 + 8 + 8 + 7 + 4 // OK/s, P50, P99, ERRORS and their gaps
+	nameW := len("POINT")
 	for _, r := range rows[skipped:] {
 		nameW = max(nameW, len([]rune(r.Name)))
 	}
-	nameW = min(nameW, max(width-52, 12))
-	b.WriteString(dimStyle.Render(fmt.Sprintf("  %-*s %9s %9s %9s %7s  %s", nameW, "POINT", "OK/s", "P50", "P99", "ERRORS", "NOTES")) + "\n")
+	nameW = min(nameW, max(width-2-numbers-2, 12))
+	head := fmt.Sprintf("  %-*s %8s %8s %8s %7s", nameW, "POINT", "OK/s", "P50", "P99", "ERRORS")
+	if slices.ContainsFunc(rows[skipped:], func(r loadgen.Row) bool { return r.Notes() != "" }) {
+		head += "  NOTES"
+	}
+	b.WriteString(dimStyle.Render(head) + "\n")
 	for _, r := range rows[skipped:] {
-		line := fmt.Sprintf("  %-*s %9.1f %9s %9s %6.2f%%  %s", nameW, truncate(r.Name, nameW), r.Throughput,
-			fmtLat(r.P50.D()), fmtLat(r.P99.D()), 100*r.ErrorRate, r.Notes())
+		line := fmt.Sprintf("  %-*s %8.1f %8s %8s %6.1f%%", nameW, truncate(r.Name, nameW), r.Throughput,
+			fmtLat(r.P50.D()), fmtLat(r.P99.D()), 100*r.ErrorRate)
+		if n := r.Notes(); n != "" {
+			if len([]rune(line))+2+len([]rune(n)) <= width {
+				line += "  " + n
+			} else {
+				line += "\n" + truncate("    ↳ "+n, width)
+			}
+		}
 		if !r.Valid || len(r.Violations) > 0 {
 			line = warnStyle.Render(line)
 		}
@@ -290,6 +337,33 @@ func Sparkline(values []time.Duration, width int) string {
 		b.WriteRune(runes[min(max(i, 0), len(runes)-1)])
 	}
 	return b.String()
+}
+
+// wrapWords breaks s into lines of at most width runes, between words (a
+// longer word is cut).
+func wrapWords(s string, width int) []string {
+	var lines []string
+	cur := ""
+	for _, w := range strings.Fields(s) {
+		switch {
+		case cur == "":
+			cur = w
+		case len([]rune(cur))+1+len([]rune(w)) <= width:
+			cur += " " + w
+		default:
+			lines = append(lines, cur)
+			cur = w
+		}
+		for len([]rune(cur)) > width {
+			r := []rune(cur)
+			lines = append(lines, string(r[:width]))
+			cur = string(r[width:])
+		}
+	}
+	if cur != "" {
+		lines = append(lines, cur)
+	}
+	return lines
 }
 
 func truncate(s string, n int) string {

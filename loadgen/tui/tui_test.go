@@ -27,15 +27,19 @@ func running() loadgen.Snapshot {
 		Elapsed: 75 * time.Second, ETA: 65 * time.Second,
 		Phase: loadgen.PhaseMeasuring, Index: 2,
 		Point:  record.Point{Name: "batched b=8 w=1 c=32", Load: record.Load{Mode: "open", Rate: 400}},
+		Shared: "lat=10ms",
 		Repeat: 1, Repeats: 2, PointElapsed: 4 * time.Second, PointTotal: 10 * time.Second,
+		PhaseElapsed: 3 * time.Second, PhaseTotal: 4 * time.Second, MeasuredRPS: 322.25,
 		Window: 2 * time.Second, RPS: 316.5, TargetRate: 400, P50: ms(97.4), P99: ms(231.2), Batch: 7.9,
+		LagP99: ms(1.2), LagMax: ms(3.4),
+		Notices:   []string{"http://127.0.0.1:1/metrics answers 404: the server's batch sizes are not measured"},
 		Status:    map[string]int{"200": 1264, "429": 3},
 		LastError: "HTTP 429 queue_full",
 		Spark:     []time.Duration{ms(10), ms(50), ms(100), ms(231)},
 		Finished: []loadgen.Row{
 			{Index: 0, Name: "naive c=32", Throughput: 48.2, P50: record.Duration(ms(662)), P99: record.Duration(ms(675)), Valid: true},
 			{Index: 1, Name: "batched b=1 w=1 c=32", Throughput: 47, P50: record.Duration(ms(669)), P99: record.Duration(ms(793)),
-				Flags: []string{record.FlagCoordinatedOmission}},
+				Flags: []string{record.FlagCoordinatedOmission}, Caveats: []string{record.FlagCoordinatedOmission}},
 		},
 	}
 }
@@ -51,8 +55,10 @@ func TestViewRunning(t *testing.T) {
 	view := tm.View()
 	for _, want := range []string{
 		"infer bench · quick", "2/7 points", "1m15s elapsed", "ETA 1m05s",
-		"3/7 batched b=8 w=1 c=32", "measuring · repeat 1/2 · 4s of 10s",
-		"316.5 answers/s · target 400/s (behind)", "p50 97.4ms", "p99 231ms", "last 2s",
+		"every batched point: lat=10ms",
+		"3/7 batched b=8 w=1 c=32", "measuring · repeat 1/2 · 3s of 4s",
+		"316.5 answers/s last 2s · target 400/s (behind)", "322.2 ok/s so far", "p50 97.4ms", "p99 231ms",
+		"note     http://127.0.0.1:1/metrics answers 404", "lag      p99 1.2ms     max 3.4ms",
 		"7.9 items per batch", "200: 1264", "429: 3", "▁▂▄█", "HTTP 429 queue_full",
 		"naive c=32", "48.2", "662ms", "coordinated-omission", "q stop · results in results/quick-1",
 	} {
@@ -63,6 +69,50 @@ func TestViewRunning(t *testing.T) {
 	// 2.4 of 7 points: a third of the bar.
 	if full := strings.Count(view, "█") - 1; full < 22 || full > 25 {
 		t.Errorf("progress bar has %d full cells of 70, want about 24:\n%s", full, view)
+	}
+}
+
+// TestViewNarrow: at 80 columns no line is wider, point names keep their
+// load, and notes that do not fit beside their row go below it.
+func TestViewNarrow(t *testing.T) {
+	s := running()
+	s.Notices = append(s.Notices, "http://127.0.0.1:25090 is not an infer server (no infer_model_info in /metrics): a 200 answer counts as a success whatever its body")
+	s.Finished = append(s.Finished, loadgen.Row{Index: 2, Name: "batched b=32 w=2 lat=10ms c=32", Throughput: 1234.5,
+		P50: record.Duration(ms(38.5)), P99: record.Duration(ms(1180)), ErrorRate: 0.125,
+		Caveats: []string{record.FlagCoordinatedOmission, record.FlagGeneratorSaturated}, Violations: []string{"p99 1.18s > 250ms"}})
+	var tm tea.Model = New(NewFeed(), func() {})
+	tm, _ = tm.Update(tea.WindowSizeMsg{Width: 80, Height: 40})
+	tm, _ = tm.Update(snapshotMsg(s))
+	view := tm.View()
+	for i, l := range strings.Split(view, "\n") {
+		if n := len([]rune(l)); n > 80 {
+			t.Errorf("line %d is %d columns wide: %q", i, n, l)
+		}
+	}
+	for _, want := range []string{"batched b=32 w=2 lat=10ms c=32", "12.5%", "↳ coordinated-omission; generator-saturated; p99 1.18s > 250ms",
+		"note     http://127.0.0.1:25090 is not an infer server (no infer_model_info", "whatever its body"} {
+		if !strings.Contains(view, want) {
+			t.Errorf("view lacks %q:\n%s", want, view)
+		}
+	}
+}
+
+// TestViewStopped: after q the header counts the points done whole, as the
+// summary does, and the last frame leaves the table to the summary.
+func TestViewStopped(t *testing.T) {
+	s := running()
+	s.Phase, s.Done = loadgen.PhaseDone, 1
+	s.Finished[1].Partial = true
+	var tm tea.Model = New(NewFeed(), func() {})
+	tm, _ = tm.Update(snapshotMsg(s))
+	view := tm.View()
+	if !strings.Contains(view, "1/7 points") || !strings.Contains(view, "stopped") {
+		t.Errorf("stopped view:\n%s", view)
+	}
+	for _, unwanted := range []string{"finished", "results in", "POINT"} {
+		if strings.Contains(view, unwanted) {
+			t.Errorf("last frame holds %q, which the summary prints:\n%s", unwanted, view)
+		}
 	}
 }
 
@@ -159,8 +209,9 @@ func TestLines(t *testing.T) {
 	s.Phase = loadgen.PhaseDone
 	l.Put(s)
 	want := `[1/7] done naive c=32: 48.2 ok/s, 0.0 items/s, p50 662ms, p99 675ms, errors 0.00%
+note: http://127.0.0.1:1/metrics answers 404: the server's batch sizes are not measured
 [3/7] batched b=8 w=1 c=32: measuring · ETA 1m05s
-[3/7] batched b=8 w=1 c=32: measuring 4s of 10s · 316.5 answers/s (target 400/s) · p50 97.4ms p99 231ms · batch 7.9 · 3 failed · ETA 1m05s
+[3/7] batched b=8 w=1 c=32: measuring (repeat 1/2) 3s of 4s · 316.5 answers/s over 2s (target 400/s) · 322.2 ok/s so far · p50 97.4ms p99 231ms · batch 7.9 · 3 failed · ETA 1m05s
 [2/7] done batched b=1 w=1 c=32: 47.0 ok/s, 0.0 items/s, p50 669ms, p99 793ms, errors 0.00% [coordinated-omission]
 stopping: finishing the current point and writing results…
 `

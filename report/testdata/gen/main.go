@@ -351,10 +351,10 @@ func (s sweep) run() (record.Manifest, []record.Record) {
 		if ok > 0 {
 			rec.Status["200"] = ok
 			rec.Server = record.ServerSide{
-				MeanBatch:   round(float64(batchItems) / float64(ok)),
-				MeanQueue:   us(queue / time.Duration(ok)),
-				MeanCompute: us(compute / time.Duration(ok)),
-				Timed:       timed,
+				ResponseBatch: round(float64(batchItems) / float64(ok)),
+				MeanQueue:     us(queue / time.Duration(ok)),
+				MeanCompute:   us(compute / time.Duration(ok)),
+				Timed:         timed,
 				Metrics: &record.Metrics{Batches: float64(batches), Items: float64(items),
 					MeanBatch: round(float64(items) / float64(max(batches, 1))), MeanQueue: us(queue / time.Duration(ok))},
 			}
