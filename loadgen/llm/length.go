@@ -50,7 +50,7 @@ func (l *Length) UnmarshalYAML(unmarshal func(any) error) error {
 	var n int
 	if err := unmarshal(&n); err == nil {
 		*l = Length{N: n}
-		return l.Validate()
+		return l.validCount()
 	}
 	var f lengthFields
 	if err := unmarshal(&f); err != nil {
@@ -65,7 +65,7 @@ func (l *Length) UnmarshalJSON(b []byte) error {
 	var n int
 	if err := json.Unmarshal(b, &n); err == nil {
 		*l = Length{N: n}
-		return l.Validate()
+		return l.validCount()
 	}
 	var f lengthFields
 	dec := json.NewDecoder(bytes.NewReader(b))
@@ -88,6 +88,14 @@ func (l Length) MarshalJSON() ([]byte, error) {
 
 func lengthOf(f lengthFields) Length {
 	return Length{Dist: f.Dist, Min: f.Min, Max: f.Max, Median: f.Median, Sigma: f.Sigma}
+}
+
+// validCount checks a count given as a number: 0 is not "unset" there.
+func (l Length) validCount() error {
+	if l.N < 1 || l.N > MaxLength {
+		return fmt.Errorf("%w: count %d: want 1 to %d", ErrLength, l.N, MaxLength)
+	}
+	return nil
 }
 
 // ErrLength is wrapped by Length's validation errors.

@@ -81,14 +81,16 @@ type PayloadConfig struct {
 type Generator struct {
 	cfg     PayloadConfig
 	tok     *bpe.Tokenizer
-	sep     []int32        // the tokens joining prompts when one is extended
-	ids     []atomicTokens // cached tokens per prompt
+	ids     []promptTokens // cached tokens per prompt
 	builtin bool
 }
 
-type atomicTokens struct {
-	once sync.Once
-	ids  []int32
+// promptTokens are a prompt's tokens, alone and as a continuation (after
+// a space: GPT-2 tokenises " word" as one token, so the joined text
+// tokenises back the same).
+type promptTokens struct {
+	once       sync.Once
+	ids, after []int32
 }
 
 // NewGenerator checks cfg and returns its generator.
@@ -112,8 +114,7 @@ func NewGenerator(cfg PayloadConfig) (*Generator, error) {
 			return nil, fmt.Errorf("extra body field %q: set by the payload itself", k)
 		}
 	}
-	g.sep = g.tok.Encode("\n\n")
-	g.ids = make([]atomicTokens, min(len(g.cfg.Prompts), maxCachedPrompts))
+	g.ids = make([]promptTokens, min(len(g.cfg.Prompts), maxCachedPrompts))
 	return g, nil
 }
 
@@ -209,40 +210,45 @@ func (g *Generator) Request(i uint64) *Request {
 // count counts the tokens of a text as GPT-2 does.
 func (g *Generator) count(text string) int { return g.tok.Count(text) }
 
-// tokens returns prompt i's tokens (of its text, or its last message).
-func (g *Generator) tokens(i int) []int32 {
+// tokens returns prompt i's tokens (of its text, or its last message),
+// alone or as a continuation.
+func (g *Generator) tokens(i int, after bool) []int32 {
 	p := &g.cfg.Prompts[i]
 	text := p.Text
 	if len(p.Messages) > 0 {
 		text = p.Messages[len(p.Messages)-1].Content
 	}
+	text = strings.TrimSpace(text)
 	if i >= len(g.ids) {
+		if after {
+			return g.tok.Encode(" " + text)
+		}
 		return g.tok.Encode(text)
 	}
 	c := &g.ids[i]
-	c.once.Do(func() { c.ids = g.tok.Encode(text) })
+	c.once.Do(func() { c.ids, c.after = g.tok.Encode(text), g.tok.Encode(" "+text) })
+	if after {
+		return c.after
+	}
 	return c.ids
 }
 
 // cut returns n tokens of text from prompt i on, extended with the next
-// prompts (joined by a blank line) when it is shorter. Re-tokenising the
-// cut text may give a token or two more or fewer at the edges.
+// prompts (joined by a space) when it is shorter. Re-tokenising the cut
+// text may give a token more or fewer at the edges.
 func (g *Generator) cut(i, n int) string {
-	ids := g.tokens(i)
+	ids := g.tokens(i, false)
 	if len(ids) >= n {
 		return validUTF8(g.tok.Decode(ids[:n]))
 	}
-	buf := make([]int32, 0, n+len(g.sep))
+	buf := make([]int32, 0, n)
 	buf = append(buf, ids...)
 	for j := i + 1; len(buf) < n; j++ {
-		next := g.tokens(j % len(g.cfg.Prompts))
-		if len(next) == 0 && len(g.cfg.Prompts) == 1 {
-			break // a single empty prompt cannot be extended
-		}
-		buf = append(buf, g.sep...)
-		buf = append(buf, next...)
+		// " "+text is one token at least: the loop ends.
+		next := g.tokens(j%len(g.cfg.Prompts), true)
+		buf = append(buf, next[:min(len(next), n-len(buf))]...)
 	}
-	return validUTF8(g.tok.Decode(buf[:min(n, len(buf))]))
+	return validUTF8(g.tok.Decode(buf))
 }
 
 // validUTF8 drops an incomplete UTF-8 sequence a token cut left at the end.

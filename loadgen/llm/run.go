@@ -197,7 +197,10 @@ func Run(ctx context.Context, cfg RunConfig) (*Outcome, error) {
 	} else {
 		r.closedLoop(ctx, winEnd)
 	}
-	stopped := ctx.Err() != nil
+	var stoppedAt time.Time // when a stop cut the window short
+	if ctx.Err() != nil {
+		stoppedAt = time.Now()
+	}
 
 	// Let the streams finish: until the drain ends, or a short grace
 	// after a stop; then cut them off.
@@ -215,7 +218,7 @@ func Run(ctx context.Context, cfg RunConfig) (*Outcome, error) {
 		}
 	}
 	grace.Stop()
-	stopped = stopped || ctx.Err() != nil
+	stopped := ctx.Err() != nil
 	cutOff()
 	<-finished
 	close(reportDone)
@@ -225,9 +228,8 @@ func Run(ctx context.Context, cfg RunConfig) (*Outcome, error) {
 	}
 
 	window := cfg.Duration
-	end := time.Now()
-	if stopped && end.Before(winEnd) {
-		window = max(end.Sub(winStart), 0)
+	if !stoppedAt.IsZero() && stoppedAt.Before(winEnd) {
+		window = max(stoppedAt.Sub(winStart), 0)
 	}
 	out := &Outcome{Start: winStart, Window: window, Stopped: stopped, ClientCPU: cpu.cores()}
 	out.LLM = r.stats.Record(window, cfg.Histograms)
