@@ -144,14 +144,14 @@ func (st *stream) onField(name, value []byte) {
 }
 
 // Do sends req and records into res (which it resets first; its Intended
-// and Slot are kept, and Sent is set to now). live, if not nil, is
+// and Queued are kept, and Sent is set to now). live, if not nil, is
 // incremented at each content chunk, for a live tokens/s. Do returns when
 // the answer has been read to its end or has failed; the failure is in
 // res.Cause.
 func (c *Client) Do(ctx context.Context, req *Request, res *Result, live *atomic.Int64) {
-	intended, slot := res.Intended, res.Slot
+	intended, queued := res.Intended, res.Queued
 	res.reset()
-	res.Intended, res.Slot = intended, slot
+	res.Intended, res.Queued = intended, queued
 
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
@@ -176,7 +176,7 @@ func (c *Client) Do(ctx context.Context, req *Request, res *Result, live *atomic
 
 	res.Sent = time.Now()
 	if res.Intended.IsZero() {
-		res.Intended, res.Slot = res.Sent, res.Sent
+		res.Intended = res.Sent
 	}
 	resp, err := c.cfg.HTTP.Do(hr)
 	if err != nil {

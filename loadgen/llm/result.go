@@ -96,10 +96,12 @@ const (
 
 // Result is what one request did. Times are from the monotonic clock.
 type Result struct {
-	// Intended is when the schedule meant the request to go; Slot when a
-	// stream slot was free for it (open loop; later than Intended when
-	// all were busy); Sent when it was handed to the HTTP client.
-	Intended, Slot, Sent time.Time
+	// Intended is when the schedule meant the request to go, Sent when
+	// it was handed to the HTTP client. Queued is the part of the delay
+	// between them spent waiting for a free stream slot (open loop, when
+	// all were busy); the rest is the sender's own lateness (timers, CPU).
+	Intended, Sent time.Time
+	Queued         time.Duration
 	// Chunks are the arrival times of the content chunks, from Sent. A
 	// non-streamed answer has one, when its body was read.
 	Chunks []time.Duration
@@ -159,7 +161,7 @@ func (r *Result) TPOT() time.Duration {
 func (r *Result) Lag() time.Duration { return r.Sent.Sub(r.Intended) }
 
 // Queue is how long the request waited for a stream slot.
-func (r *Result) Queue() time.Duration { return max(0, r.Slot.Sub(r.Intended)) }
+func (r *Result) Queue() time.Duration { return r.Queued }
 
 // fail records a failure, keeping the first.
 func (r *Result) fail(c Cause, format string, args ...any) {

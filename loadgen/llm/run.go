@@ -257,7 +257,8 @@ func Run(ctx context.Context, cfg RunConfig) (*Outcome, error) {
 func (r *runner) openLoop(ctx context.Context, winEnd time.Time) {
 	slots := make(chan struct{}, r.cfg.MaxInFlight)
 	horizon := winEnd.Sub(r.start)
-	var at time.Duration // the next send's intended offset
+	var at time.Duration       // the next send's intended offset
+	var slotWaitEnd time.Time // when the last wait for a slot ended
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for hits := uint64(0); ; hits++ {
@@ -279,6 +280,10 @@ func (r *runner) openLoop(ctx context.Context, winEnd time.Time) {
 		intended := r.start.Add(at)
 		req := r.cfg.Source.Request(hits) // built before its time
 		r.stats.Schedule(intended)
+		// A request late because earlier ones waited for slots has
+		// queued since its intended time; one late on its own (timers,
+		// CPU) has not.
+		var queueFrom time.Time
 		if d := time.Until(intended); d > 0 {
 			timer.Reset(d)
 			select {
@@ -286,31 +291,41 @@ func (r *runner) openLoop(ctx context.Context, winEnd time.Time) {
 			case <-ctx.Done():
 				return
 			}
+		} else if slotWaitEnd.After(intended) {
+			queueFrom = intended
 		}
 		select {
 		case slots <- struct{}{}:
 		default:
+			if queueFrom.IsZero() {
+				queueFrom = time.Now()
+			}
 			select { // all busy: the request queues
 			case slots <- struct{}{}:
+				slotWaitEnd = time.Now()
 			case <-ctx.Done():
 				return
 			}
 		}
+		var queued time.Duration
+		if !queueFrom.IsZero() {
+			queued = time.Since(queueFrom)
+		}
 		res := r.pool.Get().(*Result)
-		res.Intended, res.Slot = intended, time.Now()
+		res.Intended, res.Queued = intended, queued
 		r.launch(req, res, func() { <-slots })
 	}
 }
 
-// closedLoop runs Concurrency clients, each sending its next request when
-// answered, until the window's end or ctx.
+// closedLoop starts Concurrency clients, each sending its next request
+// when answered until the window's end or ctx, and returns then: the
+// clients' last streams drain (or are cut off) as the open loop's do.
 func (r *runner) closedLoop(ctx context.Context, winEnd time.Time) {
 	var next atomic.Uint64
-	var clients sync.WaitGroup
 	for range r.cfg.Concurrency {
-		clients.Add(1)
+		r.wg.Add(1)
 		go func() {
-			defer clients.Done()
+			defer r.wg.Done()
 			defer r.recoverPanic()
 			for ctx.Err() == nil {
 				i := next.Add(1) - 1
@@ -320,13 +335,18 @@ func (r *runner) closedLoop(ctx context.Context, winEnd time.Time) {
 					return
 				}
 				res := r.pool.Get().(*Result)
-				res.Intended, res.Slot = now, now
+				res.Intended, res.Queued = now, 0
 				r.wg.Add(1)
 				r.stream(req, res)
 			}
 		}()
 	}
-	clients.Wait()
+	t := time.NewTimer(time.Until(winEnd))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // launch runs one stream on a goroutine of its own.

@@ -57,7 +57,7 @@ type Stats struct {
 	scheduled, requests, completed, failed, unfinished int
 	failures, errors                                   map[string]int
 	status                                             map[string]int
-	ttft, tpot, itl, e2el, queue, lag, fiTTFT, fiE2EL  record.Histogram
+	ttft, tpot, itl, e2el, queue, lag, fiTTFT, fiE2EL  dist
 	prompt, output                                     int64
 	src                                                record.TokenSources
 	notStreamed, noDone                                int
@@ -68,6 +68,7 @@ type Stats struct {
 	// What happened in the window, whenever sent: actual sends, requests
 	// completed, good ones, their prompt tokens, output tokens received.
 	sentInWindow, doneInWindow, goodInWindow int
+	chunksInWindow                           int
 	promptInWindow                           int64
 	tokensInWindow                           float64
 
@@ -110,6 +111,13 @@ func (s *Stats) Add(r *Result) {
 	if s.inWindow(r.Sent) {
 		s.sentInWindow++
 	}
+	in := 0 // content chunks received in the window
+	for _, c := range r.Chunks {
+		if s.inWindow(r.Sent.Add(c)) {
+			in++
+		}
+	}
+	s.chunksInWindow += in
 	if r.OK() {
 		good := s.cfg.SLO.Good(r.TTFT(), r.TPOT(), r.E2EL())
 		if s.inWindow(r.Sent.Add(r.E2EL())) {
@@ -120,12 +128,6 @@ func (s *Stats) Add(r *Result) {
 			}
 		}
 		if n := len(r.Chunks); n > 0 {
-			in := 0
-			for _, c := range r.Chunks {
-				if s.inWindow(r.Sent.Add(c)) {
-					in++
-				}
-			}
 			s.tokensInWindow += float64(r.OutputTokens) * float64(in) / float64(n)
 		}
 	}
@@ -139,8 +141,8 @@ func (s *Stats) Add(r *Result) {
 	}
 	s.requests++
 	s.countStatus(r)
-	s.lag.Record(r.Lag())
-	s.queue.Record(r.Queue())
+	s.lag.record(r.Lag())
+	s.queue.record(r.Queue())
 	if !r.OK() {
 		s.failed++
 		if s.failures == nil {
@@ -152,15 +154,15 @@ func (s *Stats) Add(r *Result) {
 	}
 	s.completed++
 	ttft, e2el := r.TTFT(), r.E2EL()
-	s.ttft.Record(ttft)
-	s.e2el.Record(e2el)
-	s.fiTTFT.Record(r.Sent.Sub(r.Intended) + ttft)
-	s.fiE2EL.Record(r.Sent.Sub(r.Intended) + e2el)
+	s.ttft.record(ttft)
+	s.e2el.record(e2el)
+	s.fiTTFT.record(r.Sent.Sub(r.Intended) + ttft)
+	s.fiE2EL.record(r.Sent.Sub(r.Intended) + e2el)
 	if r.OutputTokens > 1 {
-		s.tpot.Record(r.TPOT())
+		s.tpot.record(r.TPOT())
 	}
 	for i := 1; i < len(r.Chunks); i++ {
-		s.itl.Record(r.Chunks[i] - r.Chunks[i-1])
+		s.itl.record(r.Chunks[i] - r.Chunks[i-1])
 	}
 	s.prompt += int64(r.PromptTokens)
 	s.output += int64(r.OutputTokens)
@@ -265,23 +267,23 @@ func (s *Stats) Record(window time.Duration, histograms bool) record.LLM {
 		API: s.cfg.API.String(), Stream: s.cfg.Stream, Model: s.cfg.Model,
 		Scheduled: s.scheduled, Requests: s.requests, Completed: s.completed, Failed: s.failed,
 		Failures: clone(s.failures), Unfinished: s.unfinished, Errors: clone(s.errors),
-		TTFT: record.MsStatsOf(&s.ttft), TPOT: record.MsStatsOf(&s.tpot),
-		ITL: record.MsStatsOf(&s.itl), E2EL: record.MsStatsOf(&s.e2el),
+		TTFT: s.ttft.stats(), TPOT: s.tpot.stats(), ITL: s.itl.stats(), E2EL: s.e2el.stats(),
 		RequestsPerS:     rate(float64(s.doneInWindow)),
 		OutputTokensPerS: rate(s.tokensInWindow),
 		TotalTokensPerS:  rate(float64(s.promptInWindow) + s.tokensInWindow),
 		GoodputPerS:      rate(float64(s.goodInWindow)),
+		ChunksPerS:       rate(float64(s.chunksInWindow)),
 		Good:             s.goodInWindow,
 		PromptTokens:     s.prompt, OutputTokens: s.output, TokenSource: s.src,
 		NotStreamed: s.notStreamed, NoDone: s.noDone,
-		Queue: record.MsStatsOf(&s.queue), Lag: record.MsStatsOf(&s.lag),
-		FromIntended: record.FromIntended{TTFT: record.MsStatsOf(&s.fiTTFT), E2EL: record.MsStatsOf(&s.fiE2EL)},
+		Queue: s.queue.stats(), Lag: s.lag.stats(),
+		FromIntended: record.FromIntended{TTFT: s.fiTTFT.stats(), E2EL: s.fiE2EL.stats()},
 		SLO:          s.cfg.SLO,
 	}
 	if histograms {
-		cp := func(h *record.Histogram) *record.Histogram {
+		cp := func(d *dist) *record.Histogram {
 			var c record.Histogram
-			c.Merge(h)
+			c.Merge(&d.h)
 			return &c
 		}
 		l.Histograms = &record.LLMHistograms{TTFT: cp(&s.ttft), TPOT: cp(&s.tpot), ITL: cp(&s.itl), E2EL: cp(&s.e2el)}
@@ -300,7 +302,7 @@ func (s *Stats) flags() []string {
 	if s.cfg.Open && s.scheduled > 0 && float64(s.sentInWindow) < minAchieved*float64(s.scheduled) {
 		f = append(f, record.FlagCoordinatedOmission)
 	}
-	if s.cfg.Open && s.lag.Count() > 0 && s.lag.Quantile(0.99) > s.cfg.MaxLag {
+	if s.cfg.Open && s.lag.h.Count() > 0 && s.lag.p99() > s.cfg.MaxLag {
 		f = append(f, record.FlagSendLag)
 	}
 	if s.failed > 0 {

@@ -60,6 +60,10 @@ type LLM struct {
 	OutputTokensPerS float64 `json:"output_tokens_per_s"`
 	TotalTokensPerS  float64 `json:"total_tokens_per_s"` // prompt tokens of the completed + output tokens, per second
 	GoodputPerS      float64 `json:"goodput_per_s"`
+	// ChunksPerS counts the content chunks received per second, of every
+	// request (failed and unfinished too): with OutputTokensPerS, how
+	// many tokens a chunk carries.
+	ChunksPerS float64 `json:"chunks_per_s"`
 	// Good counts the completed requests in the window that met the SLO.
 	Good int `json:"good"`
 

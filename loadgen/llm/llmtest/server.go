@@ -9,8 +9,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -88,7 +90,13 @@ const maxTokens = 100000
 type Server struct {
 	cfg      Config
 	requests atomic.Int64
+
+	mu        sync.Mutex
+	ttft, itl []time.Duration // measured at the writes, bounded
 }
+
+// maxMeasured bounds the timings a Server keeps.
+const maxMeasured = 1 << 18
 
 // New returns a server of cfg.
 func New(cfg Config) *Server {
@@ -168,8 +176,54 @@ type message struct {
 	Content any    `json:"content"`
 }
 
+// Measured is the timing the server achieved, taken when each content
+// chunk had been written and flushed: the medians of the time to the
+// first one and of the gaps between them. A loaded machine makes them
+// later than Timing; a client's figures add the transfer to these.
+type Measured struct {
+	TTFTP50, ITLP50 time.Duration
+	Answers, Gaps   int
+}
+
+// Measured returns the timing achieved so far.
+func (s *Server) Measured() Measured {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	med := func(v []time.Duration) time.Duration {
+		if len(v) == 0 {
+			return 0
+		}
+		c := slices.Clone(v)
+		slices.Sort(c)
+		if len(c)%2 == 1 {
+			return c[len(c)/2]
+		}
+		return (c[len(c)/2-1] + c[len(c)/2]) / 2
+	}
+	return Measured{TTFTP50: med(s.ttft), ITLP50: med(s.itl), Answers: len(s.ttft), Gaps: len(s.itl)}
+}
+
+func (s *Server) measured(first bool, d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if first && len(s.ttft) < maxMeasured {
+		s.ttft = append(s.ttft, d)
+	} else if !first && len(s.itl) < maxMeasured {
+		s.itl = append(s.itl, d)
+	}
+}
+
+// MeasuredPath serves Measured as JSON (GET), for a server in another
+// process.
+const MeasuredPath = "/fake/measured"
+
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	if r.URL.Path == MeasuredPath {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(s.Measured())
+		return
+	}
 	var chat bool
 	switch {
 	case strings.HasSuffix(r.URL.Path, "/v1/chat/completions"):
@@ -249,6 +303,7 @@ type answer struct {
 	tokens    int
 	timer     *time.Timer
 	rc        *http.ResponseController
+	last      time.Duration // when the last content chunk was out
 	buf       []byte
 	data      []byte
 }
@@ -359,6 +414,7 @@ func (a *answer) stream(includeUsage bool) {
 			if !a.send(enc, a.contentChunk(object, i, k, cfg.RoleEvery || (i == 0 && !cfg.RoleFirst))) {
 				return
 			}
+			a.wrote(i)
 			continue
 		}
 		choice := map[string]any{"index": 0, "finish_reason": nil}
@@ -381,6 +437,7 @@ func (a *answer) stream(includeUsage bool) {
 		if !send(chunk([]any{choice}, usage)) {
 			return
 		}
+		a.wrote(i)
 	}
 	if !cfg.UsageInLast {
 		finish := map[string]any{"index": 0, "finish_reason": "length"}
@@ -399,6 +456,17 @@ func (a *answer) stream(includeUsage bool) {
 	if !cfg.NoDone {
 		a.send(enc, []byte("[DONE]"))
 	}
+}
+
+// wrote notes that content chunk i is out.
+func (a *answer) wrote(i int) {
+	now := time.Since(a.start)
+	if i == 0 {
+		a.s.measured(true, now)
+	} else {
+		a.s.measured(false, now-a.last)
+	}
+	a.last = now
 }
 
 // fail ends a stream with an error in the configured style.
