@@ -199,7 +199,7 @@ func (s *scanner) str(dst []byte, keep bool) ([]byte, error) {
 	for {
 		// The fast path: a run of plain ASCII.
 		j := i
-		for j < len(b) && b[j] >= 0x20 && b[j] < 0x80 && b[j] != '"' && b[j] != '\\' {
+		for j < len(b) && plain[b[j]] {
 			j++
 		}
 		if keep {
@@ -271,6 +271,15 @@ func (s *scanner) str(dst []byte, keep bool) ([]byte, error) {
 		}
 	}
 }
+
+// plain[c] is whether byte c stands for itself in a JSON string: printable
+// ASCII but the quote and the backslash.
+var plain = func() (t [256]bool) {
+	for c := 0x20; c < 0x80; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 func appendIf(keep bool, dst []byte, c byte) []byte {
 	if keep {

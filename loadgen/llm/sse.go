@@ -62,6 +62,7 @@ type Reader struct {
 	r          io.Reader
 	buf        []byte // read buffer; unread bytes are buf[start:end]
 	start, end int
+	scanned    int   // unread bytes known to hold no line end
 	err        error // sticky read error
 
 	data       []byte // the event being built
@@ -232,7 +233,11 @@ func (sr *Reader) line() ([]byte, error) {
 			}
 		}
 		if sr.started {
-			if i := lineEnd(unread); i >= 0 {
+			// Scan only the bytes not scanned yet: a long line read in
+			// small pieces stays linear.
+			if i := lineEnd(unread[sr.scanned:]); i >= 0 {
+				i += sr.scanned
+				sr.scanned = 0
 				if i > sr.max() {
 					return nil, ErrEventTooLarge
 				}
@@ -240,9 +245,10 @@ func (sr *Reader) line() ([]byte, error) {
 				sr.afterCR = unread[i] == '\r'
 				return unread[:i], nil
 			}
+			sr.scanned = len(unread)
 			if sr.err != nil {
 				sr.partial = unread
-				sr.start = sr.end
+				sr.start, sr.scanned = sr.end, 0
 				return nil, sr.err
 			}
 			if len(unread) > sr.max() {
@@ -257,12 +263,14 @@ var bom = []byte{0xEF, 0xBB, 0xBF}
 
 // lineEnd returns the index of the first CR or LF in b, or -1.
 func lineEnd(b []byte) int {
-	for i, c := range b {
-		if c == '\n' || c == '\r' {
-			return i
-		}
+	lf := bytes.IndexByte(b, '\n')
+	if lf < 0 {
+		return bytes.IndexByte(b, '\r')
 	}
-	return -1
+	if cr := bytes.IndexByte(b[:lf], '\r'); cr >= 0 {
+		return cr
+	}
+	return lf
 }
 
 // fill reads more bytes, first moving the unread ones to the front, and
