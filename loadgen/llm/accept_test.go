@@ -247,7 +247,6 @@ func TestAcceptCost(t *testing.T) {
 	out := runReal(t, url, llm.PayloadConfig{API: llm.Chat, Stream: true, OutputTokens: llm.Fixed(tokens)},
 		llm.RunConfig{Concurrency: streams, Warmup: warmup, Duration: window, Drain: time.Second,
 			Progress: func(s llm.Snapshot) {
-				if os.Getenv("DEBUG_SNAP") != "" { fmt.Println(s.Phase, s.Open, s.Elapsed, s.TokensPerS) }
 				if s.Phase == llm.PhaseMeasuring {
 					minOpen = min(minOpen, s.Open)
 				}

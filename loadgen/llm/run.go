@@ -257,7 +257,7 @@ func Run(ctx context.Context, cfg RunConfig) (*Outcome, error) {
 func (r *runner) openLoop(ctx context.Context, winEnd time.Time) {
 	slots := make(chan struct{}, r.cfg.MaxInFlight)
 	horizon := winEnd.Sub(r.start)
-	var at time.Duration       // the next send's intended offset
+	var at time.Duration      // the next send's intended offset
 	var slotWaitEnd time.Time // when the last wait for a slot ended
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
