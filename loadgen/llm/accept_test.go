@@ -4,7 +4,6 @@ package llm_test
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -107,27 +106,11 @@ func accept(t *testing.T, format string, args ...any) {
 	t.Log(line)
 }
 
+// runReal runs cfg against the server at url.
 func runReal(t *testing.T, url string, payload llm.PayloadConfig, cfg llm.RunConfig, ccfg llm.ClientConfig) *llm.Outcome {
 	t.Helper()
 	ccfg.BaseURL = url
-	ccfg.HTTP = &http.Client{Transport: llm.NewTransport(0)}
-	c, err := llm.NewClient(ccfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if payload.Model == "" {
-		payload.Model = "fake"
-	}
-	g, err := llm.NewGenerator(payload)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Client, cfg.Source, cfg.API, cfg.Stream = c, g, payload.API, payload.Stream
-	out, err := llm.Run(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return runWith(t, ccfg, payload, cfg)
 }
 
 // TestAcceptAccuracy: TTFT and ITL within 1 ms of the truth at p50, TPOT

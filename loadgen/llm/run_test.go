@@ -30,26 +30,30 @@ func runCase(t *testing.T, fake llmtest.Config, payload llm.PayloadConfig, cfg l
 	synctest.Test(t, func(t *testing.T) {
 		hc, url, stop := llmtest.ServePipe(llmtest.New(fake))
 		defer stop()
-		var err error
-		if cfg.Client == nil {
-			cfg.Client, err = llm.NewClient(llm.ClientConfig{BaseURL: url, HTTP: hc})
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-		if payload.Model == "" {
-			payload.Model = "fake"
-		}
-		g, err := llm.NewGenerator(payload)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.Source, cfg.API, cfg.Stream = g, payload.API, payload.Stream
-		out, err = llm.Run(context.Background(), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		out = runWith(t, llm.ClientConfig{BaseURL: url, HTTP: hc}, payload, cfg)
 	})
+	return out
+}
+
+// runWith runs cfg with a client of ccfg and a generator of payload.
+func runWith(t *testing.T, ccfg llm.ClientConfig, payload llm.PayloadConfig, cfg llm.RunConfig) *llm.Outcome {
+	t.Helper()
+	c, err := llm.NewClient(ccfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if payload.Model == "" {
+		payload.Model = "fake"
+	}
+	g, err := llm.NewGenerator(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Client, cfg.Source, cfg.API, cfg.Stream = c, g, payload.API, payload.Stream
+	out, err := llm.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return out
 }
 
