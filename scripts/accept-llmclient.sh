@@ -8,12 +8,14 @@
 #             tokens), for the vLLM, TGI, llama.cpp and Ollama wire forms
 #   foreign   a server without usage is flagged; mid-stream errors and a
 #             dropped connection are counted by cause
-#   cost      1,000 concurrent streams (a chunk every 8 ms each): client CPU
+#   cost      1,000 concurrent streams, a chunk every 8 ms each and again
+#             every 40 ms (where chunks come one a socket read): client CPU,
+#             chunks a read, CPU a chunk
 #   schedule  an open loop of 100 req/s x 200 tokens, constant and Poisson:
 #             achieved rate vs the schedule, schedule lag
 # Every figure is printed on an "ACCEPT" line. Knobs: LLM_ACCEPT_STREAMS
-# (1000), LLM_ACCEPT_RATE (100), LLM_ACCEPT_SECONDS (window: 8 for cost, 10
-# for schedule). Usage: scripts/accept-llmclient.sh [section...]
+# (1000), LLM_ACCEPT_INTERVAL_MS (only this interval), LLM_ACCEPT_RATE (100),
+# LLM_ACCEPT_SECONDS (window: 8 for cost, 10 for schedule). Usage: scripts/accept-llmclient.sh [section...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

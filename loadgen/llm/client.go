@@ -192,7 +192,11 @@ func (c *Client) Do(ctx context.Context, req *Request, res *Result, live *atomic
 	}
 
 	st := c.pool.Get().(*stream)
-	defer c.pool.Put(st)
+	defer func() {
+		st.res = nil
+		st.sr.Reset(nil) // keeps the buffers, not the body
+		c.pool.Put(st)
+	}()
 	st.res, st.field, st.usage, st.completion, st.prompt = res, nil, false, 0, -1
 	if isEventStream(resp, req.Stream) {
 		res.Streamed = true
@@ -203,7 +207,6 @@ func (c *Client) Do(ctx context.Context, req *Request, res *Result, live *atomic
 	if res.OK() {
 		c.count(req, res, st)
 	}
-	st.res = nil
 }
 
 // isEventStream tells an event stream from a whole JSON answer by its
