@@ -64,7 +64,8 @@ type LLM struct {
 	// request (failed and unfinished too): with OutputTokensPerS, how
 	// many tokens a chunk carries.
 	ChunksPerS float64 `json:"chunks_per_s"`
-	// Good counts the completed requests in the window that met the SLO.
+	// Good counts the requests completed in the window (by their last
+	// token, whenever sent) that met the SLO: GoodputPerS's numerator.
 	Good int `json:"good"`
 
 	// Tokens of the completed requests sent in the window: prompt tokens
