@@ -1,0 +1,329 @@
+package llm
+
+import (
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/inferhq/infer/loadgen/record"
+)
+
+// Stats defaults and bounds.
+const (
+	// DefaultMaxLag is the p99 schedule lag over which an open-loop point
+	// is flagged record.FlagSendLag.
+	DefaultMaxLag = 10 * time.Millisecond
+	// DefaultTimeline is how many requests the timeline samples.
+	DefaultTimeline = 200
+	maxTimeline     = 10000
+	// minAchieved is today's bench's bound: an open loop that sent less
+	// than this share of its schedule in the window was held back.
+	minAchieved = 0.95
+	// maxErrorKinds bounds the distinct error texts kept.
+	maxErrorKinds = 20
+)
+
+// StatsConfig describes the measured window and what to judge it by.
+type StatsConfig struct {
+	// Start and End bound the measured window: a request is in it when
+	// its intended send time is.
+	Start, End time.Time
+	API        API
+	Stream     bool
+	Model      string
+	SLO        record.LLMSLO
+	// Open is whether the load is an open loop (it has a schedule).
+	Open bool
+	// MaxLag is the schedule-lag bound; 0: DefaultMaxLag.
+	MaxLag time.Duration
+	// Timeline is how many requests to sample (0: DefaultTimeline, < 0:
+	// none); Seed makes the sample reproducible.
+	Timeline int
+	Seed     uint64
+}
+
+// Stats folds Results into a record.LLM with vLLM's definitions (see
+// record.LLM) and keeps live figures since the start for Snapshots. It is
+// safe for concurrent use; Add takes a lock for the few microseconds of a
+// request's bookkeeping (its ITLs into a histogram).
+type Stats struct {
+	cfg StatsConfig
+	mu  sync.Mutex
+
+	// Requests sent (by intended time) in the window.
+	scheduled, requests, completed, failed, unfinished int
+	failures, errors                                   map[string]int
+	status                                             map[string]int
+	ttft, tpot, itl, e2el, queue, lag, fiTTFT, fiE2EL  dist
+	prompt, output                                     int64
+	src                                                record.TokenSources
+	notStreamed, noDone                                int
+	sampled                                            []record.Span
+	seen                                               int // window requests offered to the sample
+	rng                                                *rand.Rand
+
+	// What happened in the window, whenever sent: actual sends, requests
+	// completed, good ones, their prompt tokens, output tokens received.
+	sentInWindow, doneInWindow, goodInWindow int
+	chunksInWindow                           int
+	promptInWindow                           int64
+	tokensInWindow                           float64
+
+	live liveStats
+}
+
+// NewStats returns empty stats for cfg.
+func NewStats(cfg StatsConfig) *Stats {
+	if cfg.MaxLag <= 0 {
+		cfg.MaxLag = DefaultMaxLag
+	}
+	switch {
+	case cfg.Timeline == 0:
+		cfg.Timeline = DefaultTimeline
+	case cfg.Timeline > maxTimeline:
+		cfg.Timeline = maxTimeline
+	}
+	return &Stats{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x11e))}
+}
+
+func (s *Stats) inWindow(t time.Time) bool {
+	return !t.Before(s.cfg.Start) && t.Before(s.cfg.End)
+}
+
+// Schedule counts one send the schedule planned at intended (open loop).
+func (s *Stats) Schedule(intended time.Time) {
+	if !s.inWindow(intended) {
+		return
+	}
+	s.mu.Lock()
+	s.scheduled++
+	s.mu.Unlock()
+}
+
+// Add folds in one finished request.
+func (s *Stats) Add(r *Result) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.live.add(r)
+	if s.inWindow(r.Sent) {
+		s.sentInWindow++
+	}
+	in := 0 // content chunks received in the window
+	for _, c := range r.Chunks {
+		if s.inWindow(r.Sent.Add(c)) {
+			in++
+		}
+	}
+	s.chunksInWindow += in
+	if r.OK() {
+		good := s.cfg.SLO.Good(r.TTFT(), r.TPOT(), r.E2EL())
+		if s.inWindow(r.Sent.Add(r.E2EL())) {
+			s.doneInWindow++
+			s.promptInWindow += int64(r.PromptTokens)
+			if good {
+				s.goodInWindow++
+			}
+		}
+		if n := len(r.Chunks); n > 0 {
+			s.tokensInWindow += float64(r.OutputTokens) * float64(in) / float64(n)
+		}
+	}
+	if !s.inWindow(r.Intended) {
+		return
+	}
+	s.sample(r)
+	if r.Cause == CauseCancelled {
+		s.unfinished++ // the run cut it off: neither success nor failure
+		return
+	}
+	s.requests++
+	s.countStatus(r)
+	s.lag.record(r.Lag())
+	s.queue.record(r.Queue())
+	if !r.OK() {
+		s.failed++
+		if s.failures == nil {
+			s.failures = make(map[string]int)
+		}
+		s.failures[string(r.Cause)]++
+		s.addError(r.Err)
+		return
+	}
+	s.completed++
+	ttft, e2el := r.TTFT(), r.E2EL()
+	s.ttft.record(ttft)
+	s.e2el.record(e2el)
+	s.fiTTFT.record(r.Sent.Sub(r.Intended) + ttft)
+	s.fiE2EL.record(r.Sent.Sub(r.Intended) + e2el)
+	if r.OutputTokens > 1 {
+		s.tpot.record(r.TPOT())
+	}
+	for i := 1; i < len(r.Chunks); i++ {
+		s.itl.record(r.Chunks[i] - r.Chunks[i-1])
+	}
+	s.prompt += int64(r.PromptTokens)
+	s.output += int64(r.OutputTokens)
+	switch r.Source {
+	case FromUsage:
+		s.src.Usage++
+	case FromTokenizer:
+		s.src.Tokenizer++
+	default:
+		s.src.Chunks++
+	}
+	if s.cfg.Stream && !r.Streamed {
+		s.notStreamed++
+	}
+	if r.Streamed && !r.Done {
+		s.noDone++
+	}
+}
+
+func (s *Stats) countStatus(r *Result) {
+	if s.status == nil {
+		s.status = make(map[string]int)
+	}
+	key := "error"
+	if r.Status != 0 {
+		key = strconv.Itoa(r.Status)
+	}
+	s.status[key]++
+}
+
+func (s *Stats) addError(text string) {
+	if text == "" {
+		return
+	}
+	if s.errors == nil {
+		s.errors = make(map[string]int)
+	}
+	if _, ok := s.errors[text]; !ok && len(s.errors) >= maxErrorKinds {
+		text = "other errors"
+	}
+	s.errors[text]++
+}
+
+// sample keeps a uniform sample of the window's requests (reservoir
+// sampling with the configured seed).
+func (s *Stats) sample(r *Result) {
+	k := s.cfg.Timeline
+	if k <= 0 {
+		return
+	}
+	s.seen++
+	slot := len(s.sampled)
+	if slot >= k {
+		slot = s.rng.IntN(s.seen)
+		if slot >= k {
+			return
+		}
+	}
+	from := func(t time.Time) record.Duration { return record.Duration(t.Sub(s.cfg.Start)) }
+	sp := record.Span{Intended: from(r.Intended), Sent: from(r.Sent), OK: r.OK(), OutputTokens: r.OutputTokens}
+	if len(r.Chunks) > 0 {
+		sp.FirstToken = from(r.Sent.Add(r.TTFT()))
+		sp.LastToken = from(r.Sent.Add(r.E2EL()))
+	}
+	if slot == len(s.sampled) {
+		s.sampled = append(s.sampled, sp)
+	} else {
+		s.sampled[slot] = sp
+	}
+}
+
+// Counts are a Stats' request counts in the window.
+type Counts struct {
+	Scheduled int // open loop: sends planned in the window
+	Sent      int // sent in the window, by actual send time
+	// Status counts the window's requests by HTTP status ("error": no
+	// answer), as record.Record.Status.
+	Status map[string]int
+}
+
+// Counts returns the window's counts.
+func (s *Stats) Counts() Counts {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Counts{Scheduled: s.scheduled, Sent: s.sentInWindow, Status: clone(s.status)}
+}
+
+// Record summarises the window. window is the measured time (shorter than
+// End − Start when the run was stopped early); histograms says whether to
+// include the distributions.
+func (s *Stats) Record(window time.Duration, histograms bool) record.LLM {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	secs := window.Seconds()
+	rate := func(n float64) float64 {
+		if secs <= 0 {
+			return 0
+		}
+		return n / secs
+	}
+	l := record.LLM{
+		API: s.cfg.API.String(), Stream: s.cfg.Stream, Model: s.cfg.Model,
+		Scheduled: s.scheduled, Requests: s.requests, Completed: s.completed, Failed: s.failed,
+		Failures: clone(s.failures), Unfinished: s.unfinished, Errors: clone(s.errors),
+		TTFT: s.ttft.stats(), TPOT: s.tpot.stats(), ITL: s.itl.stats(), E2EL: s.e2el.stats(),
+		RequestsPerS:     rate(float64(s.doneInWindow)),
+		OutputTokensPerS: rate(s.tokensInWindow),
+		TotalTokensPerS:  rate(float64(s.promptInWindow) + s.tokensInWindow),
+		GoodputPerS:      rate(float64(s.goodInWindow)),
+		ChunksPerS:       rate(float64(s.chunksInWindow)),
+		Good:             s.goodInWindow,
+		PromptTokens:     s.prompt, OutputTokens: s.output, TokenSource: s.src,
+		NotStreamed: s.notStreamed, NoDone: s.noDone,
+		Queue: s.queue.stats(), Lag: s.lag.stats(),
+		FromIntended: record.FromIntended{TTFT: s.fiTTFT.stats(), E2EL: s.fiE2EL.stats()},
+		SLO:          s.cfg.SLO,
+	}
+	if histograms {
+		cp := func(d *dist) *record.Histogram {
+			var c record.Histogram
+			c.Merge(&d.h)
+			return &c
+		}
+		l.Histograms = &record.LLMHistograms{TTFT: cp(&s.ttft), TPOT: cp(&s.tpot), ITL: cp(&s.itl), E2EL: cp(&s.e2el)}
+	}
+	if len(s.sampled) > 0 {
+		l.Timeline = slices.Clone(s.sampled)
+		slices.SortFunc(l.Timeline, func(a, b record.Span) int { return int(a.Intended - b.Intended) })
+	}
+	l.Flags = s.flags()
+	return l
+}
+
+// flags judges the window (the lock held).
+func (s *Stats) flags() []string {
+	var f []string
+	if s.cfg.Open && s.scheduled > 0 && float64(s.sentInWindow) < minAchieved*float64(s.scheduled) {
+		f = append(f, record.FlagCoordinatedOmission)
+	}
+	if s.cfg.Open && s.lag.h.Count() > 0 && s.lag.p99() > s.cfg.MaxLag {
+		f = append(f, record.FlagSendLag)
+	}
+	if s.failed > 0 {
+		f = append(f, record.FlagErrors)
+	}
+	if s.completed == 0 {
+		f = append(f, record.FlagNoSuccess)
+	}
+	if s.src.Tokenizer+s.src.Chunks > 0 {
+		f = append(f, record.FlagNoUsage)
+	}
+	if s.notStreamed > 0 {
+		f = append(f, record.FlagNotStreamed)
+	}
+	return f
+}
+
+// clone copies m; an empty map becomes nil.
+func clone(m map[string]int) map[string]int {
+	if len(m) == 0 {
+		return nil
+	}
+	return maps.Clone(m)
+}

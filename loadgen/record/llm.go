@@ -1,0 +1,222 @@
+package record
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// LLM is what one point of a streaming LLM load (an OpenAI-compatible
+// /v1/completions or /v1/chat/completions endpoint) measured, with vLLM's
+// metric definitions so that figures compare with `vllm bench serve`:
+//
+//   - TTFT: send → the first chunk with non-empty content (a role-only or
+//     empty chunk is not a token);
+//   - TPOT: (E2EL − TTFT) / (output tokens − 1), over requests of more
+//     than one output token, the tokens from the server's usage;
+//   - ITL: the gaps between consecutive content chunks, pooled over
+//     requests (a chunk may carry several tokens: ITL is per chunk, TPOT
+//     per token);
+//   - E2EL: send → the last content chunk;
+//   - goodput: completed requests per second that met every per-request
+//     threshold of SLO (all of them when none is set).
+//
+// Latency distributions are over the requests whose intended send time
+// fell in the measured window, failures excluded (they are counted by
+// cause). Rates are over what finished in the window, whenever it was
+// sent: requests completed, and output tokens received (a request's
+// tokens shared out over its content chunks by their arrival time), so
+// that an overloaded server is not credited with work it did later.
+//
+// The JSON keys ttft_ms, tpot_ms, itl_ms, e2el_ms, requests_per_s,
+// output_tokens_per_s and goodput_per_s are what `--output json` carries
+// per point.
+type LLM struct {
+	API    string `json:"api"`    // "completions" or "chat"
+	Stream bool   `json:"stream"` // streaming was asked for
+	Model  string `json:"model,omitempty"`
+
+	// Scheduled counts the sends the open loop's pacer scheduled in the
+	// window (0 in closed loop); Requests those sent; Completed and Failed
+	// split Requests; Failures counts the failed by cause ("connect",
+	// "http_4xx", "stream_error", …). Unfinished requests were still
+	// streaming when the run cut them off after its drain time (or a
+	// stop): the run's doing, not the server's, so in neither count.
+	Scheduled  int            `json:"scheduled,omitempty"`
+	Requests   int            `json:"requests"`
+	Completed  int            `json:"completed"`
+	Failed     int            `json:"failed"`
+	Failures   map[string]int `json:"failures,omitempty"`
+	Unfinished int            `json:"unfinished,omitempty"`
+	// Errors counts failure texts (bounded: rare texts are grouped).
+	Errors map[string]int `json:"errors,omitempty"`
+
+	TTFT MsStats `json:"ttft_ms"`
+	TPOT MsStats `json:"tpot_ms"`
+	ITL  MsStats `json:"itl_ms"`
+	E2EL MsStats `json:"e2el_ms"`
+
+	RequestsPerS     float64 `json:"requests_per_s"`
+	OutputTokensPerS float64 `json:"output_tokens_per_s"`
+	TotalTokensPerS  float64 `json:"total_tokens_per_s"` // prompt tokens of the completed + output tokens, per second
+	GoodputPerS      float64 `json:"goodput_per_s"`
+	// ChunksPerS counts the content chunks received per second, of every
+	// request (failed and unfinished too): with OutputTokensPerS, how
+	// many tokens a chunk carries.
+	ChunksPerS float64 `json:"chunks_per_s"`
+	// Good counts the requests completed in the window (by their last
+	// token, whenever sent) that met the SLO: GoodputPerS's numerator.
+	Good int `json:"good"`
+
+	// Tokens of the completed requests sent in the window: prompt tokens
+	// (the server's usage, else the client's count of what it sent) and
+	// output tokens; TokenSource says where the output counts came from.
+	PromptTokens int64        `json:"prompt_tokens"`
+	OutputTokens int64        `json:"output_tokens"`
+	TokenSource  TokenSources `json:"token_source"`
+	// NotStreamed counts requests answered with one JSON body although
+	// streaming was asked for (their TTFT is their E2EL); NoDone counts
+	// streams that ended without "data: [DONE]" (allowed, for the record).
+	NotStreamed int `json:"not_streamed,omitempty"`
+	NoDone      int `json:"no_done,omitempty"`
+
+	// The client's own timing, apart from the server's: Queue is the time
+	// a due request waited for a free stream slot (the open loop's bound
+	// on streams in flight); Lag is intended → actual send, queueing
+	// included (always 0 in closed loop, where the clients set the pace).
+	Queue MsStats `json:"queue_ms"`
+	Lag   MsStats `json:"schedule_lag_ms"`
+	// FromIntended has TTFT and E2EL measured from the intended send time
+	// instead of the actual one (wrk2's correction for coordinated
+	// omission): what a user arriving on schedule would have seen.
+	FromIntended FromIntended `json:"from_intended"`
+
+	Histograms *LLMHistograms `json:"histograms,omitempty"`
+	// Timeline is a sample of requests, in order of intended send time,
+	// for a picture of queueing, time to first token and decoding.
+	Timeline []Span `json:"timeline,omitempty"`
+
+	SLO LLMSLO `json:"slo,omitzero"`
+	// Flags are the validity and data-quality flags (Flag* constants),
+	// to be merged into Record.Flags.
+	Flags []string `json:"flags,omitempty"`
+}
+
+// TokenSources counts completed requests by where their output token
+// count came from.
+type TokenSources struct {
+	Usage     int `json:"usage"`               // the server's usage
+	Tokenizer int `json:"tokenizer,omitempty"` // no usage: the client's tokenizer over the text
+	Chunks    int `json:"chunks,omitempty"`    // no usage, no tokenizer: one token per content chunk
+}
+
+// FromIntended are latencies measured from the intended send time.
+type FromIntended struct {
+	TTFT MsStats `json:"ttft_ms"`
+	E2EL MsStats `json:"e2el_ms"`
+}
+
+// LLMHistograms keep the distributions, for CDFs and for merging.
+type LLMHistograms struct {
+	TTFT *Histogram `json:"ttft"`
+	TPOT *Histogram `json:"tpot"`
+	ITL  *Histogram `json:"itl"`
+	E2EL *Histogram `json:"e2el"`
+}
+
+// Span is one sampled request, its times from the window's start:
+// intended send, actual send, first and last content chunk (0 when none).
+type Span struct {
+	Intended     Duration `json:"intended"`
+	Sent         Duration `json:"sent"`
+	FirstToken   Duration `json:"first_token,omitzero"`
+	LastToken    Duration `json:"last_token,omitzero"`
+	OutputTokens int      `json:"output_tokens,omitempty"`
+	OK           bool     `json:"ok"`
+}
+
+// LLMSLO are an LLM point's thresholds; a zero field is not checked. The
+// three latencies are per-request thresholds for goodput (a request is
+// good when its TTFT, TPOT and E2EL are each at most the threshold, as
+// vLLM's --goodput) and also bounds on the point's p99.
+type LLMSLO struct {
+	TTFT       Duration `json:"ttft,omitzero"`
+	TPOT       Duration `json:"tpot,omitzero"`
+	E2EL       Duration `json:"e2el,omitzero"`
+	MinGoodput float64  `json:"min_goodput,omitzero"` // good requests per second at least
+}
+
+// Good reports whether a request of these latencies meets s. A request of
+// one output token has no TPOT and meets any TPOT threshold.
+func (s LLMSLO) Good(ttft, tpot, e2el time.Duration) bool {
+	return (s.TTFT == 0 || ttft <= s.TTFT.D()) &&
+		(s.TPOT == 0 || tpot <= s.TPOT.D()) &&
+		(s.E2EL == 0 || e2el <= s.E2EL.D())
+}
+
+// Misses lists the thresholds l missed, in words: p99s above their bound,
+// goodput below its floor.
+func (s LLMSLO) Misses(l *LLM) []string {
+	var out []string
+	p99 := func(name string, m MsStats, bound Duration) {
+		switch {
+		case bound == 0:
+		case m.N == 0:
+			out = append(out, name+" p99 unknown: no observation")
+		case m.P99 > bound.Ms():
+			out = append(out, fmt.Sprintf("%s p99 %.1fms > %v", name, m.P99, bound.D()))
+		}
+	}
+	p99("TTFT", l.TTFT, s.TTFT)
+	p99("TPOT", l.TPOT, s.TPOT)
+	p99("E2EL", l.E2EL, s.E2EL)
+	if s.MinGoodput > 0 && l.GoodputPerS < s.MinGoodput {
+		out = append(out, fmt.Sprintf("goodput %.2f/s < %v/s", l.GoodputPerS, s.MinGoodput))
+	}
+	return out
+}
+
+// LLM flags, beyond FlagCoordinatedOmission, FlagGeneratorSaturated,
+// FlagErrors and FlagNoSuccess, which keep their meaning.
+const (
+	// FlagSendLag: the open loop sent late, its p99 schedule lag over the
+	// bound, so latencies from the actual send under-state what users
+	// arriving on schedule saw (see FromIntended).
+	FlagSendLag = "schedule-lag"
+	// FlagNoUsage: some streams had no usage chunk; their output tokens
+	// were counted by the client (TokenSource says how), which may
+	// disagree with the server's tokenizer.
+	FlagNoUsage = "no-usage"
+	// FlagNotStreamed: streaming was asked for, but some answers came as
+	// one body, so their TTFT is their E2EL.
+	FlagNotStreamed = "not-streamed"
+)
+
+// MsStats summarises a latency distribution in milliseconds, rounded to
+// the microsecond. N is the number of observations.
+type MsStats struct {
+	Mean float64 `json:"mean"`
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90"`
+	P99  float64 `json:"p99"`
+	P999 float64 `json:"p999"`
+	Max  float64 `json:"max"`
+	N    uint64  `json:"n"`
+}
+
+// MsStatsOf summarises h (all zero when h is empty).
+func MsStatsOf(h *Histogram) MsStats {
+	if h == nil || h.Count() == 0 {
+		return MsStats{}
+	}
+	ms := func(d time.Duration) float64 { return math.Round(float64(d)/1e3) / 1e3 }
+	return MsStats{
+		Mean: ms(h.Mean()),
+		P50:  ms(h.Quantile(0.50)),
+		P90:  ms(h.Quantile(0.90)),
+		P99:  ms(h.Quantile(0.99)),
+		P999: ms(h.Quantile(0.999)),
+		Max:  ms(h.Max()),
+		N:    h.Count(),
+	}
+}
