@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -289,8 +290,8 @@ func TestPreemptionResumesCorrectly(t *testing.T) {
 		f := newFake()
 		f.fixed = ms
 		f.kv = fakeInfo.Context
-		var preempted int
-		e := start(t, Config{KVTokens: fakeInfo.Context, OnStep: func(si StepInfo) { preempted += si.Preempted }}, f)
+		var preempted atomic.Int64
+		e := start(t, Config{KVTokens: fakeInfo.Context, OnStep: func(si StepInfo) { preempted.Add(int64(si.Preempted)) }}, f)
 		a := run(t, t.Context(), e, answer(120, 100))
 		b := run(t, t.Context(), e, answer(120, 20))
 		oa, ob := <-a, <-b
@@ -302,8 +303,8 @@ func TestPreemptionResumesCorrectly(t *testing.T) {
 		if oa.text != wa || ob.text != wb {
 			t.Errorf("texts after preemption differ:\na %q\nwant %q\nb %q\nwant %q", oa.text, wa, ob.text, wb)
 		}
-		if ob.res.Preemptions < 1 || oa.res.Preemptions != 0 || preempted < 1 {
-			t.Errorf("preemptions: a %d, b %d, steps %d; want b (the newest) preempted", oa.res.Preemptions, ob.res.Preemptions, preempted)
+		if ob.res.Preemptions < 1 || oa.res.Preemptions != 0 || preempted.Load() < 1 {
+			t.Errorf("preemptions: a %d, b %d, steps %d; want b (the newest) preempted", oa.res.Preemptions, ob.res.Preemptions, preempted.Load())
 		}
 		if ob.res.CompletionTokens != 120 {
 			t.Errorf("b has %d completion tokens, want 120", ob.res.CompletionTokens)
