@@ -51,6 +51,7 @@ func Example() {
 	s, err := e.Generate(context.Background(), generate.Request{Prompt: bytesTok{}.Encode("Say hi"), Stop: []string{"ld"}})
 	if err != nil {
 		fmt.Println(err)
+		stop()
 		return
 	}
 	var toks []generate.Token
