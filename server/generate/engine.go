@@ -649,6 +649,14 @@ func (e *Engine) dropIdle() {
 // waiting request's arrival, and steps every row of the running batch,
 // finished or not. It returns when to look again while a batch forms.
 func (e *Engine) planStatic(cfg *Config, draining bool, info *StepInfo) time.Time {
+	if !slices.ContainsFunc(e.running, func(s *seq) bool { return !s.idle }) {
+		// Every row left (finished, or its client went away): the batch
+		// is over.
+		for _, s := range e.running {
+			e.release(s)
+		}
+		e.running = e.running[:0]
+	}
 	if len(e.running) == 0 {
 		if len(e.waiting) == 0 {
 			return time.Time{}

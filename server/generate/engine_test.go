@@ -625,3 +625,31 @@ func TestReconfigureToStaticAndBack(t *testing.T) {
 		}
 	})
 }
+
+// A static batch whose unfinished rows all leave (their clients went away)
+// ends: the next batch forms instead of the finished rows running on.
+func TestStaticBatchEndsWhenItsLastLiveRowLeaves(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake()
+		f.fixed = 10 * ms
+		e := start(t, Config{Policy: Static, MaxSeqs: 2}, f)
+		ctx, cancel := context.WithCancel(t.Context())
+		a := run(t, t.Context(), e, answer(2, 2))
+		b := run(t, ctx, e, answer(200, 2))
+		time.Sleep(45 * ms)
+		c := run(t, t.Context(), e, answer(3, 2))
+		cancel()
+		if o := <-a; o.err != nil {
+			t.Fatal(o.err)
+		}
+		if o := <-b; !errors.Is(o.err, context.Canceled) {
+			t.Errorf("b: %v", o.err)
+		}
+		if o := <-c; o.err != nil || o.res.CompletionTokens != 3 || o.res.Queue > 10*ms {
+			t.Errorf("c after the batch emptied: %+v", o)
+		}
+		if f.Held() != 0 {
+			t.Errorf("decoder holds %d tokens", f.Held())
+		}
+	})
+}

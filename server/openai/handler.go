@@ -224,6 +224,7 @@ func (a *answer) stream(ctx context.Context, w http.ResponseWriter, s *generate.
 	var toks []generate.Token
 	started, wroteRole := false, false
 	var ttft time.Duration
+	var deadlineSet time.Time
 	var err error
 	for {
 		toks, err = s.Next(ctx, toks[:0])
@@ -274,7 +275,11 @@ func (a *answer) stream(ctx context.Context, w http.ResponseWriter, s *generate.
 			started = true
 		}
 		if len(buf) > 0 {
-			_ = rc.SetWriteDeadline(time.Now().Add(a.h.s.cfg.WriteTimeout))
+			// Extend the write deadline now and then, not on every token.
+			if now := time.Now(); now.Sub(deadlineSet) > a.h.s.cfg.WriteTimeout/8 {
+				_ = rc.SetWriteDeadline(now.Add(a.h.s.cfg.WriteTimeout))
+				deadlineSet = now
+			}
 			_, werr := w.Write(buf)
 			if werr == nil {
 				werr = rc.Flush()
