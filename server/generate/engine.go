@@ -112,8 +112,8 @@ type seq struct {
 	generated int
 	text      text
 	out       *Stream
-	gone      atomic.Bool // its context is done
-	ctx       context.Context
+	gone      atomic.Bool // its context is done: goneErr is set
+	goneErr   error       // the context's error; written before gone
 	stopAfter func() bool
 
 	arrived  time.Time
@@ -223,7 +223,6 @@ func (e *Engine) Generate(ctx context.Context, req Request) (*Stream, error) {
 		maxTokens: maxTokens,
 		promptLen: len(req.Prompt),
 		out:       newStream(cfg.StreamBuffer),
-		ctx:       ctx,
 		arrived:   now,
 	}
 	s.tokens = make([]int32, len(req.Prompt), len(req.Prompt)+min(maxTokens, 256))
@@ -234,11 +233,12 @@ func (e *Engine) Generate(ctx context.Context, req Request) (*Stream, error) {
 	}
 
 	s.stopAfter = context.AfterFunc(ctx, func() {
+		s.goneErr = ctx.Err()
 		s.gone.Store(true)
 		e.cancelled.Add(1)
 		e.signal()
 	})
-	if err := e.enqueue(cfg, s, now); err != nil {
+	if err := e.enqueue(ctx, cfg, s, now); err != nil {
 		s.stopAfter()
 		return nil, err
 	}
@@ -247,7 +247,7 @@ func (e *Engine) Generate(ctx context.Context, req Request) (*Stream, error) {
 }
 
 // enqueue admits s to the waiting queue, or refuses it.
-func (e *Engine) enqueue(cfg *Config, s *seq, now time.Time) error {
+func (e *Engine) enqueue(ctx context.Context, cfg *Config, s *seq, now time.Time) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
@@ -258,7 +258,7 @@ func (e *Engine) enqueue(cfg *Config, s *seq, now time.Time) error {
 		e.queued.Add(-1)
 		return ErrQueueFull
 	}
-	if deadline, ok := s.ctx.Deadline(); ok && !cfg.AdmitLate {
+	if deadline, ok := ctx.Deadline(); ok && !cfg.AdmitLate {
 		if wait, ok := e.startEstimate(cfg, int(q)); ok && now.Add(wait).After(deadline) {
 			e.queued.Add(-1)
 			return ErrWouldMissDeadline
@@ -389,7 +389,7 @@ func (e *Engine) sweep() {
 			return false
 		}
 		e.queued.Add(-1)
-		e.end(s, s.ctx.Err())
+		e.end(s, s.goneErr)
 		return true
 	})
 	e.running = slices.DeleteFunc(e.running, func(s *seq) bool {
@@ -398,7 +398,7 @@ func (e *Engine) sweep() {
 		}
 		e.release(s)
 		if !s.idle {
-			e.end(s, s.ctx.Err())
+			e.end(s, s.goneErr)
 		}
 		return true
 	})
@@ -484,7 +484,7 @@ func (e *Engine) step(ctx context.Context, cfg *Config, draining bool) (time.Tim
 	start := time.Now()
 	err := e.call(ctx, next)
 	info.Duration = time.Since(start)
-	e.apply(cfg, next, err, start, &info)
+	e.apply(cfg, next, err, &info)
 	e.publish()
 	info.Running, info.Waiting, info.KVUsed = len(e.running), len(e.waiting), e.kv
 	if cfg.OnStep != nil {
@@ -704,7 +704,7 @@ func (e *Engine) planStatic(cfg *Config, draining bool, info *StepInfo) time.Tim
 
 // apply takes a step's results: it records the sampled tokens, streams them,
 // and removes the sequences that finished.
-func (e *Engine) apply(cfg *Config, next []int32, err error, start time.Time, info *StepInfo) {
+func (e *Engine) apply(cfg *Config, next []int32, err error, info *StepInfo) {
 	now := time.Now()
 	if err != nil {
 		info.Err = err

@@ -114,7 +114,21 @@ func New(cfg Config, f models.DecoderFactory) (*Service, error) {
 func (s *Service) Info() models.Info { return s.info }
 
 // Load creates and warms one decoder instance per prefix and their engines.
+// On failure it closes what it created.
 func (s *Service) Load(ctx context.Context) error {
+	if err := s.load(ctx); err != nil {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, d := range s.decoders {
+			err = errors.Join(err, d.Close())
+		}
+		s.decoders = nil
+		return err
+	}
+	return nil
+}
+
+func (s *Service) load(ctx context.Context) error {
 	for i, ep := range s.eps {
 		dec, err := s.factory.New(ctx, i)
 		if err != nil {
