@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -409,4 +410,37 @@ func TestModelsList(t *testing.T) {
 	if body := readAll(t, resp); resp.StatusCode != 405 || resp.Header.Get("Allow") != "POST" {
 		t.Errorf("GET /v1/completions: %d %s", resp.StatusCode, body)
 	}
+}
+
+// A client that stops reading does not stall the others, and its stream is
+// cut: by the engine once it holds StreamBuffer tokens the handler could not
+// write, and by the write deadline.
+func TestSlowReaderIsCutWithoutStallingOthers(t *testing.T) {
+	ts := startServer(t, simlm.Config{Step: time.Millisecond},
+		openai.Config{Engine: generate.Config{StreamBuffer: 16}, WriteTimeout: 300 * time.Millisecond}, "")
+	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		return c.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 2048) })
+	}}
+	conn, err := d.Dial("tcp", strings.TrimPrefix(ts.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"prompt":"never read","max_tokens":3000,"ignore_eos":true,"stream":true}`
+	fmt.Fprintf(conn, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	// Others are served meanwhile, at full speed.
+	for i := range 5 {
+		resp := post(t, ts.URL+"/v1/completions", fmt.Sprintf(`{"prompt":"reader %d","max_tokens":200,"ignore_eos":true,"stream":true}`, i))
+		if events := sse(t, resp.Body); resp.StatusCode != 200 || events[len(events)-1] != "[DONE]" {
+			t.Errorf("a reading client: %d, %d events", resp.StatusCode, len(events))
+		}
+		resp.Body.Close()
+	}
+	waitFor(t, "the slow stream cut", func() bool {
+		return metric(t, ts.URL, `infer_gen_requests_aborted_total{endpoint="v1",reason="slow_reader"}`) == "1" ||
+			metric(t, ts.URL, `infer_gen_requests_aborted_total{endpoint="v1",reason="write_failed"}`) == "1"
+	})
+	waitFor(t, "its sequence gone", func() bool {
+		return metric(t, ts.URL, `infer_gen_num_requests_running{endpoint="v1"}`) == "0"
+	})
 }
