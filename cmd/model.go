@@ -150,9 +150,6 @@ func describe(info models.Info) string {
 	return fmt.Sprintf("%s (%s)", info.Name, info.Params)
 }
 
-// decoderModels are the --model names of the built-in generative models.
-var decoderModels = []string{"sim-lm"}
-
 // decoderFactory returns the factory of the generative model named by
 // --model, or nil when the name is not a decoder model (then it names an
 // encoder). Add decoder models here.

@@ -38,7 +38,7 @@ trap cleanup EXIT
 
 serve() { # serve ARGS...: (re)start the server and wait until it is ready
 	if [ -n "$SERVER" ]; then kill "$SERVER"; wait "$SERVER" 2>/dev/null || true; fi
-	"$BIN" serve --model sim-lm --addr "$ADDR" --log-level warn "$@" 2>"$TMP/server.log" &
+	$SERVE_ENV "$BIN" serve --model sim-lm --addr "$ADDR" --log-level warn "$@" 2>"$TMP/server.log" &
 	SERVER=$!
 	for _ in $(seq 200); do curl -sf "$URL/readyz" >/dev/null && return; sleep 0.05; done
 	echo "server not ready"; cat "$TMP/server.log"; exit 1
@@ -46,15 +46,26 @@ serve() { # serve ARGS...: (re)start the server and wait until it is ready
 metric() { curl -s "$URL/metrics" | awk -v k="$1" '$1==k {print $2}'; }
 cpu_s() { awk '{print ($14+$15)/100}' "/proc/$SERVER/stat"; }
 rss_mib() { awk '/VmRSS/ {printf "%.0f", $2/1024}' "/proc/$SERVER/status"; }
-words() { python3 -c "import random,sys; r=random.Random(int(sys.argv[1])); print(' '.join(r.choice('the of and to in is was for it with as on be at by'.split()) for _ in range(r.randint(32,512))))" "$1"; }
+# 256 request bodies like the acceptance load: prompts of 32–512 words,
+# max_tokens lognormal (median 100, sigma 0.8, at most 1024), ignore_eos.
+python3 - "$TMP" <<'PY'
+import json, math, random, sys
+r = random.Random(1)
+words = "the of and to in is was for it with as on be at by had are but from or have an they which one you were all".split()
+for i in range(256):
+    prompt = " ".join(r.choice(words) for _ in range(r.randint(32, 512)))
+    m = min(1024, max(1, round(100 * math.exp(0.8 * r.gauss(0, 1)))))
+    with open(f"{sys.argv[1]}/body.{i}", "w") as f:
+        json.dump({"prompt": prompt, "max_tokens": m, "ignore_eos": True, "stream": True}, f)
+PY
 
 # stream_loop ID SECONDS: one closed-loop client of streamed completions.
 stream_loop() {
-	local end=$((SECONDS + $2)) i=0
+	local end=$((SECONDS + $2)) i=$(($1 * 7))
 	while [ $SECONDS -lt $end ]; do
 		i=$((i + 1))
-		code=$(curl -sN -o "$TMP/out.$1" -w '%{http_code}' "$URL/v1/completions" -H 'X-Request-Timeout: 120s' \
-			-d "{\"prompt\":\"$(words "$1$i")\",\"max_tokens\":$((50 + (i * 37 + $1) % 200)),\"ignore_eos\":true,\"stream\":true}") || code=000
+		code=$(curl -sN -o /dev/null -w '%{http_code}' "$URL/v1/completions" -H 'X-Request-Timeout: 120s' \
+			-d @"$TMP/body.$((i % 256))") || code=000
 		echo "$code" >>"$TMP/codes.$1"
 	done
 }
@@ -76,7 +87,7 @@ c0, c1, g0, g1, t0, t1 = map(float, sys.argv[1:])
 print(f"tokens {g1-g0:.0f} in {t1-t0:.1f}s ({(g1-g0)/(t1-t0):.0f}/s); server CPU {c1-c0:.2f}s: {(c1-c0)/(g1-g0)*1e6:.1f} µs per streamed token (target <= 20, goal 10)")
 PY
 	cat "$TMP"/codes.* | sort | uniq -c | sed 's/^/  status /'
-	rm -f "$TMP"/codes.* "$TMP"/out.*
+	rm -f "$TMP"/codes.*
 }
 
 # hold.py: opens N streams, waits until each got its first event, reports,
@@ -92,10 +103,13 @@ async def one(i, started, release):
     sock = None
     if mode == "slow" and i == 0:
         sock = socket.socket(); sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096); sock.connect((host, port)); sock.setblocking(False)
-        r, w = await asyncio.open_connection(sock=sock, limit=1 << 16)
+        r, w = await asyncio.open_connection(sock=sock, limit=1024)
     else:
         r, w = await asyncio.open_connection(host, port, limit=1 << 16)
     w.write(req); await w.drain()
+    status = (await r.readline()).split(b" ")[1:2]
+    if status != [b"200"]:
+        w.close(); return ("refused", 0)
     events = 0
     while True:
         line = await r.readline()
@@ -114,7 +128,7 @@ async def main():
     started, release = [], asyncio.Event()
     tasks = [asyncio.create_task(one(i, started, release)) for i in range(n)]
     t0 = time.time()
-    while len(started) < n and time.time() - t0 < 120: await asyncio.sleep(0.05)
+    while len(started) < n and time.time() - t0 < 60 and not all(t.done() for t in tasks): await asyncio.sleep(0.05)
     print(f"streaming {len(started)} of {n} after {time.time()-t0:.1f}s", flush=True)
     sys.stdout.write("HELD\n"); sys.stdout.flush()
     if mode == "slow":
@@ -125,13 +139,13 @@ async def main():
         await asyncio.sleep(float(sys.argv[6]) if len(sys.argv) > 6 else 15)
         release.set()
     res = await asyncio.gather(*tasks)
-    print("results:", {k: sum(1 for r in res if r[0] == k) for k in ("done", "left", "slow")}, flush=True)
+    print("results:", {k: sum(1 for r in res if r[0] == k) for k in ("done", "left", "slow", "refused")}, flush=True)
 asyncio.run(main())
 PY
 
 section_streams() {
 	echo "== $STREAMS concurrent streams held"
-	serve --max-seqs "$STREAMS" --max-batched-tokens 4096 --kv-tokens 1048576 --queue-cap 64
+	serve --max-seqs "$STREAMS" --max-batched-tokens 4096 --kv-tokens 1048576 --queue-cap "$STREAMS" --timeout 10m
 	local before
 	before=$(rss_mib)
 	python3 "$TMP/hold.py" 127.0.0.1 "$PORT" "$STREAMS" hold 400 >"$TMP/hold.out" &
@@ -144,8 +158,9 @@ section_streams() {
 
 section_slow() {
 	echo "== a client that stops reading (its receive buffer 4 KiB) among 8 that read"
+	echo "   (a stream the kernel's socket buffers can absorb, up to tcp_wmem's max on the server, finishes; a longer one is cut)"
 	serve --timeout 10m
-	python3 "$TMP/hold.py" 127.0.0.1 "$PORT" 9 slow 3000 20 >"$TMP/slow.out" &
+	python3 "$TMP/hold.py" 127.0.0.1 "$PORT" 9 slow 4000 20 >"$TMP/slow.out" &
 	local py=$!
 	for _ in $(seq 1200); do grep -q OTHERS "$TMP/slow.out" 2>/dev/null && break; sleep 0.1; done
 	grep "other streams" "$TMP/slow.out" || true
@@ -190,7 +205,7 @@ section_badinput() {
 	wait $(jobs -p | grep -v "^$SERVER\$")
 	echo "valid load statuses:"
 	cat "$TMP"/codes.* | sort | uniq -c | sed 's/^/  status /'
-	rm -f "$TMP"/codes.* "$TMP"/out.*
+	rm -f "$TMP"/codes.*
 }
 
 sections=${*:-cpu streams slow disconnect badinput}

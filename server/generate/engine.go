@@ -123,7 +123,9 @@ type seq struct {
 	finish   FinishReason
 }
 
-func (s *seq) prefilling() bool { return s.computed < len(s.tokens)-1 || (s.computed == 0 && len(s.tokens) > 0) }
+func (s *seq) prefilling() bool {
+	return s.computed < len(s.tokens)-1 || (s.computed == 0 && len(s.tokens) > 0)
+}
 
 // New returns an engine over dec, a model described by info whose text
 // tok decodes. The engine does not close dec.

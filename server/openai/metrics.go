@@ -52,7 +52,7 @@ type epMetrics struct {
 }
 
 var (
-	latencyBuckets = prometheus.ExponentialBuckets(0.001, 2, 17) // 1 ms to ~65 s
+	latencyBuckets = prometheus.ExponentialBuckets(0.001, 2, 17)  // 1 ms to ~65 s
 	tokenBuckets   = prometheus.ExponentialBuckets(0.0005, 2, 14) // 0.5 ms to ~4 s
 	stepBuckets    = prometheus.ExponentialBuckets(0.0005, 1.5, 20)
 	batchBuckets   = []float64{1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024}
@@ -197,4 +197,3 @@ func (c batchingCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(batchingDesc, prometheus.GaugeValue, 1,
 		string(st.Policy), strconv.Itoa(st.MaxSeqs), strconv.Itoa(st.MaxBatchedTokens), strconv.Itoa(st.KVTokens), st.MaxLatency)
 }
-
