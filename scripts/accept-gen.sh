@@ -25,6 +25,7 @@ URL=http://$ADDR
 DURATION=${DURATION:-30}
 CONCURRENCY=${CONCURRENCY:-64}
 STREAMS=${STREAMS:-1000}
+SERVE_ENV=${SERVE_ENV:-} # e.g. "env GOMAXPROCS=1", before the server command
 TMP=$(mktemp -d -t infer-gen.XXXXXX)
 SERVER=
 command -v python3 >/dev/null || { echo "python3 missing"; exit 1; }
@@ -158,7 +159,9 @@ section_streams() {
 
 section_slow() {
 	echo "== a client that stops reading (its receive buffer 4 KiB) among 8 that read"
-	echo "   (a stream the kernel's socket buffers can absorb, up to tcp_wmem's max on the server, finishes; a longer one is cut)"
+	echo "   (the kernel's socket buffers absorb up to tcp_wmem's max, $(awk '{print $3}' /proc/sys/net/ipv4/tcp_wmem) bytes, on the server: a sim-lm answer"
+	echo "   of at most 4,096 tokens fits, so the stalled stream ends there; past them the write deadline or the stream buffer cuts it,"
+	echo "   see TestSlowReaderIsCutWithoutStallingOthers in server/openai)"
 	serve --timeout 10m
 	python3 "$TMP/hold.py" 127.0.0.1 "$PORT" 9 slow 4000 20 >"$TMP/slow.out" &
 	local py=$!
