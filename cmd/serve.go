@@ -65,7 +65,8 @@ step, a finished one leaves at once. KV is kept within --kv-tokens: a request
 starts only when its whole prompt fits, and when the running sequences
 outgrow it the newest is preempted and later recomputed. --queue-cap bounds
 the waiting requests per prefix (default 16 × --max-seqs), --timeout each
-request's deadline, --batch, --workers, --policy and --buckets apply to
+request's deadline (waiting for a static batch of long answers takes more
+than the default). --batch, --workers, --policy and --buckets apply to
 encoder models only.`,
 		Example: `  infer serve --batch 64 --max-latency 100ms
   infer serve --model sim --sim-fixed 4ms --sim-per-item 0.1ms --workers 4
@@ -87,7 +88,7 @@ encoder models only.`,
 	f.StringVar(&opts.Addr, "addr", "127.0.0.1:8080", "listen address")
 	opts.Batching.bind(cmd)
 	f.IntVar(&opts.Workers, "workers", 1, "model instances behind the batched endpoint")
-	f.IntVar(&opts.QueueCap, "queue-cap", 0, "most items waiting before requests are refused with 429 (0: 16 × batch × workers)")
+	f.IntVar(&opts.QueueCap, "queue-cap", 0, "most items waiting before requests are refused with 429 (0: 16 × batch × workers; decoder models: requests waiting per path, 0: 16 × --max-seqs)")
 	f.DurationVar(&opts.Timeout, "timeout", 30*time.Second, "default deadline of a request; X-Request-Timeout may shorten it")
 	f.Var(&opts.MaxBody, "max-body", "largest request body (e.g. 1MiB, 512KiB, 65536)")
 	f.IntVar(&opts.MaxItems, "max-items", 0, "most items in one request (0: 256, or the queue capacity if smaller)")
