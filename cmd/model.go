@@ -14,6 +14,7 @@ import (
 	"github.com/inferhq/infer/models/bert"
 	"github.com/inferhq/infer/models/onnx"
 	"github.com/inferhq/infer/models/sim"
+	"github.com/inferhq/infer/models/simlm"
 	"github.com/inferhq/infer/models/wordpiece"
 )
 
@@ -147,4 +148,19 @@ func describe(info models.Info) string {
 		return info.Name
 	}
 	return fmt.Sprintf("%s (%s)", info.Name, info.Params)
+}
+
+// decoderFactory returns the factory of the generative model named by
+// --model, or nil when the name is not a decoder model (then it names an
+// encoder). Add decoder models here.
+func decoderFactory(name string, o *genOptions) (models.DecoderFactory, error) {
+	switch name {
+	case "sim-lm":
+		f, err := simlm.New(simlm.Config{Step: o.SimStep, PerSeq: o.SimPerSeq, PerPrefillToken: o.SimPerPrefillToken, KVTokens: o.KVTokens})
+		if err != nil {
+			return nil, usageErrorf("%v", err)
+		}
+		return f, nil
+	}
+	return nil, nil
 }

@@ -8,7 +8,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/inferhq/infer/models"
 	"github.com/inferhq/infer/server"
+	"github.com/inferhq/infer/server/openai"
 )
 
 type serveOptions struct {
@@ -25,6 +27,7 @@ type serveOptions struct {
 	CacheSize    int
 	CacheTTL     time.Duration
 	Model        modelOptions
+	Gen          genOptions
 	Log          logOptions
 	Broker       string
 	Stderr       io.Writer
@@ -34,7 +37,7 @@ func newCmdServe(runF func(context.Context, *serveOptions) error) *cobra.Command
 	opts := &serveOptions{MaxBody: 1 << 20}
 	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "Serve a model through naive and dynamically batched endpoints",
+		Short: "Serve a model through naive and batched endpoints side by side",
 		Long: `Serve a model over HTTP through two endpoints side by side:
 
   POST /naive    each request runs alone on its own model instance
@@ -42,10 +45,36 @@ func newCmdServe(runF func(context.Context, *serveOptions) error) *cobra.Command
 
 plus KServe v2 (POST /v2/models/{name}/infer), /healthz, /readyz and /metrics.
 A batch closes when it holds --batch items or --max-latency after its first
-item arrived, whichever comes first.`,
+item arrived, whichever comes first.
+
+A generative (decoder) model, such as --model sim-lm, is served instead
+through an OpenAI-compatible API, so that any OpenAI client or LLM benchmark
+works by base URL (http://ADDR/v1):
+
+  POST /v1/completions, /v1/chat/completions   continuous batching (--gen-policy)
+  POST /static/v1/…   static batching: a batch forms within --max-latency, up
+                      to --max-seqs, and nothing joins until all of it is done
+  POST /naive/v1/…    one sequence at a time
+  GET  /v1/models     (and under each prefix)
+
+"stream": true answers with Server-Sent Events, one event per token. Each
+prefix has its own model instance. Continuous batching runs one step at a
+time over every running sequence (up to --max-seqs): decodes first, then
+prompt chunks within --max-batched-tokens; a new request joins at the next
+step, a finished one leaves at once. KV is kept within --kv-tokens: a request
+starts only when its whole prompt fits, and when the running sequences
+outgrow it the newest is preempted and later recomputed. --queue-cap bounds
+the waiting requests per prefix (default 16 × --max-seqs), --timeout each
+request's deadline (waiting for a static batch of long answers takes more
+than the default). --batch, --workers, --policy and --buckets apply to
+encoder models only.`,
 		Example: `  infer serve --batch 64 --max-latency 100ms
   infer serve --model sim --sim-fixed 4ms --sim-per-item 0.1ms --workers 4
-  curl -d 'Paris is the [MASK] of France.' 127.0.0.1:8080/batched`,
+  curl -d 'Paris is the [MASK] of France.' 127.0.0.1:8080/batched
+
+  infer serve --model sim-lm --max-seqs 32
+  curl -N 127.0.0.1:8080/v1/completions -d '{"prompt": "Once upon a time", "max_tokens": 32, "stream": true}'
+  curl 127.0.0.1:8080/static/v1/chat/completions -d '{"messages": [{"role": "user", "content": "Hi"}]}'`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Stderr = cmd.ErrOrStderr()
@@ -59,7 +88,7 @@ item arrived, whichever comes first.`,
 	f.StringVar(&opts.Addr, "addr", "127.0.0.1:8080", "listen address")
 	opts.Batching.bind(cmd)
 	f.IntVar(&opts.Workers, "workers", 1, "model instances behind the batched endpoint")
-	f.IntVar(&opts.QueueCap, "queue-cap", 0, "most items waiting before requests are refused with 429 (0: 16 × batch × workers)")
+	f.IntVar(&opts.QueueCap, "queue-cap", 0, "most items waiting before requests are refused with 429 (0: 16 × batch × workers; decoder models: requests waiting per path, 0: 16 × --max-seqs)")
 	f.DurationVar(&opts.Timeout, "timeout", 30*time.Second, "default deadline of a request; X-Request-Timeout may shorten it")
 	f.Var(&opts.MaxBody, "max-body", "largest request body (e.g. 1MiB, 512KiB, 65536)")
 	f.IntVar(&opts.MaxItems, "max-items", 0, "most items in one request (0: 256, or the queue capacity if smaller)")
@@ -70,6 +99,8 @@ item arrived, whichever comes first.`,
 	f.DurationVar(&opts.CacheTTL, "cache-ttl", 0, "how long a cached result stays valid (0: until evicted)")
 	f.StringVar(&opts.Broker, "broker", "", "Redis URL (redis://[user:pass@]host:port/db, rediss://…): /batched admits into its stream for infer worker processes (--queue-cap bounds the stream)")
 	opts.Model.bind(cmd)
+	f.Lookup("model").Usage = "model: sim (simulated accelerator), sim-lm (simulated generative model, served through the OpenAI API), a built-in " + builtinNames() + ", or a path to an .onnx file"
+	opts.Gen.bind(cmd)
 	opts.Log.bind(cmd)
 	return cmd
 }
@@ -126,6 +157,13 @@ func runServe(ctx context.Context, opts *serveOptions) error {
 	if cfg.Logger, err = opts.Log.logger(opts.Stderr); err != nil {
 		return err
 	}
+	if df, err := decoderFactory(opts.Model.Model, &opts.Gen); err != nil || df != nil {
+		if err != nil {
+			return err
+		}
+		defer df.Close()
+		return serveDecoder(ctx, opts, cfg, df)
+	}
 	factory, err := opts.Model.open(opts.Workers, cfg.Logger)
 	if err != nil {
 		return err
@@ -135,6 +173,31 @@ func runServe(ctx context.Context, opts *serveOptions) error {
 		return err
 	}
 	srv, err := server.New(cfg, factory)
+	if err != nil {
+		return usageErrorf("%v", err)
+	}
+	return srv.Run(ctx)
+}
+
+// serveDecoder serves a generative model through the OpenAI-compatible API.
+func serveDecoder(ctx context.Context, opts *serveOptions, cfg server.Config, f models.DecoderFactory) error {
+	if opts.Broker != "" {
+		return usageErrorf("--broker: distributed mode serves encoder models only, not %s", opts.Model.Model)
+	}
+	ecfg, err := opts.Gen.engine(opts.Batching.MaxLatency, opts.QueueCap, opts.AdmitLate)
+	if err != nil {
+		return err
+	}
+	if kv := f.Decoder().KVTokens; ecfg.KVTokens > kv {
+		return usageErrorf("--kv-tokens %d: the model instance holds %d", ecfg.KVTokens, kv)
+	}
+	cfg.Logger.Info("model", "name", describe(f.Info()))
+	svc, err := openai.New(openai.Config{Engine: ecfg, MaxBody: cfg.MaxBody, Logger: cfg.Logger}, f)
+	if err != nil {
+		return usageErrorf("%v", err)
+	}
+	cfg.Service = svc
+	srv, err := server.New(cfg, nil)
 	if err != nil {
 		return usageErrorf("%v", err)
 	}

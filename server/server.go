@@ -63,6 +63,10 @@ type Config struct {
 	CacheTTL time.Duration
 	// Version is reported by GET /v2.
 	Version string
+	// Service, if set, serves a model through its own endpoints (a
+	// generative model's OpenAI API) in place of /naive, /batched and
+	// /v2; New's factory is then nil. See Service.
+	Service Service
 	// Logger receives lifecycle events; nil discards them.
 	Logger *slog.Logger
 }
@@ -155,9 +159,16 @@ func New(cfg Config, factory models.Factory) (*Server, error) {
 	s := &Server{
 		cfg:     cfg,
 		factory: factory,
-		info:    factory.Info(),
 		log:     cfg.Logger,
 	}
+	if cfg.Service != nil { // hook: a service's endpoints replace the encoder's
+		s.info = cfg.Service.Info()
+		s.cfg.Collectors = append(s.cfg.Collectors[:len(s.cfg.Collectors):len(s.cfg.Collectors)], cfg.Service.Collectors()...)
+		s.metrics = newMetrics(s)
+		s.handler = s.serviceRoutes()
+		return s, nil
+	}
+	s.info = factory.Info()
 	if cfg.CacheSize > 0 {
 		s.cache = newCache(cfg.CacheSize, cfg.CacheTTL)
 	}
@@ -251,6 +262,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 // load creates and warms the instances, and starts the batcher under
 // batchCtx. It returns every instance created, for closing.
 func (s *Server) load(ctx, batchCtx context.Context, wg *sync.WaitGroup) ([]models.Model, error) {
+	if s.cfg.Service != nil { // hook: the service loads and runs its own instances
+		return nil, s.loadService(ctx, batchCtx, wg)
+	}
 	start := time.Now()
 	n := s.cfg.Workers + 1 // the last one serves /naive
 	if s.cfg.Scheduler != nil {
@@ -344,6 +358,9 @@ type warmup struct {
 
 func (s *Server) queued() int {
 	n := 0
+	if s.cfg.Service != nil { // hook
+		n += s.cfg.Service.Len()
+	}
 	if b := s.batched.Load(); b != nil {
 		n += b.Len()
 	}

@@ -1,0 +1,284 @@
+// Package simlm is a simulated generative model (--model sim-lm): an engine
+// step with n decoding sequences and p prompt tokens being prefilled takes
+// Step + n·PerSeq + p·PerPrefillToken of wall time without using the CPU, the
+// way a host thread waits on a GPU. Its tokens are deterministic: the token at
+// a position depends only on the prompt, the position and (when sampling) the
+// seed, and each prompt ends with EOS after a natural length drawn from a
+// lognormal distribution seeded by the prompt, so that mixed output lengths
+// happen without ignore_eos. Each instance has a simulated KV capacity and
+// fails a step that would exceed it, as a real device runs out of memory.
+//
+// It exists to study generative serving (continuous vs static batching)
+// where no accelerator is present, and to make the engine's tests exact.
+package simlm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/inferhq/infer/models"
+	"github.com/inferhq/infer/models/bpe"
+	"github.com/inferhq/infer/models/sim"
+)
+
+// Config is the simulated cost and shape of the model. The zero value
+// computes instantly, with the documented defaults for the rest.
+type Config struct {
+	// Step is the fixed cost of any step (the weights' pass through
+	// memory, kernel launches).
+	Step time.Duration
+	// PerSeq is the added cost of each sequence decoding one token.
+	PerSeq time.Duration
+	// PerPrefillToken is the added cost of each prompt token prefilled
+	// (or recomputed after a preemption).
+	PerPrefillToken time.Duration
+	// Context is the most tokens one sequence may hold. Default 4096.
+	Context int
+	// KVTokens is the simulated KV capacity of one instance, in tokens
+	// summed over its sequences. Default 65536 (16 sequences of the full
+	// context, or 32 of 2048).
+	KVTokens int
+	// MedianLen and Sigma shape the lognormal natural length of an answer
+	// (tokens up to and including EOS); MaxLen caps it. Defaults 100, 0.8
+	// and 1024.
+	MedianLen float64
+	Sigma     float64
+	MaxLen    int
+	// Wait, if set, replaces the precise waiter (e.g. time.Sleep, whose
+	// virtual time testing/synctest controls). Each instance calls it from
+	// one goroutine at a time.
+	Wait func(time.Duration)
+}
+
+const (
+	defaultContext  = 4096
+	defaultKVTokens = 65536
+)
+
+func (c Config) withDefaults() Config {
+	if c.Context <= 0 {
+		c.Context = defaultContext
+	}
+	if c.KVTokens <= 0 {
+		c.KVTokens = defaultKVTokens
+	}
+	if c.MedianLen <= 0 {
+		c.MedianLen = 100
+	}
+	if c.Sigma <= 0 {
+		c.Sigma = 0.8
+	}
+	if c.MaxLen <= 0 {
+		c.MaxLen = 1024
+	}
+	return c
+}
+
+// Cost returns the simulated wall time of a step with decodes decoding
+// sequences and prefill prompt tokens.
+func (c Config) Cost(decodes, prefill int) time.Duration {
+	return c.Step + time.Duration(decodes)*c.PerSeq + time.Duration(prefill)*c.PerPrefillToken
+}
+
+var (
+	// ErrKVFull is the error of a step that would hold more tokens than
+	// Config.KVTokens: the engine's accounting failed.
+	ErrKVFull = errors.New("simlm: KV cache full")
+	// ErrBadStep is the error of a step whose Past does not match the
+	// tokens the instance holds for the sequence, or that runs past the
+	// context.
+	ErrBadStep = errors.New("simlm: inconsistent step")
+)
+
+// Factory creates simulated decoder instances.
+type Factory struct{ cfg Config }
+
+var _ models.DecoderFactory = (*Factory)(nil)
+
+// New returns a factory for the simulated decoder.
+func New(cfg Config) (*Factory, error) {
+	if cfg.Step < 0 || cfg.PerSeq < 0 || cfg.PerPrefillToken < 0 {
+		return nil, fmt.Errorf("sim-lm: negative cost (step %v, per seq %v, per prefill token %v)", cfg.Step, cfg.PerSeq, cfg.PerPrefillToken)
+	}
+	cfg = cfg.withDefaults()
+	if cfg.KVTokens < cfg.Context {
+		return nil, fmt.Errorf("sim-lm: KV capacity %d tokens is less than the context (%d): one long sequence could never run", cfg.KVTokens, cfg.Context)
+	}
+	return &Factory{cfg: cfg}, nil
+}
+
+// Info describes the simulated decoder.
+func (f *Factory) Info() models.Info {
+	return models.Info{
+		Name:    "sim-lm",
+		Task:    "generate",
+		Backend: "sim",
+		Params: fmt.Sprintf("step=%v per_seq=%v per_prefill_token=%v kv_tokens=%d context=%d",
+			f.cfg.Step, f.cfg.PerSeq, f.cfg.PerPrefillToken, f.cfg.KVTokens, f.cfg.Context),
+	}
+}
+
+// Decoder describes the model to the engine: GPT-2's vocabulary and EOS.
+func (f *Factory) Decoder() models.DecoderInfo {
+	return models.DecoderInfo{Context: f.cfg.Context, EOS: bpe.EOS, Vocab: bpe.Vocab, KVTokens: f.cfg.KVTokens}
+}
+
+// Tokenizer is GPT-2's byte-level BPE.
+func (f *Factory) Tokenizer() models.Tokenizer { return bpe.GPT2() }
+
+// New returns an instance with its own KV accounting and clock.
+func (f *Factory) New(context.Context, int) (models.Decoder, error) {
+	d := &Decoder{cfg: f.cfg, seqs: make(map[models.SeqID]*seqState)}
+	d.wait = f.cfg.Wait
+	if d.wait == nil {
+		var w sim.Waiter
+		d.wait = w.Wait
+	}
+	return d, nil
+}
+
+// Close does nothing.
+func (f *Factory) Close() error { return nil }
+
+// Decoder is one simulated instance. It is not safe for concurrent use.
+type Decoder struct {
+	cfg  Config
+	wait func(time.Duration)
+	seqs map[models.SeqID]*seqState
+	used int // tokens held, summed over seqs
+}
+
+// seqState is what the instance holds for one sequence: its KV length and
+// the fingerprint of its prompt.
+type seqState struct {
+	held   int
+	prompt uint64 // running hash of the prompt tokens seen
+	length int    // natural answer length; 0 until the prompt is complete
+}
+
+// Step checks the step against the instance's KV, waits its cost, and
+// writes each sampled sequence's next token.
+func (d *Decoder) Step(_ context.Context, seqs []models.StepSeq, next []int32) error {
+	decodes, prefill, grow := 0, 0, 0
+	for i := range seqs {
+		s := &seqs[i]
+		st := d.seqs[s.ID]
+		held := 0
+		if st != nil {
+			held = st.held
+		}
+		if s.Past != held || len(s.Tokens) == 0 || s.Past+len(s.Tokens) > d.cfg.Context {
+			return fmt.Errorf("%w: sequence %d has %d tokens held, step gives past %d and %d tokens (context %d)",
+				ErrBadStep, s.ID, held, s.Past, len(s.Tokens), d.cfg.Context)
+		}
+		if len(s.Tokens) == 1 && s.Past >= s.PromptLen {
+			decodes++
+		} else {
+			prefill += len(s.Tokens)
+		}
+		grow += len(s.Tokens)
+	}
+	if d.used+grow > d.cfg.KVTokens {
+		return fmt.Errorf("%w: %d tokens held, the step adds %d, capacity %d", ErrKVFull, d.used, grow, d.cfg.KVTokens)
+	}
+	d.wait(d.cfg.Cost(decodes, prefill))
+	for i := range seqs {
+		s := &seqs[i]
+		st := d.seqs[s.ID]
+		if st == nil || s.Past == 0 {
+			if st != nil {
+				d.used -= st.held
+			}
+			st = &seqState{prompt: fnvOffset}
+			d.seqs[s.ID] = st
+		}
+		for j, tok := range s.Tokens {
+			if s.Past+j < s.PromptLen {
+				st.prompt = mix(st.prompt, uint64(uint32(tok)))
+			}
+		}
+		st.held += len(s.Tokens)
+		d.used += len(s.Tokens)
+		if !s.Sample {
+			continue
+		}
+		pos := s.Past + len(s.Tokens) // position of the token to draw
+		next[i] = d.token(st, s.PromptLen, pos, s.Sampling)
+	}
+	return nil
+}
+
+// token is the deterministic token at position pos of a sequence whose
+// prompt has promptLen tokens.
+func (d *Decoder) token(st *seqState, promptLen, pos int, sp models.Sampling) int32 {
+	key := st.prompt
+	if sp.Temperature > 0 {
+		key = mix(key, sp.Seed^0x9e3779b97f4a7c15)
+	}
+	if st.length == 0 {
+		st.length = d.naturalLength(key)
+	}
+	if pos-promptLen == st.length-1 {
+		return bpe.EOS
+	}
+	// Any token but EOS, uniformly.
+	return int32(mix(key, uint64(pos)) % uint64(bpe.EOS))
+}
+
+// naturalLength draws the answer length (EOS included) from the lognormal
+// distribution, seeded by key.
+func (d *Decoder) naturalLength(key uint64) int {
+	u1 := unit(mix(key, 1))
+	u2 := unit(mix(key, 2))
+	z := math.Sqrt(-2*math.Log(u1)) * math.Cos(2*math.Pi*u2) // Box–Muller
+	n := int(math.Round(d.cfg.MedianLen * math.Exp(d.cfg.Sigma*z)))
+	return min(max(n, 1), d.cfg.MaxLen)
+}
+
+// NaturalLength returns the natural answer length (EOS included) the model
+// gives prompt when decoding greedily: what a client predicting the sim's
+// output lengths needs.
+func (f *Factory) NaturalLength(prompt []int32) int {
+	h := uint64(fnvOffset)
+	for _, tok := range prompt {
+		h = mix(h, uint64(uint32(tok)))
+	}
+	return (&Decoder{cfg: f.cfg}).naturalLength(h)
+}
+
+// Free drops a sequence's KV.
+func (d *Decoder) Free(id models.SeqID) {
+	if st, ok := d.seqs[id]; ok {
+		d.used -= st.held
+		delete(d.seqs, id)
+	}
+}
+
+// Held returns the tokens the instance holds, summed over its sequences.
+func (d *Decoder) Held() int { return d.used }
+
+// Close drops every sequence.
+func (d *Decoder) Close() error {
+	clear(d.seqs)
+	d.used = 0
+	return nil
+}
+
+const fnvOffset = 14695981039346656037
+
+// mix is a 64-bit hash step (splitmix64 over h xor v).
+func mix(h, v uint64) uint64 {
+	x := h ^ (v + 0x9e3779b97f4a7c15 + (h << 6) + (h >> 2))
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// unit maps h to (0, 1).
+func unit(h uint64) float64 { return (float64(h>>11) + 0.5) / (1 << 53) }

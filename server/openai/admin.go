@@ -1,0 +1,115 @@
+package openai
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/inferhq/infer/server/generate"
+)
+
+// The admin API of a generative model (mounted by the server behind its
+// admin token):
+//
+//	GET   /admin/batching  the /v1 engine's settings in effect
+//	PATCH /admin/batching  change any of {"policy", "max_seqs",
+//	                       "max_batched_tokens", "max_latency"}
+//
+// A PATCH applies all of its fields or none, from the engine's next step,
+// and answers with what is in force.
+
+type batching struct {
+	Policy           generate.Policy `json:"policy"`
+	MaxSeqs          int             `json:"max_seqs"`
+	MaxBatchedTokens int             `json:"max_batched_tokens"`
+	KVTokens         int             `json:"kv_tokens"`
+	MaxLatency       string          `json:"max_latency"`
+}
+
+type batchingPatch struct {
+	Policy           *string `json:"policy"`
+	MaxSeqs          *int    `json:"max_seqs"`
+	MaxBatchedTokens *int    `json:"max_batched_tokens"`
+	MaxLatency       *string `json:"max_latency"`
+}
+
+// v1 is the engine behind /v1 (nil before Load).
+func (s *Service) v1() *generate.Engine { return s.eps[0].engine }
+
+func (s *Service) batching() batching {
+	c := s.cfg.Engine
+	if e := s.v1(); e != nil {
+		c = e.Config()
+	}
+	return batching{Policy: c.Policy, MaxSeqs: c.MaxSeqs, MaxBatchedTokens: c.MaxBatchedTokens, KVTokens: c.KVTokens, MaxLatency: c.MaxLatency.String()}
+}
+
+// Admin handles GET and PATCH /admin/batching.
+func (s *Service) Admin() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet, http.MethodHead:
+			writeJSON(w, http.StatusOK, s.batching())
+		case http.MethodPatch:
+			s.patchBatching(w, r)
+		default:
+			w.Header().Set("Allow", "GET, HEAD, PATCH")
+			writeError(w, invalid(http.StatusMethodNotAllowed, "", "method_not_allowed", "%s /admin/batching: use GET or PATCH", r.Method))
+		}
+	})
+}
+
+func (s *Service) patchBatching(w http.ResponseWriter, r *http.Request) {
+	e := s.v1()
+	if e == nil {
+		writeError(w, errNotReady())
+		return
+	}
+	var p batchingPatch
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		writeError(w, invalid(http.StatusBadRequest, "", "malformed_json", `want {"policy", "max_seqs", "max_batched_tokens", "max_latency"}: %v`, err))
+		return
+	}
+	s.adminMu.Lock()
+	defer s.adminMu.Unlock()
+	c := e.Config()
+	if p.Policy != nil {
+		pol, err := generate.ParsePolicy(*p.Policy)
+		if err != nil {
+			writeError(w, invalid(http.StatusUnprocessableEntity, "policy", "invalid_policy", "%v", err))
+			return
+		}
+		c.Policy = pol
+	}
+	if p.MaxSeqs != nil {
+		if *p.MaxSeqs < 1 || *p.MaxSeqs > generate.MaxMaxSeqs {
+			writeError(w, invalid(http.StatusUnprocessableEntity, "max_seqs", "invalid_max_seqs", "max_seqs %d: want 1 to %d", *p.MaxSeqs, generate.MaxMaxSeqs))
+			return
+		}
+		c.MaxSeqs = *p.MaxSeqs
+	}
+	if p.MaxBatchedTokens != nil {
+		if *p.MaxBatchedTokens < 1 || *p.MaxBatchedTokens > generate.MaxMaxBatchedTokens {
+			writeError(w, invalid(http.StatusUnprocessableEntity, "max_batched_tokens", "invalid_max_batched_tokens", "max_batched_tokens %d: want 1 to %d", *p.MaxBatchedTokens, generate.MaxMaxBatchedTokens))
+			return
+		}
+		c.MaxBatchedTokens = *p.MaxBatchedTokens
+	}
+	if p.MaxLatency != nil {
+		d, err := time.ParseDuration(*p.MaxLatency)
+		if err != nil || d < 0 || d > time.Minute {
+			writeError(w, invalid(http.StatusUnprocessableEntity, "max_latency", "invalid_max_latency", "max_latency %q: want a duration like 50ms, at most 1m", *p.MaxLatency))
+			return
+		}
+		c.MaxLatency = d
+	}
+	if err := e.Reconfigure(c); err != nil {
+		writeError(w, invalid(http.StatusUnprocessableEntity, "", "invalid_batching", "%v", err))
+		return
+	}
+	st := s.batching()
+	s.log.Info("batching changed", "policy", st.Policy, "max_seqs", st.MaxSeqs, "max_batched_tokens", st.MaxBatchedTokens, "max_latency", st.MaxLatency)
+	writeJSON(w, http.StatusOK, st)
+}

@@ -1,0 +1,199 @@
+package openai
+
+import (
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/inferhq/infer/server/generate"
+)
+
+// Metrics are named after vLLM's (vllm:X is infer_gen_X here) so that
+// dashboards map; the endpoint label is v1, static or naive.
+type metrics struct {
+	requests     *prometheus.CounterVec
+	success      *prometheus.CounterVec
+	aborted      *prometheus.CounterVec
+	inFlight     *prometheus.GaugeVec
+	ttft         *prometheus.HistogramVec
+	tpot         *prometheus.HistogramVec
+	e2e          *prometheus.HistogramVec
+	queue        *prometheus.HistogramVec
+	promptTokens *prometheus.CounterVec
+	genTokens    *prometheus.CounterVec
+	preemptions  *prometheus.CounterVec
+	stepDur      *prometheus.HistogramVec
+	stepBatch    *prometheus.HistogramVec
+	stepTokens   *prometheus.HistogramVec
+	gauges       []prometheus.Collector
+}
+
+// epMetrics are one endpoint's resolved children: no label hashing on the
+// hot path.
+type epMetrics struct {
+	name         string
+	m            *metrics
+	inFlight     prometheus.Gauge
+	ttft         prometheus.Observer
+	tpot         prometheus.Observer
+	e2e          prometheus.Observer
+	queue        prometheus.Observer
+	promptTokens prometheus.Counter
+	genTokens    prometheus.Counter
+	preemptions  prometheus.Counter
+	stepDur      prometheus.Observer
+	stepBatch    prometheus.Observer
+	stepTokens   prometheus.Observer
+
+	mu    sync.RWMutex
+	codes map[int]prometheus.Counter
+}
+
+var (
+	latencyBuckets = prometheus.ExponentialBuckets(0.001, 2, 17)  // 1 ms to ~65 s
+	tokenBuckets   = prometheus.ExponentialBuckets(0.0005, 2, 14) // 0.5 ms to ~4 s
+	stepBuckets    = prometheus.ExponentialBuckets(0.0005, 1.5, 20)
+	batchBuckets   = []float64{1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024}
+	tokensBuckets  = []float64{1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384}
+)
+
+func newMetrics(s *Service) *metrics {
+	ep := []string{"endpoint"}
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "infer_gen_requests_total",
+			Help: "Generation requests by endpoint and HTTP status (499: the client went away)."}, []string{"endpoint", "code"}),
+		success: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "infer_gen_request_success_total",
+			Help: "Requests that finished, by finish reason (stop, length)."}, []string{"endpoint", "finished_reason"}),
+		aborted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "infer_gen_requests_aborted_total",
+			Help: "Requests that ended before finishing, by reason (client_gone, deadline, slow_reader, write_failed, model_error)."}, []string{"endpoint", "reason"}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "infer_gen_in_flight_requests",
+			Help: "Generation requests being handled."}, ep),
+		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "infer_gen_time_to_first_token_seconds",
+			Help: "Time from a request's arrival to its first token (first event written, for a stream).", Buckets: latencyBuckets}, ep),
+		tpot: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "infer_gen_time_per_output_token_seconds",
+			Help: "Per request: (e2e latency - time to first token) / (output tokens - 1).", Buckets: tokenBuckets}, ep),
+		e2e: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "infer_gen_e2e_request_latency_seconds",
+			Help: "Time from a request's arrival to its last token.", Buckets: latencyBuckets}, ep),
+		queue: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "infer_gen_request_queue_time_seconds",
+			Help: "Time a request waited before its first step.", Buckets: latencyBuckets}, ep),
+		promptTokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "infer_gen_prompt_tokens_total",
+			Help: "Prompt tokens of admitted requests."}, ep),
+		genTokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "infer_gen_generation_tokens_total",
+			Help: "Tokens generated."}, ep),
+		preemptions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "infer_gen_num_preemptions_total",
+			Help: "Sequences preempted (their KV freed, to be recomputed) to make room."}, ep),
+		stepDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "infer_gen_step_duration_seconds",
+			Help: "Time the model spent on one engine step.", Buckets: stepBuckets}, ep),
+		stepBatch: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "infer_gen_step_batch_size",
+			Help: "Sequences in one engine step (a static batch's finished rows included).", Buckets: batchBuckets}, ep),
+		stepTokens: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "infer_gen_iteration_tokens_total",
+			Help: "Tokens fed to the model in one engine step (decodes plus prefill).", Buckets: tokensBuckets}, ep),
+	}
+	for _, e := range s.eps {
+		e.m = &epMetrics{
+			name: e.name, m: m, codes: make(map[int]prometheus.Counter),
+			inFlight:     m.inFlight.WithLabelValues(e.name),
+			ttft:         m.ttft.WithLabelValues(e.name),
+			tpot:         m.tpot.WithLabelValues(e.name),
+			e2e:          m.e2e.WithLabelValues(e.name),
+			queue:        m.queue.WithLabelValues(e.name),
+			promptTokens: m.promptTokens.WithLabelValues(e.name),
+			genTokens:    m.genTokens.WithLabelValues(e.name),
+			preemptions:  m.preemptions.WithLabelValues(e.name),
+			stepDur:      m.stepDur.WithLabelValues(e.name),
+			stepBatch:    m.stepBatch.WithLabelValues(e.name),
+			stepTokens:   m.stepTokens.WithLabelValues(e.name),
+		}
+		labels := prometheus.Labels{"endpoint": e.name}
+		gauge := func(name, help string, f func(*generate.Engine) float64) prometheus.Collector {
+			return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels}, func() float64 {
+				if e.engine == nil {
+					return 0
+				}
+				return f(e.engine)
+			})
+		}
+		m.gauges = append(m.gauges,
+			gauge("infer_gen_num_requests_running", "Sequences running (in the batch).", func(g *generate.Engine) float64 { return float64(g.Running()) }),
+			gauge("infer_gen_num_requests_waiting", "Requests waiting to start.", func(g *generate.Engine) float64 { return float64(g.Waiting()) }),
+			gauge("infer_gen_kv_cache_usage_perc", "Fraction of the KV capacity in use (0 to 1).", func(g *generate.Engine) float64 { return g.KVUsage() }),
+		)
+	}
+	m.gauges = append(m.gauges, batchingCollector{s})
+	return m
+}
+
+func (m *metrics) collectors() []prometheus.Collector {
+	return append([]prometheus.Collector{m.requests, m.success, m.aborted, m.inFlight, m.ttft, m.tpot, m.e2e, m.queue,
+		m.promptTokens, m.genTokens, m.preemptions, m.stepDur, m.stepBatch, m.stepTokens}, m.gauges...)
+}
+
+// observeStep runs on the engine's goroutine after each step.
+func (e *epMetrics) observeStep(si generate.StepInfo) {
+	e.stepDur.Observe(si.Duration.Seconds())
+	e.stepBatch.Observe(float64(si.Seqs))
+	e.stepTokens.Observe(float64(si.Decodes + si.PrefillTokens))
+	if si.Generated > 0 {
+		e.genTokens.Add(float64(si.Generated))
+	}
+	if si.Preempted > 0 {
+		e.preemptions.Add(float64(si.Preempted))
+	}
+}
+
+// request counts one answered request.
+func (e *epMetrics) request(code int) {
+	e.mu.RLock()
+	c, ok := e.codes[code]
+	e.mu.RUnlock()
+	if !ok {
+		c = e.m.requests.WithLabelValues(e.name, strconv.Itoa(code))
+		e.mu.Lock()
+		e.codes[code] = c
+		e.mu.Unlock()
+	}
+	c.Inc()
+}
+
+// finished observes a request that finished.
+func (e *epMetrics) finished(res generate.Result, ttft, e2e time.Duration) {
+	e.m.success.WithLabelValues(e.name, string(res.Finish)).Inc()
+	e.ttft.Observe(ttft.Seconds())
+	e.e2e.Observe(e2e.Seconds())
+	e.queue.Observe(res.Queue.Seconds())
+	if res.CompletionTokens > 1 {
+		e.tpot.Observe((e2e - ttft).Seconds() / float64(res.CompletionTokens-1))
+	}
+}
+
+// failed counts a request that ended with an error, by its cause.
+func (e *epMetrics) failed(err *apiError) {
+	switch err.Code {
+	case "client_closed":
+		e.aborted("client_gone")
+	case "deadline_exceeded":
+		e.aborted("deadline")
+	case "slow_reader", "model_error":
+		e.aborted(err.Code)
+	}
+}
+
+func (e *epMetrics) aborted(reason string) { e.m.aborted.WithLabelValues(e.name, reason).Inc() }
+
+// batchingCollector reports the /v1 engine's settings in effect, which the
+// admin API may change at run time.
+type batchingCollector struct{ s *Service }
+
+var batchingDesc = prometheus.NewDesc("infer_gen_batching_info",
+	"The /v1 generation engine's settings in effect; always 1.",
+	[]string{"policy", "max_seqs", "max_batched_tokens", "kv_tokens", "max_latency"}, nil)
+
+func (c batchingCollector) Describe(ch chan<- *prometheus.Desc) { ch <- batchingDesc }
+
+func (c batchingCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.s.batching()
+	ch <- prometheus.MustNewConstMetric(batchingDesc, prometheus.GaugeValue, 1,
+		string(st.Policy), strconv.Itoa(st.MaxSeqs), strconv.Itoa(st.MaxBatchedTokens), strconv.Itoa(st.KVTokens), st.MaxLatency)
+}

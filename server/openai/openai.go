@@ -1,0 +1,211 @@
+// Package openai serves a generative model through an OpenAI-compatible HTTP
+// API, so that any OpenAI client or LLM benchmark works by base URL:
+//
+//	POST /v1/completions          continuous batching (or the policy set by
+//	POST /v1/chat/completions     Config.Engine.Policy or the admin API)
+//	GET  /v1/models, /v1/models/{model}
+//	     /static/v1/…             the same on static batching
+//	     /naive/v1/…              the same, one sequence at a time
+//
+// Each prefix has its own engine (server/generate) over its own decoder
+// instance, so the three run side by side on the same model. With
+// "stream": true the answer is Server-Sent Events in OpenAI's chunk schema:
+// one event per generated token, flushed at once, then data: [DONE].
+//
+// The package plugs into package server as its Service: the server keeps the
+// listener, drain, health, readiness, metrics and admin token.
+package openai
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/inferhq/infer/models"
+	"github.com/inferhq/infer/server"
+	"github.com/inferhq/infer/server/generate"
+)
+
+// Config configures a Service. The zero value is valid.
+type Config struct {
+	// Engine configures the engine behind /v1 (default continuous
+	// batching). The /static and /naive engines copy it with their own
+	// policy.
+	Engine generate.Config
+	// MaxBody is the largest request body, in bytes. Default 1 MiB.
+	MaxBody int64
+	// MaxTokens bounds a request's max_tokens. Default: the context.
+	MaxTokens int
+	// WriteTimeout bounds each write of a stream to its client: a client
+	// that stops reading is cut after it (and after the engine's stream
+	// buffer fills). Default 10s.
+	WriteTimeout time.Duration
+	// Logger receives lifecycle events; nil discards them.
+	Logger *slog.Logger
+}
+
+// Service is the OpenAI-compatible API over one generative model.
+type Service struct {
+	cfg     Config
+	factory models.DecoderFactory
+	info    models.Info
+	dinfo   models.DecoderInfo
+	tok     models.Tokenizer
+	log     *slog.Logger
+	metrics *metrics
+
+	// One per route prefix, in the order of prefixes.
+	eps []*endpoint
+
+	mu       sync.Mutex // guards decoders
+	decoders []models.Decoder
+	adminMu  sync.Mutex // serialises admin changes
+}
+
+var _ server.Service = (*Service)(nil)
+
+// endpoint is one route prefix and its engine.
+type endpoint struct {
+	name   string // metrics label: continuous (for /v1), static, naive
+	prefix string // "" for /v1, "/static", "/naive"
+	policy generate.Policy
+	engine *generate.Engine // set by Load
+	m      *epMetrics
+}
+
+// New returns the API over the model made by f. It loads nothing yet.
+func New(cfg Config, f models.DecoderFactory) (*Service, error) {
+	if err := cfg.Engine.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.MaxBody <= 0 {
+		cfg.MaxBody = 1 << 20
+	}
+	dinfo := f.Decoder()
+	if cfg.MaxTokens <= 0 || cfg.MaxTokens > dinfo.Context {
+		cfg.MaxTokens = dinfo.Context
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Engine.Policy == "" {
+		cfg.Engine.Policy = generate.Continuous
+	}
+	s := &Service{cfg: cfg, factory: f, info: f.Info(), dinfo: dinfo, tok: f.Tokenizer(), log: cfg.Logger}
+	s.eps = []*endpoint{
+		{name: "v1", prefix: "", policy: cfg.Engine.Policy},
+		{name: string(generate.Static), prefix: "/static", policy: generate.Static},
+		{name: string(generate.Naive), prefix: "/naive", policy: generate.Naive},
+	}
+	s.metrics = newMetrics(s)
+	return s, nil
+}
+
+// Info describes the model served.
+func (s *Service) Info() models.Info { return s.info }
+
+// Load creates and warms one decoder instance per prefix and their engines.
+// On failure it closes what it created.
+func (s *Service) Load(ctx context.Context) error {
+	if err := s.load(ctx); err != nil {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, d := range s.decoders {
+			err = errors.Join(err, d.Close())
+		}
+		s.decoders = nil
+		return err
+	}
+	return nil
+}
+
+func (s *Service) load(ctx context.Context) error {
+	for i, ep := range s.eps {
+		dec, err := s.factory.New(ctx, i)
+		if err != nil {
+			return fmt.Errorf("decoder instance %d: %w", i, err)
+		}
+		s.mu.Lock()
+		s.decoders = append(s.decoders, dec)
+		s.mu.Unlock()
+		if err := s.warm(ctx, dec); err != nil {
+			return fmt.Errorf("warm up decoder instance %d: %w", i, err)
+		}
+		ecfg := s.cfg.Engine
+		ecfg.Policy = ep.policy
+		ecfg.OnStep = ep.m.observeStep
+		e, err := generate.New(ecfg, dec, s.dinfo, s.tok)
+		if err != nil {
+			return err
+		}
+		ep.engine = e
+	}
+	return nil
+}
+
+// warm runs one step of one token (lazy initialisation of a real backend).
+func (s *Service) warm(ctx context.Context, dec models.Decoder) error {
+	const id = models.SeqID(1<<63 - 1) // engines count up from 1
+	defer dec.Free(id)
+	next := make([]int32, 1)
+	return dec.Step(ctx, []models.StepSeq{{ID: id, Tokens: []int32{s.dinfo.EOS}, PromptLen: 1, Sample: true}}, next)
+}
+
+// Run runs the engines until ctx is done, lets them finish what they
+// admitted, then closes the decoders.
+func (s *Service) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(s.eps))
+	for i, ep := range s.eps {
+		if ep.engine == nil {
+			continue
+		}
+		wg.Go(func() { errs[i] = ep.engine.Run(ctx) })
+	}
+	wg.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, d := range s.decoders {
+		errs = append(errs, d.Close())
+	}
+	s.decoders = nil
+	return errors.Join(errs...)
+}
+
+// Len is the number of requests waiting or running.
+func (s *Service) Len() int {
+	n := 0
+	for _, ep := range s.eps {
+		if ep.engine != nil {
+			n += ep.engine.Waiting() + ep.engine.Running()
+		}
+	}
+	return n
+}
+
+// Collectors are the API's metrics.
+func (s *Service) Collectors() []prometheus.Collector { return s.metrics.collectors() }
+
+// Routes mounts the API.
+func (s *Service) Routes(mux *http.ServeMux, st server.State) {
+	for _, ep := range s.eps {
+		h := &handler{s: s, ep: ep, st: st}
+		mux.Handle(ep.prefix+"/v1/completions", h.only(http.MethodPost, h.completions(false)))
+		mux.Handle(ep.prefix+"/v1/chat/completions", h.only(http.MethodPost, h.completions(true)))
+		mux.Handle(ep.prefix+"/v1/models", h.only(http.MethodGet, http.HandlerFunc(h.models)))
+		mux.Handle(ep.prefix+"/v1/models/", h.only(http.MethodGet, http.HandlerFunc(h.model)))
+	}
+	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &apiError{Status: http.StatusNotFound, Type: typeInvalid, Code: "not_found",
+			Message: fmt.Sprintf("no endpoint %s; see /v1/completions, /v1/chat/completions, /v1/models (and the same under /static and /naive)", r.URL.Path)})
+	}))
+}

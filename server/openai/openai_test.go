@@ -1,0 +1,453 @@
+package openai_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/inferhq/infer/models/simlm"
+	"github.com/inferhq/infer/server"
+	"github.com/inferhq/infer/server/generate"
+	"github.com/inferhq/infer/server/openai"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+// testServer serves sim-lm through the real server and its Service hook.
+type testServer struct {
+	URL string
+	svc *openai.Service
+}
+
+func startServer(t *testing.T, sim simlm.Config, cfg openai.Config, token string) *testServer {
+	t.Helper()
+	f, err := simlm.New(sim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := openai.New(cfg, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(server.Config{Service: svc, AdminToken: token, DrainTimeout: 10 * time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	ts := &testServer{URL: "http://" + ln.Addr().String(), svc: svc}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve() = %v", err)
+		}
+	})
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		resp, err := http.Get(ts.URL + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("server not ready after 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return ts
+}
+
+func post(t *testing.T, url, body string, hdr ...string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+func readAll(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+var (
+	idRE      = regexp.MustCompile(`"id":"(chat)?cmpl-[0-9a-f]{24}"`)
+	createdRE = regexp.MustCompile(`"created":\d+`)
+)
+
+func normalize(s string) string {
+	s = idRE.ReplaceAllString(s, `"id":"${1}cmpl-ID"`)
+	return createdRE.ReplaceAllString(s, `"created":0`)
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs from the golden file:\n--- got\n%s\n--- want\n%s", name, got, want)
+	}
+}
+
+// The SSE wire format, byte for byte (ids and timestamps normalized).
+func TestSSEWireFormatGolden(t *testing.T) {
+	ts := startServer(t, simlm.Config{}, openai.Config{}, "")
+	for _, tc := range []struct {
+		name, path, body string
+	}{
+		{"completion.sse", "/v1/completions", `{"model":"sim-lm","prompt":"Once upon a time","max_tokens":5,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}`},
+		{"chat.sse", "/v1/chat/completions", `{"model":"sim-lm","messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"temperature":0,"stream":true}`},
+		{"completion-stop.sse", "/static/v1/completions", `{"prompt":"Say it","max_tokens":3,"temperature":0,"stream":true,"stop":["\u0000never"]}`},
+		{"completion.json", "/naive/v1/completions", `{"model":"sim-lm","prompt":"Once upon a time","max_tokens":5,"temperature":0}`},
+		{"chat.json", "/v1/chat/completions", `{"model":"sim-lm","messages":[{"role":"user","content":"Hi"}],"max_completion_tokens":4,"temperature":0}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := post(t, ts.URL+tc.path, tc.body)
+			body := readAll(t, resp)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
+			}
+			wantType := "application/json"
+			if strings.HasSuffix(tc.name, ".sse") {
+				wantType = "text/event-stream"
+			}
+			if ct := resp.Header.Get("Content-Type"); ct != wantType {
+				t.Errorf("Content-Type %q, want %q", ct, wantType)
+			}
+			if st := resp.Header.Get("Server-Timing"); !regexp.MustCompile(`^queue;dur=[\d.]+, ttft;dur=[\d.]+, batch;desc=\d+$`).MatchString(st) {
+				t.Errorf("Server-Timing %q", st)
+			}
+			golden(t, tc.name, normalize(body))
+		})
+	}
+}
+
+// sse reads a stream's data payloads.
+func sse(t *testing.T, r io.Reader) []string {
+	t.Helper()
+	var out []string
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func TestErrorAfterTheStreamStarted(t *testing.T) {
+	ts := startServer(t, simlm.Config{Step: 10 * time.Millisecond}, openai.Config{}, "")
+	resp := post(t, ts.URL+"/v1/completions", `{"prompt":"x","max_tokens":1000,"ignore_eos":true,"stream":true}`, "X-Request-Timeout", "100ms")
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	events := sse(t, resp.Body)
+	n := len(events)
+	if n < 4 || events[n-1] != "[DONE]" || !strings.Contains(events[n-2], `"error":{`) || !strings.Contains(events[n-2], `"code":"deadline_exceeded"`) {
+		t.Errorf("stream ends with %q, want an error event then [DONE]", events[max(0, n-2):])
+	}
+}
+
+func TestBadInputGetsItsErrorWhileAValidLoadRuns(t *testing.T) {
+	ts := startServer(t, simlm.Config{Step: 2 * time.Millisecond}, openai.Config{MaxBody: 4096}, "")
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	var mu sync.Mutex
+	var bad []string
+	ok := 0
+	for c := range 8 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				resp := post(t, ts.URL+"/v1/completions", fmt.Sprintf(`{"prompt":"client %d request %d","max_tokens":20,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}`, c, i))
+				events := sse(t, resp.Body)
+				resp.Body.Close()
+				n := len(events)
+				mu.Lock()
+				if resp.StatusCode != http.StatusOK || n < 3 || events[n-1] != "[DONE]" || !strings.Contains(events[n-2], `"completion_tokens":20,`) {
+					bad = append(bad, fmt.Sprintf("status %d, %d events", resp.StatusCode, len(events)))
+				} else {
+					ok++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name, path, body string
+		status           int
+		code             string
+	}{
+		{"non-JSON", "/v1/completions", `not json`, 400, "malformed_json"},
+		{"missing prompt", "/v1/completions", `{"model":"sim-lm"}`, 422, "missing_prompt"},
+		{"negative max_tokens", "/v1/completions", `{"prompt":"x","max_tokens":-1}`, 422, "invalid_value"},
+		{"huge max_tokens", "/v1/completions", `{"prompt":"x","max_tokens":100000000}`, 422, "invalid_value"},
+		{"wrong type", "/v1/completions", `{"prompt":"x","max_tokens":"ten"}`, 422, "invalid_type"},
+		{"unknown model", "/v1/completions", `{"model":"gpt-4","prompt":"x"}`, 404, "model_not_found"},
+		{"oversize body", "/v1/completions", `{"prompt":"` + strings.Repeat("a", 5000) + `"}`, 413, "body_too_large"},
+		{"prompt over the context", "/v1/completions", `{"prompt":[` + strings.TrimSuffix(strings.Repeat("1,", 4096), ",") + `]}`, 413, "body_too_large"},
+		{"n > 1", "/v1/completions", `{"prompt":"x","n":2}`, 422, "unsupported"},
+		{"too many stops", "/v1/completions", `{"prompt":"x","stop":[` + strings.TrimSuffix(strings.Repeat(`"a",`, 17), ",") + `]}`, 422, "invalid_value"},
+		{"chat without messages", "/v1/chat/completions", `{"model":"sim-lm"}`, 422, "missing_messages"},
+		{"chat bad role", "/v1/chat/completions", `{"messages":[{"role":"wizard","content":"x"}]}`, 422, "invalid_value"},
+		{"temperature out of range", "/naive/v1/completions", `{"prompt":"x","temperature":9}`, 422, "invalid_value"},
+		{"min over max", "/static/v1/completions", `{"prompt":"x","max_tokens":2,"min_tokens":3}`, 422, "invalid_value"},
+		{"unknown path", "/v1/embeddings", `{}`, 404, "not_found"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := post(t, ts.URL+tc.path, tc.body)
+			body := readAll(t, resp)
+			var e struct {
+				Error struct {
+					Message, Type, Code string
+					Param               *string
+				}
+			}
+			if err := json.Unmarshal([]byte(body), &e); err != nil {
+				t.Fatalf("body %q: %v", body, err)
+			}
+			if resp.StatusCode != tc.status || e.Error.Code != tc.code || e.Error.Message == "" || e.Error.Type == "" {
+				t.Errorf("got %d %s; want %d %s", resp.StatusCode, body, tc.status, tc.code)
+			}
+		})
+	}
+	// A prompt over the context that fits the body limit.
+	ts2 := startServer(t, simlm.Config{Context: 64, KVTokens: 64}, openai.Config{}, "")
+	resp := post(t, ts2.URL+"/v1/completions", `{"prompt":"`+strings.Repeat("word ", 100)+`"}`)
+	if body := readAll(t, resp); resp.StatusCode != 413 || !strings.Contains(body, "context_length_exceeded") {
+		t.Errorf("prompt over the context: %d %s", resp.StatusCode, body)
+	}
+	close(stop)
+	wg.Wait()
+	if len(bad) > 0 || ok == 0 {
+		t.Errorf("valid load: %d ok, %d bad: %v", ok, len(bad), bad[:min(len(bad), 5)])
+	}
+}
+
+// waitFor polls cond for up to 15s (a bound for a loaded machine, not a
+// timing assertion).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(15 * time.Second); !cond(); time.Sleep(2 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 15s", what)
+		}
+	}
+}
+
+func metric(t *testing.T, url, name string) string {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(readAll(t, resp), "\n") {
+		if strings.HasPrefix(line, name+" ") {
+			return strings.TrimPrefix(line, name+" ")
+		}
+	}
+	return ""
+}
+
+func TestDisconnectMidStreamFreesTheKV(t *testing.T) {
+	ts := startServer(t, simlm.Config{Step: 5 * time.Millisecond}, openai.Config{}, "")
+	req, _ := http.NewRequest(http.MethodPost, ts.URL+"/v1/completions", strings.NewReader(`{"prompt":"tell me everything","max_tokens":2000,"ignore_eos":true,"stream":true}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(resp.Body)
+	for range 3 {
+		if _, err := br.ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := metric(t, ts.URL, `infer_gen_num_requests_running{endpoint="v1"}`); got != "1" {
+		t.Fatalf("running = %q mid-stream, want 1", got)
+	}
+	resp.Body.Close() // the client goes away
+	waitFor(t, "running back to 0", func() bool {
+		return metric(t, ts.URL, `infer_gen_num_requests_running{endpoint="v1"}`) == "0"
+	})
+	if got := metric(t, ts.URL, `infer_gen_kv_cache_usage_perc{endpoint="v1"}`); got != "0" {
+		t.Errorf("KV usage %s after the disconnect, want 0", got)
+	}
+	// The handler sees the client gone from its context or from a write.
+	waitFor(t, "aborted counted", func() bool {
+		return metric(t, ts.URL, `infer_gen_requests_aborted_total{endpoint="v1",reason="client_gone"}`) == "1" ||
+			metric(t, ts.URL, `infer_gen_requests_aborted_total{endpoint="v1",reason="write_failed"}`) == "1"
+	})
+}
+
+func TestQueueFullIs429WithRetryAfter(t *testing.T) {
+	ts := startServer(t, simlm.Config{Step: 5 * time.Millisecond}, openai.Config{Engine: generate.Config{QueueCap: 1}}, "")
+	hold := func() *http.Response {
+		return post(t, ts.URL+"/naive/v1/completions", `{"prompt":"x","max_tokens":400,"ignore_eos":true,"stream":true}`)
+	}
+	running := hold() // runs: naive has one slot
+	defer running.Body.Close()
+	waiting := make(chan *http.Response, 1)
+	go func() { waiting <- hold() }()
+	waitFor(t, "one waiting", func() bool {
+		return metric(t, ts.URL, `infer_gen_num_requests_waiting{endpoint="naive"}`) == "1"
+	})
+	resp := post(t, ts.URL+"/naive/v1/completions", `{"prompt":"x","max_tokens":4}`)
+	body := readAll(t, resp)
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || !strings.Contains(body, `"code":"queue_full"`) {
+		t.Errorf("third request: %d Retry-After %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+	// The continuous endpoint is not affected.
+	if resp := post(t, ts.URL+"/v1/completions", `{"prompt":"x","max_tokens":4}`); resp.StatusCode != 200 {
+		t.Errorf("/v1 while /naive is full: %d %s", resp.StatusCode, readAll(t, resp))
+	} else {
+		resp.Body.Close()
+	}
+	running.Body.Close()
+	(<-waiting).Body.Close()
+}
+
+func TestAdminSetsMaxSeqsAndPolicy(t *testing.T) {
+	ts := startServer(t, simlm.Config{}, openai.Config{}, "secret")
+	patch := func(body, token string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPatch, ts.URL+"/admin/batching", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, readAll(t, resp)
+	}
+	for _, tc := range []struct {
+		body, token string
+		status      int
+		want        string
+	}{
+		{`{"max_seqs":8}`, "wrong", 401, "unauthorized"},
+		{`{"max_seqs":0}`, "secret", 422, "invalid_max_seqs"},
+		{`{"max_seqs":9223372036854775807}`, "secret", 422, "invalid_max_seqs"},
+		{`{"max_seqs":4000,"max_batched_tokens":100}`, "secret", 422, "invalid_batching"},
+		{`{"policy":"magic"}`, "secret", 422, "invalid_policy"},
+		{`{"batch":3}`, "secret", 400, "malformed_json"},
+		{`{"max_seqs":8,"policy":"static","max_latency":"20ms"}`, "secret", 200, `"policy":"static","max_seqs":8`},
+	} {
+		if status, body := patch(tc.body, tc.token); status != tc.status || !strings.Contains(body, tc.want) {
+			t.Errorf("PATCH %s: %d %s; want %d %s", tc.body, status, body, tc.status, tc.want)
+		}
+	}
+	// Nothing of the refused PATCHes applied; the last one did.
+	req, _ := http.NewRequest(http.MethodGet, ts.URL+"/admin/batching", nil)
+	req.Header.Set("Authorization", "Bearer secret")
+	resp, _ := http.DefaultClient.Do(req)
+	if body := readAll(t, resp); !strings.Contains(body, `"policy":"static","max_seqs":8,"max_batched_tokens":2048`) || !strings.Contains(body, `"max_latency":"20ms"`) {
+		t.Errorf("GET /admin/batching = %s", body)
+	}
+	if resp := post(t, ts.URL+"/v1/completions", `{"prompt":"x","max_tokens":3}`); resp.StatusCode != 200 {
+		t.Errorf("request after the switch: %d %s", resp.StatusCode, readAll(t, resp))
+	} else {
+		resp.Body.Close()
+	}
+}
+
+func TestModelsList(t *testing.T) {
+	ts := startServer(t, simlm.Config{}, openai.Config{}, "")
+	for _, p := range []string{"/v1/models", "/static/v1/models", "/naive/v1/models", "/v1/models/sim-lm"} {
+		resp, err := http.Get(ts.URL + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if body := readAll(t, resp); resp.StatusCode != 200 || !strings.Contains(body, `"id":"sim-lm"`) {
+			t.Errorf("GET %s: %d %s", p, resp.StatusCode, body)
+		}
+	}
+	resp, _ := http.Get(ts.URL + "/v1/models/other")
+	if body := readAll(t, resp); resp.StatusCode != 404 || !strings.Contains(body, "model_not_found") {
+		t.Errorf("GET /v1/models/other: %d %s", resp.StatusCode, body)
+	}
+	resp, _ = http.Get(ts.URL + "/v1/completions")
+	if body := readAll(t, resp); resp.StatusCode != 405 || resp.Header.Get("Allow") != "POST" {
+		t.Errorf("GET /v1/completions: %d %s", resp.StatusCode, body)
+	}
+}
+
+// A client that stops reading does not stall the others, and its stream is
+// cut: by the write deadline once the socket's buffers are full, or by the
+// engine once it holds StreamBuffer tokens the handler could not write.
+func TestSlowReaderIsCutWithoutStallingOthers(t *testing.T) {
+	// Tokens come fast (10k/s per stream) and the answer is long (up to
+	// 60,000 tokens), so that the socket buffers (up to tcp_wmem's max)
+	// fill in seconds; readers may lag 4,096 tokens before they count as
+	// slow.
+	ts := startServer(t, simlm.Config{Step: 100 * time.Microsecond, Context: 65536, KVTokens: 65536},
+		openai.Config{Engine: generate.Config{StreamBuffer: 4096}, WriteTimeout: 300 * time.Millisecond}, "")
+	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		return c.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 2048) })
+	}}
+	conn, err := d.Dial("tcp", strings.TrimPrefix(ts.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"prompt":"never read","max_tokens":60000,"ignore_eos":true,"stream":true}`
+	fmt.Fprintf(conn, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	// Others are served meanwhile, at full speed.
+	for i := range 5 {
+		resp := post(t, ts.URL+"/v1/completions", fmt.Sprintf(`{"prompt":"reader %d","max_tokens":200,"ignore_eos":true,"stream":true}`, i))
+		if events := sse(t, resp.Body); resp.StatusCode != 200 || events[len(events)-1] != "[DONE]" {
+			t.Errorf("a reading client: %d, %d events", resp.StatusCode, len(events))
+		}
+		resp.Body.Close()
+	}
+	waitFor(t, "the slow stream cut", func() bool {
+		return metric(t, ts.URL, `infer_gen_requests_aborted_total{endpoint="v1",reason="slow_reader"}`) == "1" ||
+			metric(t, ts.URL, `infer_gen_requests_aborted_total{endpoint="v1",reason="write_failed"}`) == "1"
+	})
+	waitFor(t, "its sequence gone", func() bool {
+		return metric(t, ts.URL, `infer_gen_num_requests_running{endpoint="v1"}`) == "0"
+	})
+}
