@@ -144,13 +144,10 @@ func New(cfg Config) (*Factory, error) {
 	if err != nil {
 		return nil, err
 	}
-	if f.devices, err = f.resolveDevices(cfg.Devices); err != nil {
+	if f.devices, err = resolveDevices(cfg.Devices, f.log); err != nil {
 		return nil, err
 	}
-	f.threads = cfg.Threads
-	if f.threads <= 0 {
-		f.threads = max(1, runtime.NumCPU()/cfg.Workers)
-	}
+	f.threads = threadsPerSession(cfg.Threads, cfg.Workers)
 	ins, outs, err := ort.GetInputOutputInfo(cfg.Path)
 	trimHeap()
 	if err != nil {
@@ -263,12 +260,27 @@ func (f *Factory) Close() error {
 }
 
 func (f *Factory) newSession(dev models.Device) (*ort.DynamicAdvancedSession, error) {
-	opts, err := f.sessionOptions(dev)
+	return newSession(f.cfg.Path, f.sig.inputs, f.sig.outputs, dev, f.threads, f.cfg.Spin)
+}
+
+// threadsPerSession returns the intra-op threads of each session: threads,
+// or by default the CPUs divided among the workers, at least 1.
+func threadsPerSession(threads, workers int) int {
+	if threads > 0 {
+		return threads
+	}
+	return max(1, runtime.NumCPU()/max(1, workers))
+}
+
+// newSession loads the graph at path on dev, fetching the named inputs and
+// outputs.
+func newSession(path string, inputs, outputs []string, dev models.Device, threads int, spin bool) (*ort.DynamicAdvancedSession, error) {
+	opts, err := sessionOptions(dev, threads, spin)
 	if err != nil {
 		return nil, err
 	}
 	defer opts.Destroy()
-	s, err := ort.NewDynamicAdvancedSession(f.cfg.Path, f.sig.inputs, f.sig.outputs, opts)
+	s, err := ort.NewDynamicAdvancedSession(path, inputs, outputs, opts)
 	trimHeap()
 	if err != nil {
 		return nil, fmt.Errorf("onnx: session on %v: %w", dev, err)
@@ -277,17 +289,17 @@ func (f *Factory) newSession(dev models.Device) (*ort.DynamicAdvancedSession, er
 }
 
 // sessionOptions sets threads, spinning and the execution provider of dev.
-func (f *Factory) sessionOptions(dev models.Device) (*ort.SessionOptions, error) {
+func sessionOptions(dev models.Device, threads int, spinning bool) (*ort.SessionOptions, error) {
 	opts, err := ort.NewSessionOptions()
 	if err != nil {
 		return nil, fmt.Errorf("onnx: session options: %w", err)
 	}
 	spin := "0"
-	if f.cfg.Spin {
+	if spinning {
 		spin = "1"
 	}
 	for _, step := range []func() error{
-		func() error { return opts.SetIntraOpNumThreads(f.threads) },
+		func() error { return opts.SetIntraOpNumThreads(threads) },
 		func() error { return opts.SetInterOpNumThreads(1) },
 		func() error { return opts.AddSessionConfigEntry("session.intra_op.allow_spinning", spin) },
 		func() error { return opts.AddSessionConfigEntry("session.inter_op.allow_spinning", spin) },
