@@ -43,6 +43,10 @@ var pastRe = regexp.MustCompile(`^past_key_values\.(\d+)\.(key|value)$`)
 // merged decoder, its older with-past decoder, a single-file export.
 var exportFiles = []string{"decoder_model_merged.onnx", "decoder_with_past_model.onnx", "model.onnx"}
 
+// ErrNotDecoder means a graph has no KV cache inputs: it is an encoder, or a
+// decoder exported without past.
+var ErrNotDecoder = errors.New("not a decoder graph")
+
 // ErrKVFull means a Step would hold more tokens than DecoderInfo.KVTokens.
 // The engine's admission keeps within the bound, so this names an engine
 // that does not.
@@ -104,9 +108,10 @@ type DecoderFactory struct {
 
 var _ models.DecoderFactory = (*DecoderFactory)(nil)
 
-// IsDecoder reports whether path is a decoder OpenDecoder can open: an
-// export directory, or an .onnx file whose graph takes past_key_values
-// inputs. It reads the file's description, not its weights.
+// IsDecoder reports whether path is a decoder graph: an export directory, or
+// an .onnx file whose graph takes past_key_values inputs. It reads the
+// file's description, not its weights. OpenDecoder says whether it can serve
+// it.
 func IsDecoder(path string) (bool, error) {
 	file, err := decoderFile(path)
 	if err != nil {
@@ -116,12 +121,33 @@ func IsDecoder(path string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	for _, in := range info.Inputs {
-		if pastRe.MatchString(in.Name) {
-			return true, nil
-		}
+	return slices.ContainsFunc(info.Inputs, func(t onnxgraph.Tensor) bool { return pastRe.MatchString(t.Name) }), nil
+}
+
+// DecoderShape is what a decoder graph's inputs and outputs say about it.
+type DecoderShape struct {
+	Layers, Heads, HeadDim, Vocab int
+	PositionIDs                   bool // it takes position_ids
+	Merged                        bool // it takes use_cache_branch
+}
+
+// KVBytesPerToken is the size of one token's keys and values over all
+// layers.
+func (s DecoderShape) KVBytesPerToken() int64 { return int64(2 * s.Layers * s.Heads * s.HeadDim * 4) }
+
+// DecoderShapeOf reads the shape of a decoder graph from its description,
+// or says why OpenDecoder could not serve it (ErrNotDecoder for a graph
+// without a KV cache).
+func DecoderShapeOf(info onnxgraph.Info) (DecoderShape, error) {
+	sig, err := readDecoderSig(info)
+	if err != nil {
+		return DecoderShape{}, err
 	}
-	return false, nil
+	return sig.shape(), nil
+}
+
+func (s decoderSig) shape() DecoderShape {
+	return DecoderShape{Layers: s.layers, Heads: s.heads, HeadDim: s.headDim, Vocab: s.vocab, PositionIDs: s.positions, Merged: s.cacheBranch}
 }
 
 // decoderFile returns the .onnx file of path: path itself, or the preferred
@@ -299,9 +325,9 @@ func readDecoderSig(info onnxgraph.Info) (decoderSig, error) {
 		return &past[i], nil
 	}
 	if !slices.ContainsFunc(info.Inputs, func(t onnxgraph.Tensor) bool { return pastRe.MatchString(t.Name) }) {
-		return sig, fmt.Errorf("no past_key_values inputs, so no KV cache: export the model with past "+
+		return sig, fmt.Errorf("%w: no past_key_values inputs, so no KV cache: export the model with past "+
 			"(optimum-cli export onnx --task text-generation-with-past) and use decoder_model_merged.onnx; its inputs: %s",
-			listTensors(info.Inputs))
+			ErrNotDecoder, listTensors(info.Inputs))
 	}
 	have := map[string]bool{}
 	for i := range info.Inputs {
@@ -421,9 +447,7 @@ func (f *DecoderFactory) Threads() int { return f.threads }
 
 // KVBytesPerToken is the size of one token's keys and values over all
 // layers.
-func (f *DecoderFactory) KVBytesPerToken() int64 {
-	return int64(2 * f.sig.layers * f.sig.heads * f.sig.headDim * 4)
-}
+func (f *DecoderFactory) KVBytesPerToken() int64 { return f.sig.shape().KVBytesPerToken() }
 
 // KVBytes is the size of a full KV cache of KVTokens tokens, without the
 // padding of batches of mixed lengths (see Decoder).

@@ -54,7 +54,7 @@ const maxFree = 1
 
 // get returns a buffer of rows × t positions, its mask and seqs sized but
 // not cleared.
-func (p *bufPool) get(d dims, rows, t int) *kvBuf {
+func (p *bufPool) get(d dims, rows, t int) (*kvBuf, error) {
 	need := 2 * d.layers * rows * d.heads * t * d.headDim
 	best := -1
 	for i, b := range p.free {
@@ -67,16 +67,21 @@ func (p *bufPool) get(d dims, rows, t int) *kvBuf {
 		b = p.free[best]
 		p.free = append(p.free[:best], p.free[best+1:]...)
 	} else {
-		// Room for some growth, so that the buffers of steady decoding,
-		// one position longer at each step, are reused for a while.
-		b = &kvBuf{data: make([]float32, 0, need+need/8+2*d.layers*rows*d.heads*d.headDim*16)}
+		// Room for growth, so that the buffers of steady decoding, one
+		// position longer at each step, are reused for a while; unused, it
+		// costs address space only.
+		data, err := allocFloats(need + need/4 + 2*d.layers*rows*d.heads*d.headDim*64)
+		if err != nil {
+			return nil, err
+		}
+		b = &kvBuf{data: data}
 	}
 	b.data = b.data[:need]
 	b.mask = grow(b.mask, rows*t)
 	b.seqs = grow(b.seqs, rows)
 	clear(b.seqs)
 	b.rows, b.t, b.live = rows, t, 0
-	return b
+	return b, nil
 }
 
 // put returns b to the pool, dropping the smallest buffer if the pool is
@@ -91,8 +96,18 @@ func (p *bufPool) put(b *kvBuf) {
 				small = i
 			}
 		}
+		freeFloats(p.free[small].data)
 		p.free = append(p.free[:small], p.free[small+1:]...)
 	}
+}
+
+// close frees the pool's buffers and bs.
+func (p *bufPool) close(bs ...*kvBuf) {
+	for _, b := range append(p.free, bs...) {
+		freeFloats(b.data)
+		b.data = nil
+	}
+	p.free = nil
 }
 
 // leave takes st out of its buffer, returning the buffer to the pool when
@@ -115,13 +130,17 @@ type segment struct{ start, n int }
 
 // assemble returns a new buffer whose row r holds the cache of states[r]:
 // its n tokens at the right end of the row, positions t-n..t-1, with t the
-// largest n, and zeros before them. It does not change the states.
-func (p *bufPool) assemble(d dims, states []*seqState) *kvBuf {
+// largest n, and zeros before them. The states move to it, and their old
+// buffers go back to the pool as they empty.
+func (p *bufPool) assemble(d dims, states []*seqState) (*kvBuf, error) {
 	t := 0
 	for _, st := range states {
 		t = max(t, st.n)
 	}
-	b := p.get(d, len(states), t)
+	b, err := p.get(d, len(states), t)
+	if err != nil {
+		return nil, err
+	}
 	var segs []segment
 	for r, st := range states {
 		mask := b.mask[r*t : (r+1)*t]
@@ -164,5 +183,11 @@ func (p *bufPool) assemble(d dims, states []*seqState) *kvBuf {
 			}
 		}
 	}
-	return b
+	for r, st := range states {
+		p.leave(st)
+		st.kv, st.row = b, r
+		b.seqs[r] = st
+	}
+	b.live = len(states)
+	return b, nil
 }
