@@ -127,8 +127,8 @@ type modelsGenOptions struct {
 func newCmdModelsGen(runF func(context.Context, *modelsGenOptions) error) *cobra.Command {
 	opts := &modelsGenOptions{}
 	cmd := &cobra.Command{
-		Use:     "gen NAME",
-		Short:   "Generate a built-in model into an .onnx file",
+		Use:   "gen NAME",
+		Short: "Generate a built-in model into an .onnx file",
 		Example: `  infer models gen bert-mini --task embed -o bert-mini-embed.onnx
   infer models gen gpt2-small -o gpt2-small.onnx`,
 		Args: exactArgs(1, "a built-in model name, e.g. bert-mini"),

@@ -262,10 +262,10 @@ type memoryReport struct {
 	TokensPerSeq    int    `json:"tokens_per_seq"`
 	KVTokens        int    `json:"kv_tokens"`
 	KVBytes         int64  `json:"kv_bytes"`
-	RSSOpenedBytes  int64  `json:"rss_opened_bytes"`  // the runtime and the graph's description loaded
-	RSSLoadedBytes  int64  `json:"rss_loaded_bytes"`  // the session created: weights in memory
-	RSSFullBytes    int64  `json:"rss_full_bytes"`    // the cache full, after a garbage collection
-	RSSPeakBytes    int64  `json:"rss_peak_bytes"`    // the process's high-water mark
+	RSSOpenedBytes  int64  `json:"rss_opened_bytes"`   // the runtime and the graph's description loaded
+	RSSLoadedBytes  int64  `json:"rss_loaded_bytes"`   // the session created: weights in memory
+	RSSFullBytes    int64  `json:"rss_full_bytes"`     // the cache full, after a garbage collection
+	RSSPeakBytes    int64  `json:"rss_peak_bytes"`     // the process's high-water mark
 	GoHeapLiveBytes uint64 `json:"go_heap_live_bytes"` // of RSSFull: the cache buffers and the rest of the Go heap
 }
 
