@@ -248,8 +248,8 @@ type modelsBenchOptions struct {
 // bind binds the flags of bench (bench true) or calibrate.
 func (o *modelsBenchOptions) bind(cmd *cobra.Command, batches []int, duration time.Duration, bench bool) {
 	f := cmd.Flags()
-	f.IntSliceVar(&o.Batches, "batch", batches, fmt.Sprintf("batch sizes to measure (decoders: sequences decoding together, default %v)",
-		decoderBatches(bench)))
+	f.IntSliceVar(&o.Batches, "batch", batches, fmt.Sprintf("batch sizes to measure; for a decoder, sequences decoding together (%s unless given)",
+		strings.Trim(strings.ReplaceAll(fmt.Sprint(decoderBatches(bench)), " ", ","), "[]")))
 	f.IntVar(&o.SeqLen, "seq-len", 0, "measure with synthetic items of exactly this many tokens instead of a corpus")
 	f.StringVar(&o.Corpus, "corpus", "", "file of items, one a line (default: the built-in masked-sentence corpus)")
 	f.DurationVar(&o.Duration, "duration", duration, "how long to measure each batch size")

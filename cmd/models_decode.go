@@ -130,7 +130,13 @@ func measureDecoder(ctx context.Context, opts *modelsBenchOptions) (decodeBenchR
 	if err != nil {
 		return decodeBenchReport{}, err
 	}
-	f, err := opts.openBenchDecoder(max(opts.Decoder.KVTokens, cfg.KVTokens()))
+	kv := opts.Decoder.KVTokens
+	if kv == 0 {
+		kv = cfg.KVTokens()
+	} else if kv < cfg.KVTokens() {
+		return decodeBenchReport{}, usageErrorf("--kv-tokens %d: the points need %d (the largest --batch times --context and then some)", kv, cfg.KVTokens())
+	}
+	f, err := opts.openBenchDecoder(kv)
 	if err != nil {
 		return decodeBenchReport{}, err
 	}

@@ -100,17 +100,17 @@ func MeasureDecode(ctx context.Context, f models.DecoderFactory, cfg DecodeConfi
 	cfg = cfg.WithDefaults()
 	info := f.Decoder()
 	res := DecodeResult{Model: f.Info().Name, Context: cfg.Context}
+	for _, p := range cfg.Prompts {
+		if p < 1 || p > info.Context {
+			return res, fmt.Errorf("prompt length %d: want 1..%d", p, info.Context)
+		}
+	}
 	start := cfg.Context - cfg.Window/2
 	switch {
 	case start < 1 || cfg.Context+cfg.Window/2 > info.Context:
 		return res, fmt.Errorf("context %d ± %d: want within 1..%d, the model's", cfg.Context, cfg.Window/2, info.Context)
 	case cfg.KVTokens() > info.KVTokens:
 		return res, fmt.Errorf("the points need %d tokens of KV cache, the model's bound is %d", cfg.KVTokens(), info.KVTokens)
-	}
-	for _, p := range cfg.Prompts {
-		if p < 1 || p > info.Context {
-			return res, fmt.Errorf("prompt length %d: want 1..%d", p, info.Context)
-		}
 	}
 	d, err := f.New(ctx, 0)
 	if err != nil {
