@@ -13,6 +13,7 @@ import (
 
 	"github.com/inferhq/infer/models"
 	"github.com/inferhq/infer/models/gpt2"
+	"github.com/inferhq/infer/models/onnxgraph"
 )
 
 // tinySpec is the model of the decoder tests: gpt2-tiny's shape, whose
@@ -483,5 +484,95 @@ func TestDecoderLongPrefill(t *testing.T) {
 	}
 	if diff := maxDiff(wl[0], cl[0]); diff > 1e-4 || whole[0] != cn[0] {
 		t.Errorf("a %d-token prompt whole: %d, in chunks: %d; logits differ by %g", len(p), whole[0], cn[0], diff)
+	}
+}
+
+// exportInfo describes a two-layer decoder graph as optimum exports it;
+// edit changes it for a case.
+func exportInfo(edit func(ins, outs map[string]*onnxgraph.Tensor)) onnxgraph.Info {
+	t := func(name, typ string, shape ...int64) onnxgraph.Tensor {
+		return onnxgraph.Tensor{Name: name, Type: typ, Shape: shape}
+	}
+	ins := []onnxgraph.Tensor{t("input_ids", "int64", -1, -1), t("attention_mask", "int64", -1, -1), t("position_ids", "int64", -1, -1)}
+	outs := []onnxgraph.Tensor{t("logits", "float32", -1, -1, 50257)}
+	for i := range 2 {
+		for _, kind := range []string{"key", "value"} {
+			ins = append(ins, t(fmt.Sprintf("past_key_values.%d.%s", i, kind), "float32", -1, 12, -1, 64))
+			outs = append(outs, t(fmt.Sprintf("present.%d.%s", i, kind), "float32", -1, 12, -1, 64))
+		}
+	}
+	ins = append(ins, t("use_cache_branch", "bool", 1))
+	in, out := map[string]*onnxgraph.Tensor{}, map[string]*onnxgraph.Tensor{}
+	for i := range ins {
+		in[ins[i].Name] = &ins[i]
+	}
+	for i := range outs {
+		out[outs[i].Name] = &outs[i]
+	}
+	if edit != nil {
+		edit(in, out)
+	}
+	var info onnxgraph.Info
+	for _, x := range ins {
+		if in[x.Name] != nil {
+			info.Inputs = append(info.Inputs, *in[x.Name])
+		}
+	}
+	for _, x := range outs {
+		if out[x.Name] != nil {
+			info.Outputs = append(info.Outputs, *out[x.Name])
+		}
+	}
+	return info
+}
+
+func TestReadDecoderSig(t *testing.T) {
+	sig, err := readDecoderSig(exportInfo(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sig.layers != 2 || sig.heads != 12 || sig.headDim != 64 || sig.vocab != 50257 || !sig.positions || !sig.cacheBranch ||
+		strings.Join(sig.inputs, ",") != "input_ids,attention_mask,position_ids,past_key_values.0.key,past_key_values.0.value,"+
+			"past_key_values.1.key,past_key_values.1.value,use_cache_branch" ||
+		strings.Join(sig.outputs, ",") != "logits,present.0.key,present.0.value,present.1.key,present.1.value" {
+		t.Errorf("signature = %+v", sig)
+	}
+	if got := sig.shape().KVBytesPerToken(); got != 2*2*12*64*4 {
+		t.Errorf("KVBytesPerToken() = %d", got)
+	}
+	for _, tc := range []struct {
+		name    string
+		edit    func(ins, outs map[string]*onnxgraph.Tensor)
+		wantErr string
+	}{
+		{"no KV cache", func(ins, _ map[string]*onnxgraph.Tensor) {
+			for n := range ins {
+				if strings.HasPrefix(n, "past_") {
+					delete(ins, n)
+				}
+			}
+		}, "no past_key_values inputs"},
+		{"float16 cache", func(ins, _ map[string]*onnxgraph.Tensor) { ins["past_key_values.1.key"].Type = "float16" },
+			"past_key_values.1.key float16 [?, 12, ?, 64]: want float32"},
+		{"dynamic heads", func(ins, _ map[string]*onnxgraph.Tensor) { ins["past_key_values.0.value"].Shape[1] = -1 }, "fixed heads and head_dim"},
+		{"layers disagree", func(ins, _ map[string]*onnxgraph.Tensor) { ins["past_key_values.1.value"].Shape[3] = 32 }, "every layer must have 12 heads of 64"},
+		{"a value missing", func(ins, _ map[string]*onnxgraph.Tensor) { delete(ins, "past_key_values.0.value") }, "layer 0 lacks"},
+		{"no attention mask", func(ins, _ map[string]*onnxgraph.Tensor) { delete(ins, "attention_mask") }, "no attention_mask input"},
+		{"int32 ids", func(ins, _ map[string]*onnxgraph.Tensor) { ins["input_ids"].Type = "int32" }, "want int64 [batch, sequence]"},
+		{"other input", func(ins, _ map[string]*onnxgraph.Tensor) { ins["position_ids"].Name = "token_type_ids" },
+			"unsupported graph input token_type_ids int64 [?, ?]; a decoder takes"},
+		{"no logits", func(_, outs map[string]*onnxgraph.Tensor) { delete(outs, "logits") }, "want a float32 output logits"},
+		{"dynamic vocabulary", func(_, outs map[string]*onnxgraph.Tensor) { outs["logits"].Shape[2] = -1 }, "with a fixed vocab"},
+		{"no present", func(_, outs map[string]*onnxgraph.Tensor) { delete(outs, "present.1.value") }, "no float32 output present.1.value"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := readDecoderSig(exportInfo(tc.edit))
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("readDecoderSig = %v, want an error containing %q", err, tc.wantErr)
+			}
+		})
+	}
+	if _, err := DecoderShapeOf(onnxgraph.Info{}); !errors.Is(err, ErrNotDecoder) {
+		t.Errorf("DecoderShapeOf(no inputs) = %v, want ErrNotDecoder", err)
 	}
 }

@@ -44,7 +44,7 @@ type Decoder struct {
 
 	seqs map[models.SeqID]*seqState
 	used int // tokens in the cache, summed over seqs
-	pool bufPool
+	pool *bufPool
 
 	// Reused from step to step.
 	ids, pos []int64
@@ -60,12 +60,17 @@ type Decoder struct {
 var _ models.Decoder = (*Decoder)(nil)
 
 func newDecoder(f *DecoderFactory, s *ort.DynamicAdvancedSession) *Decoder {
-	return &Decoder{
+	d := &Decoder{
 		f: f, sess: s, sig: f.sig, info: f.info,
 		dims:   dims{layers: f.sig.layers, heads: f.sig.heads, headDim: f.sig.headDim},
 		seqs:   map[models.SeqID]*seqState{},
+		pool:   &bufPool{},
 		inStep: map[*seqState]bool{},
 	}
+	// The cache lives outside the Go heap: an instance dropped without
+	// Close still gives it back.
+	runtime.AddCleanup(d, func(p *bufPool) { p.close() }, d.pool)
+	return d
 }
 
 // job is one row of a run.
@@ -252,6 +257,10 @@ func (d *Decoder) byLength(jobs []job, next []int32) error {
 // exactly the jobs' and holes do not waste much of it; otherwise the jobs'
 // caches are assembled into a new one.
 func (d *Decoder) past(jobs []job) (*kvBuf, error) {
+	if !slices.ContainsFunc(jobs, func(j job) bool { return j.st.kv != nil }) {
+		// New sequences only: an empty past.
+		return &kvBuf{rows: len(jobs)}, nil
+	}
 	b := jobs[0].st.kv
 	longest := 0
 	for _, j := range jobs {
@@ -434,16 +443,9 @@ func (d *Decoder) Free(id models.SeqID) {
 // Close drops every sequence's cache and frees its memory; the factory
 // keeps the session.
 func (d *Decoder) Close() error {
-	var live []*kvBuf
-	for id, st := range d.seqs {
-		if st.kv != nil && !slices.Contains(live, st.kv) {
-			live = append(live, st.kv)
-		}
-		st.kv = nil
-		delete(d.seqs, id)
-	}
+	clear(d.seqs)
 	d.used = 0
-	d.pool.close(live...)
+	d.pool.close()
 	d.decodeLogits, d.runLogits, d.rowLogits, d.kept = nil, nil, nil, nil
 	d.sess = nil
 	return nil

@@ -46,6 +46,7 @@ func (d dims) tensor(b *kvBuf, i int) []float32 {
 // them in the pool.
 type bufPool struct {
 	free []*kvBuf
+	all  map[*kvBuf]bool // every buffer allocated and not yet freed
 }
 
 // maxFree bounds the buffers a pool keeps (the largest are kept); more are
@@ -75,6 +76,10 @@ func (p *bufPool) get(d dims, rows, t int) (*kvBuf, error) {
 			return nil, err
 		}
 		b = &kvBuf{data: data}
+		if p.all == nil {
+			p.all = map[*kvBuf]bool{}
+		}
+		p.all[b] = true
 	}
 	b.data = b.data[:need]
 	b.mask = grow(b.mask, rows*t)
@@ -96,18 +101,20 @@ func (p *bufPool) put(b *kvBuf) {
 				small = i
 			}
 		}
-		freeFloats(p.free[small].data)
+		drop := p.free[small]
+		freeFloats(drop.data)
+		delete(p.all, drop)
 		p.free = append(p.free[:small], p.free[small+1:]...)
 	}
 }
 
-// close frees the pool's buffers and bs.
-func (p *bufPool) close(bs ...*kvBuf) {
-	for _, b := range append(p.free, bs...) {
+// close frees every buffer of the pool, those in use too.
+func (p *bufPool) close() {
+	for b := range p.all {
 		freeFloats(b.data)
 		b.data = nil
 	}
-	p.free = nil
+	p.all, p.free = nil, nil
 }
 
 // leave takes st out of its buffer, returning the buffer to the pool when
