@@ -502,25 +502,28 @@ func exportInfo(edit func(ins, outs map[string]*onnxgraph.Tensor)) onnxgraph.Inf
 		}
 	}
 	ins = append(ins, t("use_cache_branch", "bool", 1))
-	in, out := map[string]*onnxgraph.Tensor{}, map[string]*onnxgraph.Tensor{}
-	for i := range ins {
-		in[ins[i].Name] = &ins[i]
+	index := func(ts []onnxgraph.Tensor) (map[string]*onnxgraph.Tensor, []string) {
+		m, names := map[string]*onnxgraph.Tensor{}, []string{}
+		for i := range ts {
+			m[ts[i].Name] = &ts[i]
+			names = append(names, ts[i].Name)
+		}
+		return m, names
 	}
-	for i := range outs {
-		out[outs[i].Name] = &outs[i]
-	}
+	in, inNames := index(ins)
+	out, outNames := index(outs)
 	if edit != nil {
 		edit(in, out)
 	}
 	var info onnxgraph.Info
-	for _, x := range ins {
-		if in[x.Name] != nil {
-			info.Inputs = append(info.Inputs, *in[x.Name])
+	for _, n := range inNames {
+		if in[n] != nil {
+			info.Inputs = append(info.Inputs, *in[n])
 		}
 	}
-	for _, x := range outs {
-		if out[x.Name] != nil {
-			info.Outputs = append(info.Outputs, *out[x.Name])
+	for _, n := range outNames {
+		if out[n] != nil {
+			info.Outputs = append(info.Outputs, *out[n])
 		}
 	}
 	return info
