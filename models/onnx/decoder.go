@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	ort "github.com/yalue/onnxruntime_go"
 
@@ -99,11 +98,8 @@ type DecoderFactory struct {
 	info    models.DecoderInfo
 	tok     models.Tokenizer
 	devices []models.Device
-	threads int
-
-	mu       sync.Mutex
-	sessions map[int]*ort.DynamicAdvancedSession // by worker number
-	closed   bool
+	threads  int
+	sessions sessions
 }
 
 var _ models.DecoderFactory = (*DecoderFactory)(nil)
@@ -193,7 +189,7 @@ func OpenDecoder(cfg DecoderConfig) (*DecoderFactory, error) {
 	if cfg.KVTokens < 0 || cfg.Context < 0 {
 		return nil, fmt.Errorf("onnx: KV tokens %d, context %d: must not be negative", cfg.KVTokens, cfg.Context)
 	}
-	f := &DecoderFactory{cfg: cfg, log: cfg.Logger, sessions: map[int]*ort.DynamicAdvancedSession{}}
+	f := &DecoderFactory{cfg: cfg, log: cfg.Logger}
 	if f.log == nil {
 		f.log = slog.New(slog.DiscardHandler)
 	}
@@ -413,13 +409,7 @@ func readDecoderSig(info onnxgraph.Info) (decoderSig, error) {
 	return sig, nil
 }
 
-func listTensors(ts []onnxgraph.Tensor) string {
-	s := make([]string, len(ts))
-	for i, t := range ts {
-		s[i] = t.String()
-	}
-	return strings.Join(s, ", ")
-}
+func listTensors(ts []onnxgraph.Tensor) string { return join(ts, ", ") }
 
 // Info describes the model.
 func (f *DecoderFactory) Info() models.Info {
@@ -457,31 +447,17 @@ func (f *DecoderFactory) KVBytes() int64 { return int64(f.info.KVTokens) * f.KVB
 // empty KV cache. As for Factory.New, each worker number has one session,
 // shared by its instances; each instance owns its KV cache.
 func (f *DecoderFactory) New(_ context.Context, worker int) (models.Decoder, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.closed {
-		return nil, errors.New("onnx: factory closed")
-	}
-	s := f.sessions[worker]
-	if s == nil {
-		var err error
-		dev := models.ForWorker(f.devices, worker)
-		if s, err = newSession(f.cfg.Path, f.sig.inputs, f.sig.outputs, dev, f.threads, f.cfg.Spin); err != nil {
-			return nil, err
-		}
-		f.sessions[worker] = s
+	s, err := f.sessions.get(worker, func() (*ort.DynamicAdvancedSession, error) {
+		return newSession(f.cfg.Path, f.sig.inputs, f.sig.outputs, models.ForWorker(f.devices, worker), f.threads, f.cfg.Spin)
+	})
+	if err != nil {
+		return nil, err
 	}
 	return newDecoder(f, s), nil
 }
 
 // Close releases the sessions; the instances must be closed first.
 func (f *DecoderFactory) Close() error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.closed = true
-	for w, s := range f.sessions {
-		s.Destroy()
-		delete(f.sessions, w)
-	}
+	f.sessions.close()
 	return nil
 }
