@@ -92,12 +92,12 @@ type decoderSig struct {
 // DecoderFactory loads a decoder graph and makes instances of it. It is a
 // models.DecoderFactory.
 type DecoderFactory struct {
-	cfg     DecoderConfig
-	log     *slog.Logger
-	sig     decoderSig
-	info    models.DecoderInfo
-	tok     models.Tokenizer
-	devices []models.Device
+	cfg      DecoderConfig
+	log      *slog.Logger
+	sig      decoderSig
+	info     models.DecoderInfo
+	tok      models.Tokenizer
+	devices  []models.Device
 	threads  int
 	sessions sessions
 }
