@@ -142,7 +142,7 @@ func newCmdModelsGen(runF func(context.Context, *modelsGenOptions) error) *cobra
 	}
 	cmd.Flags().StringVar(&opts.Task, "task", string(bert.FillMask), "head of a BERT model: fill-mask or embed")
 	cmd.Flags().Uint64Var(&opts.Seed, "seed", 1, "seed of the random weights")
-	cmd.Flags().StringVarP(&opts.Output, "output", "o", "", "file to write (default NAME-TASK.onnx)")
+	cmd.Flags().StringVarP(&opts.Output, "output", "o", "", "file to write (default NAME-TASK.onnx, for a decoder NAME.onnx)")
 	return cmd
 }
 

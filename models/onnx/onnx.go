@@ -14,6 +14,11 @@
 //	any other float32 [batch, n]          embed, the vector as is
 //
 // A fill-mask output is a *FillMask; an embed output is a []float32.
+//
+// OpenDecoder opens a decoder graph instead (models/gpt2, or a Hugging Face
+// optimum export of GPT-2): a models.DecoderFactory whose instances hold a
+// KV cache and run batched prefill and decode steps (decoder.go,
+// decoderstep.go, kvcache.go, sample.go).
 package onnx
 
 import (
