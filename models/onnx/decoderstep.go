@@ -122,7 +122,7 @@ func (d *Decoder) Step(ctx context.Context, seqs []models.StepSeq, next []int32)
 			if st != nil {
 				d.Free(s.ID) // a restart (a recompute after preemption)
 			}
-			st = &seqState{}
+			st = &seqState{id: s.ID}
 			d.seqs[s.ID] = st
 		}
 		d.inStep[st] = true
@@ -145,12 +145,16 @@ func (d *Decoder) Step(ctx context.Context, seqs []models.StepSeq, next []int32)
 	if !d.sig.positions {
 		return d.byLength(decode, next)
 	}
-	// The sequences that sit this step out keep their rows, with a hole.
+	// The sequences that sit this step out keep their rows, with a hole, in
+	// the order of their ids (so that a step's runs do not depend on the
+	// order of a map).
+	stepping := len(decode)
 	for _, st := range d.seqs {
 		if !d.inStep[st] && st.kv != nil {
 			decode = append(decode, job{st: st, out: -1})
 		}
 	}
+	slices.SortFunc(decode[stepping:], func(a, b job) int { return cmp.Compare(a.st.id, b.st.id) })
 	return d.run(decode, next, true)
 }
 

@@ -1,5 +1,7 @@
 package onnx
 
+import "github.com/inferhq/infer/models"
+
 // The KV cache of a Decoder lives in shared buffers, each the past (or
 // present) tensors of one run: for every layer a key and a value tensor
 // [rows, heads, positions, head_dim], and an attention mask [rows,
@@ -26,6 +28,7 @@ type kvBuf struct {
 
 // seqState is one sequence of a Decoder.
 type seqState struct {
+	id  models.SeqID
 	n   int    // tokens in the cache
 	kv  *kvBuf // where they are: row row of kv; nil while n is 0
 	row int
