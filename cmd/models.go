@@ -3,7 +3,6 @@ package cmd
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -20,6 +19,7 @@ import (
 	"github.com/inferhq/infer/loadgen/corpus"
 	"github.com/inferhq/infer/models/bert"
 	"github.com/inferhq/infer/models/ceiling"
+	"github.com/inferhq/infer/models/gpt2"
 	"github.com/inferhq/infer/models/onnx"
 	"github.com/inferhq/infer/models/onnxgraph"
 )
@@ -28,12 +28,15 @@ func newCmdModels() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "models",
 		Short: "List, generate, inspect, benchmark and calibrate models",
-		Long: `Built-in models are BERT-architecture ONNX graphs generated in Go with seeded
-random weights (the compute of the real model, not its language): the BERT
+		Long: `Built-in models are ONNX graphs generated in Go with seeded random weights
+(the compute of the real model, not its language). Encoders: the BERT
 miniatures tiny, mini, small and medium, and base; each with a fill-mask or an
-embed head. infer serve --model bert-mini generates one into the cache on first
-use. Any real export with the inputs input_ids and attention_mask (and
-optionally token_type_ids) can be served by path instead.`,
+embed head. Decoders: GPT-2 in three sizes, gpt2-tiny, gpt2-mini and
+gpt2-small (124M), with a KV cache, named like Hugging Face optimum's
+decoder-with-past export. A built-in model is generated into the cache on
+first use. Real exports can be used by path instead: an encoder with the
+inputs input_ids and attention_mask (and optionally token_type_ids), or a
+decoder export (decoder_model_merged.onnx, or its directory).`,
 		Args: noArgs,
 	}
 	cmd.AddCommand(
@@ -85,8 +88,20 @@ func runModelsList(_ context.Context, opts *modelsListOptions) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(opts.Out, "\ntasks: %s, %s · cache: %s\n", bert.FillMask, bert.Embed, opts.CacheDir)
+	fmt.Fprintln(opts.Out)
+	if err := listDecoders(opts.Out, opts.CacheDir); err != nil {
+		return err
+	}
+	fmt.Fprintf(opts.Out, "\ntasks: %s, %s (BERT), %s (GPT-2) · cache: %s\n", bert.FillMask, bert.Embed, gpt2.Task, opts.CacheDir)
 	return nil
+}
+
+func decoderNames() []string {
+	var names []string
+	for _, a := range gpt2.Archs() {
+		names = append(names, a.String())
+	}
+	return names
 }
 
 func millions(n int64) string { return fmt.Sprintf("%.1fM", float64(n)/1e6) }
@@ -101,38 +116,43 @@ func orDash(s string) string {
 // -- gen
 
 type modelsGenOptions struct {
-	Name   string
-	Task   string
-	Seed   uint64
-	Output string
-	Out    io.Writer
+	Name    string
+	Task    string
+	TaskSet bool // --task was given
+	Seed    uint64
+	Output  string
+	Out     io.Writer
 }
 
 func newCmdModelsGen(runF func(context.Context, *modelsGenOptions) error) *cobra.Command {
 	opts := &modelsGenOptions{}
 	cmd := &cobra.Command{
-		Use:     "gen NAME",
-		Short:   "Generate a built-in model into an .onnx file",
-		Example: `  infer models gen bert-mini --task embed -o bert-mini-embed.onnx`,
-		Args:    exactArgs(1, "a built-in model name, e.g. bert-mini"),
+		Use:   "gen NAME",
+		Short: "Generate a built-in model into an .onnx file",
+		Example: `  infer models gen bert-mini --task embed -o bert-mini-embed.onnx
+  infer models gen gpt2-small -o gpt2-small.onnx`,
+		Args: exactArgs(1, "a built-in model name, e.g. bert-mini"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Name, opts.Out = args[0], cmd.OutOrStdout()
+			opts.Name, opts.Out, opts.TaskSet = args[0], cmd.OutOrStdout(), cmd.Flags().Changed("task")
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
 			return runModelsGen(cmd.Context(), opts)
 		},
 	}
-	cmd.Flags().StringVar(&opts.Task, "task", string(bert.FillMask), "head: fill-mask or embed")
+	cmd.Flags().StringVar(&opts.Task, "task", string(bert.FillMask), "head of a BERT model: fill-mask or embed")
 	cmd.Flags().Uint64Var(&opts.Seed, "seed", 1, "seed of the random weights")
-	cmd.Flags().StringVarP(&opts.Output, "output", "o", "", "file to write (default NAME-TASK.onnx)")
+	cmd.Flags().StringVarP(&opts.Output, "output", "o", "", "file to write (default NAME-TASK.onnx, for a decoder NAME.onnx)")
 	return cmd
 }
 
 func runModelsGen(_ context.Context, opts *modelsGenOptions) error {
+	if a, err := gpt2.Lookup(opts.Name); err == nil {
+		return genDecoder(opts, a)
+	}
 	arch, err := bert.Lookup(opts.Name)
 	if err != nil {
-		return usageErrorf("%v", err)
+		return usageErrorf("%v; or a decoder: %s", err, strings.Join(decoderNames(), ", "))
 	}
 	task, err := bert.ParseTask(opts.Task)
 	if err != nil {
@@ -143,19 +163,10 @@ func runModelsGen(_ context.Context, opts *modelsGenOptions) error {
 		path = fmt.Sprintf("%s-%s.onnx", arch, task)
 	}
 	start := time.Now()
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".gen-*.onnx")
+	err = onnxgraph.WriteFile(path, func(w io.Writer) error {
+		return bert.Generate(w, bert.Spec{Arch: arch, Task: task, Seed: opts.Seed})
+	})
 	if err != nil {
-		return fmt.Errorf("generate %s: %w", arch, err)
-	}
-	defer os.Remove(tmp.Name())
-	if err := bert.Generate(tmp, bert.Spec{Arch: arch, Task: task, Seed: opts.Seed}); err != nil {
-		tmp.Close()
-		return fmt.Errorf("generate %s: %w", arch, err)
-	}
-	if err := errors.Join(tmp.Chmod(0o644), tmp.Close()); err != nil {
-		return fmt.Errorf("generate %s: %w", arch, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("generate %s: %w", arch, err)
 	}
 	fmt.Fprintf(opts.Out, "%s: %s %s (%s params), in %v\n", path, arch, task,
@@ -196,13 +207,18 @@ func runModelsInfo(_ context.Context, opts *modelsInfoOptions) error {
 	fmt.Fprintf(w, "producer:   %s\n", orDash(info.Producer))
 	fmt.Fprintf(w, "opset:      %d\n", info.Opset)
 	fmt.Fprintf(w, "parameters: %d (%s)\n", info.Params, millions(info.Params))
+	describeDecoder(w, info)
+	width := 20
+	for _, t := range append(slices.Clone(info.Inputs), info.Outputs...) {
+		width = max(width, len(t.Name)+1)
+	}
 	for _, group := range []struct {
 		title   string
 		tensors []onnxgraph.Tensor
 	}{{"inputs", info.Inputs}, {"outputs", info.Outputs}} {
 		fmt.Fprintf(w, "%s:\n", group.title)
 		for _, t := range group.tensors {
-			fmt.Fprintf(w, "  %-20s %-8s %s\n", t.Name, t.Type, t.ShapeString())
+			fmt.Fprintf(w, "  %-*s %-8s %s\n", width, t.Name, t.Type, t.ShapeString())
 		}
 	}
 	if len(info.Metadata) > 0 {
@@ -220,21 +236,47 @@ func runModelsInfo(_ context.Context, opts *modelsInfoOptions) error {
 type modelsBenchOptions struct {
 	Model    modelOptions
 	Batches  []int
+	BatchSet bool // --batch was given
 	SeqLen   int
 	Corpus   string
 	Duration time.Duration
 	JSON     bool
+	Decoder  decoderOptions
 	Out      io.Writer
 }
 
-func (o *modelsBenchOptions) bind(cmd *cobra.Command, batches []int, duration time.Duration) {
+// bind binds the flags of bench (bench true) or calibrate.
+func (o *modelsBenchOptions) bind(cmd *cobra.Command, batches []int, duration time.Duration, bench bool) {
 	f := cmd.Flags()
-	f.IntSliceVar(&o.Batches, "batch", batches, "batch sizes to measure")
+	f.IntSliceVar(&o.Batches, "batch", batches, fmt.Sprintf("batch sizes to measure; for a decoder, sequences decoding together (%s unless given)",
+		strings.Trim(strings.ReplaceAll(fmt.Sprint(decoderBatches(bench)), " ", ","), "[]")))
 	f.IntVar(&o.SeqLen, "seq-len", 0, "measure with synthetic items of exactly this many tokens instead of a corpus")
 	f.StringVar(&o.Corpus, "corpus", "", "file of items, one a line (default: the built-in masked-sentence corpus)")
 	f.DurationVar(&o.Duration, "duration", duration, "how long to measure each batch size")
 	f.BoolVar(&o.JSON, "json", false, "print the measurement as JSON")
+	o.Decoder.bind(f, bench)
 	o.Model.bindSettings(cmd)
+}
+
+// decoderBatches returns the default --batch of a decoder, for bench (bench
+// true) or calibrate.
+func decoderBatches(bench bool) []int {
+	if bench {
+		return decodeBatches
+	}
+	return calibrateBatches
+}
+
+// forDecoder reports whether the model is a decoder, and sets its default
+// batches when --batch was not given.
+func (o *modelsBenchOptions) forDecoder(bench bool) bool {
+	if !o.isDecoderModel() {
+		return false
+	}
+	if !o.BatchSet {
+		o.Batches = decoderBatches(bench)
+	}
+	return true
 }
 
 func newCmdModelsBench(runF func(context.Context, *modelsBenchOptions) error) *cobra.Command {
@@ -245,19 +287,27 @@ func newCmdModelsBench(runF func(context.Context, *modelsBenchOptions) error) *c
 		Long: `Measure a model with no server around it: batches of each size run back to
 back on one instance, and the items per second and the latency of a batch are
 reported for each size. This is the ceiling a server of the model can reach on
-this machine. MODEL is as for infer serve --model.`,
+this machine. MODEL is as for infer serve --model.
+
+For a decoder (gpt2-tiny, or a decoder export) the batch is the number of
+sequences decoding together: it reports the output tokens/s and the latency of
+a decode step at each batch, at a context of --context tokens, and the tokens/s
+of prefilling prompts of each --prompts length. With --memory it fills --seqs
+sequences up to the KV bound (--kv-tokens) and reports resident memory instead.`,
 		Example: `  infer models bench bert-mini --batch 1,8,32,64
-  infer models bench model.onnx --seq-len 32 --threads 2 --json`,
+  infer models bench model.onnx --seq-len 32 --threads 2 --json
+  infer models bench gpt2-tiny --batch 1,8,32 --context 256
+  infer models bench gpt2-small --memory --seqs 16 --kv-tokens 16384`,
 		Args: exactArgs(1, "a model: a built-in name, a path to an .onnx file, or sim"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Model.Model, opts.Out = args[0], cmd.OutOrStdout()
+			opts.Model.Model, opts.Out, opts.BatchSet = args[0], cmd.OutOrStdout(), cmd.Flags().Changed("batch")
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
 			return runModelsBench(cmd.Context(), opts)
 		},
 	}
-	opts.bind(cmd, []int{1, 8, 32, 64}, 3*time.Second)
+	opts.bind(cmd, []int{1, 8, 32, 64}, 3*time.Second, true)
 	return cmd
 }
 
@@ -340,6 +390,9 @@ func benchTexts(opts *modelsBenchOptions) ([]string, error) {
 }
 
 func runModelsBench(ctx context.Context, opts *modelsBenchOptions) error {
+	if opts.forDecoder(true) {
+		return runDecodeBench(ctx, opts)
+	}
 	rep, err := measure(ctx, opts)
 	if err != nil {
 		return err
@@ -358,18 +411,24 @@ func newCmdModelsCalibrate(runF func(context.Context, *modelsBenchOptions) error
 		Long: `Run the offline bench of MODEL (as infer models bench does), fit the batch
 latency t(n) = fixed + per_item·n by least squares, and print the matching
 infer serve --model sim flags, so that batching can be studied with a simulated
-model that costs what the real one costs.`,
-		Example: `  infer models calibrate bert-mini`,
-		Args:    exactArgs(1, "a model: a built-in name, a path to an .onnx file, or sim"),
+model that costs what the real one costs.
+
+For a decoder it fits the simulated decoder's step cost, sim-step +
+n·sim-per-seq for n sequences decoding (from the decode points) + p ·
+sim-per-prefill-token for p prompt tokens (from the prefill points), and prints
+the infer serve --model sim-lm flags.`,
+		Example: `  infer models calibrate bert-mini
+  infer models calibrate gpt2-tiny --context 256 --prompts 32,128,512`,
+		Args: exactArgs(1, "a model: a built-in name, a path to an .onnx file, or sim"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Model.Model, opts.Out = args[0], cmd.OutOrStdout()
+			opts.Model.Model, opts.Out, opts.BatchSet = args[0], cmd.OutOrStdout(), cmd.Flags().Changed("batch")
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
 			return runModelsCalibrate(cmd.Context(), opts)
 		},
 	}
-	opts.bind(cmd, []int{1, 2, 4, 8, 16, 32, 64}, 2*time.Second)
+	opts.bind(cmd, []int{1, 2, 4, 8, 16, 32, 64}, 2*time.Second, false)
 	return cmd
 }
 
@@ -381,6 +440,9 @@ type calibration struct {
 }
 
 func runModelsCalibrate(ctx context.Context, opts *modelsBenchOptions) error {
+	if opts.forDecoder(false) {
+		return runDecodeCalibrate(ctx, opts)
+	}
 	rep, err := measure(ctx, opts)
 	if err != nil {
 		return err

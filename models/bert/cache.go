@@ -3,31 +3,21 @@ package bert
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
+	"io"
+
+	"github.com/inferhq/infer/models/onnxgraph"
 )
 
 // CacheDirEnv names the environment variable that overrides
 // DefaultCacheDir.
-const CacheDirEnv = "INFER_CACHE_DIR"
+const CacheDirEnv = onnxgraph.CacheDirEnv
 
 // DefaultCacheDir returns where Ensure keeps generated models: $INFER_CACHE_DIR
 // when set, else infer/models under the user's cache directory
 // (~/.cache/infer/models on Linux), else under the system's temporary
 // directory.
-func DefaultCacheDir() string {
-	if dir := os.Getenv(CacheDirEnv); dir != "" {
-		return dir
-	}
-	base, err := os.UserCacheDir()
-	if err != nil {
-		base = os.TempDir()
-	}
-	return filepath.Join(base, "infer", "models")
-}
+func DefaultCacheDir() string { return onnxgraph.DefaultCacheDir() }
 
 // FileName returns the name Ensure gives the model of s:
 // "bert-mini-fill-mask-<hash>.onnx", where the hash covers everything that
@@ -47,46 +37,10 @@ func (s Spec) FileName() string {
 // renamed into place once complete, so a reader never sees a partial file
 // and concurrent callers, in one process or several, are safe: each may
 // generate, and the last rename wins with identical content.
-func Ensure(cacheDir string, s Spec) (path string, err error) {
+func Ensure(cacheDir string, s Spec) (string, error) {
 	s = s.withDefaults()
 	if err := s.validate(); err != nil {
 		return "", fmt.Errorf("generate %s %s: %w", s.Arch, s.Task, err)
 	}
-	path = filepath.Join(cacheDir, s.FileName())
-	if _, err := os.Stat(path); err == nil {
-		return path, nil
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("model cache: %w", err)
-	}
-	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
-		return "", fmt.Errorf("model cache: %w", err)
-	}
-	f, err := os.CreateTemp(cacheDir, "."+s.FileName()+".*.tmp")
-	if err != nil {
-		return "", fmt.Errorf("model cache: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if err := Generate(f, s); err != nil {
-		return "", err
-	}
-	// Sync before the rename, so that a crash cannot leave a complete name
-	// on incomplete content.
-	if err := f.Sync(); err != nil {
-		return "", fmt.Errorf("model cache: %w", err)
-	}
-	if err := f.Chmod(0o644); err != nil {
-		return "", fmt.Errorf("model cache: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return "", fmt.Errorf("model cache: %w", err)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return "", fmt.Errorf("model cache: %w", err)
-	}
-	return path, nil
+	return onnxgraph.EnsureFile(cacheDir, s.FileName(), func(w io.Writer) error { return Generate(w, s) })
 }

@@ -2,10 +2,8 @@ package bert
 
 import (
 	"fmt"
-	"hash/fnv"
 	"io"
 	"math"
-	"math/rand/v2"
 	"strconv"
 
 	"github.com/inferhq/infer/models/onnxgraph"
@@ -145,28 +143,12 @@ type builder struct {
 // standard deviation 0.02, from a random stream of its own derived from the
 // seed and its name, so that each weight is independent of the others.
 func (b *builder) weight(name string, dims ...int64) string {
-	return b.Weight(name, dims, normal(b.s.Seed, name, initStd))
+	return b.Weight(name, dims, onnxgraph.Normal(b.s.Seed, name, initStd))
 }
 
 // bias declares a weight initialised to zero.
 func (b *builder) bias(name string, dims ...int64) string {
 	return b.Weight(name, dims, onnxgraph.Fill(0))
-}
-
-// normal returns Values drawn from N(0, std²) by a PCG stream keyed by seed
-// and name.
-func normal(seed uint64, name string, std float64) onnxgraph.Values {
-	h := fnv.New64a()
-	h.Write([]byte(name))
-	stream := h.Sum64()
-	return func() func([]float32) {
-		r := rand.New(rand.NewPCG(seed, stream))
-		return func(dst []float32) {
-			for i := range dst {
-				dst[i] = float32(r.NormFloat64() * std)
-			}
-		}
-	}
 }
 
 func (b *builder) op(op string, attrs []onnxgraph.Attr, inputs ...string) string {

@@ -1,86 +1,55 @@
 package bert
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
-	"sync"
 	"testing"
 
-	ort "github.com/yalue/onnxruntime_go"
+	"github.com/inferhq/infer/models"
+	"github.com/inferhq/infer/models/onnx"
+	"github.com/inferhq/infer/models/wordpiece"
 )
 
 // The generated models are checked by running them in the real ONNX
-// Runtime. Locally the tests skip when the library is absent; in CI
-// (INFER_REQUIRE_ORT=1) they fail instead.
+// Runtime, through models/onnx as the server runs them. Locally the tests
+// skip when the library is absent; in CI (INFER_REQUIRE_ORT=1) they fail
+// instead.
 
-var (
-	ortOnce sync.Once
-	ortErr  error
-)
-
-// requireORT initialises ONNX Runtime from $ONNXRUNTIME_LIB, else from the
-// project's set-up folder, or skips the test when neither has it.
-func requireORT(tb testing.TB) {
-	tb.Helper()
-	lib := os.Getenv("ONNXRUNTIME_LIB")
-	if lib == "" {
-		lib = filepath.Join("..", "..", ".cache", "onnxruntime", "lib", "libonnxruntime.so.1")
-		if _, err := os.Stat(lib); err != nil {
-			msg := fmt.Sprintf("ONNX Runtime not found at %s: run scripts/setup-ort.sh or set ONNXRUNTIME_LIB", lib)
-			if os.Getenv("INFER_REQUIRE_ORT") == "1" {
-				tb.Fatal(msg)
-			}
-			tb.Skip(msg)
-		}
-	}
-	ortOnce.Do(func() {
-		ort.SetSharedLibraryPath(lib)
-		ortErr = ort.InitializeEnvironment()
-	})
-	if ortErr != nil {
-		tb.Fatalf("initialise ONNX Runtime from %s: %v", lib, ortErr)
-	}
-}
-
-// outputs returns the output names of a task's graph.
-func outputs(task Task) []string {
-	if task == FillMask {
-		return []string{MaskPositions, TopScores, TopIDs}
-	}
-	return []string{Embedding}
-}
-
-// session is an ONNX Runtime session over a generated model.
+// session is an instance of a generated model.
 type session struct {
-	s    *ort.DynamicAdvancedSession
+	m    models.Model
 	task Task
 }
 
+// newSession loads the model at path, or skips the test when the ONNX
+// Runtime cannot be found (see onnx.FindLibrary).
 func newSession(tb testing.TB, path string, task Task, threads int) *session {
 	tb.Helper()
-	opts, err := ort.NewSessionOptions()
-	if err != nil {
-		tb.Fatal(err)
+	f, err := onnx.New(onnx.Config{Path: path, Tokenizer: wordpiece.BertBaseUncased(), Threads: threads})
+	if errors.Is(err, onnx.ErrNoRuntime) && os.Getenv("INFER_REQUIRE_ORT") != "1" {
+		tb.Skipf("no ONNX Runtime (run scripts/setup-ort.sh): %v", err)
 	}
-	defer opts.Destroy()
-	if err := opts.SetIntraOpNumThreads(threads); err != nil {
-		tb.Fatal(err)
-	}
-	if err := opts.SetInterOpNumThreads(1); err != nil {
-		tb.Fatal(err)
-	}
-	s, err := ort.NewDynamicAdvancedSession(path, []string{InputIDs, AttentionMask, TokenTypeIDs}, outputs(task), opts)
 	if err != nil {
 		tb.Fatalf("load %s in ONNX Runtime: %v", path, err)
 	}
-	tb.Cleanup(func() { s.Destroy() })
-	return &session{s: s, task: task}
+	tb.Cleanup(func() { f.Close() })
+	if got := f.Task(); got != string(task) {
+		tb.Fatalf("%s serves as %s, want %s", path, got, task)
+	}
+	m, err := f.New(context.Background(), 0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { m.Close() })
+	return &session{m: m, task: task}
 }
 
-// result is a model's output for a batch, copied out of ONNX Runtime.
+// result is a model's output for a batch, in the layout of the graph's
+// outputs.
 type result struct {
 	positions []int64   // FillMask: [masks, 2]
 	scores    []float32 // FillMask: [masks, TopK]
@@ -89,65 +58,43 @@ type result struct {
 	embedding []float32 // Embed: [batch, hidden]
 }
 
-// run runs a batch of token id sequences, padded with id 0 to the longest.
+// run runs a batch of token id sequences, which the instance pads with id 0
+// to the longest.
 func (s *session) run(tb testing.TB, batch [][]int64) result {
 	tb.Helper()
-	seq := 0
-	for _, ids := range batch {
-		seq = max(seq, len(ids))
-	}
-	n := len(batch) * seq
-	ids, mask, types := make([]int64, n), make([]int64, n), make([]int64, n)
-	for i, item := range batch {
-		for j, id := range item {
-			ids[i*seq+j], mask[i*seq+j] = id, 1
+	in := make([]models.Input, len(batch))
+	for i, ids := range batch {
+		in[i].Tokens = make([]int32, len(ids))
+		for j, id := range ids {
+			in[i].Tokens[j] = int32(id)
 		}
 	}
-	shape := ort.NewShape(int64(len(batch)), int64(seq))
-	var inputs []ort.Value
-	for _, data := range [][]int64{ids, mask, types} {
-		t, err := ort.NewTensor(shape, data)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		defer t.Destroy()
-		inputs = append(inputs, t)
-	}
-	outs := make([]ort.Value, len(outputs(s.task)))
-	if err := s.s.Run(inputs, outs); err != nil {
-		tb.Fatalf("run batch of %d×%d: %v", len(batch), seq, err)
-	}
-	for _, o := range outs {
-		defer o.Destroy()
+	out := make([]models.Output, len(batch))
+	if err := s.m.Predict(context.Background(), in, out); err != nil {
+		tb.Fatalf("run batch of %d: %v", len(batch), err)
 	}
 	var r result
-	if s.task == FillMask {
-		// onnxruntime_go copies outputs into Go memory: GetData outlives
-		// Destroy.
-		checkShape(tb, MaskPositions, outs[0].GetShape(), -1, 2)
-		r.masks = int(outs[0].GetShape()[0])
-		checkShape(tb, TopScores, outs[1].GetShape(), int64(r.masks), TopK)
-		checkShape(tb, TopIDs, outs[2].GetShape(), int64(r.masks), TopK)
-		r.positions = outs[0].(*ort.Tensor[int64]).GetData()
-		r.scores = outs[1].(*ort.Tensor[float32]).GetData()
-		r.ids = outs[2].(*ort.Tensor[int64]).GetData()
-	} else {
-		checkShape(tb, Embedding, outs[0].GetShape(), int64(len(batch)), -1)
-		r.embedding = outs[0].(*ort.Tensor[float32]).GetData()
+	r.positions = []int64{}
+	for i, o := range out {
+		switch v := o.(type) {
+		case *onnx.FillMask:
+			for _, m := range v.Masks {
+				if len(m.Candidates) != TopK {
+					tb.Fatalf("item %d, mask at %d: %d candidates, want %d", i, m.Position, len(m.Candidates), TopK)
+				}
+				r.positions = append(r.positions, int64(i), int64(m.Position))
+				for _, c := range m.Candidates {
+					r.ids, r.scores = append(r.ids, c.ID), append(r.scores, c.Score)
+				}
+				r.masks++
+			}
+		case []float32:
+			r.embedding = append(r.embedding, v...)
+		default:
+			tb.Fatalf("item %d: output %T", i, o)
+		}
 	}
 	return r
-}
-
-// checkShape fails unless got is want; -1 in want matches any size.
-func checkShape(tb testing.TB, name string, got ort.Shape, want ...int64) {
-	tb.Helper()
-	ok := len(got) == len(want)
-	for i := 0; ok && i < len(want); i++ {
-		ok = want[i] < 0 || got[i] == want[i]
-	}
-	if !ok {
-		tb.Fatalf("%s has shape %v, want %v", name, got, want)
-	}
 }
 
 // Token id sequences of bert-base-uncased, [CLS] … [SEP].
@@ -183,7 +130,6 @@ func ortArchs() []Arch {
 func checkReference(a Arch) bool { return a.Hidden <= 128 }
 
 func TestORTFillMask(t *testing.T) {
-	requireORT(t)
 	dir := t.TempDir()
 	for _, a := range ortArchs() {
 		t.Run(a.Name, func(t *testing.T) {
@@ -274,7 +220,6 @@ func toFloat64(v []float32) []float64 {
 }
 
 func TestORTEmbed(t *testing.T) {
-	requireORT(t)
 	dir := t.TempDir()
 	for _, a := range ortArchs() {
 		t.Run(a.Name, func(t *testing.T) {
@@ -314,7 +259,6 @@ func TestORTAllArchs(t *testing.T) {
 	if os.Getenv("INFER_TEST_ALL_ARCHS") != "1" {
 		t.Skip("set INFER_TEST_ALL_ARCHS=1 to generate and run all five architectures (about 1.5 GB of files)")
 	}
-	requireORT(t)
 	for _, a := range Archs() {
 		for _, task := range Tasks() {
 			t.Run(a.Name+"/"+string(task), func(t *testing.T) {
@@ -342,7 +286,6 @@ func TestORTAllArchs(t *testing.T) {
 // BenchmarkORTFillMask measures ONNX Runtime on bert-mini fill-mask with two
 // intra-op threads: batches of 16-token sequences with one [MASK] each.
 func BenchmarkORTFillMask(b *testing.B) {
-	requireORT(b)
 	mini, _ := Lookup("mini")
 	s := newSession(b, ensure(b, b.TempDir(), mini, FillMask), FillMask, 2)
 	item := []int64{101, 1996, 3007, 1997, 2605, 2003, 103, 1012, 2009, 2003, 2036, 1037, 2312, 2103, 1012, 102}

@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/inferhq/infer/models/onnxgraph"
 )
 
 // reference is a plain Go implementation of BERT, written from the model's
@@ -33,7 +35,7 @@ func (r *reference) weight(name string, n int) []float64 {
 		}
 	case strings.HasSuffix(name, ".bias"): // zeros
 	default:
-		normal(r.seed, name, initStd)()(v)
+		onnxgraph.Normal(r.seed, name, initStd)()(v)
 	}
 	out := make([]float64, n)
 	for i, f := range v {

@@ -2,6 +2,7 @@ package onnx
 
 import (
 	"fmt"
+	"log/slog"
 	"strconv"
 
 	ort "github.com/yalue/onnxruntime_go"
@@ -34,7 +35,7 @@ func noCUDA(err error) error {
 // resolveDevices checks that each CUDA device can be used, at start-up rather
 // than at the first session, and replaces auto by cuda:0 when the runtime
 // can use it, else by the CPU.
-func (f *Factory) resolveDevices(ds []models.Device) ([]models.Device, error) {
+func resolveDevices(ds []models.Device, log *slog.Logger) ([]models.Device, error) {
 	out := make([]models.Device, len(ds))
 	for i, d := range ds {
 		switch d.Kind {
@@ -46,10 +47,10 @@ func (f *Factory) resolveDevices(ds []models.Device) ([]models.Device, error) {
 		case "auto":
 			if err := probeCUDA(0); err != nil {
 				d = models.Device{Kind: "cpu"}
-				f.log.Info("device auto: using the CPU", "reason", err)
+				log.Info("device auto: using the CPU", "reason", err)
 			} else {
 				d = models.Device{Kind: "cuda"}
-				f.log.Info("device auto: using cuda:0")
+				log.Info("device auto: using cuda:0")
 			}
 		default:
 			return nil, fmt.Errorf("onnx: device %q: want cpu, cuda:N or auto", d.Kind)

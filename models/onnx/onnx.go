@@ -14,12 +14,18 @@
 //	any other float32 [batch, n]          embed, the vector as is
 //
 // A fill-mask output is a *FillMask; an embed output is a []float32.
+//
+// OpenDecoder opens a decoder graph instead (models/gpt2, or a Hugging Face
+// optimum export of GPT-2): a models.DecoderFactory whose instances hold a
+// KV cache and run batched prefill and decode steps (decoder.go,
+// decoderstep.go, kvcache.go, sample.go).
 package onnx
 
 import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -100,9 +106,7 @@ type Factory struct {
 	devices []models.Device // resolved: auto is replaced by what it chose
 	threads int
 
-	mu       sync.Mutex
-	sessions map[int]*ort.DynamicAdvancedSession // by worker number
-	closed   bool
+	sessions sessions
 
 	hashOnce sync.Once
 	hash     string
@@ -133,7 +137,7 @@ func New(cfg Config) (*Factory, error) {
 	if len(cfg.Devices) == 0 {
 		cfg.Devices = []models.Device{{Kind: "cpu"}}
 	}
-	f := &Factory{cfg: cfg, log: cfg.Logger, sessions: map[int]*ort.DynamicAdvancedSession{}}
+	f := &Factory{cfg: cfg, log: cfg.Logger}
 	if f.log == nil {
 		f.log = slog.New(slog.DiscardHandler)
 	}
@@ -144,13 +148,10 @@ func New(cfg Config) (*Factory, error) {
 	if err != nil {
 		return nil, err
 	}
-	if f.devices, err = f.resolveDevices(cfg.Devices); err != nil {
+	if f.devices, err = resolveDevices(cfg.Devices, f.log); err != nil {
 		return nil, err
 	}
-	f.threads = cfg.Threads
-	if f.threads <= 0 {
-		f.threads = max(1, runtime.NumCPU()/cfg.Workers)
-	}
+	f.threads = threadsPerSession(cfg.Threads, cfg.Workers)
 	ins, outs, err := ort.GetInputOutputInfo(cfg.Path)
 	trimHeap()
 	if err != nil {
@@ -234,41 +235,79 @@ func (f *Factory) Prepare(text string) (models.Input, error) {
 // workers compute at the same time without contending for one thread pool
 // (concurrent runs of one CPU session mostly wait for each other).
 func (f *Factory) New(_ context.Context, worker int) (models.Model, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.closed {
-		return nil, fmt.Errorf("onnx: factory closed")
-	}
-	s := f.sessions[worker]
-	if s == nil {
-		var err error
-		if s, err = f.newSession(models.ForWorker(f.devices, worker)); err != nil {
-			return nil, err
-		}
-		f.sessions[worker] = s
+	s, err := f.sessions.get(worker, func() (*ort.DynamicAdvancedSession, error) {
+		return newSession(f.cfg.Path, f.sig.inputs, f.sig.outputs, models.ForWorker(f.devices, worker), f.threads, f.cfg.Spin)
+	})
+	if err != nil {
+		return nil, err
 	}
 	return &Model{f: f, sess: s}, nil
 }
 
 // Close releases the sessions; the instances must be closed first.
 func (f *Factory) Close() error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.closed = true
-	for w, s := range f.sessions {
-		s.Destroy()
-		delete(f.sessions, w)
-	}
+	f.sessions.close()
 	return nil
 }
 
-func (f *Factory) newSession(dev models.Device) (*ort.DynamicAdvancedSession, error) {
-	opts, err := f.sessionOptions(dev)
+// sessions are a factory's sessions, one per worker number, made by the
+// worker's first instance. The zero value is ready to use.
+type sessions struct {
+	mu       sync.Mutex
+	byWorker map[int]*ort.DynamicAdvancedSession
+	closed   bool
+}
+
+// get returns worker's session, made by open if there is none yet.
+func (ss *sessions) get(worker int, open func() (*ort.DynamicAdvancedSession, error)) (*ort.DynamicAdvancedSession, error) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.closed {
+		return nil, errors.New("onnx: factory closed")
+	}
+	if s := ss.byWorker[worker]; s != nil {
+		return s, nil
+	}
+	s, err := open()
+	if err != nil {
+		return nil, err
+	}
+	if ss.byWorker == nil {
+		ss.byWorker = map[int]*ort.DynamicAdvancedSession{}
+	}
+	ss.byWorker[worker] = s
+	return s, nil
+}
+
+// close destroys the sessions; later gets fail.
+func (ss *sessions) close() {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.closed = true
+	for w, s := range ss.byWorker {
+		s.Destroy()
+		delete(ss.byWorker, w)
+	}
+}
+
+// threadsPerSession returns the intra-op threads of each session: threads,
+// or by default the CPUs divided among the workers, at least 1.
+func threadsPerSession(threads, workers int) int {
+	if threads > 0 {
+		return threads
+	}
+	return max(1, runtime.NumCPU()/max(1, workers))
+}
+
+// newSession loads the graph at path on dev, fetching the named inputs and
+// outputs.
+func newSession(path string, inputs, outputs []string, dev models.Device, threads int, spin bool) (*ort.DynamicAdvancedSession, error) {
+	opts, err := sessionOptions(dev, threads, spin)
 	if err != nil {
 		return nil, err
 	}
 	defer opts.Destroy()
-	s, err := ort.NewDynamicAdvancedSession(f.cfg.Path, f.sig.inputs, f.sig.outputs, opts)
+	s, err := ort.NewDynamicAdvancedSession(path, inputs, outputs, opts)
 	trimHeap()
 	if err != nil {
 		return nil, fmt.Errorf("onnx: session on %v: %w", dev, err)
@@ -277,17 +316,17 @@ func (f *Factory) newSession(dev models.Device) (*ort.DynamicAdvancedSession, er
 }
 
 // sessionOptions sets threads, spinning and the execution provider of dev.
-func (f *Factory) sessionOptions(dev models.Device) (*ort.SessionOptions, error) {
+func sessionOptions(dev models.Device, threads int, spinning bool) (*ort.SessionOptions, error) {
 	opts, err := ort.NewSessionOptions()
 	if err != nil {
 		return nil, fmt.Errorf("onnx: session options: %w", err)
 	}
 	spin := "0"
-	if f.cfg.Spin {
+	if spinning {
 		spin = "1"
 	}
 	for _, step := range []func() error{
-		func() error { return opts.SetIntraOpNumThreads(f.threads) },
+		func() error { return opts.SetIntraOpNumThreads(threads) },
 		func() error { return opts.SetInterOpNumThreads(1) },
 		func() error { return opts.AddSessionConfigEntry("session.intra_op.allow_spinning", spin) },
 		func() error { return opts.AddSessionConfigEntry("session.inter_op.allow_spinning", spin) },
@@ -306,10 +345,13 @@ func (f *Factory) sessionOptions(dev models.Device) (*ort.SessionOptions, error)
 	return opts, nil
 }
 
-func devicesString(ds []models.Device) string {
-	s := make([]string, len(ds))
-	for i, d := range ds {
-		s[i] = d.String()
+func devicesString(ds []models.Device) string { return join(ds, ",") }
+
+// join joins the strings of xs with sep.
+func join[T fmt.Stringer](xs []T, sep string) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = x.String()
 	}
-	return strings.Join(s, ",")
+	return strings.Join(s, sep)
 }

@@ -12,6 +12,8 @@ package onnxgraph
 
 import (
 	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
 	"strconv"
 
 	"github.com/inferhq/infer/models/onnxgraph/internal/onnxpb"
@@ -105,6 +107,23 @@ func Fill(v float32) Values {
 		return func(dst []float32) {
 			for i := range dst {
 				dst[i] = v
+			}
+		}
+	}
+}
+
+// Normal returns Values drawn from N(0, std²) by a PCG stream keyed by seed
+// and name, so that each weight of a generated model is reproducible and
+// independent of the others.
+func Normal(seed uint64, name string, std float64) Values {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	stream := h.Sum64()
+	return func() func([]float32) {
+		r := rand.New(rand.NewPCG(seed, stream))
+		return func(dst []float32) {
+			for i := range dst {
+				dst[i] = float32(r.NormFloat64() * std)
 			}
 		}
 	}

@@ -1,0 +1,297 @@
+package gpt2
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+
+	"github.com/inferhq/infer/models/onnxgraph"
+)
+
+// Graph input and output names, as in optimum's decoder-with-past export.
+const (
+	InputIDs      = "input_ids"      // int64 [batch, sequence]
+	AttentionMask = "attention_mask" // int64 [batch, past + sequence]; 1 = token, 0 = padding or hole
+	PositionIDs   = "position_ids"   // int64 [batch, sequence]
+	Logits        = "logits"         // float32 [batch, sequence, vocab]
+	// UseCacheBranch is the input of optimum's merged decoder that chooses
+	// between its without-past and with-past subgraphs; bool [1].
+	UseCacheBranch = "use_cache_branch"
+)
+
+// PastKey and the others name the KV cache of layer i: inputs
+// past_key_values.{i}.key|value [batch, heads, past, head_dim] and outputs
+// present.{i}.key|value [batch, heads, past + sequence, head_dim].
+func PastKey(i int) string      { return "past_key_values." + strconv.Itoa(i) + ".key" }
+func PastValue(i int) string    { return "past_key_values." + strconv.Itoa(i) + ".value" }
+func PresentKey(i int) string   { return "present." + strconv.Itoa(i) + ".key" }
+func PresentValue(i int) string { return "present." + strconv.Itoa(i) + ".value" }
+
+// Metadata keys Generate stores in the model's metadata_props.
+const (
+	MetaArch      = "infer.arch"      // "gpt2-tiny"
+	MetaShape     = "infer.shape"     // "L2/H128/A2/V50257/C1024"
+	MetaTask      = "infer.task"      // "text-generation"
+	MetaSeed      = "infer.seed"      // decimal
+	MetaGenerator = "infer.generator" // "infer/gpt2 1"
+	MetaContext   = "infer.context"   // most positions, decimal
+	MetaEOS       = "infer.eos_token_id"
+)
+
+// Task is what the generated models do, as metadata and model listings name
+// it.
+const Task = "text-generation"
+
+const (
+	// DefaultSeed is the seed of a Spec whose Seed is 0.
+	DefaultSeed = 1
+	// generatorVersion changes whenever the same Spec would produce a
+	// different file, so that cached files of older generators are not
+	// reused.
+	generatorVersion = "1"
+
+	initStd   = 0.02 // GPT-2's initializer_range, for the embeddings
+	layerNorm = 1e-5 // GPT-2's layer_norm_epsilon
+	// blockGain sets the initialisation of the blocks' matrices:
+	// N(0, (blockGain/√hidden)²). GPT-2's own (0.02, and 0.02/√(2·layers)
+	// for the output projections) is made for training: untrained, the
+	// blocks then barely change the residual stream, and greedy decoding
+	// repeats one token whatever the prompt. At this gain the output
+	// depends on the whole context, as a trained model's does.
+	blockGain = 2.0
+)
+
+// Spec says which model to generate.
+type Spec struct {
+	Arch Arch
+	// Seed selects the random weights; 0 means DefaultSeed.
+	Seed uint64
+	// The graph's inputs can take two other shapes that real exports have,
+	// so that what serves these models can be tested against them:
+	//
+	// NoPositionIDs leaves out position_ids: positions are numbered from
+	// the past's length, as in exports made without them.
+	NoPositionIDs bool
+	// CacheBranch adds use_cache_branch, the input of a merged decoder
+	// (decoder_model_merged.onnx). Its two subgraphs compute the same, so
+	// this graph ignores the input.
+	CacheBranch bool
+}
+
+func (s Spec) withDefaults() Spec {
+	if s.Seed == 0 {
+		s.Seed = DefaultSeed
+	}
+	return s
+}
+
+// FileName returns the name Ensure gives the model of s:
+// "gpt2-tiny-<hash>.onnx", where the hash covers everything that determines
+// the file's content (shape, seed and generator version).
+func (s Spec) FileName() string {
+	s = s.withDefaults()
+	a := s.Arch
+	key := fmt.Sprintf("generator=%s name=%s L=%d H=%d A=%d V=%d C=%d seed=%d nopos=%v branch=%v",
+		generatorVersion, a.Name, a.Layers, a.Hidden, a.Heads, a.Vocab, a.Context, s.Seed, s.NoPositionIDs, s.CacheBranch)
+	sum := sha256.Sum256([]byte(key))
+	return fmt.Sprintf("%s-%s.onnx", a, hex.EncodeToString(sum[:6]))
+}
+
+// Ensure returns the path of the model of s in cacheDir
+// (onnxgraph.DefaultCacheDir() for the user's cache), generating it first if
+// it is not there. Concurrent callers, in one process or several, are safe.
+// gpt2-small writes about 500 MB.
+func Ensure(cacheDir string, s Spec) (string, error) {
+	s = s.withDefaults()
+	if err := s.Arch.validate(); err != nil {
+		return "", fmt.Errorf("generate %s: %w", s.Arch, err)
+	}
+	return onnxgraph.EnsureFile(cacheDir, s.FileName(), func(w io.Writer) error { return Generate(w, s) })
+}
+
+// Generate writes the ONNX model s describes to w. The same Spec always
+// yields the same bytes. Weights are produced as they are written, so memory
+// use stays small whatever the size of the model.
+func Generate(w io.Writer, s Spec) error {
+	s = s.withDefaults()
+	if err := s.Arch.validate(); err != nil {
+		return fmt.Errorf("generate %s: %w", s.Arch, err)
+	}
+	if _, err := model(s).WriteTo(w); err != nil {
+		return fmt.Errorf("generate %s: %w", s.Arch, err)
+	}
+	return nil
+}
+
+// model builds the ONNX model of a valid spec with defaults applied.
+func model(s Spec) *onnxgraph.Model {
+	a := s.Arch
+	shape := fmt.Sprintf("%s/V%d/C%d", a.Shape(), a.Vocab, a.Context)
+	doc := fmt.Sprintf("%s (%s) with random weights (seed %d). Generated by infer: the weights mean nothing, "+
+		"the computation is GPT-2's, with a KV cache.", a, shape, s.Seed)
+	return &onnxgraph.Model{
+		Graph:           build(s),
+		Producer:        "infer",
+		ProducerVersion: "gpt2 " + generatorVersion,
+		Doc:             doc,
+		Metadata: map[string]string{
+			MetaArch: a.String(), MetaShape: shape, MetaTask: Task,
+			MetaSeed: strconv.FormatUint(s.Seed, 10), MetaGenerator: "infer/gpt2 " + generatorVersion,
+			MetaContext: strconv.Itoa(a.Context), MetaEOS: strconv.Itoa(int(a.EOS())),
+		},
+	}
+}
+
+// builder assembles the graph of one spec.
+type builder struct {
+	*onnxgraph.Graph
+	s Spec
+}
+
+func (b *builder) op(op string, attrs []onnxgraph.Attr, inputs ...string) string {
+	return b.Node(op, inputs, attrs...)
+}
+
+func (b *builder) add(x, y string) string    { return b.op("Add", nil, x, y) }
+func (b *builder) mul(x, y string) string    { return b.op("Mul", nil, x, y) }
+func (b *builder) matmul(x, y string) string { return b.op("MatMul", nil, x, y) }
+
+// dim returns dimension i of x's shape as an int64 scalar.
+func (b *builder) dim(x string, i int64) string {
+	return b.op("Gather", []onnxgraph.Attr{onnxgraph.Int("axis", 0)}, b.op("Shape", nil, x), b.Int64(i))
+}
+
+// conv1D is GPT-2's Conv1D, x·W + b with W of shape [in, out], initialised
+// N(0, std²) and b zero.
+func (b *builder) conv1D(prefix, x string, in, out int, std float64) string {
+	w := b.Weight(prefix+".weight", []int64{int64(in), int64(out)}, onnxgraph.Normal(b.s.Seed, prefix+".weight", std))
+	bias := b.Weight(prefix+".bias", []int64{int64(out)}, onnxgraph.Fill(0))
+	return b.add(b.matmul(x, w), bias)
+}
+
+// layerNorm normalises over the last axis with a learned scale (1) and
+// shift (0).
+func (b *builder) layerNorm(prefix, x string) string {
+	h := int64(b.s.Arch.Hidden)
+	gamma := b.Weight(prefix+".weight", []int64{h}, onnxgraph.Fill(1))
+	beta := b.Weight(prefix+".bias", []int64{h}, onnxgraph.Fill(0))
+	return b.op("LayerNormalization", []onnxgraph.Attr{
+		onnxgraph.Int("axis", -1), onnxgraph.Float("epsilon", layerNorm),
+	}, x, gamma, beta)
+}
+
+// gelu is GPT-2's activation ("gelu_new"), the tanh approximation
+// ½·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+func (b *builder) gelu(x string) string {
+	cube := b.mul(b.mul(x, x), x)
+	inner := b.mul(b.add(x, b.mul(cube, b.Scalar(0.044715))), b.Scalar(float32(math.Sqrt(2/math.Pi))))
+	return b.mul(b.mul(x, b.add(b.op("Tanh", nil, inner), b.Scalar(1))), b.Scalar(0.5))
+}
+
+// build returns the graph of a valid spec: embeddings, the blocks, the final
+// LayerNorm and the LM head tied to the token embeddings.
+func build(s Spec) *onnxgraph.Graph {
+	a := s.Arch
+	b := &builder{Graph: onnxgraph.NewGraph(a.String()), s: s}
+	batch, seq := onnxgraph.Sym("batch_size"), onnxgraph.Sym("sequence_length")
+	past, total := onnxgraph.Sym("past_sequence_length"), onnxgraph.Sym("past_sequence_length + sequence_length")
+	heads, headDim := onnxgraph.Fixed(int64(a.Heads)), onnxgraph.Fixed(int64(a.HeadDim()))
+	ids := b.Input(InputIDs, onnxgraph.Int64, batch, seq)
+	mask := b.Input(AttentionMask, onnxgraph.Int64, batch, total)
+	var positions string
+	if !s.NoPositionIDs {
+		positions = b.Input(PositionIDs, onnxgraph.Int64, batch, seq)
+	}
+	for i := range a.Layers {
+		b.Input(PastKey(i), onnxgraph.Float32, batch, heads, past, headDim)
+		b.Input(PastValue(i), onnxgraph.Float32, batch, heads, past, headDim)
+	}
+	if s.CacheBranch {
+		b.Input(UseCacheBranch, onnxgraph.Bool, onnxgraph.Fixed(1))
+	}
+	if s.NoPositionIDs {
+		// [1, sequence]: past .. past+sequence-1, the same for every row.
+		total := b.dim(mask, 1)
+		positions = b.op("Unsqueeze", nil,
+			b.op("Range", nil, b.op("Sub", nil, total, b.dim(ids, 1)), total, b.Int64(1)), b.Int64s(0))
+	}
+
+	h := int64(a.Hidden)
+	wte := b.Weight("transformer.wte.weight", []int64{int64(a.Vocab), h}, onnxgraph.Normal(s.Seed, "transformer.wte.weight", initStd))
+	wpe := b.Weight("transformer.wpe.weight", []int64{int64(a.Context), h}, onnxgraph.Normal(s.Seed, "transformer.wpe.weight", initStd))
+	x := b.add(b.op("Gather", nil, wte, ids), b.op("Gather", nil, wpe, positions))
+
+	bias := b.attentionBias(ids, mask)
+	for i := range a.Layers {
+		x = b.block(i, x, bias)
+	}
+	x = b.layerNorm("transformer.ln_f", x)
+
+	// The LM head is x·wteᵀ. Gemm reads the embedding table transposed in
+	// place, where a Transpose node would make ONNX Runtime fold a second
+	// copy of it (a third of gpt2-small's weights) into the session.
+	flat := b.op("Reshape", nil, x, b.Int64s(-1, h))
+	logits := b.op("Gemm", []onnxgraph.Attr{onnxgraph.Int("transB", 1)}, flat, wte)
+	shape := b.op("Concat", []onnxgraph.Attr{onnxgraph.Int("axis", 0)}, b.op("Shape", nil, ids), b.Int64s(int64(a.Vocab)))
+	b.NodeOut("Reshape", []string{logits, shape}, []string{Logits})
+
+	b.Output(Logits, onnxgraph.Float32, batch, seq, onnxgraph.Fixed(int64(a.Vocab)))
+	for i := range a.Layers {
+		b.Output(PresentKey(i), onnxgraph.Float32, batch, heads, total, headDim)
+		b.Output(PresentValue(i), onnxgraph.Float32, batch, heads, total, headDim)
+	}
+	return b.Graph
+}
+
+// attentionBias is the additive bias of the attention scores, [batch, 1,
+// sequence, past + sequence]: 0 where query position i (the past's length
+// plus i in the whole sequence) may attend to key position j, that is j ≤ its
+// position and attention_mask[j] = 1; the lowest float32 elsewhere, as
+// Hugging Face's GPT-2 uses.
+func (b *builder) attentionBias(ids, mask string) string {
+	total := b.dim(mask, 1)
+	pastLen := b.op("Sub", nil, total, b.dim(ids, 1))
+	query := b.op("Unsqueeze", nil, b.op("Range", nil, pastLen, total, b.Int64(1)), b.Int64s(1)) // [sequence, 1]
+	key := b.op("Range", nil, b.Int64(0), total, b.Int64(1))                                     // [past + sequence]
+	causal := b.op("LessOrEqual", nil, key, query)                                               // [sequence, past + sequence]
+	attended := b.op("Cast", []onnxgraph.Attr{onnxgraph.Int("to", int64(onnxgraph.Bool))},
+		b.op("Unsqueeze", nil, mask, b.Int64s(1, 2))) // [batch, 1, 1, past + sequence]
+	allowed := b.op("And", nil, causal, attended)
+	return b.op("Where", nil, allowed, b.Scalar(0), b.Scalar(-math.MaxFloat32))
+}
+
+// block is one GPT-2 block: pre-LayerNorm self-attention over the past and
+// the current tokens, then a pre-LayerNorm MLP, each added to the residual.
+// It outputs the layer's present key and value.
+func (b *builder) block(i int, x, bias string) string {
+	a := b.s.Arch
+	prefix := "transformer.h." + strconv.Itoa(i)
+	hidden, d := a.Hidden, a.HeadDim()
+	std := blockGain / math.Sqrt(float64(hidden))
+
+	qkv := b.conv1D(prefix+".attn.c_attn", b.layerNorm(prefix+".ln_1", x), hidden, 3*hidden, std)
+	q, k, v := "Split_q_"+strconv.Itoa(i), "Split_k_"+strconv.Itoa(i), "Split_v_"+strconv.Itoa(i)
+	b.NodeOut("Split", []string{qkv, b.Int64s(int64(hidden), int64(hidden), int64(hidden))}, []string{q, k, v},
+		onnxgraph.Int("axis", -1))
+	// [batch, sequence, hidden] → [batch, heads, sequence, head_dim]
+	split := b.Int64s(0, 0, int64(a.Heads), int64(d))
+	heads := func(t string) string {
+		return b.op("Transpose", []onnxgraph.Attr{onnxgraph.Ints("perm", 0, 2, 1, 3)}, b.op("Reshape", nil, t, split))
+	}
+	concat := []onnxgraph.Attr{onnxgraph.Int("axis", 2)}
+	b.NodeOut("Concat", []string{PastKey(i), heads(k)}, []string{PresentKey(i)}, concat...)
+	b.NodeOut("Concat", []string{PastValue(i), heads(v)}, []string{PresentValue(i)}, concat...)
+
+	query := b.mul(heads(q), b.Scalar(float32(1/math.Sqrt(float64(d)))))
+	keyT := b.op("Transpose", []onnxgraph.Attr{onnxgraph.Ints("perm", 0, 1, 3, 2)}, PresentKey(i))
+	probs := b.op("Softmax", []onnxgraph.Attr{onnxgraph.Int("axis", -1)}, b.add(b.matmul(query, keyT), bias))
+	ctx := b.op("Transpose", []onnxgraph.Attr{onnxgraph.Ints("perm", 0, 2, 1, 3)}, b.matmul(probs, PresentValue(i)))
+	ctx = b.op("Reshape", nil, ctx, b.Int64s(0, 0, int64(hidden)))
+	x = b.add(x, b.conv1D(prefix+".attn.c_proj", ctx, hidden, hidden, std))
+
+	inner := b.gelu(b.conv1D(prefix+".mlp.c_fc", b.layerNorm(prefix+".ln_2", x), hidden, 4*hidden, std))
+	return b.add(x, b.conv1D(prefix+".mlp.c_proj", inner, 4*hidden, hidden, std))
+}

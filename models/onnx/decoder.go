@@ -1,0 +1,463 @@
+package onnx
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	ort "github.com/yalue/onnxruntime_go"
+
+	"github.com/inferhq/infer/models"
+	"github.com/inferhq/infer/models/bpe"
+	"github.com/inferhq/infer/models/onnxgraph"
+)
+
+// TaskTextGeneration is the task of a decoder, as models.Info.Task reports
+// it.
+const TaskTextGeneration = "text-generation"
+
+// Graph inputs and outputs of a decoder, as in Hugging Face optimum's
+// decoder-with-past export and models/gpt2.
+const (
+	positionIDs     = "position_ids"     // int64 [batch, sequence]; optional
+	useCacheBranch  = "use_cache_branch" // bool [1]; only in merged decoders
+	logitsOutput    = "logits"           // float32 [batch, sequence, vocab]
+	defaultContext  = 1024               // GPT-2's n_positions
+	defaultKVPerCtx = 16                 // default KVTokens: this many full-context sequences
+)
+
+var pastRe = regexp.MustCompile(`^past_key_values\.(\d+)\.(key|value)$`)
+
+// Exports in a directory, in the order OpenDecoder prefers them: optimum's
+// merged decoder, its older with-past decoder, a single-file export.
+var exportFiles = []string{"decoder_model_merged.onnx", "decoder_with_past_model.onnx", "model.onnx"}
+
+// ErrNotDecoder means a graph has no KV cache inputs: it is an encoder, or a
+// decoder exported without past.
+var ErrNotDecoder = errors.New("not a decoder graph")
+
+// ErrKVFull means a Step would hold more tokens than DecoderInfo.KVTokens.
+// The engine's admission keeps within the bound, so this names an engine
+// that does not.
+var ErrKVFull = errors.New("kv cache full")
+
+// DecoderConfig configures OpenDecoder. Path is required; every other field
+// has a documented default for its zero value.
+type DecoderConfig struct {
+	// Path is the .onnx file, or a directory holding an optimum export
+	// (decoder_model_merged.onnx, else decoder_with_past_model.onnx, else
+	// model.onnx).
+	Path string
+	// Name is the model's name as clients address it. Default: the value
+	// of the infer.arch metadata, else the file's base name without .onnx
+	// (the directory's name for an export directory).
+	Name string
+	// KVTokens bounds the KV cache of one instance, in tokens summed over
+	// its sequences. Default 16 full contexts (16,384 tokens for GPT-2).
+	KVTokens int
+	// Context is the most tokens of one sequence. Default: the graph's
+	// infer.context metadata, else n_positions (or max_position_embeddings)
+	// of a config.json next to the file, else 1024 (GPT-2's).
+	Context int
+	// Tokenizer converts text and ids. Default: GPT-2's byte-level BPE,
+	// which needs a vocabulary of at least its 50,257 tokens.
+	Tokenizer models.Tokenizer
+	// Devices, Workers, Threads, Spin, Library and Logger are as in Config.
+	Devices []models.Device
+	Workers int
+	Threads int
+	Spin    bool
+	Library string
+	Logger  *slog.Logger
+}
+
+// decoderSig is what a decoder graph takes and gives.
+type decoderSig struct {
+	layers, heads, headDim, vocab int
+	positions                     bool // the graph takes position_ids
+	cacheBranch                   bool // the graph takes use_cache_branch (a merged decoder)
+	inputs, outputs               []string
+}
+
+// DecoderFactory loads a decoder graph and makes instances of it. It is a
+// models.DecoderFactory.
+type DecoderFactory struct {
+	cfg      DecoderConfig
+	log      *slog.Logger
+	sig      decoderSig
+	info     models.DecoderInfo
+	tok      models.Tokenizer
+	devices  []models.Device
+	threads  int
+	sessions sessions
+}
+
+var _ models.DecoderFactory = (*DecoderFactory)(nil)
+
+// IsDecoder reports whether path is a decoder graph: an export directory, or
+// an .onnx file whose graph takes past_key_values inputs. It reads the
+// file's description, not its weights. OpenDecoder says whether it can serve
+// it.
+func IsDecoder(path string) (bool, error) {
+	file, err := decoderFile(path)
+	if err != nil {
+		return false, err
+	}
+	info, err := onnxgraph.Inspect(file)
+	if err != nil {
+		return false, err
+	}
+	return slices.ContainsFunc(info.Inputs, func(t onnxgraph.Tensor) bool { return pastRe.MatchString(t.Name) }), nil
+}
+
+// DecoderShape is what a decoder graph's inputs and outputs say about it.
+type DecoderShape struct {
+	Layers, Heads, HeadDim, Vocab int
+	PositionIDs                   bool // it takes position_ids
+	Merged                        bool // it takes use_cache_branch
+}
+
+// KVBytesPerToken is the size of one token's keys and values over all
+// layers.
+func (s DecoderShape) KVBytesPerToken() int64 { return int64(2 * s.Layers * s.Heads * s.HeadDim * 4) }
+
+// DecoderShapeOf reads the shape of a decoder graph from its description,
+// or says why OpenDecoder could not serve it (ErrNotDecoder for a graph
+// without a KV cache).
+func DecoderShapeOf(info onnxgraph.Info) (DecoderShape, error) {
+	sig, err := readDecoderSig(info)
+	if err != nil {
+		return DecoderShape{}, err
+	}
+	return sig.shape(), nil
+}
+
+func (s decoderSig) shape() DecoderShape {
+	return DecoderShape{Layers: s.layers, Heads: s.heads, HeadDim: s.headDim, Vocab: s.vocab, PositionIDs: s.positions, Merged: s.cacheBranch}
+}
+
+// decoderFile returns the .onnx file of path: path itself, or the preferred
+// export of a directory.
+func decoderFile(path string) (string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("onnx: model: %w", err)
+	}
+	if !st.IsDir() {
+		return path, nil
+	}
+	for _, name := range exportFiles {
+		if _, err := os.Stat(filepath.Join(path, name)); err == nil {
+			return filepath.Join(path, name), nil
+		}
+	}
+	return "", fmt.Errorf("onnx: %s holds none of %s", path, strings.Join(exportFiles, ", "))
+}
+
+// OpenDecoder loads the ONNX Runtime (once per process), reads the decoder
+// graph's inputs, outputs and metadata, and checks the devices. It creates
+// no session yet.
+func OpenDecoder(cfg DecoderConfig) (*DecoderFactory, error) {
+	if cfg.Path == "" {
+		return nil, errors.New("onnx: no model path")
+	}
+	file, err := decoderFile(cfg.Path)
+	if err != nil {
+		return nil, err
+	}
+	dirName := ""
+	if file != cfg.Path {
+		dirName = filepath.Base(filepath.Clean(cfg.Path))
+	}
+	cfg.Path = file
+	if cfg.Workers <= 0 {
+		cfg.Workers = 1
+	}
+	if len(cfg.Devices) == 0 {
+		cfg.Devices = []models.Device{{Kind: "cpu"}}
+	}
+	if cfg.KVTokens < 0 || cfg.Context < 0 {
+		return nil, fmt.Errorf("onnx: KV tokens %d, context %d: must not be negative", cfg.KVTokens, cfg.Context)
+	}
+	f := &DecoderFactory{cfg: cfg, log: cfg.Logger}
+	if f.log == nil {
+		f.log = slog.New(slog.DiscardHandler)
+	}
+	info, err := onnxgraph.Inspect(file)
+	if err != nil {
+		return nil, fmt.Errorf("onnx: %w", err)
+	}
+	if f.sig, err = readDecoderSig(*info); err != nil {
+		return nil, fmt.Errorf("onnx: %s: %w", file, err)
+	}
+	hf, err := readHFConfig(filepath.Join(filepath.Dir(file), "config.json"))
+	if err != nil {
+		return nil, fmt.Errorf("onnx: %w", err)
+	}
+	if err := f.describe(*info, hf, dirName); err != nil {
+		return nil, fmt.Errorf("onnx: %s: %w", file, err)
+	}
+	lib, err := loadRuntime(cfg.Library)
+	if err != nil {
+		return nil, err
+	}
+	if f.devices, err = resolveDevices(cfg.Devices, f.log); err != nil {
+		return nil, err
+	}
+	f.threads = threadsPerSession(cfg.Threads, cfg.Workers)
+	if !f.sig.positions {
+		f.log.Warn("decoder graph has no position_ids input: only sequences of equal lengths share a run, "+
+			"so batches are small; re-export with position_ids (optimum does for gpt2)", "path", file)
+	}
+	f.log.Info("onnx decoder", "path", file, "layers", f.sig.layers, "heads", f.sig.heads, "head_dim", f.sig.headDim,
+		"vocab", f.sig.vocab, "context", f.info.Context, "kv_tokens", f.info.KVTokens,
+		"kv_mib", f.KVBytes()>>20, "merged", f.sig.cacheBranch, "runtime", RuntimeVersion(), "library", lib,
+		"threads", f.threads, "devices", devicesString(f.devices))
+	return f, nil
+}
+
+// hfConfig holds the fields of a Hugging Face config.json the decoder uses.
+type hfConfig struct {
+	NPositions            int             `json:"n_positions"`
+	MaxPositionEmbeddings int             `json:"max_position_embeddings"`
+	EOSTokenID            json.RawMessage `json:"eos_token_id"` // an id or a list of ids
+}
+
+// readHFConfig reads path, or returns the zero hfConfig when there is none.
+func readHFConfig(path string) (hfConfig, error) {
+	var c hfConfig
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return c, nil
+	} else if err != nil {
+		return c, err
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// eos returns the config's end-of-sequence id, the first of a list.
+func (c hfConfig) eos() (int32, bool) {
+	var id int32
+	if json.Unmarshal(c.EOSTokenID, &id) == nil {
+		return id, true
+	}
+	var ids []int32
+	if json.Unmarshal(c.EOSTokenID, &ids) == nil && len(ids) > 0 {
+		return ids[0], true
+	}
+	return 0, false
+}
+
+// describe fills the factory's name, DecoderInfo and tokenizer from the
+// config, the graph's metadata and a config.json, in that order of
+// precedence. dir is the name of the export directory, if the model came in
+// one.
+func (f *DecoderFactory) describe(info onnxgraph.Info, hf hfConfig, dir string) error {
+	meta := info.Metadata
+	f.cfg.Name = cmp.Or(f.cfg.Name, meta["infer.arch"], dir, strings.TrimSuffix(filepath.Base(f.cfg.Path), ".onnx"))
+	f.tok = f.cfg.Tokenizer
+	if f.tok == nil {
+		if f.sig.vocab < bpe.Vocab {
+			return fmt.Errorf("vocabulary of %d tokens: the built-in tokenizer is GPT-2's, of %d", f.sig.vocab, bpe.Vocab)
+		}
+		f.tok = bpe.GPT2()
+	}
+	ctxLen := f.cfg.Context
+	for _, c := range []int{metaInt(meta, "infer.context"), hf.NPositions, hf.MaxPositionEmbeddings, defaultContext} {
+		if ctxLen <= 0 {
+			ctxLen = c
+		}
+	}
+	eos, ok := int32(metaInt(meta, "infer.eos_token_id")), meta["infer.eos_token_id"] != ""
+	if !ok {
+		eos, ok = hf.eos()
+	}
+	if !ok {
+		eos = bpe.EOS
+	}
+	if eos < 0 || int(eos) >= f.sig.vocab {
+		return fmt.Errorf("end-of-sequence id %d is outside the vocabulary of %d tokens", eos, f.sig.vocab)
+	}
+	kv := f.cfg.KVTokens
+	if kv == 0 {
+		kv = defaultKVPerCtx * ctxLen
+	}
+	f.info = models.DecoderInfo{Context: ctxLen, EOS: eos, Vocab: f.sig.vocab, KVTokens: kv}
+	return nil
+}
+
+func metaInt(meta map[string]string, key string) int {
+	n, _ := strconv.Atoi(meta[key])
+	return n
+}
+
+// readDecoderSig matches a graph's inputs and outputs against what Step
+// feeds and reads. The error lists the graph's inputs or outputs.
+func readDecoderSig(info onnxgraph.Info) (decoderSig, error) {
+	var sig decoderSig
+	type kv struct{ key, value *onnxgraph.Tensor }
+	var past []kv
+	layer := func(m []string) (*kv, error) {
+		i, err := strconv.Atoi(m[1])
+		if err != nil || i > 1024 {
+			return nil, fmt.Errorf("layer number %q", m[1])
+		}
+		for len(past) <= i {
+			past = append(past, kv{})
+		}
+		return &past[i], nil
+	}
+	if !slices.ContainsFunc(info.Inputs, func(t onnxgraph.Tensor) bool { return pastRe.MatchString(t.Name) }) {
+		return sig, fmt.Errorf("%w: no past_key_values inputs, so no KV cache: export the model with past "+
+			"(optimum-cli export onnx --task text-generation-with-past) and use decoder_model_merged.onnx; its inputs: %s",
+			ErrNotDecoder, listTensors(info.Inputs))
+	}
+	have := map[string]bool{}
+	for i := range info.Inputs {
+		in := &info.Inputs[i]
+		switch m := pastRe.FindStringSubmatch(in.Name); {
+		case in.Name == inputIDs || in.Name == attentionMask || in.Name == positionIDs:
+			if in.Type != "int64" || len(in.Shape) != 2 {
+				return sig, fmt.Errorf("graph input %s: want int64 [batch, sequence]", in)
+			}
+		case in.Name == useCacheBranch:
+			if in.Type != "bool" {
+				return sig, fmt.Errorf("graph input %s: want bool [1]", in)
+			}
+		case m != nil:
+			l, err := layer(m)
+			if err != nil {
+				return sig, fmt.Errorf("graph input %s: %w", in.Name, err)
+			}
+			if m[2] == "key" {
+				l.key = in
+			} else {
+				l.value = in
+			}
+		default:
+			return sig, fmt.Errorf("unsupported graph input %s; a decoder takes %s, %s, optionally %s and %s, "+
+				"and past_key_values.{i}.key|value; its inputs: %s", in, inputIDs, attentionMask, positionIDs,
+				useCacheBranch, listTensors(info.Inputs))
+		}
+		have[in.Name] = true
+	}
+	for _, name := range []string{inputIDs, attentionMask} {
+		if !have[name] {
+			return sig, fmt.Errorf("graph has no %s input; its inputs: %s", name, listTensors(info.Inputs))
+		}
+	}
+	sig.positions, sig.cacheBranch, sig.layers = have[positionIDs], have[useCacheBranch], len(past)
+	sig.heads, sig.headDim = -1, -1
+	for i, l := range past {
+		for _, t := range []*onnxgraph.Tensor{l.key, l.value} {
+			if t == nil {
+				return sig, fmt.Errorf("layer %d lacks past_key_values.%d.key or .value", i, i)
+			}
+			if t.Type != "float32" || len(t.Shape) != 4 || t.Shape[1] <= 0 || t.Shape[3] <= 0 {
+				return sig, fmt.Errorf("graph input %s: want float32 [batch, heads, past, head_dim] with fixed heads and head_dim", t)
+			}
+			if sig.heads < 0 {
+				sig.heads, sig.headDim = int(t.Shape[1]), int(t.Shape[3])
+			} else if int(t.Shape[1]) != sig.heads || int(t.Shape[3]) != sig.headDim {
+				return sig, fmt.Errorf("graph input %s: every layer must have %d heads of %d", t, sig.heads, sig.headDim)
+			}
+		}
+	}
+
+	outs := map[string]onnxgraph.Tensor{}
+	for _, o := range info.Outputs {
+		outs[o.Name] = o
+	}
+	logits, ok := outs[logitsOutput]
+	if !ok || logits.Type != "float32" || len(logits.Shape) != 3 || logits.Shape[2] <= 0 {
+		return sig, fmt.Errorf("want a float32 output logits [batch, sequence, vocab] with a fixed vocab; its outputs: %s",
+			listTensors(info.Outputs))
+	}
+	sig.vocab = int(logits.Shape[2])
+	sig.inputs = []string{inputIDs, attentionMask}
+	if sig.positions {
+		sig.inputs = append(sig.inputs, positionIDs)
+	}
+	sig.outputs = []string{logitsOutput}
+	for i := range sig.layers {
+		for _, kind := range []string{"key", "value"} {
+			name := fmt.Sprintf("present.%d.%s", i, kind)
+			if o, ok := outs[name]; !ok || o.Type != "float32" || len(o.Shape) != 4 {
+				return sig, fmt.Errorf("no float32 output %s [batch, heads, past + sequence, head_dim]; its outputs: %s",
+					name, listTensors(info.Outputs))
+			}
+			sig.inputs = append(sig.inputs, fmt.Sprintf("past_key_values.%d.%s", i, kind))
+			sig.outputs = append(sig.outputs, name)
+		}
+	}
+	if sig.cacheBranch {
+		sig.inputs = append(sig.inputs, useCacheBranch)
+	}
+	return sig, nil
+}
+
+func listTensors(ts []onnxgraph.Tensor) string { return join(ts, ", ") }
+
+// Info describes the model.
+func (f *DecoderFactory) Info() models.Info {
+	return models.Info{
+		Name:    f.cfg.Name,
+		Task:    TaskTextGeneration,
+		Backend: "onnx",
+		Params: fmt.Sprintf("onnxruntime=%s devices=%s threads=%d context=%d kv_tokens=%d",
+			RuntimeVersion(), devicesString(f.devices), f.threads, f.info.Context, f.info.KVTokens),
+	}
+}
+
+// Decoder returns the model's context, EOS, vocabulary and KV bound.
+func (f *DecoderFactory) Decoder() models.DecoderInfo { return f.info }
+
+// Tokenizer returns the model's tokenizer: GPT-2's BPE unless the config
+// named another.
+func (f *DecoderFactory) Tokenizer() models.Tokenizer { return f.tok }
+
+// Path returns the .onnx file the factory loaded.
+func (f *DecoderFactory) Path() string { return f.cfg.Path }
+
+// Threads returns the intra-op threads of each session.
+func (f *DecoderFactory) Threads() int { return f.threads }
+
+// KVBytesPerToken is the size of one token's keys and values over all
+// layers.
+func (f *DecoderFactory) KVBytesPerToken() int64 { return f.sig.shape().KVBytesPerToken() }
+
+// KVBytes is the size of a full KV cache of KVTokens tokens, without the
+// padding of batches of mixed lengths (see Decoder).
+func (f *DecoderFactory) KVBytes() int64 { return int64(f.info.KVTokens) * f.KVBytesPerToken() }
+
+// New returns an instance for worker number worker, on its device, with an
+// empty KV cache. As for Factory.New, each worker number has one session,
+// shared by its instances; each instance owns its KV cache.
+func (f *DecoderFactory) New(_ context.Context, worker int) (models.Decoder, error) {
+	s, err := f.sessions.get(worker, func() (*ort.DynamicAdvancedSession, error) {
+		return newSession(f.cfg.Path, f.sig.inputs, f.sig.outputs, models.ForWorker(f.devices, worker), f.threads, f.cfg.Spin)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return newDecoder(f, s), nil
+}
+
+// Close releases the sessions; the instances must be closed first.
+func (f *DecoderFactory) Close() error {
+	f.sessions.close()
+	return nil
+}

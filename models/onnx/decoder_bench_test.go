@@ -1,0 +1,187 @@
+package onnx
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/inferhq/infer/models"
+	"github.com/inferhq/infer/models/gpt2"
+)
+
+// benchArchs are the models of the decoder benchmarks: gpt2-tiny, and the
+// ones INFER_BENCH_ARCHS names (e.g. "gpt2-tiny,gpt2-mini").
+func benchArchs(b *testing.B) []gpt2.Arch {
+	names := os.Getenv("INFER_BENCH_ARCHS")
+	if names == "" {
+		names = "gpt2-tiny"
+	}
+	var archs []gpt2.Arch
+	for _, n := range splitComma(names) {
+		a, err := gpt2.Lookup(n)
+		if err != nil {
+			b.Fatal(err)
+		}
+		archs = append(archs, a)
+	}
+	return archs
+}
+
+func splitComma(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == ',' {
+			if i > start {
+				out = append(out, s[start:i])
+			}
+			start = i + 1
+		}
+	}
+	return out
+}
+
+// fill starts n sequences of ctxLen tokens each and returns their decode
+// step (one token each, greedy).
+func fill(b *testing.B, d *Decoder, n, ctxLen int) []models.StepSeq {
+	seqs := make([]models.StepSeq, n)
+	for i := range seqs {
+		seqs[i] = models.StepSeq{ID: models.SeqID(i), Tokens: prompt(uint64(i), ctxLen), Sample: true}
+		if err := d.Step(context.Background(), seqs[i:i+1], make([]int32, 1)); err != nil {
+			b.Fatal(err)
+		}
+		seqs[i].Past, seqs[i].Tokens = ctxLen, []int32{7}
+	}
+	return seqs
+}
+
+// abTimes collects the durations of two alternatives measured in turn, A B A
+// B …, so that a machine whose speed drifts (a shared one) weighs on both
+// alike.
+type abTimes struct{ a, b []time.Duration }
+
+func (t *abTimes) add(second bool, d time.Duration) {
+	if second {
+		t.b = append(t.b, d)
+	} else {
+		t.a = append(t.a, d)
+	}
+}
+
+// report reports the median milliseconds of each alternative and their
+// ratio.
+func (t *abTimes) report(b *testing.B, nameA, nameB string) {
+	median := func(d []time.Duration) float64 {
+		d = slices.Clone(d)
+		slices.Sort(d)
+		if len(d) == 0 {
+			return 0
+		}
+		return float64(d[len(d)/2].Microseconds()) / 1e3
+	}
+	ma, mb := median(t.a), median(t.b)
+	b.ReportMetric(ma, nameA+"-ms")
+	b.ReportMetric(mb, nameB+"-ms")
+	if ma > 0 {
+		b.ReportMetric(mb/ma, nameB+"/"+nameA)
+	}
+}
+
+// BenchmarkKVLayout measures what decided the layout of the KV cache: a
+// decode step over a batch that does not change, with the cache in one
+// shared buffer that is the next step's past as it is (shared), against the
+// same step when each sequence's cache is kept on its own and gathered into
+// the batch's past at every step (per-seq, emulated by splitting the cache
+// into one buffer per sequence, untimed, before the step). The two take
+// turns, step by step; the metrics are median step times and their ratio.
+// The difference is also the cost of one join or leave in the shared layout.
+func BenchmarkKVLayout(b *testing.B) {
+	for _, a := range benchArchs(b) {
+		_, d := openTestDecoder(b, gpt2.Spec{Arch: a}, DecoderConfig{KVTokens: 1 << 20})
+		for _, batch := range []int{8, 32} {
+			for _, ctxLen := range []int{128, 512} {
+				b.Run(fmt.Sprintf("%s/batch=%d/context=%d", a, batch, ctxLen), func(b *testing.B) {
+					seqs := fill(b, d, batch, ctxLen)
+					next := make([]int32, batch)
+					var times abTimes
+					for i := 0; b.Loop(); i++ {
+						perSeq := i%2 == 1
+						if perSeq {
+							b.StopTimer()
+							for _, st := range d.seqs {
+								if _, err := d.pool.assemble(d.dims, []*seqState{st}); err != nil {
+									b.Fatal(err)
+								}
+							}
+							b.StartTimer()
+						}
+						t0 := time.Now()
+						if err := d.Step(context.Background(), seqs, next); err != nil {
+							b.Fatal(err)
+						}
+						times.add(perSeq, time.Since(t0))
+						for i := range seqs {
+							seqs[i].Past++
+						}
+					}
+					times.report(b, "shared", "per-seq")
+					for i := range seqs {
+						d.Free(seqs[i].ID)
+					}
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkMixedStep measures a step of 16 decoding sequences (64 tokens of
+// context) and one joining with a 128-token prompt: as the decoder runs it,
+// the prompt in a run of its own (split), against one run with every row
+// padded to the prompt's length (one). The two take turns; the metrics are
+// median step times and their ratio.
+func BenchmarkMixedStep(b *testing.B) {
+	for _, a := range benchArchs(b) {
+		_, d := openTestDecoder(b, gpt2.Spec{Arch: a}, DecoderConfig{KVTokens: 1 << 20})
+		b.Run(a.String(), func(b *testing.B) {
+			var times abTimes
+			for i := 0; b.Loop(); i++ {
+				one := i%2 == 1
+				b.StopTimer()
+				seqs := fill(b, d, 16, 64)
+				seqs = append(seqs, models.StepSeq{ID: 99, Tokens: prompt(99, 128), Sample: true})
+				next := make([]int32, len(seqs))
+				jobs := make([]job, len(seqs))
+				for i, s := range seqs {
+					st := d.seqs[s.ID]
+					if st == nil {
+						st = &seqState{}
+						d.seqs[s.ID] = st
+					}
+					jobs[i] = job{st: st, tokens: s.Tokens, out: i}
+				}
+				d.rowLogits = grow(d.rowLogits, len(seqs))
+				b.StartTimer()
+				t0 := time.Now()
+				var err error
+				if one {
+					err = d.run(jobs, next, true)
+				} else {
+					err = d.Step(context.Background(), seqs, next)
+				}
+				times.add(one, time.Since(t0))
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				for _, s := range seqs {
+					d.Free(s.ID)
+				}
+				b.StartTimer()
+			}
+			times.report(b, "split", "one")
+		})
+	}
+}

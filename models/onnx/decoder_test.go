@@ -1,0 +1,595 @@
+package onnx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/inferhq/infer/models"
+	"github.com/inferhq/infer/models/gpt2"
+	"github.com/inferhq/infer/models/onnxgraph"
+)
+
+// tinySpec is the model of the decoder tests: gpt2-tiny's shape, whose
+// 50,257-token head is what makes a step cost what GPT-2's costs, with the
+// variants of the graph's inputs that real exports have.
+func tinySpec(variant ...func(*gpt2.Spec)) gpt2.Spec {
+	a, err := gpt2.Lookup("gpt2-tiny")
+	if err != nil {
+		panic(err)
+	}
+	s := gpt2.Spec{Arch: a}
+	for _, v := range variant {
+		v(&s)
+	}
+	return s
+}
+
+func noPositionIDs(s *gpt2.Spec) { s.NoPositionIDs = true }
+func merged(s *gpt2.Spec)        { s.CacheBranch = true }
+
+// testModels is where the tests' generated models are kept, each generated
+// once per test binary (gpt2-tiny takes seconds under the race detector).
+var testModels string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "infer-onnx-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	testModels = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// testModel returns the path of spec's model, generated once.
+func testModel(t testing.TB, spec gpt2.Spec) string {
+	t.Helper()
+	path, err := gpt2.Ensure(testModels, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// openTestDecoder returns an instance of spec's model; cfg overrides the
+// defaults (Path is set here).
+func openTestDecoder(t testing.TB, spec gpt2.Spec, cfg DecoderConfig) (*DecoderFactory, *Decoder) {
+	t.Helper()
+	requireRuntime(t)
+	cfg.Path = testModel(t, spec)
+	f, err := OpenDecoder(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	m, err := f.New(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return f, m.(*Decoder)
+}
+
+// prompt returns n token ids drawn from seed.
+func prompt(seed uint64, n int) []int32 {
+	r := rand.New(rand.NewPCG(seed, 7))
+	p := make([]int32, n)
+	for i := range p {
+		p[i] = int32(r.IntN(50000))
+	}
+	return p
+}
+
+// step runs one Step and returns the next tokens and copies of the logits
+// they were drawn from.
+func step(t testing.TB, d *Decoder, seqs ...models.StepSeq) ([]int32, [][]float32) {
+	t.Helper()
+	next := make([]int32, len(seqs))
+	if err := d.Step(context.Background(), seqs, next); err != nil {
+		t.Fatalf("Step(%s): %v", describeSeqs(seqs), err)
+	}
+	logits := make([][]float32, len(seqs))
+	for i := range seqs {
+		logits[i] = slices.Clone(d.Logits(i))
+	}
+	return next, logits
+}
+
+func describeSeqs(seqs []models.StepSeq) string {
+	s := make([]string, len(seqs))
+	for i, q := range seqs {
+		s[i] = fmt.Sprintf("%d:past=%d+%d", q.ID, q.Past, len(q.Tokens))
+	}
+	return strings.Join(s, " ")
+}
+
+// maxDiff returns the largest absolute difference of two logit rows.
+func maxDiff(a, b []float32) float64 {
+	if len(a) != len(b) {
+		return math.Inf(1)
+	}
+	var d float64
+	for i := range a {
+		d = max(d, math.Abs(float64(a[i]-b[i])))
+	}
+	return d
+}
+
+// trace is what decoding one sequence alone gives: the tokens and, per
+// token, the logits it was drawn from.
+type trace struct {
+	tokens []int32
+	logits [][]float32
+}
+
+// decodeAlone prefills p and decodes steps more tokens, one sequence alone.
+func decodeAlone(t testing.TB, d *Decoder, id models.SeqID, p []int32, steps int, s models.Sampling) trace {
+	t.Helper()
+	var tr trace
+	next, logits := step(t, d, models.StepSeq{ID: id, Tokens: p, PromptLen: len(p), Sample: true, Sampling: s})
+	for {
+		tr.tokens, tr.logits = append(tr.tokens, next[0]), append(tr.logits, logits[0])
+		if len(tr.tokens) == steps+1 {
+			break
+		}
+		past := len(p) + len(tr.tokens) - 1
+		next, logits = step(t, d, models.StepSeq{ID: id, Past: past, Tokens: next[:1], PromptLen: len(p), Sample: true, Sampling: s})
+	}
+	d.Free(id)
+	return tr
+}
+
+func TestDecoderSignature(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		spec            gpt2.Spec
+		positions, cach bool
+	}{
+		{"gpt2-tiny", tinySpec(), true, false},
+		{"no position_ids", tinySpec(noPositionIDs), false, false},
+		{"merged", tinySpec(merged), true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, _ := openTestDecoder(t, tc.spec, DecoderConfig{})
+			if f.sig.layers != 2 || f.sig.heads != 2 || f.sig.headDim != 64 || f.sig.vocab != 50257 ||
+				f.sig.positions != tc.positions || f.sig.cacheBranch != tc.cach {
+				t.Errorf("signature = %+v", f.sig)
+			}
+			want := models.DecoderInfo{Context: 1024, EOS: 50256, Vocab: 50257, KVTokens: 16 * 1024}
+			if got := f.Decoder(); got != want {
+				t.Errorf("Decoder() = %+v, want %+v", got, want)
+			}
+			if info := f.Info(); info.Name != "gpt2-tiny" || info.Task != TaskTextGeneration || info.Backend != "onnx" {
+				t.Errorf("Info() = %+v", info)
+			}
+			if got := f.KVBytesPerToken(); got != 2*2*128*4 {
+				t.Errorf("KVBytesPerToken() = %d, want %d", got, 2*2*128*4)
+			}
+			if ok, err := IsDecoder(f.Path()); !ok || err != nil {
+				t.Errorf("IsDecoder(%s) = %v, %v", f.Path(), ok, err)
+			}
+		})
+	}
+}
+
+func TestDecoderRefusesOtherGraphs(t *testing.T) {
+	requireRuntime(t)
+	dir := t.TempDir()
+	bertLike := toyGraph{outputs: []string{"logits"}}.build(t, dir, "masked_lm")
+	if ok, err := IsDecoder(bertLike); ok || err != nil {
+		t.Errorf("IsDecoder(a masked-LM graph) = %v, %v; want false", ok, err)
+	}
+	_, err := OpenDecoder(DecoderConfig{Path: bertLike})
+	if err == nil || !strings.Contains(err.Error(), "no past_key_values inputs") || !strings.Contains(err.Error(), "text-generation-with-past") {
+		t.Errorf("OpenDecoder(a masked-LM graph) = %v, want an error naming the export to make", err)
+	}
+	if _, err := OpenDecoder(DecoderConfig{Path: dir}); err == nil || !strings.Contains(err.Error(), "decoder_model_merged.onnx") {
+		t.Errorf("OpenDecoder(a directory without an export) = %v, want one naming the files looked for", err)
+	}
+	// A small vocabulary needs a tokenizer of its own.
+	micro := tinySpec()
+	micro.Arch.Vocab = 300
+	if _, err := OpenDecoder(DecoderConfig{Path: testModel(t, micro)}); err == nil || !strings.Contains(err.Error(), "tokenizer is GPT-2's") {
+		t.Errorf("OpenDecoder(vocabulary 300) = %v, want a tokenizer error", err)
+	}
+}
+
+// TestDecoderExportDir opens an export directory as optimum writes it: the
+// merged decoder and a config.json.
+func TestDecoderExportDir(t *testing.T) {
+	requireRuntime(t)
+	export := t.TempDir() + "/gpt2-export"
+	config := `{"model_type": "gpt2", "n_positions": 512, "eos_token_id": [50256], "vocab_size": 50257}`
+	if err := errors.Join(os.Mkdir(export, 0o755), os.Symlink(testModel(t, tinySpec(merged)), export+"/decoder_model_merged.onnx"),
+		os.WriteFile(export+"/config.json", []byte(config), 0o644)); err != nil {
+		t.Fatal(err)
+	}
+	// The graph's infer.context metadata wins over config.json's 512.
+	f, err := OpenDecoder(DecoderConfig{Path: export, KVTokens: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if info := f.Decoder(); info.Context != 1024 || info.KVTokens != 4096 || info.EOS != 50256 {
+		t.Errorf("Decoder() = %+v", info)
+	}
+	if got := f.Info().Name; got != "gpt2-tiny" {
+		t.Errorf("name = %q, want the graph's infer.arch gpt2-tiny", got)
+	}
+	if !strings.HasSuffix(f.Path(), "decoder_model_merged.onnx") {
+		t.Errorf("Path() = %s", f.Path())
+	}
+	hf, err := readHFConfig(export + "/config.json")
+	if err != nil || hf.NPositions != 512 {
+		t.Errorf("config.json = %+v, %v", hf, err)
+	}
+	if eos, ok := hf.eos(); !ok || eos != 50256 {
+		t.Errorf("config.json eos = %d, %v", eos, ok)
+	}
+}
+
+// TestDecoderIncremental checks that decoding with the KV cache computes
+// what a full recompute without it does: at each of 32 steps the logits of
+// the cached step equal those of prefilling the whole sequence so far.
+func TestDecoderIncremental(t *testing.T) {
+	for _, variant := range []struct {
+		name string
+		spec gpt2.Spec
+	}{{"position_ids", tinySpec()}, {"no position_ids", tinySpec(noPositionIDs)}, {"merged", tinySpec(merged)}} {
+		t.Run(variant.name, func(t *testing.T) {
+			_, d := openTestDecoder(t, variant.spec, DecoderConfig{})
+			p := prompt(1, 9)
+			cached := decodeAlone(t, d, 1, p, 32, models.Sampling{})
+			seq := slices.Clone(p)
+			worst := 0.0
+			for k, tok := range cached.tokens {
+				// Recompute from scratch: the prompt and the k tokens
+				// generated before this one, as one prefill.
+				next, logits := step(t, d, models.StepSeq{ID: 2, Tokens: seq, PromptLen: len(p), Sample: true})
+				d.Free(2)
+				diff := maxDiff(cached.logits[k], logits[0])
+				worst = max(worst, diff)
+				if diff > 1e-4 || next[0] != tok {
+					t.Fatalf("token %d: cached decoding drew %d, recompute %d; logits differ by %g", k, tok, next[0], diff)
+				}
+				seq = append(seq, tok)
+			}
+			if d.Used() != 0 {
+				t.Errorf("Used() = %d after freeing every sequence, want 0", d.Used())
+			}
+			t.Logf("33 steps: logits within %.2g of a full recompute", worst)
+		})
+	}
+}
+
+// mixedSchedule decodes target (sequence 0) while 15 other sequences of
+// different prompt lengths join and leave its batches: they start at
+// different steps, some prefill in chunks, some sit steps out, and each
+// leaves after its own number of tokens, or is preempted and recomputed. It
+// returns target's trace.
+func mixedSchedule(t *testing.T, d *Decoder, target []int32, steps int, s models.Sampling, seed uint64) trace {
+	t.Helper()
+	r := rand.New(rand.NewPCG(seed, 3))
+	type seq struct {
+		id      models.SeqID
+		tokens  []int32 // prompt, then generated
+		prompt  int
+		fed     int // tokens in the cache
+		start   int // step it joins at
+		leave   int // tokens it generates before leaving
+		done    bool
+		pending int32 // the token drawn, not yet fed
+	}
+	all := []*seq{{id: 100, tokens: slices.Clone(target), prompt: len(target), start: 0, leave: steps + 1}}
+	for i := 1; i < 16; i++ {
+		n := 1 + r.IntN(120)
+		all = append(all, &seq{id: models.SeqID(100 + i), tokens: prompt(seed*100+uint64(i), n), prompt: n,
+			start: r.IntN(steps), leave: 1 + r.IntN(40)})
+	}
+	var tr trace
+	for k := 0; len(tr.tokens) < steps+1; k++ {
+		var batch []models.StepSeq
+		var members []*seq
+		for _, q := range all {
+			if q.done || q.start > k {
+				continue
+			}
+			// Others sit out a step now and then (target never does, so
+			// that its trace has one token per step).
+			if q.id != 100 && q.fed > 0 && r.IntN(6) == 0 {
+				continue
+			}
+			// Preemption: drop the cache and recompute everything.
+			if q.id != 100 && q.fed > q.prompt && r.IntN(25) == 0 {
+				d.Free(q.id)
+				q.fed = 0
+			}
+			ss := models.StepSeq{ID: q.id, Past: q.fed, PromptLen: q.prompt, Sampling: s}
+			if q.fed < len(q.tokens) {
+				// Prefill, in chunks of up to 48 tokens.
+				ss.Tokens = q.tokens[q.fed:min(len(q.tokens), q.fed+48)]
+			} else {
+				ss.Tokens = []int32{q.pending}
+			}
+			ss.Sample = q.fed+len(ss.Tokens) >= len(q.tokens)
+			batch = append(batch, ss)
+			members = append(members, q)
+		}
+		next, logits := step(t, d, batch...)
+		for i, q := range members {
+			fedPending := q.fed == len(q.tokens)
+			q.fed += len(batch[i].Tokens)
+			if fedPending {
+				q.tokens = append(q.tokens, q.pending)
+			}
+			if !batch[i].Sample {
+				continue
+			}
+			q.pending = next[i]
+			if q.id == 100 {
+				tr.tokens, tr.logits = append(tr.tokens, next[i]), append(tr.logits, logits[i])
+			}
+			if len(q.tokens)-q.prompt >= q.leave {
+				d.Free(q.id)
+				q.done = true
+			}
+		}
+	}
+	for _, q := range all {
+		d.Free(q.id)
+	}
+	return tr
+}
+
+// TestDecoderBatchComposition checks that a prompt decoded alone equals the
+// same prompt decoded while 15 others of different lengths join and leave
+// its batches: the same greedy tokens, logits within 1e-4.
+func TestDecoderBatchComposition(t *testing.T) {
+	for _, variant := range []struct {
+		name      string
+		spec      gpt2.Spec
+		schedules uint64
+	}{{"position_ids", tinySpec(), 2}, {"no position_ids", tinySpec(noPositionIDs), 1}} {
+		t.Run(variant.name, func(t *testing.T) {
+			_, d := openTestDecoder(t, variant.spec, DecoderConfig{})
+			target := prompt(5, 23)
+			const steps = 32
+			alone := decodeAlone(t, d, 1, target, steps, models.Sampling{})
+			if slices.Equal(alone.tokens[:8], slices.Repeat(alone.tokens[:1], 8)) {
+				t.Fatalf("greedy tokens %v repeat one token: a weak test", alone.tokens)
+			}
+			for seed := uint64(1); seed <= variant.schedules; seed++ {
+				mixed := mixedSchedule(t, d, target, steps, models.Sampling{}, seed)
+				worst := 0.0
+				for k := range alone.tokens {
+					diff := maxDiff(alone.logits[k], mixed.logits[k])
+					worst = max(worst, diff)
+					if diff > 1e-4 || alone.tokens[k] != mixed.tokens[k] {
+						t.Fatalf("schedule %d, token %d: alone %d, in company %d; logits differ by %g",
+							seed, k, alone.tokens[k], mixed.tokens[k], diff)
+					}
+				}
+				t.Logf("schedule %d: %d greedy tokens equal, logits within %.2g", seed, len(alone.tokens), worst)
+			}
+			if d.Used() != 0 {
+				t.Errorf("Used() = %d after freeing every sequence, want 0", d.Used())
+			}
+		})
+	}
+}
+
+// TestDecoderSamplingDeterminism checks that a seed fixes the tokens drawn,
+// whatever the company of the sequence and preemptions, and that another
+// seed draws others.
+func TestDecoderSamplingDeterminism(t *testing.T) {
+	_, d := openTestDecoder(t, tinySpec(), DecoderConfig{})
+	target := prompt(8, 17)
+	s := models.Sampling{Temperature: 0.9, TopP: 0.95, Seed: 1234}
+	alone := decodeAlone(t, d, 1, target, 24, s)
+	mixed := mixedSchedule(t, d, target, 24, s, 3)
+	if !slices.Equal(alone.tokens, mixed.tokens) {
+		t.Fatalf("seed %d: alone %v, in company %v", s.Seed, alone.tokens, mixed.tokens)
+	}
+	// Preempted after 10 tokens and recomputed: prompt and generated
+	// tokens prefilled together, then decoding carries on.
+	seq := append(slices.Clone(target), alone.tokens[:10]...)
+	next, _ := step(t, d, models.StepSeq{ID: 2, Tokens: seq, PromptLen: len(target), Sample: true, Sampling: s})
+	if next[0] != alone.tokens[10] {
+		t.Errorf("after a recompute: token %d, want %d", next[0], alone.tokens[10])
+	}
+	d.Free(2)
+	other := s
+	other.Seed = 99
+	if o := decodeAlone(t, d, 3, target, 24, other); slices.Equal(o.tokens, alone.tokens) {
+		t.Errorf("seeds %d and %d drew the same %d tokens", s.Seed, other.Seed, len(o.tokens))
+	}
+	if greedy := decodeAlone(t, d, 4, target, 24, models.Sampling{}); slices.Equal(greedy.tokens, alone.tokens) {
+		t.Error("sampling at temperature 0.9 drew the greedy tokens")
+	}
+}
+
+// TestDecoderErrors checks that bad steps are refused before anything runs,
+// with errors that say what is wrong, and leave the cache as it was.
+func TestDecoderErrors(t *testing.T) {
+	_, d := openTestDecoder(t, tinySpec(), DecoderConfig{KVTokens: 64})
+	p := prompt(2, 20)
+	want := decodeAlone(t, d, 1, p, 3, models.Sampling{})
+
+	next, _ := step(t, d, models.StepSeq{ID: 1, Tokens: p, Sample: true})
+	for _, tc := range []struct {
+		name    string
+		seqs    []models.StepSeq
+		wantErr string
+		is      error
+	}{
+		{"kv bound", []models.StepSeq{{ID: 2, Tokens: prompt(3, 45), Sample: true}}, "the bound (--kv-tokens) is 64", ErrKVFull},
+		{"wrong past", []models.StepSeq{{ID: 1, Past: 19, Tokens: next[:1]}}, "past 19, but the instance holds 20", nil},
+		{"unknown sequence", []models.StepSeq{{ID: 7, Past: 3, Tokens: next[:1]}}, "holds no cache for it", nil},
+		{"no tokens", []models.StepSeq{{ID: 2}}, "no tokens", models.ErrInvalidInput},
+		{"negative past", []models.StepSeq{{ID: 2, Past: -1, Tokens: next[:1]}}, "past -1", models.ErrInvalidInput},
+		{"token outside vocabulary", []models.StepSeq{{ID: 2, Tokens: []int32{5, 50257}}}, "token 50257 outside", models.ErrInvalidInput},
+		{"negative token", []models.StepSeq{{ID: 2, Tokens: []int32{-3}}}, "token -3 outside", models.ErrInvalidInput},
+		{"over the context", []models.StepSeq{{ID: 2, Tokens: make([]int32, 1025)}}, "more than the context of 1024", models.ErrInputTooLong},
+		{"twice in a step", []models.StepSeq{{ID: 1, Past: 20, Tokens: next[:1]}, {ID: 1, Past: 20, Tokens: next[:1]}}, "appears twice", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := make([]int32, len(tc.seqs))
+			err := d.Step(context.Background(), tc.seqs, out)
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || (tc.is != nil && !errors.Is(err, tc.is)) {
+				t.Fatalf("Step = %v, want an error containing %q (is %v)", err, tc.wantErr, tc.is)
+			}
+		})
+	}
+	if err := d.Step(context.Background(), []models.StepSeq{{ID: 1, Past: 20, Tokens: next[:1]}}, nil); err == nil {
+		t.Error("Step with no room for the next tokens succeeded")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := d.Step(ctx, []models.StepSeq{{ID: 1, Past: 20, Tokens: next[:1]}}, make([]int32, 1)); !errors.Is(err, context.Canceled) {
+		t.Errorf("Step with a cancelled context = %v", err)
+	}
+	// The refused steps changed nothing: decoding carries on as alone.
+	if d.Used() != 20 {
+		t.Errorf("Used() = %d after refused steps, want 20", d.Used())
+	}
+	got := []int32{next[0]}
+	for k := 1; k < len(want.tokens); k++ {
+		n, _ := step(t, d, models.StepSeq{ID: 1, Past: 20 + k - 1, Tokens: got[k-1:], Sample: true})
+		got = append(got, n[0])
+	}
+	if !slices.Equal(got, want.tokens) {
+		t.Errorf("after refused steps: %v, want %v", got, want.tokens)
+	}
+	// Filling the bound exactly is allowed; one more token is not.
+	d.Free(1)
+	step(t, d, models.StepSeq{ID: 3, Tokens: prompt(4, 63), Sample: true})
+	n, _ := step(t, d, models.StepSeq{ID: 3, Past: 63, Tokens: []int32{1}, Sample: true})
+	if err := d.Step(context.Background(), []models.StepSeq{{ID: 3, Past: 64, Tokens: n}}, n); !errors.Is(err, ErrKVFull) {
+		t.Errorf("a step past the bound = %v, want ErrKVFull", err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Step(context.Background(), []models.StepSeq{{ID: 5, Tokens: n}}, n); err == nil {
+		t.Error("Step after Close succeeded")
+	}
+}
+
+// TestDecoderLongPrefill feeds a prompt longer than one run's logits allow,
+// which the decoder splits into pieces, against prefilling it in chunks.
+func TestDecoderLongPrefill(t *testing.T) {
+	_, d := openTestDecoder(t, tinySpec(), DecoderConfig{})
+	p := prompt(6, maxRunLogits/50257+100)
+	whole, wl := step(t, d, models.StepSeq{ID: 1, Tokens: p, Sample: true})
+	var cn []int32
+	var cl [][]float32
+	for at := 0; at < len(p); at += 200 {
+		end := min(len(p), at+200)
+		cn, cl = step(t, d, models.StepSeq{ID: 2, Past: at, Tokens: p[at:end], Sample: end == len(p)})
+	}
+	if diff := maxDiff(wl[0], cl[0]); diff > 1e-4 || whole[0] != cn[0] {
+		t.Errorf("a %d-token prompt whole: %d, in chunks: %d; logits differ by %g", len(p), whole[0], cn[0], diff)
+	}
+}
+
+// exportInfo describes a two-layer decoder graph as optimum exports it;
+// edit changes it for a case.
+func exportInfo(edit func(ins, outs map[string]*onnxgraph.Tensor)) onnxgraph.Info {
+	t := func(name, typ string, shape ...int64) onnxgraph.Tensor {
+		return onnxgraph.Tensor{Name: name, Type: typ, Shape: shape}
+	}
+	ins := []onnxgraph.Tensor{t("input_ids", "int64", -1, -1), t("attention_mask", "int64", -1, -1), t("position_ids", "int64", -1, -1)}
+	outs := []onnxgraph.Tensor{t("logits", "float32", -1, -1, 50257)}
+	for i := range 2 {
+		for _, kind := range []string{"key", "value"} {
+			ins = append(ins, t(fmt.Sprintf("past_key_values.%d.%s", i, kind), "float32", -1, 12, -1, 64))
+			outs = append(outs, t(fmt.Sprintf("present.%d.%s", i, kind), "float32", -1, 12, -1, 64))
+		}
+	}
+	ins = append(ins, t("use_cache_branch", "bool", 1))
+	index := func(ts []onnxgraph.Tensor) (map[string]*onnxgraph.Tensor, []string) {
+		m, names := map[string]*onnxgraph.Tensor{}, []string{}
+		for i := range ts {
+			m[ts[i].Name] = &ts[i]
+			names = append(names, ts[i].Name)
+		}
+		return m, names
+	}
+	in, inNames := index(ins)
+	out, outNames := index(outs)
+	if edit != nil {
+		edit(in, out)
+	}
+	var info onnxgraph.Info
+	for _, n := range inNames {
+		if in[n] != nil {
+			info.Inputs = append(info.Inputs, *in[n])
+		}
+	}
+	for _, n := range outNames {
+		if out[n] != nil {
+			info.Outputs = append(info.Outputs, *out[n])
+		}
+	}
+	return info
+}
+
+func TestReadDecoderSig(t *testing.T) {
+	sig, err := readDecoderSig(exportInfo(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sig.layers != 2 || sig.heads != 12 || sig.headDim != 64 || sig.vocab != 50257 || !sig.positions || !sig.cacheBranch ||
+		strings.Join(sig.inputs, ",") != "input_ids,attention_mask,position_ids,past_key_values.0.key,past_key_values.0.value,"+
+			"past_key_values.1.key,past_key_values.1.value,use_cache_branch" ||
+		strings.Join(sig.outputs, ",") != "logits,present.0.key,present.0.value,present.1.key,present.1.value" {
+		t.Errorf("signature = %+v", sig)
+	}
+	if got := sig.shape().KVBytesPerToken(); got != 2*2*12*64*4 {
+		t.Errorf("KVBytesPerToken() = %d", got)
+	}
+	for _, tc := range []struct {
+		name    string
+		edit    func(ins, outs map[string]*onnxgraph.Tensor)
+		wantErr string
+	}{
+		{"no KV cache", func(ins, _ map[string]*onnxgraph.Tensor) {
+			for n := range ins {
+				if strings.HasPrefix(n, "past_") {
+					delete(ins, n)
+				}
+			}
+		}, "no past_key_values inputs"},
+		{"float16 cache", func(ins, _ map[string]*onnxgraph.Tensor) { ins["past_key_values.1.key"].Type = "float16" },
+			"past_key_values.1.key float16 [?, 12, ?, 64]: want float32"},
+		{"dynamic heads", func(ins, _ map[string]*onnxgraph.Tensor) { ins["past_key_values.0.value"].Shape[1] = -1 }, "fixed heads and head_dim"},
+		{"layers disagree", func(ins, _ map[string]*onnxgraph.Tensor) { ins["past_key_values.1.value"].Shape[3] = 32 }, "every layer must have 12 heads of 64"},
+		{"a value missing", func(ins, _ map[string]*onnxgraph.Tensor) { delete(ins, "past_key_values.0.value") }, "layer 0 lacks"},
+		{"no attention mask", func(ins, _ map[string]*onnxgraph.Tensor) { delete(ins, "attention_mask") }, "no attention_mask input"},
+		{"int32 ids", func(ins, _ map[string]*onnxgraph.Tensor) { ins["input_ids"].Type = "int32" }, "want int64 [batch, sequence]"},
+		{"other input", func(ins, _ map[string]*onnxgraph.Tensor) { ins["position_ids"].Name = "token_type_ids" },
+			"unsupported graph input token_type_ids int64 [?, ?]; a decoder takes"},
+		{"no logits", func(_, outs map[string]*onnxgraph.Tensor) { delete(outs, "logits") }, "want a float32 output logits"},
+		{"dynamic vocabulary", func(_, outs map[string]*onnxgraph.Tensor) { outs["logits"].Shape[2] = -1 }, "with a fixed vocab"},
+		{"no present", func(_, outs map[string]*onnxgraph.Tensor) { delete(outs, "present.1.value") }, "no float32 output present.1.value"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := readDecoderSig(exportInfo(tc.edit))
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("readDecoderSig = %v, want an error containing %q", err, tc.wantErr)
+			}
+		})
+	}
+	if _, err := DecoderShapeOf(onnxgraph.Info{}); !errors.Is(err, ErrNotDecoder) {
+		t.Errorf("DecoderShapeOf(no inputs) = %v, want ErrNotDecoder", err)
+	}
+}

@@ -1,0 +1,456 @@
+package onnx
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+
+	ort "github.com/yalue/onnxruntime_go"
+
+	"github.com/inferhq/infer/models"
+)
+
+// maxRunLogits bounds the logits of one run, in floats (32 MiB): a run
+// computes logits at every position it feeds, so long prefills are split into
+// runs of at most maxRunLogits/vocab tokens (166 for GPT-2). A 512-token
+// prompt of gpt2-mini prefills about as fast (within 5 %) in runs of 166
+// tokens as in runs of 652, and the buffer (with ONNX Runtime's own copy of
+// the logits) is a quarter.
+const maxRunLogits = 8 << 20
+
+// Decoder is one instance of a decoder model: its worker's session and the
+// KV cache of its sequences (see kvcache.go). It is a models.Decoder and, as
+// such, not safe for concurrent use.
+//
+// A Step runs the sequences that feed one token (decoding) together in one
+// run, and those that feed several (prefill chunks) in runs of their own, so
+// that a decode row is never padded to a prompt's length. Every run pads its
+// rows on the left of their past to the longest one and feeds per-row
+// position ids and an attention mask over past and current positions.
+// Sequences that hold a cache but are not part of a step keep their row in
+// the decode run, with a masked position (a hole) instead of a token, so that
+// the batch's buffer carries on unchanged; holes are packed away whenever the
+// rows are assembled anew.
+type Decoder struct {
+	f    *DecoderFactory
+	sess *ort.DynamicAdvancedSession // owned by the factory
+	sig  decoderSig
+	info models.DecoderInfo
+	dims dims
+
+	seqs map[models.SeqID]*seqState
+	used int // tokens in the cache, summed over seqs
+	pool *bufPool
+
+	// Reused from step to step.
+	ids, pos []int64
+	// The logits of the decode run, and of the other runs one after the
+	// other (their sampled rows are copied to kept).
+	decodeLogits, runLogits []float32
+	rowLogits               [][]float32 // by index of the last Step's seqs
+	kept                    [][]float32 // by index of the step's seqs
+	samplers                []*sampler
+	inStep                  map[*seqState]bool
+}
+
+var _ models.Decoder = (*Decoder)(nil)
+
+func newDecoder(f *DecoderFactory, s *ort.DynamicAdvancedSession) *Decoder {
+	d := &Decoder{
+		f: f, sess: s, sig: f.sig, info: f.info,
+		dims:   dims{layers: f.sig.layers, heads: f.sig.heads, headDim: f.sig.headDim},
+		seqs:   map[models.SeqID]*seqState{},
+		pool:   &bufPool{},
+		inStep: map[*seqState]bool{},
+	}
+	// The cache lives outside the Go heap: an instance dropped without
+	// Close still gives it back.
+	runtime.AddCleanup(d, func(p *bufPool) { p.close() }, d.pool)
+	return d
+}
+
+// job is one row of a run.
+type job struct {
+	st     *seqState
+	tokens []int32 // fed this run; none for a hole
+	out    int     // index in the step's seqs and next; -1 when nothing is sampled
+	p      models.Sampling
+}
+
+// Used returns the tokens in the instance's KV cache, summed over its
+// sequences.
+func (d *Decoder) Used() int { return d.used }
+
+// Logits returns the logits next[i] was drawn from in the last Step: the
+// scores of the vocabulary after seqs[i]'s last token. It is nil when seqs[i]
+// did not ask for a sample, and valid until the next Step.
+func (d *Decoder) Logits(i int) []float32 {
+	if i < 0 || i >= len(d.rowLogits) {
+		return nil
+	}
+	return d.rowLogits[i]
+}
+
+// Step runs one engine step; see models.Decoder. Errors in the step's
+// arguments (a wrong Past, a token outside the vocabulary, more than the
+// context or the KV bound) are found before anything runs, and then the
+// cache is as it was.
+func (d *Decoder) Step(ctx context.Context, seqs []models.StepSeq, next []int32) error {
+	if d.sess == nil {
+		return errors.New("onnx: decoder closed")
+	}
+	if len(next) != len(seqs) {
+		return fmt.Errorf("onnx: step of %d sequences with room for %d tokens", len(seqs), len(next))
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := d.check(seqs); err != nil {
+		return err
+	}
+	d.rowLogits = grow(d.rowLogits, len(seqs))
+	clear(d.rowLogits)
+	clear(d.inStep)
+	var prefill, decode []job
+	for i, s := range seqs {
+		st := d.seqs[s.ID]
+		if s.Past == 0 {
+			if st != nil {
+				d.Free(s.ID) // a restart (a recompute after preemption)
+			}
+			st = &seqState{id: s.ID}
+			d.seqs[s.ID] = st
+		}
+		d.inStep[st] = true
+		j := job{st: st, tokens: s.Tokens, out: -1, p: s.Sampling}
+		if s.Sample {
+			j.out = i
+		}
+		if s.Past == 0 || len(s.Tokens) > 1 {
+			prefill = append(prefill, j)
+		} else {
+			decode = append(decode, j)
+		}
+	}
+	if err := d.prefill(prefill, next); err != nil {
+		return err
+	}
+	if len(decode) == 0 {
+		return nil
+	}
+	if !d.sig.positions {
+		return d.byLength(decode, next)
+	}
+	// The sequences that sit this step out keep their rows, with a hole, in
+	// the order of their ids (so that a step's runs do not depend on the
+	// order of a map).
+	stepping := len(decode)
+	for _, st := range d.seqs {
+		if !d.inStep[st] && st.kv != nil {
+			decode = append(decode, job{st: st, out: -1})
+		}
+	}
+	slices.SortFunc(decode[stepping:], func(a, b job) int { return cmp.Compare(a.st.id, b.st.id) })
+	return d.run(decode, next, true)
+}
+
+// check validates a step's arguments against the cache.
+func (d *Decoder) check(seqs []models.StepSeq) error {
+	used := d.used
+	seen := make(map[models.SeqID]bool, len(seqs))
+	for _, s := range seqs {
+		if seen[s.ID] {
+			return fmt.Errorf("onnx: sequence %d appears twice in one step", s.ID)
+		}
+		seen[s.ID] = true
+		st := d.seqs[s.ID]
+		switch {
+		case len(s.Tokens) == 0:
+			return fmt.Errorf("%w: sequence %d: no tokens to feed", models.ErrInvalidInput, s.ID)
+		case s.Past < 0:
+			return fmt.Errorf("%w: sequence %d: past %d", models.ErrInvalidInput, s.ID, s.Past)
+		case s.Past > 0 && st == nil:
+			return fmt.Errorf("onnx: sequence %d: past %d, but the instance holds no cache for it", s.ID, s.Past)
+		case s.Past > 0 && st.n != s.Past:
+			return fmt.Errorf("onnx: sequence %d: past %d, but the instance holds %d of its tokens", s.ID, s.Past, st.n)
+		case s.Past+len(s.Tokens) > d.info.Context:
+			return fmt.Errorf("%w: sequence %d: %d tokens, more than the context of %d", models.ErrInputTooLong,
+				s.ID, s.Past+len(s.Tokens), d.info.Context)
+		}
+		for _, t := range s.Tokens {
+			if t < 0 || int(t) >= d.info.Vocab {
+				return fmt.Errorf("%w: sequence %d: token %d outside the vocabulary of %d", models.ErrInvalidInput,
+					s.ID, t, d.info.Vocab)
+			}
+		}
+		if s.Past == 0 && st != nil {
+			used -= st.n
+		}
+		used += len(s.Tokens)
+	}
+	if used > d.info.KVTokens {
+		return fmt.Errorf("%w: the step needs %d tokens of cache, the bound (--kv-tokens) is %d", ErrKVFull,
+			used, d.info.KVTokens)
+	}
+	return nil
+}
+
+// prefill runs the jobs that feed several tokens (or start a sequence):
+// longest first, in runs of similar lengths (padding each row to at most
+// twice its length) and within maxRunLogits; a job longer than that goes in
+// pieces, in successive rounds.
+func (d *Decoder) prefill(jobs []job, next []int32) error {
+	maxTokens := max(1, maxRunLogits/d.info.Vocab)
+	for len(jobs) > 0 {
+		// This round's pieces: each job's next maxTokens tokens.
+		round := make([]job, len(jobs))
+		rest := jobs[:0:0]
+		for i, j := range jobs {
+			round[i] = j
+			if len(j.tokens) > maxTokens {
+				round[i].tokens, round[i].out = j.tokens[:maxTokens], -1
+				j.tokens = j.tokens[maxTokens:]
+				rest = append(rest, j)
+			}
+		}
+		slices.SortStableFunc(round, func(a, b job) int { return cmp.Compare(len(b.tokens), len(a.tokens)) })
+		for len(round) > 0 {
+			s, n := len(round[0].tokens), 1
+			for n < len(round) && (n+1)*s <= maxTokens && 2*len(round[n].tokens) >= s &&
+				(d.sig.positions || sameShape(round[0], round[n])) {
+				n++
+			}
+			if err := d.run(round[:n], next, false); err != nil {
+				return err
+			}
+			round = round[n:]
+		}
+		jobs = rest
+	}
+	return nil
+}
+
+// sameShape reports whether two jobs have the same past and the same number
+// of tokens, as rows of a graph without position_ids must.
+func sameShape(a, b job) bool { return a.st.n == b.st.n && len(a.tokens) == len(b.tokens) }
+
+// byLength runs decode jobs in groups of equal past lengths, for a graph
+// without position_ids: it numbers positions from the batch's past length,
+// so rows must not be padded.
+func (d *Decoder) byLength(jobs []job, next []int32) error {
+	slices.SortStableFunc(jobs, func(a, b job) int { return cmp.Compare(a.st.n, b.st.n) })
+	for len(jobs) > 0 {
+		n := 1
+		for n < len(jobs) && sameShape(jobs[0], jobs[n]) {
+			n++
+		}
+		if err := d.run(jobs[:n], next, false); err != nil {
+			return err
+		}
+		jobs = jobs[n:]
+	}
+	return nil
+}
+
+// past returns the buffer that is the past of a run of jobs, with jobs in
+// its row order. An existing buffer serves as it is when its rows are
+// exactly the jobs' and holes do not waste much of it; otherwise the jobs'
+// caches are assembled into a new one.
+func (d *Decoder) past(jobs []job) (*kvBuf, error) {
+	if !slices.ContainsFunc(jobs, func(j job) bool { return j.st.kv != nil }) {
+		// New sequences only: an empty past.
+		return &kvBuf{rows: len(jobs)}, nil
+	}
+	b := jobs[0].st.kv
+	longest := 0
+	for _, j := range jobs {
+		if j.st.kv != b {
+			b = nil
+		}
+		longest = max(longest, j.st.n)
+	}
+	if b != nil && b.rows == len(jobs) && b.live == len(jobs) && b.t-longest <= max(16, b.t/4) {
+		slices.SortFunc(jobs, func(x, y job) int { return cmp.Compare(x.st.row, y.st.row) })
+		return b, nil
+	}
+	states := make([]*seqState, len(jobs))
+	for i, j := range jobs {
+		states[i] = j.st
+	}
+	return d.pool.assemble(d.dims, states)
+}
+
+// run feeds each job's tokens after its cache in one ONNX Runtime run and
+// samples for the jobs that ask. The jobs' caches move to the run's present
+// buffer only once the run succeeded, so that a failed run loses nothing.
+// The decode run (decode true, one per step) has logits of its own; other
+// runs share one buffer, and the rows sampled from are copied out of it for
+// Logits.
+func (d *Decoder) run(jobs []job, next []int32, decode bool) error {
+	past, err := d.past(jobs)
+	if err != nil {
+		return err
+	}
+	rows, t, s := len(jobs), past.t, 0
+	for _, j := range jobs {
+		s = max(s, len(j.tokens))
+	}
+	present, err := d.pool.get(d.dims, rows, t+s)
+	if err != nil {
+		return err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			d.pool.put(present)
+		}
+	}()
+
+	// Inputs: tokens padded on the right, their positions, and the mask of
+	// past and current positions, which is also the present's mask.
+	d.ids, d.pos = grow(d.ids, rows*s), grow(d.pos, rows*s)
+	for r, j := range jobs {
+		ids, pos := d.ids[r*s:(r+1)*s], d.pos[r*s:(r+1)*s]
+		copy(present.mask[r*(t+s):], past.mask[r*t:(r+1)*t])
+		mask := present.mask[r*(t+s)+t : (r+1)*(t+s)]
+		for i := range s {
+			if i < len(j.tokens) {
+				ids[i], pos[i], mask[i] = int64(j.tokens[i]), int64(j.st.n+i), 1
+			} else {
+				// Padding: masked, at a position inside the table.
+				ids[i], pos[i], mask[i] = 0, int64(min(j.st.n+i, d.info.Context-1)), 0
+			}
+		}
+	}
+	buf := &d.runLogits
+	if decode {
+		buf = &d.decodeLogits
+	}
+	*buf = grow(*buf, rows*s*d.info.Vocab)
+	logits := *buf
+
+	var in, out values
+	defer func() { destroy(in.vs); destroy(out.vs) }()
+	tokShape := ort.NewShape(int64(rows), int64(s))
+	addTensor(&in, tokShape, d.ids)
+	addTensor(&in, ort.NewShape(int64(rows), int64(t+s)), present.mask)
+	if d.sig.positions {
+		addTensor(&in, tokShape, d.pos)
+	}
+	addTensor(&out, ort.NewShape(int64(rows), int64(s), int64(d.info.Vocab)), logits)
+	pastShape := ort.NewShape(int64(rows), int64(d.dims.heads), int64(t), int64(d.dims.headDim))
+	presentShape := ort.NewShape(int64(rows), int64(d.dims.heads), int64(t+s), int64(d.dims.headDim))
+	for i := range 2 * d.dims.layers {
+		addTensor(&in, pastShape, d.dims.tensor(past, i))
+		addTensor(&out, presentShape, d.dims.tensor(present, i))
+	}
+	if d.sig.cacheBranch {
+		addTensor(&in, ort.NewShape(1), []bool{t > 0})
+	}
+	if err := errors.Join(in.err, out.err); err != nil {
+		return fmt.Errorf("onnx: tensors: %w", err)
+	}
+	inputs, outputs := in.vs, out.vs
+	if err := d.sess.Run(inputs, outputs); err != nil {
+		return fmt.Errorf("onnx: run %s: %w", d.f.cfg.Name, err)
+	}
+	ok = true
+
+	for r, j := range jobs {
+		d.pool.leave(j.st)
+		j.st.kv, j.st.row = present, r
+		j.st.n += len(j.tokens)
+		d.used += len(j.tokens)
+		present.seqs[r] = j.st
+	}
+	present.live = rows
+	d.sample(jobs, logits, s, next, !decode)
+	return nil
+}
+
+// values collects the tensors of a run and the first error making them.
+type values struct {
+	vs  []ort.Value
+	err error
+}
+
+func addTensor[T ort.TensorData](v *values, shape ort.Shape, data []T) {
+	if v.err != nil {
+		return
+	}
+	t, err := ort.NewTensor(shape, data)
+	if err != nil {
+		v.err = err
+		return
+	}
+	v.vs = append(v.vs, t)
+}
+
+// sample draws the next token of each job that asks, from the logits after
+// its last token, the jobs split among goroutines when there are several.
+// With keep, the rows are copied for Logits, since logits will be reused.
+func (d *Decoder) sample(jobs []job, logits []float32, s int, next []int32, keep bool) {
+	vocab := d.info.Vocab
+	var todo []job
+	for r, j := range jobs {
+		if j.out < 0 {
+			continue
+		}
+		row := logits[(r*s+len(j.tokens)-1)*vocab:][:vocab]
+		if keep {
+			d.kept = grow(d.kept, len(next))
+			d.kept[j.out] = append(d.kept[j.out][:0], row...)
+			row = d.kept[j.out]
+		}
+		d.rowLogits[j.out] = row
+		todo = append(todo, j)
+	}
+	workers := min(len(todo), runtime.GOMAXPROCS(0))
+	for len(d.samplers) < workers {
+		d.samplers = append(d.samplers, &sampler{})
+	}
+	drawAll := func(w int) {
+		sm := d.samplers[w]
+		for k := w; k < len(todo); k += workers {
+			j := todo[k]
+			next[j.out] = sm.draw(d.rowLogits[j.out], j.p, j.st.n)
+		}
+	}
+	if workers <= 1 {
+		if workers == 1 {
+			drawAll(0)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() { drawAll(w) })
+	}
+	wg.Wait()
+}
+
+// Free drops a sequence's cache. Free of an unknown id is a no-op.
+func (d *Decoder) Free(id models.SeqID) {
+	st := d.seqs[id]
+	if st == nil {
+		return
+	}
+	d.pool.leave(st)
+	d.used -= st.n
+	delete(d.seqs, id)
+}
+
+// Close drops every sequence's cache and frees its memory; the factory
+// keeps the session.
+func (d *Decoder) Close() error {
+	clear(d.seqs)
+	d.used = 0
+	d.pool.close()
+	d.decodeLogits, d.runLogits, d.rowLogits, d.kept = nil, nil, nil, nil
+	d.sess = nil
+	return nil
+}

@@ -1,0 +1,203 @@
+package onnx
+
+import "github.com/inferhq/infer/models"
+
+// The KV cache of a Decoder lives in shared buffers, each the past (or
+// present) tensors of one run: for every layer a key and a value tensor
+// [rows, heads, positions, head_dim], and an attention mask [rows,
+// positions] saying which positions hold tokens of the row's sequence.
+// ONNX Runtime writes a run's present tensors straight into a new buffer, and
+// when the next run has the same rows that buffer is its past as it is: a
+// decode step over an unchanged batch copies nothing outside the graph.
+// When the rows change (a sequence joins or leaves) the next run's past is
+// assembled: each row's tokens are gathered from wherever they are, packed
+// to the right of its row and padded on the left, which is the one copy of
+// the cache that membership changes cost. Keeping each sequence's cache on
+// its own instead would cost that copy at every step (see
+// BenchmarkKVLayout).
+
+// kvBuf is one buffer of the KV cache.
+type kvBuf struct {
+	data []float32 // [layers][key, value][rows][heads][t][headDim]
+	mask []int64   // [rows][t]: 1 where the position holds a token of the row's sequence
+	rows int
+	t    int         // positions
+	seqs []*seqState // by row: the sequence whose cache this row is, nil once it moved or left
+	live int         // non-nil seqs
+}
+
+// seqState is one sequence of a Decoder.
+type seqState struct {
+	id  models.SeqID
+	n   int    // tokens in the cache
+	kv  *kvBuf // where they are: row row of kv; nil while n is 0
+	row int
+}
+
+// dims are the sizes of the cache tensors.
+type dims struct{ layers, heads, headDim int }
+
+// tensor returns the elements of tensor i (2·layer + 0 for the key, + 1 for
+// the value) of b.
+func (d dims) tensor(b *kvBuf, i int) []float32 {
+	n := b.rows * d.heads * b.t * d.headDim
+	return b.data[i*n : (i+1)*n]
+}
+
+// bufPool keeps buffers for reuse: in steady decoding each run's past
+// becomes free as its present is made, so two buffers take turns, one of
+// them in the pool.
+type bufPool struct {
+	free []*kvBuf
+	all  map[*kvBuf]bool // every buffer allocated and not yet freed
+}
+
+// maxFree bounds the buffers a pool keeps (the largest are kept); more are
+// left to the garbage collector.
+const maxFree = 1
+
+// get returns a buffer of rows × t positions, its mask and seqs sized but
+// not cleared.
+func (p *bufPool) get(d dims, rows, t int) (*kvBuf, error) {
+	need := 2 * d.layers * rows * d.heads * t * d.headDim
+	best := -1
+	for i, b := range p.free {
+		if cap(b.data) >= need && (best < 0 || cap(b.data) < cap(p.free[best].data)) {
+			best = i
+		}
+	}
+	var b *kvBuf
+	if best >= 0 {
+		b = p.free[best]
+		p.free = append(p.free[:best], p.free[best+1:]...)
+	} else {
+		// Room for growth, so that the buffers of steady decoding, one
+		// position longer at each step, are reused for a while; unused, it
+		// costs address space only.
+		data, err := allocFloats(need + need/4 + 2*d.layers*rows*d.heads*d.headDim*64)
+		if err != nil {
+			return nil, err
+		}
+		b = &kvBuf{data: data}
+		if p.all == nil {
+			p.all = map[*kvBuf]bool{}
+		}
+		p.all[b] = true
+	}
+	b.data = b.data[:need]
+	b.mask = grow(b.mask, rows*t)
+	b.seqs = grow(b.seqs, rows)
+	clear(b.seqs)
+	b.rows, b.t, b.live = rows, t, 0
+	return b, nil
+}
+
+// put returns b to the pool, dropping the smallest buffer if the pool is
+// full.
+func (p *bufPool) put(b *kvBuf) {
+	clear(b.seqs)
+	p.free = append(p.free, b)
+	if len(p.free) > maxFree {
+		small := 0
+		for i, f := range p.free {
+			if cap(f.data) < cap(p.free[small].data) {
+				small = i
+			}
+		}
+		drop := p.free[small]
+		freeFloats(drop.data)
+		delete(p.all, drop)
+		p.free = append(p.free[:small], p.free[small+1:]...)
+	}
+}
+
+// close frees every buffer of the pool, those in use too.
+func (p *bufPool) close() {
+	for b := range p.all {
+		freeFloats(b.data)
+		b.data = nil
+	}
+	p.all, p.free = nil, nil
+}
+
+// leave takes st out of its buffer, returning the buffer to the pool when
+// no sequence is left in it.
+func (p *bufPool) leave(st *seqState) {
+	b := st.kv
+	if b == nil {
+		return
+	}
+	b.seqs[st.row] = nil
+	b.live--
+	if b.live == 0 {
+		p.put(b)
+	}
+	st.kv = nil
+}
+
+// segment is a run of consecutive positions of a row.
+type segment struct{ start, n int }
+
+// assemble returns a new buffer whose row r holds the cache of states[r]:
+// its n tokens at the right end of the row, positions t-n..t-1, with t the
+// largest n, and zeros before them. The states move to it, and their old
+// buffers go back to the pool as they empty.
+func (p *bufPool) assemble(d dims, states []*seqState) (*kvBuf, error) {
+	t := 0
+	for _, st := range states {
+		t = max(t, st.n)
+	}
+	b, err := p.get(d, len(states), t)
+	if err != nil {
+		return nil, err
+	}
+	var segs []segment
+	for r, st := range states {
+		mask := b.mask[r*t : (r+1)*t]
+		pad := t - st.n
+		clear(mask[:pad])
+		for i := pad; i < t; i++ {
+			mask[i] = 1
+		}
+		// The source row's tokens, as runs of positions: one run, unless
+		// the row had holes (steps it sat out).
+		segs = segs[:0]
+		if src := st.kv; src != nil {
+			m := src.mask[st.row*src.t : (st.row+1)*src.t]
+			for i := 0; i < len(m); i++ {
+				if m[i] == 0 {
+					continue
+				}
+				j := i
+				for j < len(m) && m[j] != 0 {
+					j++
+				}
+				segs = append(segs, segment{i, j - i})
+				i = j
+			}
+		}
+		for ti := range 2 * d.layers {
+			dst := d.tensor(b, ti)
+			var src []float32
+			if st.kv != nil {
+				src = d.tensor(st.kv, ti)
+			}
+			for h := range d.heads {
+				row := dst[((r*d.heads+h)*t)*d.headDim:][:t*d.headDim]
+				clear(row[:pad*d.headDim])
+				at := pad * d.headDim
+				for _, s := range segs {
+					from := ((st.row*d.heads+h)*st.kv.t + s.start) * d.headDim
+					at += copy(row[at:], src[from:from+s.n*d.headDim])
+				}
+			}
+		}
+	}
+	for r, st := range states {
+		p.leave(st)
+		st.kv, st.row = b, r
+		b.seqs[r] = st
+	}
+	b.live = len(states)
+	return b, nil
+}
