@@ -1,0 +1,215 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/inferhq/infer/models"
+	"github.com/inferhq/infer/models/sim"
+	"github.com/inferhq/infer/server"
+	"github.com/inferhq/infer/server/batch"
+	"github.com/inferhq/infer/server/servertest"
+)
+
+// The tests of this package drive the server through HTTP only, most of them
+// inside a testing/synctest bubble on servertest's in-memory listener, so that
+// timing is exact and no test sleeps.
+
+type reply struct {
+	status int
+	header http.Header
+	body   map[string]any
+	raw    string
+}
+
+// do sends one request to ts and reads the whole answer.
+func do(t testing.TB, ts *servertest.Server, method, path, contentType, body string, hdr ...string) reply {
+	t.Helper()
+	r, err := try(ts, method, path, contentType, body, hdr...)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return r
+}
+
+// try is do returning the transport's error.
+func try(ts *servertest.Server, method, path, contentType, body string, hdr ...string) (reply, error) {
+	req, err := http.NewRequest(method, ts.URL+path, strings.NewReader(body))
+	if err != nil {
+		return reply{}, err
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := ts.Client.Do(req)
+	if err != nil {
+		return reply{}, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return reply{}, err
+	}
+	r := reply{status: resp.StatusCode, header: resp.Header, raw: string(raw)}
+	_ = json.Unmarshal(raw, &r.body)
+	return r, nil
+}
+
+// code returns the error code of an error answer, "" for others.
+func (r reply) code() string {
+	e, _ := r.body["error"].(map[string]any)
+	c, _ := e["code"].(string)
+	return c
+}
+
+// start serves f with cfg in memory: call it inside a synctest bubble.
+func start(t *testing.T, cfg server.Config, f models.Factory) *servertest.Server {
+	t.Helper()
+	return servertest.StartWith(t, cfg, f, servertest.Options{InMemory: true})
+}
+
+// simModel is a sim model whose batches take fixed + n·perItem of the
+// bubble's clock.
+func simModel(t testing.TB, fixed, perItem time.Duration) models.Factory {
+	t.Helper()
+	f, err := sim.New(sim.Config{Fixed: fixed, PerItem: perItem, GoSleep: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func labels(t *testing.T, r reply) []string {
+	t.Helper()
+	outs, ok := r.body["outputs"].([]any)
+	if !ok {
+		t.Fatalf("no outputs in %s", r.raw)
+	}
+	var ls []string
+	for _, o := range outs {
+		ls = append(ls, o.(map[string]any)["label"].(string))
+	}
+	return ls
+}
+
+// metric returns the value of one sample line of /metrics ("name{labels}"),
+// or -1 when absent.
+func metric(t *testing.T, ts *servertest.Server, sample string) float64 {
+	t.Helper()
+	for _, l := range strings.Split(do(t, ts, "GET", "/metrics", "", "").raw, "\n") {
+		if rest, ok := strings.CutPrefix(l, sample+" "); ok {
+			var v float64
+			if _, err := fmt.Sscan(rest, &v); err == nil {
+				return v
+			}
+		}
+	}
+	return -1
+}
+
+func grep(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// gated is a model whose batches wait for a token, to hold the queue full.
+// It records the size of every batch it ran.
+type gated struct {
+	gate    chan struct{}
+	started chan struct{}
+	fail    string // items with this text fail
+	panicOn string
+
+	mu     sync.Mutex
+	sizes  []int
+	closed int // instances closed
+	made   int // instances made
+}
+
+func newGated() *gated {
+	return &gated{gate: make(chan struct{}, 1000), started: make(chan struct{}, 1000)}
+}
+
+const warmText = "Warm up the [MASK] before serving."
+
+func (g *gated) Info() models.Info {
+	return models.Info{Name: "gated", Task: "classify", Backend: "test"}
+}
+func (g *gated) Prepare(s string) (models.Input, error) {
+	if strings.Contains(s, "[TOO LONG]") {
+		return models.Input{}, fmt.Errorf("%w: 999 tokens, limit 128", models.ErrInputTooLong)
+	}
+	return models.Input{Text: s}, nil
+}
+func (g *gated) New(context.Context, int) (models.Model, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.made++
+	return gatedInstance{g}, nil
+}
+func (g *gated) Close() error { return nil }
+
+// live returns the instances made and not closed.
+func (g *gated) live() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.made - g.closed
+}
+
+func (g *gated) batchSizes() []int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]int(nil), g.sizes...)
+}
+
+type gatedInstance struct{ g *gated }
+
+func (m gatedInstance) Close() error {
+	m.g.mu.Lock()
+	defer m.g.mu.Unlock()
+	m.g.closed++
+	return nil
+}
+
+func (m gatedInstance) Predict(_ context.Context, in []models.Input, out []models.Output) error {
+	g := m.g
+	if in[0].Text == warmText {
+		return nil
+	}
+	g.mu.Lock()
+	g.sizes = append(g.sizes, len(in))
+	g.mu.Unlock()
+	g.started <- struct{}{}
+	<-g.gate
+	errs := make([]error, len(in))
+	failed := false
+	for i, x := range in {
+		if x.Text == g.panicOn {
+			panic("model exploded")
+		}
+		if x.Text == g.fail {
+			errs[i], failed = errors.New("cannot compute this item"), true
+		}
+		out[i] = x.Text
+	}
+	if failed {
+		return &batch.ItemsError{Errs: errs}
+	}
+	return nil
+}
