@@ -59,6 +59,11 @@ func TestServeFlags(t *testing.T) {
 				}
 			}},
 		{args: []string{"--batch", "0"}, wantErr: "--batch 0"},
+		{args: []string{"--batch", "9223372036854775807"}, wantErr: "batch size 9223372036854775807: want 1 to 4096"},
+		{args: []string{"--workers", "1000"}, wantErr: "workers 1000: want 1 to 64"},
+		{args: []string{"--max-latency", "1000h"}, wantErr: "max latency 1000h0m0s: want 0 to 1m0s"},
+		{args: []string{"--queue-cap", "100000000"}, wantErr: "queue capacity 100000000"},
+		{args: []string{"--cache-size", "100000000000"}, wantErr: "cache size"},
 		{args: []string{"--policy", "sometimes"}, wantErr: "unknown batching policy"},
 		{args: []string{"--max-body", "lots"}, wantErr: "invalid argument"},
 		{args: []string{"--queue-cap", "10", "--max-items", "20"}, wantErr: "exceeds the queue capacity"},

@@ -213,3 +213,77 @@ func (m gatedInstance) Predict(_ context.Context, in []models.Input, out []model
 	}
 	return nil
 }
+
+// tryCtx is try with a context: the client gives up when ctx ends.
+func tryCtx(ctx context.Context, ts *servertest.Server, method, path, contentType, body string, hdr ...string) (reply, error) {
+	req, err := http.NewRequestWithContext(ctx, method, ts.URL+path, strings.NewReader(body))
+	if err != nil {
+		return reply{}, err
+	}
+	req.Header.Set("Content-Type", contentType)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := ts.Client.Do(req)
+	if err != nil {
+		return reply{}, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	r := reply{status: resp.StatusCode, header: resp.Header, raw: string(raw)}
+	_ = json.Unmarshal(raw, &r.body)
+	return r, err
+}
+
+// counted wraps a factory and counts the instances it made and the ones
+// closed. With hold set, New waits for a token from it (a slow load); with
+// failAt > 0, the failAt-th call of New fails.
+type counted struct {
+	models.Factory
+	hold   chan struct{}
+	failAt int
+
+	mu           sync.Mutex
+	made, closed int
+}
+
+func (f *counted) New(ctx context.Context, worker int) (models.Model, error) {
+	if f.hold != nil {
+		<-f.hold
+	}
+	f.mu.Lock()
+	f.made++
+	n := f.made
+	f.mu.Unlock()
+	if n == f.failAt {
+		return nil, errors.New("out of device memory")
+	}
+	m, err := f.Factory.New(ctx, worker)
+	if err != nil {
+		return nil, err
+	}
+	return countedModel{m, f}, nil
+}
+
+// live returns the instances made and not yet closed.
+func (f *counted) live() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := f.made - f.closed
+	if f.failAt > 0 && f.made >= f.failAt {
+		n--
+	}
+	return n
+}
+
+type countedModel struct {
+	models.Model
+	f *counted
+}
+
+func (m countedModel) Close() error {
+	m.f.mu.Lock()
+	m.f.closed++
+	m.f.mu.Unlock()
+	return m.Model.Close()
+}

@@ -67,6 +67,15 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// Bounds of the server's own settings (the batching ones are in
+// server/batch: batch.MaxBatchLimit, batch.WorkersLimit, …).
+const (
+	// MaxBodyLimit bounds Config.MaxBody (Triton's HTTP default is 64 MB).
+	MaxBodyLimit = 64 << 20
+	// CacheSizeLimit bounds Config.CacheSize, in results.
+	CacheSizeLimit = 1 << 24
+)
+
 func (c Config) withDefaults() Config {
 	if c.Addr == "" {
 		c.Addr = "127.0.0.1:8080"
@@ -83,15 +92,7 @@ func (c Config) withDefaults() Config {
 	if c.DrainTimeout <= 0 {
 		c.DrainTimeout = 30 * time.Second
 	}
-	if c.Batch.MaxBatch <= 0 {
-		c.Batch.MaxBatch = 64
-	}
-	if c.Batch.Policy == "" {
-		c.Batch.Policy = batch.Fixed
-	}
-	if c.Batch.QueueCap <= 0 {
-		c.Batch.QueueCap = 16 * c.Batch.MaxBatch * c.Workers
-	}
+	c.Batch = c.Batch.WithDefaults(c.Workers)
 	if c.MaxItems <= 0 {
 		c.MaxItems = min(256, c.Batch.QueueCap)
 	}
@@ -101,10 +102,26 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate reports settings that cannot work together.
+// Validate reports settings out of their bounds or that cannot work
+// together. Zero values stand for their defaults.
 func (c Config) Validate() error {
 	if err := c.Batch.Validate(); err != nil {
 		return err
+	}
+	if c.Workers != 0 {
+		if err := batch.ValidateWorkers(c.Workers); err != nil {
+			return err
+		}
+	}
+	switch {
+	case c.MaxBody < 0 || c.MaxBody > MaxBodyLimit:
+		return fmt.Errorf("max body %d bytes: want 1 to %d", c.MaxBody, MaxBodyLimit)
+	case c.MaxItems < 0:
+		return fmt.Errorf("max items %d: must not be negative", c.MaxItems)
+	case c.CacheSize < 0 || c.CacheSize > CacheSizeLimit:
+		return fmt.Errorf("cache size %d: want 0 to %d", c.CacheSize, CacheSizeLimit)
+	case c.Timeout < 0 || c.DrainTimeout < 0 || c.CacheTTL < 0:
+		return errors.New("timeouts and the cache's TTL must not be negative")
 	}
 	d := c.withDefaults()
 	if d.MaxItems > d.Batch.QueueCap {
@@ -142,8 +159,7 @@ type Server struct {
 	draining atomic.Bool
 	cache    *cache // nil when off
 
-	adminMu   sync.Mutex     // serialises admin changes
-	instances []models.Model // the batched workers' instances, in the order added
+	admin chan struct{} // holds a token while an admin change runs
 }
 
 // New returns a server for the model made by factory. It loads nothing yet.
@@ -157,6 +173,7 @@ func New(cfg Config, factory models.Factory) (*Server, error) {
 		factory: factory,
 		info:    factory.Info(),
 		log:     cfg.Logger,
+		admin:   make(chan struct{}, 1),
 	}
 	if cfg.CacheSize > 0 {
 		s.cache = newCache(cfg.CacheSize, cfg.CacheTTL)
@@ -205,7 +222,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	var wg sync.WaitGroup
 	batchCtx, stopBatch := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBatch()
-	instances, loadErr := s.load(ctx, batchCtx, &wg)
+	naiveModel, loadErr := s.load(ctx, batchCtx, &wg)
 	if loadErr == nil {
 		s.ready.Store(true)
 		s.log.Info("ready", "model", s.info.Name, "workers", s.cfg.Workers,
@@ -237,11 +254,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if err := srv.Shutdown(drainCtx); err != nil && drainErr == nil {
 		drainErr = fmt.Errorf("drain timed out after %v: %w", s.cfg.DrainTimeout, err)
 	}
-	if drainErr == nil {
-		for _, m := range instances {
-			if err := m.Close(); err != nil {
-				drainErr = errors.Join(drainErr, fmt.Errorf("close model: %w", err))
-			}
+	// The batcher closed its workers' instances as they stopped; the naive
+	// endpoint's is closed here, unless a call may still run on it.
+	if drainErr == nil && naiveModel != nil {
+		if err := naiveModel.Close(); err != nil {
+			drainErr = fmt.Errorf("close model: %w", err)
 		}
 	}
 	s.log.Info("stopped")
@@ -249,8 +266,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 }
 
 // load creates and warms the instances, and starts the batcher under
-// batchCtx. It returns every instance created, for closing.
-func (s *Server) load(ctx, batchCtx context.Context, wg *sync.WaitGroup) ([]models.Model, error) {
+// batchCtx: it owns the batched workers' instances from then on. It returns
+// the naive endpoint's instance, which the caller closes. When loading fails,
+// every instance made is closed.
+func (s *Server) load(ctx, batchCtx context.Context, wg *sync.WaitGroup) (models.Model, error) {
 	start := time.Now()
 	n := s.cfg.Workers + 1 // the last one serves /naive
 	if s.cfg.Scheduler != nil {
@@ -268,35 +287,25 @@ func (s *Server) load(ctx, batchCtx context.Context, wg *sync.WaitGroup) ([]mode
 				return
 			}
 			instances[i] = m
-			timed[i], errs[i] = s.warm(ctx, m)
+			timed[i], errs[i] = s.warm(ctx, m, s.cfg.Batch.MaxBatch)
 		})
 	}
 	lw.Wait()
-	var all []models.Model
-	for _, m := range instances {
-		if m != nil {
-			all = append(all, m)
-		}
-	}
 	if err := errors.Join(errs...); err != nil {
-		return all, err
+		return nil, errors.Join(err, closeAll(instances))
 	}
 
 	sched := s.cfg.Scheduler
 	if sched == nil {
-		workers := make([]batch.Func[models.Input, models.Output], s.cfg.Workers)
-		for i := range workers {
-			workers[i] = instances[i].Predict
-		}
-		s.instances = instances[:s.cfg.Workers]
 		bcfg := s.cfg.Batch
 		bcfg.OnBatch = s.metrics.eps[endpointBatched].observeBatch
 		// A token model's batch pads to its longest item.
-		b := batch.New(bcfg, workers...).WithSize(func(in models.Input) int { return len(in.Tokens) })
-		for _, ws := range timed[:s.cfg.Workers] {
-			for _, w := range ws {
+		b := batch.New[models.Input, models.Output](bcfg).WithSize(func(in models.Input) int { return len(in.Tokens) })
+		for i, m := range instances[:s.cfg.Workers] {
+			for _, w := range timed[i] {
 				b.Observe(w.n, w.d)
 			}
+			b.AddInstance(m)
 		}
 		sched = b
 	}
@@ -308,19 +317,32 @@ func (s *Server) load(ctx, batchCtx context.Context, wg *sync.WaitGroup) ([]mode
 	})
 	s.naive.Store(newNaive(instances[n-1], s.cfg.Batch.QueueCap, s.metrics.eps[endpointNaive].observeBatch))
 	s.log.Info("model loaded", "model", s.info.Name, "instances", n, "took", time.Since(start).Round(time.Millisecond))
-	return all, nil
+	return instances[n-1], nil
+}
+
+// closeAll closes the instances that are not nil.
+func closeAll(ms []models.Model) error {
+	var errs []error
+	for _, m := range ms {
+		if m != nil {
+			if err := m.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("close model: %w", err))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // warm runs a fresh instance once on a single item (lazy initialisation),
-// then times a full batch and a single item again: the batcher's cost model
-// starts from these.
-func (s *Server) warm(ctx context.Context, m models.Model) ([]warmup, error) {
+// then times a full batch of maxBatch items and a single item again: the
+// batcher's cost model starts from these.
+func (s *Server) warm(ctx context.Context, m models.Model, maxBatch int) ([]warmup, error) {
 	in, err := s.factory.Prepare("Warm up the [MASK] before serving.")
 	if err != nil {
 		return nil, fmt.Errorf("warm up: %w", err)
 	}
 	var timed []warmup
-	for i, n := range []int{1, s.cfg.Batch.MaxBatch, 1} {
+	for i, n := range []int{1, maxBatch, 1} {
 		ins := make([]models.Input, n)
 		for i := range ins {
 			ins[i] = in

@@ -101,7 +101,7 @@ type Factory struct {
 	threads int
 
 	mu       sync.Mutex
-	sessions map[int]*ort.DynamicAdvancedSession // by worker number
+	sessions map[int]*session // by worker number
 	closed   bool
 
 	hashOnce sync.Once
@@ -133,7 +133,7 @@ func New(cfg Config) (*Factory, error) {
 	if len(cfg.Devices) == 0 {
 		cfg.Devices = []models.Device{{Kind: "cpu"}}
 	}
-	f := &Factory{cfg: cfg, log: cfg.Logger, sessions: map[int]*ort.DynamicAdvancedSession{}}
+	f := &Factory{cfg: cfg, log: cfg.Logger, sessions: map[int]*session{}}
 	if f.log == nil {
 		f.log = slog.New(slog.DiscardHandler)
 	}
@@ -232,7 +232,8 @@ func (f *Factory) Prepare(text string) (models.Input, error) {
 // the same worker share it, so the weights of the naive endpoint's instance,
 // which the server numbers 0, are those of worker 0. Sessions of different
 // workers compute at the same time without contending for one thread pool
-// (concurrent runs of one CPU session mostly wait for each other).
+// (concurrent runs of one CPU session mostly wait for each other). A session
+// is released when the last instance using it is closed.
 func (f *Factory) New(_ context.Context, worker int) (models.Model, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -241,13 +242,34 @@ func (f *Factory) New(_ context.Context, worker int) (models.Model, error) {
 	}
 	s := f.sessions[worker]
 	if s == nil {
-		var err error
-		if s, err = f.newSession(models.ForWorker(f.devices, worker)); err != nil {
+		sess, err := f.newSession(models.ForWorker(f.devices, worker))
+		if err != nil {
 			return nil, err
 		}
+		s = &session{sess: sess, worker: worker}
 		f.sessions[worker] = s
 	}
-	return &Model{f: f, sess: s}, nil
+	s.users++
+	return &Model{f: f, s: s, sess: s.sess}, nil
+}
+
+// session is a worker number's session and the count of its instances.
+type session struct {
+	sess   *ort.DynamicAdvancedSession
+	worker int
+	users  int
+}
+
+// release forgets one instance of s, and destroys s with the last.
+func (f *Factory) release(s *session) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s.users--; s.users > 0 || f.sessions[s.worker] != s {
+		return
+	}
+	delete(f.sessions, s.worker)
+	s.sess.Destroy()
+	trimHeap()
 }
 
 // Close releases the sessions; the instances must be closed first.
@@ -256,7 +278,7 @@ func (f *Factory) Close() error {
 	defer f.mu.Unlock()
 	f.closed = true
 	for w, s := range f.sessions {
-		s.Destroy()
+		s.sess.Destroy()
 		delete(f.sessions, w)
 	}
 	return nil
