@@ -21,6 +21,8 @@ type serveOptions struct {
 	MaxBody      byteSize
 	MaxItems     int
 	DrainTimeout time.Duration
+	MaxConns     int
+	IdleTimeout  time.Duration
 	AdminToken   string
 	CacheSize    int
 	CacheTTL     time.Duration
@@ -64,6 +66,8 @@ item arrived, whichever comes first.`,
 	f.Var(&opts.MaxBody, "max-body", "largest request body (e.g. 1MiB, 512KiB, 65536)")
 	f.IntVar(&opts.MaxItems, "max-items", 0, "most items in one request (0: 256, or the queue capacity if smaller)")
 	f.DurationVar(&opts.DrainTimeout, "drain-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long to finish admitted requests")
+	f.IntVar(&opts.MaxConns, "max-conns", 0, "most open client connections; at the cap the longest idle one is closed to let a new one in (0: half the open-file limit, at most 4096)")
+	f.DurationVar(&opts.IdleTimeout, "idle-timeout", 75*time.Second, "close keep-alive connections idle for this long")
 	f.BoolVar(&opts.AdmitLate, "admit-late", false, "admit requests even when the backlog predicts they will miss their deadline (default: refuse at once with 429)")
 	f.StringVar(&opts.AdminToken, "admin-token", "", "enable PATCH /admin/batching for this bearer token (also INFER_ADMIN_TOKEN)")
 	f.IntVar(&opts.CacheSize, "cache-size", 0, "results kept in a cache for identical inputs (0: no cache)")
@@ -90,6 +94,10 @@ func (o *serveOptions) config() (server.Config, error) {
 		return server.Config{}, usageErrorf("--max-items %d: must not be negative", o.MaxItems)
 	case o.DrainTimeout <= 0:
 		return server.Config{}, usageErrorf("--drain-timeout %v: must be positive", o.DrainTimeout)
+	case o.MaxConns < 0:
+		return server.Config{}, usageErrorf("--max-conns %d: must not be negative", o.MaxConns)
+	case o.IdleTimeout <= 0:
+		return server.Config{}, usageErrorf("--idle-timeout %v: must be positive", o.IdleTimeout)
 	case o.CacheSize < 0 || o.CacheTTL < 0:
 		return server.Config{}, usageErrorf("--cache-size and --cache-ttl must not be negative")
 	}
@@ -107,6 +115,8 @@ func (o *serveOptions) config() (server.Config, error) {
 		MaxBody:      int64(o.MaxBody),
 		MaxItems:     o.MaxItems,
 		DrainTimeout: o.DrainTimeout,
+		MaxConns:     o.MaxConns,
+		IdleTimeout:  o.IdleTimeout,
 		AdminToken:   adminToken,
 		CacheSize:    o.CacheSize,
 		CacheTTL:     o.CacheTTL,

@@ -165,6 +165,7 @@ func TestAdminWorkersStayTruthful(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		tryCtx(ctx, ts, "PATCH", "/admin/batching", "application/json", `{"workers": 1}`, "Authorization", bearer)
 		cancel()
+		synctest.Wait() // the server sees its client gone
 		if got := adminGet(t, ts)["workers"]; got != float64(1) {
 			t.Errorf("after a PATCH to 1 worker cut short: GET workers = %v, want 1", got)
 		}

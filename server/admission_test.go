@@ -27,7 +27,7 @@ func TestQueueFullIs429WithRetryAfter(t *testing.T) {
 				codes <- r.status
 			})
 		}
-		post(`{"inputs": ["a", "b"]}`) // running
+		post(`{"inputs": ["a"]}`) // running
 		<-g.started
 		post(`{"inputs": ["c", "d", "e", "f"]}`) // fills the queue
 		synctest.Wait()

@@ -15,21 +15,34 @@ import (
 	"github.com/inferhq/infer/server/batch"
 )
 
+// routes builds the handler of every path: the encoder endpoints (when the
+// server has a model), the services' routes, health, readiness and metrics,
+// all inside the lifecycle's wrapper (Connection: close on drain) and panic
+// recovery.
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/naive", only(http.MethodPost, s.inferHandler(endpointNaive)))
-	mux.Handle("/batched", only(http.MethodPost, s.inferHandler(endpointBatched)))
-	s.v2Routes(mux)
-	s.adminRoutes(mux)
+	if s.factory != nil {
+		mux.Handle("/naive", only(http.MethodPost, s.inferHandler(endpointNaive)))
+		mux.Handle("/batched", only(http.MethodPost, s.inferHandler(endpointBatched)))
+		s.v2Routes(mux)
+		s.adminRoutes(mux)
+	}
+	for _, svc := range s.cfg.Services {
+		svc.Mount(mux)
+	}
 	mux.Handle("/healthz", only(http.MethodGet, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})))
 	mux.Handle("/readyz", only(http.MethodGet, http.HandlerFunc(s.handleReady)))
 	mux.Handle("/metrics", only(http.MethodGet, s.metrics.handler()))
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.factory == nil {
+			writeError(w, errorf(http.StatusNotFound, "not_found", "no endpoint %s", r.URL.Path))
+			return
+		}
 		writeError(w, errorf(http.StatusNotFound, "not_found", "no endpoint %s; see /naive, /batched, /v2/models/%s/infer", r.URL.Path, s.info.Name))
 	}))
-	return recoverPanics(mux)
+	return lifecycle(&s.draining, recoverPanics(mux))
 }
 
 // only answers 405 with Allow for any method but m (and HEAD for GET).
@@ -64,7 +77,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case s.draining.Load():
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
-	case !s.ready.Load():
+	case !s.ready.Load() || s.unready.Load() > 0:
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "loading"})
 	default:
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "model": s.info.Name})

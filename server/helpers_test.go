@@ -1,11 +1,13 @@
 package server_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -107,7 +109,21 @@ func labels(t *testing.T, r reply) []string {
 // or -1 when absent.
 func metric(t *testing.T, ts *servertest.Server, sample string) float64 {
 	t.Helper()
-	for _, l := range strings.Split(do(t, ts, "GET", "/metrics", "", "").raw, "\n") {
+	return sampleValue(do(t, ts, "GET", "/metrics", "", "").raw, sample)
+}
+
+// metric reads a sample through c (opening no connection of its own).
+func (c *rawConn) metric(t *testing.T, sample string) float64 {
+	t.Helper()
+	resp, body, err := c.send(get("/metrics"))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET /metrics: %v %v", resp, err)
+	}
+	return sampleValue(body, sample)
+}
+
+func sampleValue(metrics, sample string) float64 {
+	for _, l := range strings.Split(metrics, "\n") {
 		if rest, ok := strings.CutPrefix(l, sample+" "); ok {
 			var v float64
 			if _, err := fmt.Sscan(rest, &v); err == nil {
@@ -287,3 +303,48 @@ func (m countedModel) Close() error {
 	m.f.mu.Unlock()
 	return m.Model.Close()
 }
+
+// rawConn is one client connection to ts, for tests that need to control it:
+// keep-alive reuse, malformed requests, what the server closes.
+type rawConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func dial(t *testing.T, ts *servertest.Server) *rawConn {
+	t.Helper()
+	c, err := ts.Client.Transport.(*http.Transport).DialContext(context.Background(), "tcp", "servertest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &rawConn{Conn: c, r: bufio.NewReader(c)}
+}
+
+// send writes a raw request (in the background: in-memory connections are
+// synchronous) and reads the answer.
+func (c *rawConn) send(raw string) (*http.Response, string, error) {
+	go io.WriteString(c.Conn, raw)
+	return c.read()
+}
+
+func (c *rawConn) read() (*http.Response, string, error) {
+	resp, err := http.ReadResponse(c.r, nil)
+	if err != nil {
+		return nil, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp, string(body), err
+}
+
+// closedByServer reports whether the server closed the connection: a read
+// gets EOF rather than data.
+func (c *rawConn) closedByServer() bool {
+	c.SetReadDeadline(time.Now().Add(time.Millisecond))
+	defer c.SetReadDeadline(time.Time{})
+	_, err := c.r.Peek(1)
+	return errors.Is(err, io.EOF)
+}
+
+func get(path string) string { return "GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n" }

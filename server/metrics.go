@@ -171,6 +171,7 @@ func newMetrics(s *Server) *metrics {
 			Name: "infer_cache_entries", Help: "Results held in the result cache.",
 		}, func() float64 { return float64(s.cache.len()) }))
 	}
+	m.reg.MustRegister(s.conns.collectors()...)
 	m.reg.MustRegister(s.cfg.Collectors...)
 	return m
 }
