@@ -35,7 +35,7 @@ start() { # start ARGS...: serve and wait for /readyz
 }
 stop() { [[ -n $PID ]] && { kill -INT "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; }; PID=; }
 trap 'stop; rm -rf "$TMP"' EXIT
-metric() { curl -fsS "$URL/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
+metric() { curl -fsS "$URL/metrics" | awk -v m="$1" '$1 == m {v = $2} END {print v + 0}'; }
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 
 section() { [[ $# -eq 0 || " ${SECTIONS[*]} " == *" $1 "* ]]; }
@@ -43,11 +43,11 @@ SECTIONS=("$@")
 if [[ ${#SECTIONS[@]} -eq 0 ]]; then SECTIONS=(drain conns deadline admin naive); fi
 
 if section drain; then
-	echo "== drain: 10 × SIGTERM at 1.5 s into a 300 req/s keep-alive load (sim 77ms + 1.16ms)"
+	echo "== drain: ${DRAIN_RUNS:-10} × SIGTERM at 1.5 s into a 300 req/s keep-alive load (sim 77ms + 1.16ms)"
 	echo -n 'Paris is the [MASK] of France.' >"$TMP/body"
 	printf 'POST %s\nContent-Type: text/plain\n@%s\n' "$URL/batched" "$TMP/body" >"$TMP/targets"
 	total_bad=0
-	for run in $(seq 1 10); do
+	for run in $(seq 1 ${DRAIN_RUNS:-10}); do
 		start --model sim --sim-fixed 77ms --sim-per-item 1.16ms --drain-timeout 10s
 		$VEGETA attack -targets "$TMP/targets" -rate 300/s -duration 3s -timeout 10s -keepalive=true >"$TMP/drain.bin" &
 		ATTACK=$!
@@ -60,20 +60,21 @@ if section drain; then
 		wait "$ATTACK"
 		line=$($VEGETA encode --to csv <"$TMP/drain.bin" | python3 -c '
 import csv, sys, collections
-n = collections.Counter()
+n, seen = collections.Counter(), {}
 for row in csv.reader(sys.stdin):
     code, err = row[1], row[5]
-    if "connection refused" in err: kind = "refused"
+    if code != "0": kind = code  # an answer (503: draining)
+    elif "connection refused" in err: kind = "refused"
     elif "EOF" in err or "reset" in err or "broken pipe" in err: kind = "EOF/reset"
-    elif err: kind = "other error"
-    else: kind = code
+    else: kind = "other error"
     n[kind] += 1
-print(" ".join(f"{k}:{v}" for k, v in sorted(n.items())), n["EOF/reset"] + n["other error"])')
+    if kind in ("EOF/reset", "other error"): seen.setdefault(kind, err)
+print(" ".join(f"{k}:{v}" for k, v in sorted(n.items())), *(f"[{e}]" for e in seen.values()), n["EOF/reset"] + n["other error"])')
 		bad=${line##* }
 		total_bad=$((total_bad + bad))
 		printf '  run %2d: exit %d after %.2fs; %s\n' "$run" "$code" "$(awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}')" "${line% *}"
 	done
-	echo "drain: $total_bad EOF/reset/other errors over 10 runs (want 0; 'refused' = new connections after the listener closed, nothing sent)"
+	echo "drain: $total_bad EOF/reset/other errors over ${DRAIN_RUNS:-10} runs (want 0; 'refused' = new connections after the listener closed, nothing sent)"
 fi
 
 if section conns; then
