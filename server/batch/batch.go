@@ -151,6 +151,7 @@ type Batcher[In, Out any] struct {
 	cfg     atomic.Pointer[Config]       // replaced whole by Reconfigure
 	size    atomic.Pointer[func(In) int] // item size for padding and buckets; nil: all 1
 	est     estimator
+	running running // predicted ends of the batches being computed
 	onBatch func(Info)
 
 	in    chan item[In, Out]  // admitted items; capacity QueueCap
@@ -361,11 +362,9 @@ func (b *Batcher[In, Out]) admit(c *call[Out], ins []In) error {
 		b.queued.Add(-n)
 		return ErrQueueFull
 	}
-	if deadline, ok := c.ctx.Deadline(); ok && !cfg.AdmitLate {
-		if wait, ok := b.est.completion(int(q), cfg.MaxBatch, int(b.nworkers.Load())); ok && c.enq.Add(wait).After(deadline) {
-			b.queued.Add(-n)
-			return ErrWouldMissDeadline
-		}
+	if deadline, ok := c.ctx.Deadline(); ok && !cfg.AdmitLate && b.wouldMiss(c.enq, deadline, int(q), cfg) {
+		b.queued.Add(-n)
+		return ErrWouldMissDeadline
 	}
 	c.pending.Store(int32(n))
 	sizeOf := b.size.Load()

@@ -134,9 +134,11 @@ type workerBuf[In, Out any] struct {
 func (b *Batcher[In, Out]) runBatch(ctx context.Context, w *worker[In, Out], s *slab[In, Out], buf *workerBuf[In, Out]) {
 	b.busy.Add(1)
 	start := time.Now()
+	if took, ok := b.batchTime(len(s.items)); ok { // busy from now: admission counts it
+		b.running.begin(w.id, start.Add(took))
+	}
 	info := Info{Worker: w.id, Wait: start.Sub(s.first)}
 	live, ins := buf.live[:0], buf.ins[:0]
-	maxSize, sumSize := 0, 0
 	for _, it := range s.items {
 		if err := it.c.ctx.Err(); err != nil {
 			it.c.finish(it.idx, *new(Out), err, Stats{})
@@ -144,6 +146,10 @@ func (b *Batcher[In, Out]) runBatch(ctx context.Context, w *worker[In, Out], s *
 			continue
 		}
 		live = append(live, it)
+	}
+	live = b.dropLate(live, start, &info)
+	maxSize, sumSize := 0, 0
+	for _, it := range live {
 		ins = append(ins, it.in)
 		maxSize, sumSize = max(maxSize, it.size), sumSize+it.size
 	}
@@ -159,6 +165,9 @@ func (b *Batcher[In, Out]) runBatch(ctx context.Context, w *worker[In, Out], s *
 			buf.outs = make([]Out, n)
 		}
 		out := buf.outs[:n]
+		if took, ok := b.batchTime(n); ok { // the items left
+			b.running.begin(w.id, start.Add(took))
+		}
 		errs, calls := b.compute(ctx, w.fn, ins, out)
 		info.Compute = time.Since(start)
 		info.Size = n
@@ -194,6 +203,7 @@ func (b *Batcher[In, Out]) runBatch(ctx context.Context, w *worker[In, Out], s *
 		b.report(info)
 	}
 	buf.live, buf.ins = live, ins
+	b.running.end(w.id)
 	b.busy.Add(-1)
 	b.notify()
 }
