@@ -59,12 +59,13 @@ func (r *running) remaining(now time.Time) (shortest, total time.Duration, busy 
 }
 
 // wouldMiss reports whether the last item of a request admitted behind q
-// queued items (its own included) would finish after deadline. Its batch
-// starts when a worker is free for it: the first free worker, if the items
-// ahead fill no batch, else once the workers have done the running batches'
-// remaining time and the full batches ahead, shared among them. It then takes
-// the time of a batch of the queued items, at most MaxBatch. Nothing is
-// refused until the cost model has measured some batches.
+// queued items (its own included) would finish too late for deadline (see
+// late). Its batch starts when a worker is free for it: the first free
+// worker, if the items ahead fill no batch, else once the workers have done
+// the running batches' remaining time and the full batches ahead, shared
+// among them. It then takes the time of a batch of the queued items, at most
+// MaxBatch. Nothing is refused until the cost model has measured some
+// batches.
 func (b *Batcher[In, Out]) wouldMiss(now, deadline time.Time, q int, cfg *Config) bool {
 	full, ok := b.batchTime(cfg.MaxBatch)
 	if !ok {
@@ -78,12 +79,18 @@ func (b *Batcher[In, Out]) wouldMiss(now, deadline time.Time, q int, cfg *Config
 	}
 	ahead := time.Duration((q - 1) / cfg.MaxBatch) // full batches before the item's own
 	start := max(shortest, (total+ahead*full)/time.Duration(workers))
-	return !now.Add(start + own).Before(deadline) // an answer due at the deadline is as good as late
+	return late(now.Add(start+own), own, deadline)
 }
 
-// dropLate fails the items of a batch starting at start whose deadline comes
-// before the batch would end (or at its end), and returns the others
-// (reusing live).
+// late reports whether a batch of cost took ending at end leaves its item's
+// answer too close to deadline: within a margin of 1 ms plus 2 % of the batch
+// time, for the model's jitter and the answer's way back to its client.
+func late(end time.Time, took time.Duration, deadline time.Time) bool {
+	return !end.Add(time.Millisecond + took/50).Before(deadline)
+}
+
+// dropLate fails the items of a batch starting at start that it would end
+// too late for (see late), and returns the others (reusing live).
 func (b *Batcher[In, Out]) dropLate(live []item[In, Out], start time.Time, info *Info) []item[In, Out] {
 	if b.cfg.Load().AdmitLate {
 		return live
@@ -95,7 +102,7 @@ func (b *Batcher[In, Out]) dropLate(live []item[In, Out], start time.Time, info 
 	end := start.Add(took)
 	kept := live[:0]
 	for _, it := range live {
-		if deadline, ok := it.c.ctx.Deadline(); ok && !end.Before(deadline) {
+		if deadline, ok := it.c.ctx.Deadline(); ok && late(end, took, deadline) {
 			it.c.finish(it.idx, *new(Out), errWouldExpire, Stats{})
 			info.Dropped++
 			continue
