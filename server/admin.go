@@ -64,7 +64,7 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 		case http.MethodPatch:
 			s.patchBatching(w, r)
 		default:
-			w.Header().Set("Allow", "GET, PATCH")
+			w.Header().Set("Allow", "GET, HEAD, PATCH")
 			writeError(w, errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s /admin/batching: use GET or PATCH", r.Method))
 		}
 	})))

@@ -28,6 +28,13 @@ func TestBodiesOnBothEndpoints(t *testing.T) {
 				{"form", "application/x-www-form-urlencoded", "s=" + url.QueryEscape("Paris is the [MASK] of France.") + "&s=" + url.QueryEscape("a & b = c"), want},
 				{"curl -d text", "application/x-www-form-urlencoded", "Paris is the [MASK] of France.", want[:1]},
 				{"no content type, json", "", `{"inputs": ["a & b = c"]}`, want[1:]},
+				// curl -d sends the form type whatever the text: decided by what it is.
+				{"curl -d text with ;", "application/x-www-form-urlencoded", "Paris; the [MASK].", []string{sim.Predict("Paris; the [MASK].").Label}},
+				{"curl -d text with %", "application/x-www-form-urlencoded", "100% sure [MASK]", []string{sim.Predict("100% sure [MASK]").Label}},
+				{"curl -d JSON", "application/x-www-form-urlencoded", `{"inputs":["Paris is the [MASK] of France.","a & b = c"]}`, want},
+				{"BOM and JSON, no content type", "", "\ufeff" + `{"inputs": ["a & b = c"]}`, want[1:]},
+				{"BOM and JSON", "application/json", "\ufeff" + `{"inputs": ["a & b = c"]}`, want[1:]},
+				{"surrogate pair", "application/json", `{"inputs": ["\ud83d\ude00 [MASK]"]}`, []string{sim.Predict("😀 [MASK]").Label}},
 			} {
 				r := do(t, ts, "POST", ep, tc.ctype, tc.body)
 				if r.status != 200 {
@@ -62,7 +69,19 @@ func TestErrorContract(t *testing.T) {
 		}{
 			{"malformed json", "POST", "/batched", "application/json", `{"inputs": [`, nil, 400, "malformed_json"},
 			{"not an object", "POST", "/batched", "application/json", `["a"]`, nil, 422, "invalid_body"},
-			{"no inputs", "POST", "/naive", "application/json", `{"input": ["a"]}`, nil, 422, "missing_inputs"},
+			{"no inputs", "POST", "/naive", "application/json", `{}`, nil, 422, "missing_inputs"},
+			{"unknown field", "POST", "/naive", "application/json", `{"input": ["a"]}`, nil, 422, "unknown_field"},
+			{"extra field", "POST", "/batched", "application/json", `{"inputs": ["a"], "parameters": {}}`, nil, 422, "unknown_field"},
+			{"case-changed key", "POST", "/batched", "application/json", `{"INPUTS": ["a"]}`, nil, 422, "unknown_field"},
+			{"duplicate key", "POST", "/batched", "application/json", `{"inputs": ["a"], "inputs": ["b"]}`, nil, 400, "duplicate_field"},
+			{"data after the object", "POST", "/batched", "application/json", `{"inputs": ["a"]} {}`, nil, 400, "malformed_json"},
+			{"invalid utf-8 in json", "POST", "/batched", "application/json", "{\"inputs\": [\"caf\xe9\"]}", nil, 400, "bad_encoding"},
+			{"lone surrogate", "POST", "/batched", "application/json", `{"inputs": ["a \ud800 b"]}`, nil, 400, "bad_encoding"},
+			{"lone low surrogate", "POST", "/batched", "application/json", `{"inputs": ["\udc00"]}`, nil, 400, "bad_encoding"},
+			{"NUL in json", "POST", "/batched", "application/json", `{"inputs": ["a\u0000b"]}`, nil, 400, "bad_encoding"},
+			{"NUL in text", "POST", "/batched", "text/plain", "a\x00b", nil, 400, "bad_encoding"},
+			{"NUL in a form", "POST", "/batched", "application/x-www-form-urlencoded", "s=a%00b", nil, 400, "bad_encoding"},
+			{"bad utf-8 in a form", "POST", "/batched", "application/x-www-form-urlencoded", "s=caf%E9", nil, 400, "bad_encoding"},
 			{"empty inputs", "POST", "/batched", "application/json", `{"inputs": []}`, nil, 422, "no_inputs"},
 			{"non-string item", "POST", "/batched", "application/json", `{"inputs": ["a", 3]}`, nil, 422, "invalid_inputs"},
 			{"empty item", "POST", "/batched", "application/json", `{"inputs": ["a", " "]}`, nil, 422, "empty_input"},
@@ -89,6 +108,9 @@ func TestErrorContract(t *testing.T) {
 		}
 		if r := do(t, ts, "GET", "/batched", "", ""); r.header.Get("Allow") != "POST" {
 			t.Errorf("405 Allow = %q, want POST", r.header.Get("Allow"))
+		}
+		if r := do(t, ts, "POST", "/healthz", "", ""); r.status != 405 || r.header.Get("Allow") != "GET, HEAD" {
+			t.Errorf("POST /healthz: %d Allow = %q, want 405 with GET, HEAD", r.status, r.header.Get("Allow"))
 		}
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -49,7 +50,11 @@ func (s *Server) routes() http.Handler {
 func only(m string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != m && !(m == http.MethodGet && r.Method == http.MethodHead) {
-			w.Header().Set("Allow", m)
+			allow := m
+			if m == http.MethodGet {
+				allow = "GET, HEAD"
+			}
+			w.Header().Set("Allow", allow)
 			writeError(w, errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s: use %s", r.Method, r.URL.Path, m))
 			return
 		}
@@ -239,13 +244,26 @@ func (s *Server) readBody(r *http.Request) (*bytes.Buffer, error) {
 	_, err := buf.ReadFrom(io.LimitReader(r.Body, s.cfg.MaxBody+1))
 	if err != nil {
 		bufPool.Put(buf)
-		return nil, errorf(http.StatusBadRequest, "bad_body", "reading body: %v", err)
+		return nil, bodyError(err)
 	}
 	if int64(buf.Len()) > s.cfg.MaxBody {
 		bufPool.Put(buf)
 		return nil, &http.MaxBytesError{Limit: s.cfg.MaxBody}
 	}
 	return buf, nil
+}
+
+// bodyError is the answer to a body that could not be read. It never quotes
+// a network error, which names the server's and the client's addresses.
+func bodyError(err error) *apiError {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return errorf(http.StatusRequestTimeout, "body_timeout", "the body did not arrive in time")
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return errorf(http.StatusBadRequest, "bad_body", "the body ended early")
+	}
+	return errorf(http.StatusBadRequest, "bad_body", "the body could not be read (malformed chunked encoding, or the connection broke)")
 }
 
 // requestTimeout is Config.Timeout, shortened by an X-Request-Timeout header

@@ -68,3 +68,36 @@ func TestKServeV2(t *testing.T) {
 		}
 	})
 }
+
+// The v2 decoder is strict about shapes, data and inputs.
+func TestKServeV2Strict(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := start(t, server.Config{Batch: batch.Config{MaxLatency: time.Millisecond}}, simModel(t, time.Millisecond, 0))
+		tensor := func(shape, data string) string {
+			return `{"inputs": [{"name": "text", "shape": ` + shape + `, "datatype": "BYTES", "data": ` + data + `}]}`
+		}
+		for _, tc := range []struct {
+			name, body string
+			status     int
+		}{
+			{"flat data, 2-d shape", tensor("[2, 1]", `["a", "b"]`), 200},
+			{"nested data", tensor("[2, 2]", `[["a", "b"], ["c", "d"]]`), 200},
+			{"negative dimensions", tensor("[-1, -1]", `["a"]`), 400},
+			{"overflowing shape", tensor("[4294967296, 4294967296, 4294967296]", `["a"]`), 400},
+			{"overflow to the right size", tensor("[9223372036854775807, 2]", `["a", "b"]`), 400},
+			{"ragged data", tensor("[2, 2]", `[["a", "b"], ["c"]]`), 400},
+			{"ragged, right total", tensor("[2, 2]", `[["a", "b", "c"], ["d"]]`), 400},
+			{"nested deeper than the shape", tensor("[1]", `[["a"]]`), 400},
+			{"duplicate inputs", `{"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": ["a"]}, {"name": "text", "shape": [1], "datatype": "BYTES", "data": ["b"]}]}`, 400},
+			{"an unexpected input", `{"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": ["a"]}, {"name": "mask", "shape": [1], "datatype": "BYTES", "data": ["b"]}]}`, 400},
+			{"case-changed key", `{"INPUTS": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": ["a"]}]}`, 422},
+			{"duplicate key", `{"inputs": [{"name": "text", "shape": [1], "shape": [2], "datatype": "BYTES", "data": ["a"]}]}`, 400},
+			{"requested outputs and parameters", `{"id": "7", "parameters": {}, "outputs": [{"name": "classify"}], "inputs": [{"name": "t", "shape": [1], "datatype": "BYTES", "data": ["a"]}]}`, 200},
+		} {
+			r := do(t, ts, "POST", "/v2/models/sim/infer", "application/json", tc.body)
+			if r.status != tc.status {
+				t.Errorf("%s: status %d, want %d: %s", tc.name, r.status, tc.status, r.raw)
+			}
+		}
+	})
+}

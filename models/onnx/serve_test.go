@@ -81,7 +81,7 @@ func TestServedBadInput(t *testing.T) {
 		{"emoji", fillMask, "text/plain", "I 😀 the [MASK] 🇫🇷 👍🏽", 200},
 		{"CJK", fillMask, "text/plain", "东京是日本的[MASK]。", 200},
 		{"invalid UTF-8 text", fillMask, "text/plain", "caf\xe9 [MASK] \xff", 400},
-		{"invalid UTF-8 in JSON (decoded as U+FFFD)", fillMask, "application/json", "{\"inputs\": [\"caf\xe9 [MASK]\"]}", 200},
+		{"invalid UTF-8 in JSON", fillMask, "application/json", "{\"inputs\": [\"caf\xe9 [MASK]\"]}", 400},
 		{"fill-mask without [MASK]", fillMask, "text/plain", "Paris is the capital of France.", 422},
 		{"embed without [MASK]", embed, "text/plain", "Paris is the capital of France.", 200},
 	} {
