@@ -18,7 +18,7 @@ import (
 
 const v2ModelVersion = "1"
 
-func (s *Server) v2Routes(mux *http.ServeMux) {
+func (s *Server) v2Routes(mux *http.ServeMux, ep *endpoint) {
 	mux.Handle("/v2", only(http.MethodGet, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"name": "infer", "version": s.cfg.Version, "extensions": []string{}})
 	})))
@@ -30,8 +30,9 @@ func (s *Server) v2Routes(mux *http.ServeMux) {
 	mux.Handle("/v2/models/{name}/versions/{version}", only(http.MethodGet, s.v2Model(s.v2Metadata)))
 	mux.Handle("/v2/models/{name}/ready", only(http.MethodGet, s.v2Model(s.v2Ready)))
 	mux.Handle("/v2/models/{name}/versions/{version}/ready", only(http.MethodGet, s.v2Model(s.v2Ready)))
-	mux.Handle("/v2/models/{name}/infer", only(http.MethodPost, s.v2Model(s.v2Infer)))
-	mux.Handle("/v2/models/{name}/versions/{version}/infer", only(http.MethodPost, s.v2Model(s.v2Infer)))
+	infer := s.v2Model(s.v2Infer(ep))
+	mux.Handle("/v2/models/{name}/infer", only(http.MethodPost, infer))
+	mux.Handle("/v2/models/{name}/versions/{version}/infer", only(http.MethodPost, infer))
 }
 
 // v2Model answers 404 unless the path names the served model (and version).
@@ -106,34 +107,47 @@ type v2Response struct {
 	Outputs      []v2Output `json:"outputs"`
 }
 
-func (s *Server) v2Infer(w http.ResponseWriter, r *http.Request) {
-	em := s.metrics.eps[endpointV2]
-	arrived := time.Now()
-	em.inFlight.Inc()
-	defer em.inFlight.Dec()
-	var id string
-	outs, st, err := s.infer(r, endpointBatched, arrived, func(body []byte) ([]string, error) {
-		if r.Header.Get("Inference-Header-Content-Length") != "" {
-			return nil, errorf(http.StatusBadRequest, "unsupported", "the binary tensor data extension is not supported; send JSON")
+func (s *Server) v2Infer(ep *endpoint) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		arrived := time.Now()
+		ep.metrics.inFlight.Inc()
+		defer ep.metrics.inFlight.Dec()
+		id, outs, st, err := s.inferV2(r, ep, arrived)
+		if err != nil {
+			e := s.toAPIError(err)
+			writeV2Error(w, e)
+			ep.metrics.answered(e, time.Since(arrived))
+			return
 		}
-		items, reqID, err := decodeV2(body)
-		id = reqID
-		return items, err
-	})
-	if err != nil {
-		e := s.toAPIError(err)
-		writeV2Error(w, e)
-		em.answered(e, time.Since(arrived))
-		return
+		w.Header().Set("Server-Timing", serverTiming(st))
+		writeJSON(w, http.StatusOK, v2Response{
+			ModelName:    s.info.Name,
+			ModelVersion: v2ModelVersion,
+			ID:           id,
+			Outputs:      []v2Output{s.v2Tensor(outs)},
+		})
+		ep.metrics.request(http.StatusOK, time.Since(arrived))
 	}
-	w.Header().Set("Server-Timing", serverTiming(st))
-	writeJSON(w, http.StatusOK, v2Response{
-		ModelName:    s.info.Name,
-		ModelVersion: v2ModelVersion,
-		ID:           id,
-		Outputs:      []v2Output{s.v2Tensor(outs)},
-	})
-	em.request(http.StatusOK, time.Since(arrived))
+}
+
+// inferV2 runs a v2 inference request and returns its id with the outputs.
+func (s *Server) inferV2(r *http.Request, ep *endpoint, arrived time.Time) (string, []models.Output, timing, error) {
+	ctx, cancel, body, err := s.open(r, arrived)
+	if err != nil {
+		return "", nil, timing{}, err
+	}
+	defer cancel()
+	if r.Header.Get("Inference-Header-Content-Length") != "" {
+		bufPool.Put(body)
+		return "", nil, timing{}, errorf(http.StatusBadRequest, "unsupported", "the binary tensor data extension is not supported; send JSON")
+	}
+	items, id, err := decodeV2(body.Bytes())
+	bufPool.Put(body)
+	if err != nil {
+		return id, nil, timing{}, err
+	}
+	outs, st, err := s.compute(ctx, ep, items)
+	return id, outs, st, err
 }
 
 // decodeV2 returns the texts of a v2 inference request and its id. It is

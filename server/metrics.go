@@ -39,7 +39,7 @@ type metrics struct {
 	cacheHits   prometheus.Counter
 	cacheMisses prometheus.Counter
 
-	eps map[string]*epMetrics
+	naive, batched, v2 *epMetrics // each endpoint's, resolved once
 }
 
 // epMetrics holds one endpoint's resolved children, so that the hot path does
@@ -109,7 +109,6 @@ func newMetrics(s *Server) *metrics {
 		}, []string{"endpoint", "reason"}),
 		cacheHits:   prometheus.NewCounter(prometheus.CounterOpts{Name: "infer_cache_hits_total", Help: "Items answered from the result cache."}),
 		cacheMisses: prometheus.NewCounter(prometheus.CounterOpts{Name: "infer_cache_misses_total", Help: "Items looked up in the result cache and not found."}),
-		eps:         make(map[string]*epMetrics),
 	}
 	for _, ep := range []string{endpointNaive, endpointBatched, endpointV2} {
 		e := &epMetrics{
@@ -130,7 +129,14 @@ func newMetrics(s *Server) *metrics {
 			e.padding = m.padding.WithLabelValues(ep)
 			e.retries = m.calls.WithLabelValues(ep)
 		}
-		m.eps[ep] = e
+		switch ep {
+		case endpointNaive:
+			m.naive = e
+		case endpointBatched:
+			m.batched = e
+		default:
+			m.v2 = e
+		}
 	}
 	queueDepth := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "infer_queue_depth", Help: "Items admitted and not yet taken by a model instance.",

@@ -14,14 +14,21 @@ import (
 func TestMetricsExposed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ts := start(t, server.Config{Batch: batch.Config{MaxLatency: time.Millisecond}}, simModel(t, time.Millisecond, 0))
-		do(t, ts, "POST", "/batched", "text/plain", "hello")
+		r := do(t, ts, "POST", "/batched", "text/plain", "hello")
 		do(t, ts, "POST", "/naive", "text/plain", "hello")
+		do(t, ts, "POST", "/v2/models/sim/infer", "application/json", `{"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": ["hello"]}]}`)
+		if st := r.header.Get("Server-Timing"); strings.Contains(st, "pad;") {
+			t.Errorf("Server-Timing %q reports padding for a model without tokens", st)
+		}
 		m := do(t, ts, "GET", "/metrics", "", "").raw
 		for _, want := range []string{
 			`infer_requests_total{code="200",endpoint="batched"} 1`,
 			`infer_requests_total{code="200",endpoint="naive"} 1`,
 			`infer_batch_size_count{endpoint="batched"}`,
 			`infer_queue_duration_seconds_count{endpoint="batched"} 1`,
+			`infer_queue_duration_seconds_count{endpoint="v2"} 1`,
+			`infer_requests_total{code="200",endpoint="v2"} 1`,
+			`infer_batch_size_count{endpoint="batched"} 2`, // v2 runs in the batched endpoint's batches
 			`infer_compute_duration_seconds_count{endpoint="naive"}`,
 			`infer_queue_depth{endpoint="batched"} 0`,
 			`infer_in_flight_requests{endpoint="batched"} 0`,

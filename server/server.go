@@ -403,7 +403,7 @@ func (s *Server) load(ctx, batchCtx context.Context, wg *sync.WaitGroup) (models
 	sched := s.cfg.Scheduler
 	if sched == nil {
 		bcfg := s.cfg.Batch
-		bcfg.OnBatch = s.metrics.eps[endpointBatched].observeBatch
+		bcfg.OnBatch = s.metrics.batched.observeBatch
 		// A token model's batch pads to its longest item.
 		b := batch.New[models.Input, models.Output](bcfg).WithSize(func(in models.Input) int { return len(in.Tokens) })
 		for i, m := range instances[:s.cfg.Workers] {
@@ -420,7 +420,7 @@ func (s *Server) load(ctx, batchCtx context.Context, wg *sync.WaitGroup) (models
 			s.log.Error("batched scheduler stopped", "err", err)
 		}
 	})
-	s.naive.Store(newNaive(instances[n-1], s.cfg.Batch.QueueCap, func() int { return s.batching().Batch }, s.metrics.eps[endpointNaive].observeBatch))
+	s.naive.Store(newNaive(instances[n-1], s.cfg.Batch.QueueCap, func() int { return s.batching().Batch }, s.metrics.naive.observeBatch))
 	s.log.Info("model loaded", "model", s.info.Name, "instances", n, "took", time.Since(start).Round(time.Millisecond))
 	return instances[n-1], nil
 }

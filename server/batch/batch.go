@@ -130,7 +130,7 @@ type Stats struct {
 	Queue     time.Duration // from arrival to the start of the batch's computation
 	Compute   time.Duration // the computation of the batch
 	BatchSize int           // items in the batch
-	Padding   float64       // batch size × largest item ÷ total item size (1 without WithSize)
+	Padding   float64       // batch size × largest item ÷ total item size; 0 when items have no size (see WithSize)
 }
 
 // Info describes one batch after it ran. It is passed to Config.OnBatch.
@@ -142,7 +142,7 @@ type Info struct {
 	Wait    time.Duration // from the arrival of the first item to the start of compute
 	Compute time.Duration // time spent in the worker's Func
 	Calls   int           // calls of the Func: 1, more when a failed batch was bisected
-	Padding float64       // Size × largest item ÷ total item size; 1 without WithSize
+	Padding float64       // Size × largest item ÷ total item size; 0 when items have no size (see WithSize)
 }
 
 // Batcher groups submitted items into batches for its workers. Its methods

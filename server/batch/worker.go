@@ -172,8 +172,7 @@ func (b *Batcher[In, Out]) runBatch(ctx context.Context, w *worker[In, Out], s *
 		info.Compute = time.Since(start)
 		info.Size = n
 		info.Calls = calls
-		info.Padding = 1
-		if sumSize > 0 {
+		if sumSize > 0 { // items have sizes (WithSize)
 			info.Padding = float64(n*maxSize) / float64(sumSize)
 		}
 		if calls == 1 {
