@@ -87,4 +87,3 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "model": s.info.Name})
 	}
 }
-
