@@ -12,18 +12,20 @@ import (
 // naive runs each request alone on its own model instance, one request at a
 // time: the baseline a hand-written server gives. A request of more items
 // than the batch size runs in model calls of at most that many, one after
-// the other, so that it never takes more memory than a batch. Waiting
+// the other, so that it never takes more memory than a batch (the batch size
+// the server started with: the admin API's changes are the batched
+// endpoint's, and the naive baseline stays the same through them). Waiting
 // requests are bounded like the batched queue, and honour their deadlines.
 type naive struct {
 	model    models.Model
 	sem      chan struct{} // holds one token while a request computes
 	waiting  atomic.Int64  // items waiting for the model
 	cap      int64
-	maxBatch func() int // the batch size in force
+	maxBatch int // items per model call, at most
 	onBatch  func(batch.Info)
 }
 
-func newNaive(m models.Model, queueCap int, maxBatch func() int, onBatch func(batch.Info)) *naive {
+func newNaive(m models.Model, queueCap, maxBatch int, onBatch func(batch.Info)) *naive {
 	return &naive{model: m, sem: make(chan struct{}, 1), cap: int64(queueCap), maxBatch: maxBatch, onBatch: onBatch}
 }
 
@@ -55,7 +57,7 @@ func (n *naive) Do(ctx context.Context, ins []models.Input) ([]models.Output, ba
 	st := batch.Stats{Queue: time.Since(arrived)}
 	outs := make([]models.Output, len(ins))
 	var errs []error
-	size := max(1, n.maxBatch())
+	size := max(1, n.maxBatch)
 	for lo := 0; lo < len(ins); lo += size {
 		hi := min(lo+size, len(ins))
 		start := time.Now()

@@ -420,7 +420,7 @@ func (s *Server) load(ctx, batchCtx context.Context, wg *sync.WaitGroup) (models
 			s.log.Error("batched scheduler stopped", "err", err)
 		}
 	})
-	s.naive.Store(newNaive(instances[n-1], s.cfg.Batch.QueueCap, func() int { return s.batching().Batch }, s.metrics.naive.observeBatch))
+	s.naive.Store(newNaive(instances[n-1], s.cfg.Batch.QueueCap, s.cfg.Batch.MaxBatch, s.metrics.naive.observeBatch))
 	s.log.Info("model loaded", "model", s.info.Name, "instances", n, "took", time.Since(start).Round(time.Millisecond))
 	return instances[n-1], nil
 }
