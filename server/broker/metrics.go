@@ -13,7 +13,6 @@ import (
 	"github.com/inferhq/infer/server/metric"
 )
 
-
 // streamCollector reports the request stream's backlog and pending entries,
 // asking Redis at each scrape, and whether Redis is reachable.
 type streamCollector struct {
