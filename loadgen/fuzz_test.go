@@ -66,7 +66,9 @@ func FuzzServerTiming(f *testing.F) {
 		}
 		h += ", cache;desc=3"
 		st, ok := parseServerTiming(h)
-		near := func(got time.Duration, us int64) bool { return (got - time.Duration(us)*time.Microsecond).Abs() <= time.Microsecond }
+		near := func(got time.Duration, us int64) bool {
+			return (got - time.Duration(us)*time.Microsecond).Abs() <= time.Microsecond
+		}
 		if !ok || !near(st.queue, queueUS) || !near(st.compute, computeUS) || st.batch != batch || math.Abs(st.pad-pad) > 0.005+1e-9 {
 			t.Fatalf("%q read back as %+v, %v", h, st, ok)
 		}
