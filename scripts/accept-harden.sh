@@ -10,11 +10,11 @@
 #             GET truthful
 #   naive     bert-mini, 256 items of ~700 words on /naive vs /batched: RSS
 # Every load is bounded in time. Usage: scripts/accept-harden.sh [section...]
-# (default: all). PORT (default 20080) sets the port.
+# (default: all). PORT (default 20080) sets the port; BIN another binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-make -s build
-BIN=$PWD/bin/infer
+# BIN=path runs another build (e.g. the one before the fixes) instead.
+if [[ -z ${BIN:-} ]]; then make -s build; BIN=$PWD/bin/infer; fi
 PORT=${PORT:-20080}
 ADDR=127.0.0.1:$PORT
 URL=http://$ADDR
@@ -152,12 +152,13 @@ if section admin; then
 	for body in '{"batch": 9223372036854775807}' '{"workers": 9223372036854775807}' '{"workers": 1000}' '{"max_latency": "1000h"}'; do
 		printf '  PATCH %-34s → %s %s\n' "$body" "$(patch "$body")" "$(head -c 120 "$TMP/patch.out")"
 	done
-	for i in 1 2 3; do curl -s -o /dev/null -d "busy $i" "$URL/batched" & done
+	busy=()
+	for i in 1 2 3; do curl -s -o /dev/null -d "busy $i" "$URL/batched" & busy+=($!); done
 	sleep 0.2
 	patch '{"workers": 1}' --max-time 0.3 >/dev/null || true
 	echo "  GET after the cancelled PATCH to 1: $(curl -s -H 'Authorization: Bearer T' "$URL/admin/batching")"
-	wait
-	for n in 3 1 2; do echo "  PATCH workers $n → $(patch "{\"workers\": $n}") $(cat "$TMP/patch.out")"; done
+	wait "${busy[@]}"
+	for n in 3 1 2; do echo "  PATCH workers $n → $(patch "{\"workers\": $n}") $(cat "$TMP/patch.out")"; done # new workers warm up: 3 s each
 	stop
 fi
 
@@ -167,7 +168,7 @@ if section naive; then
 import json, random
 random.seed(1)
 words = "the of and to in is was for on that with as by at from his her an which are".split()
-items = [" ".join(random.choice(words) for _ in range(699)) + " [MASK]" for _ in range(256)]
+items = ["[MASK] " + " ".join(random.choice(words) for _ in range(699)) for _ in range(256)]
 print(json.dumps({"inputs": items}))' >"$TMP/big.json"
 	for ep in naive batched; do
 		start --max-body 8MiB
