@@ -44,28 +44,7 @@ func do(t testing.TB, ts *servertest.Server, method, path, contentType, body str
 
 // try is do returning the transport's error.
 func try(ts *servertest.Server, method, path, contentType, body string, hdr ...string) (reply, error) {
-	req, err := http.NewRequest(method, ts.URL+path, strings.NewReader(body))
-	if err != nil {
-		return reply{}, err
-	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := ts.Client.Do(req)
-	if err != nil {
-		return reply{}, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return reply{}, err
-	}
-	r := reply{status: resp.StatusCode, header: resp.Header, raw: string(raw)}
-	_ = json.Unmarshal(raw, &r.body)
-	return r, nil
+	return tryCtx(context.Background(), ts, method, path, contentType, body, hdr...)
 }
 
 // code returns the error code of an error answer, "" for others.
@@ -236,7 +215,9 @@ func tryCtx(ctx context.Context, ts *servertest.Server, method, path, contentTyp
 	if err != nil {
 		return reply{}, err
 	}
-	req.Header.Set("Content-Type", contentType)
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
@@ -246,9 +227,12 @@ func tryCtx(ctx context.Context, ts *servertest.Server, method, path, contentTyp
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return reply{}, err
+	}
 	r := reply{status: resp.StatusCode, header: resp.Header, raw: string(raw)}
 	_ = json.Unmarshal(raw, &r.body)
-	return r, err
+	return r, nil
 }
 
 // counted wraps a factory and counts the instances it made and the ones
