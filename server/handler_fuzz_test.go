@@ -63,4 +63,3 @@ func FuzzHandler(f *testing.F) {
 		}
 	})
 }
-
