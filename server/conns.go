@@ -47,10 +47,9 @@ type conns struct {
 	max int
 	log *slog.Logger
 
-	mu       sync.Mutex
-	all      map[*trackedConn]struct{}
-	idle     list.List // of *trackedConn, longest idle first
-	draining bool
+	mu   sync.Mutex
+	all  map[*trackedConn]struct{}
+	idle list.List // of *trackedConn, longest idle first
 
 	open     atomic.Int64
 	closed   *prometheus.CounterVec
