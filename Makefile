@@ -6,7 +6,7 @@ VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X github.com/inferhq/infer/cmd.version=$(VERSION) -X github.com/inferhq/infer/cmd.commit=$(COMMIT)
 
-.PHONY: help setup build install test vet lint fmt-check bench demo try ci-bench clean
+.PHONY: help setup build install test vet lint fmt-check bench fuzz demo try ci-bench clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -45,6 +45,18 @@ fmt-check:
 
 bench: ## Go benchmarks of the batcher and the simulated accelerator
 	$(GO) test -run='^$$' -bench=. -benchmem ./server/batch ./models/sim
+
+# The fuzz targets, package:name; each runs for FUZZTIME (CI: 10s). Seeds
+# are in the packages' testdata/fuzz; what a run finds is kept in the Go
+# cache (a failing input is written to testdata/fuzz and reported).
+FUZZTIME ?= 1m
+FUZZ := server:FuzzDecodeItems server:FuzzDecodeV2 server:FuzzRequestTimeout server:FuzzHandler \
+	loadgen:FuzzParseMetrics loadgen:FuzzServerTiming
+fuzz: ## run each fuzz target for FUZZTIME (default 1m): decoders, deadlines, the whole handler, the metrics and Server-Timing parsers
+	@set -e; for t in $(FUZZ); do \
+		echo "== $${t#*:} (./$${t%%:*}, $(FUZZTIME))"; \
+		$(GO) test -run='^$$' -fuzz="^$${t#*:}$$" -fuzztime=$(FUZZTIME) ./$${t%%:*}; \
+	done
 
 demo: setup build ## bench the default model naive vs batched (live view) and write the PNG report
 	@echo "running scenarios/demo.yaml: about a minute (the first run also makes bert-mini); q stops"

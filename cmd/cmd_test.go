@@ -59,8 +59,13 @@ func TestServeFlags(t *testing.T) {
 				}
 			}},
 		{args: []string{"--batch", "0"}, wantErr: "--batch 0"},
+		{args: []string{"--batch", "9223372036854775807"}, wantErr: "batch size 9223372036854775807: want 1 to 4096"},
+		{args: []string{"--workers", "1000"}, wantErr: "workers 1000: want 1 to 64"},
+		{args: []string{"--max-latency", "1000h"}, wantErr: "max latency 1000h0m0s: want 0 to 1m0s"},
+		{args: []string{"--queue-cap", "100000000"}, wantErr: "queue capacity 100000000"},
+		{args: []string{"--cache-size", "100000000000"}, wantErr: "cache size"},
 		{args: []string{"--policy", "sometimes"}, wantErr: "unknown batching policy"},
-		{args: []string{"--max-body", "lots"}, wantErr: "invalid argument"},
+		{args: []string{"--max-body", "lots"}, wantErr: `--max-body "lots": want a positive size`},
 		{args: []string{"--queue-cap", "10", "--max-items", "20"}, wantErr: "exceeds the queue capacity"},
 		{args: []string{"extra"}, wantErr: "takes no arguments"},
 	} {
@@ -89,7 +94,7 @@ func execFlags(t *testing.T, cmd *cobra.Command, args []string, wantErr string) 
 	cmd.SetArgs(args)
 	cmd.SetOut(&bytes.Buffer{})
 	cmd.SetErr(&bytes.Buffer{})
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err.Error()} })
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{msg: flagError(err)} })
 	err := cmd.Execute()
 	if wantErr != "" {
 		if err == nil || !strings.Contains(err.Error(), wantErr) {
@@ -294,5 +299,31 @@ func TestModelsCalibrateSim(t *testing.T) {
 	out, err := runInfer(t, "models", "calibrate", "sim", "--sim-fixed", "2ms", "--sim-per-item", "100us", "--batch", "1,8", "--duration", "20ms")
 	if err != nil || !strings.Contains(out, "infer serve --model sim --sim-fixed ") || !strings.Contains(out, "t(n) = ") {
 		t.Errorf("models calibrate = %v:\n%s", err, out)
+	}
+}
+
+// Usage errors say what the flag wants and name the subcommand's help.
+func TestUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args      []string
+		msg, hint string
+	}{
+		{[]string{"serve", "--batch", "abc"}, `--batch "abc": want a whole number`, "Run 'infer serve --help' for usage."},
+		{[]string{"serve", "--batch", "99999999999999999999"}, `--batch "99999999999999999999": out of range`, "Run 'infer serve --help' for usage."},
+		{[]string{"serve", "--max-latency", "soon"}, `--max-latency "soon": want a duration`, "Run 'infer serve --help' for usage."},
+		{[]string{"serve", "--truncate=maybe"}, `--truncate "maybe": want true or false`, "Run 'infer serve --help' for usage."},
+		{[]string{"serve", "--workers", "0"}, "--workers 0", "Run 'infer serve --help' for usage."},
+		{[]string{"models", "bench", "--no-such-flag"}, "unknown flag", "Run 'infer models bench --help' for usage."},
+		{[]string{"nonsense"}, "unknown command", "Run 'infer --help' for usage."},
+	} {
+		var out bytes.Buffer
+		root := newCmdRoot(&out, &out)
+		root.SetArgs(tc.args)
+		if code := exitCode(execute(context.Background(), root), &out); code != exitUsage {
+			t.Errorf("infer %v: exit %d, want %d", tc.args, code, exitUsage)
+		}
+		if got := out.String(); !strings.Contains(got, tc.msg) || !strings.Contains(got, tc.hint) || strings.Contains(got, "strconv") {
+			t.Errorf("infer %v:\n%s\nwant %q and %q", tc.args, got, tc.msg, tc.hint)
+		}
 	}
 }

@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
+
+	"github.com/spf13/pflag"
 )
 
 // Exit codes of infer. This file is the one place where errors become them.
@@ -18,7 +21,10 @@ const (
 )
 
 // usageError marks an error in how infer was called.
-type usageError struct{ msg string }
+type usageError struct {
+	msg string
+	cmd string // the command path whose help the hint names; "" for infer
+}
 
 func (e *usageError) Error() string { return e.msg }
 
@@ -58,8 +64,45 @@ func exitCode(err error, stderr io.Writer) int {
 	}
 	var ue *usageError
 	if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command") {
-		fmt.Fprintln(stderr, "Run 'infer --help' for usage.")
+		cmd := "infer"
+		if ue != nil && ue.cmd != "" {
+			cmd = ue.cmd
+		}
+		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd)
 		return exitUsage
 	}
 	return exitError
+}
+
+// flagError rewrites pflag's message for a value it could not parse
+// (`invalid argument "abc" for "--batch" flag: strconv.ParseInt: parsing
+// "abc": invalid syntax`) into one that says what the flag wants.
+func flagError(err error) string {
+	var ive *pflag.InvalidValueError
+	if !errors.As(err, &ive) {
+		return err.Error()
+	}
+	f := ive.GetFlag()
+	var want string
+	switch f.Value.Type() {
+	case "int", "int64", "uint", "uint64":
+		want = "want a whole number"
+		var ne *strconv.NumError
+		if errors.As(err, &ne) && errors.Is(ne.Err, strconv.ErrRange) {
+			want = "out of range"
+		}
+	case "float64":
+		want = "want a number"
+	case "duration":
+		want = "want a duration like 250ms, 2s or 1m"
+	case "bool":
+		want = "want true or false"
+	default:
+		if cause := errors.Unwrap(ive); cause != nil {
+			want = cause.Error()
+		} else {
+			want = err.Error()
+		}
+	}
+	return fmt.Sprintf("--%s %q: %s", f.Name, ive.GetValue(), want)
 }

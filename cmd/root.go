@@ -5,6 +5,7 @@ package cmd
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -22,8 +23,18 @@ func Main() int {
 	ctx, stop := signalContext()
 	defer stop()
 	root := newCmdRoot(os.Stdout, os.Stderr)
-	err := root.ExecuteContext(ctx)
-	return exitCode(err, root.ErrOrStderr())
+	return exitCode(execute(ctx, root), root.ErrOrStderr())
+}
+
+// execute runs the command line; a usage error learns which command it is
+// about, so that its hint names that command's help.
+func execute(ctx context.Context, root *cobra.Command) error {
+	cmd, err := root.ExecuteContextC(ctx)
+	var ue *usageError
+	if cmd != nil && errors.As(err, &ue) && ue.cmd == "" {
+		ue.cmd = cmd.CommandPath()
+	}
+	return err
 }
 
 func signalContext() (context.Context, func()) {
@@ -55,8 +66,8 @@ by side, load-tests inference servers, and draws the results.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
-		return &usageError{msg: err.Error()}
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return &usageError{msg: flagError(err), cmd: c.CommandPath()}
 	})
 	root.SetOut(stdout)
 	root.SetErr(stderr)

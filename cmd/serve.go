@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/inferhq/infer/models"
 	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/openai"
+	"github.com/inferhq/infer/server/batch"
 )
 
 type serveOptions struct {
@@ -23,6 +25,8 @@ type serveOptions struct {
 	MaxBody      byteSize
 	MaxItems     int
 	DrainTimeout time.Duration
+	MaxConns     int
+	IdleTimeout  time.Duration
 	AdminToken   string
 	CacheSize    int
 	CacheTTL     time.Duration
@@ -40,12 +44,28 @@ func newCmdServe(runF func(context.Context, *serveOptions) error) *cobra.Command
 		Short: "Serve a model through naive and batched endpoints side by side",
 		Long: `Serve a model over HTTP through two endpoints side by side:
 
-  POST /naive    each request runs alone on its own model instance
+  POST /naive    each request runs alone on its own model instance (in model
+                 calls of at most --batch items)
   POST /batched  requests are queued and run in dynamic batches
 
 plus KServe v2 (POST /v2/models/{name}/infer), /healthz, /readyz and /metrics.
-A batch closes when it holds --batch items or --max-latency after its first
-item arrived, whichever comes first.
+
+A batch never holds more than --batch items, and never waits for company
+longer than --max-latency after its first item arrived. Within that, --policy
+decides how long it waits:
+
+  adaptive   (default) only when waiting pays, judged from the measured
+             arrival rate and batch cost: the README's "Batching" has the rule
+  fixed      until it holds --batch items or --max-latency has passed
+  immediate  not at all: a free worker takes whatever is queued
+
+Overload is refused at once with 429: beyond --queue-cap items, or when the
+backlog would outlast a request's deadline (--timeout, shortened per request
+by X-Request-Timeout). Open connections are capped by --max-conns (at the cap
+the longest idle one is closed first) and closed after --idle-timeout idle.
+On SIGINT/SIGTERM the server drains: /readyz turns 503, every answer carries
+Connection: close, admitted requests finish within --drain-timeout. A second
+signal exits at once.
 
 A generative (decoder) model, such as --model sim-lm, is served instead
 through an OpenAI-compatible API, so that any OpenAI client or LLM benchmark
@@ -87,15 +107,17 @@ encoder models only.`,
 	f := cmd.Flags()
 	f.StringVar(&opts.Addr, "addr", "127.0.0.1:8080", "listen address")
 	opts.Batching.bind(cmd)
-	f.IntVar(&opts.Workers, "workers", 1, "model instances behind the batched endpoint")
-	f.IntVar(&opts.QueueCap, "queue-cap", 0, "most items waiting before requests are refused with 429 (0: 16 × batch × workers; decoder models: requests waiting per path, 0: 16 × --max-seqs)")
+	f.IntVar(&opts.Workers, "workers", 1, fmt.Sprintf("model instances behind the batched endpoint (at most %d)", batch.WorkersLimit))
+	f.IntVar(&opts.QueueCap, "queue-cap", 0, fmt.Sprintf("most items waiting before requests are refused with 429 (0: 16 × batch × workers; at most %d; decoder models: requests waiting per path, 0: 16 × --max-seqs)", batch.QueueCapLimit))
 	f.DurationVar(&opts.Timeout, "timeout", 30*time.Second, "default deadline of a request; X-Request-Timeout may shorten it")
-	f.Var(&opts.MaxBody, "max-body", "largest request body (e.g. 1MiB, 512KiB, 65536)")
+	f.Var(&opts.MaxBody, "max-body", "largest request body (e.g. 1MiB, 512KiB, 65536; at most 64MiB)")
 	f.IntVar(&opts.MaxItems, "max-items", 0, "most items in one request (0: 256, or the queue capacity if smaller)")
 	f.DurationVar(&opts.DrainTimeout, "drain-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long to finish admitted requests")
-	f.BoolVar(&opts.AdmitLate, "admit-late", false, "admit requests even when the backlog predicts they will miss their deadline (default: refuse at once with 429)")
+	f.IntVar(&opts.MaxConns, "max-conns", 0, "most open client connections; at the cap the longest idle one is closed to let a new one in (0: half the open-file limit, at most 4096)")
+	f.DurationVar(&opts.IdleTimeout, "idle-timeout", 75*time.Second, "close keep-alive connections idle for this long")
+	f.BoolVar(&opts.AdmitLate, "admit-late", false, "turn deadline-aware scheduling off: admit requests the backlog says will miss their deadline, and compute items whose batch would end after it (default: refuse at once with 429, drop before compute)")
 	f.StringVar(&opts.AdminToken, "admin-token", "", "enable PATCH /admin/batching for this bearer token (also INFER_ADMIN_TOKEN)")
-	f.IntVar(&opts.CacheSize, "cache-size", 0, "results kept in a cache for identical inputs (0: no cache)")
+	f.IntVar(&opts.CacheSize, "cache-size", 0, fmt.Sprintf("results kept in a cache for identical inputs (0: no cache; at most %d)", server.CacheSizeLimit))
 	f.DurationVar(&opts.CacheTTL, "cache-ttl", 0, "how long a cached result stays valid (0: until evicted)")
 	f.StringVar(&opts.Broker, "broker", "", "Redis URL (redis://[user:pass@]host:port/db, rediss://…): /batched admits into its stream for infer worker processes (--queue-cap bounds the stream)")
 	opts.Model.bind(cmd)
@@ -121,6 +143,10 @@ func (o *serveOptions) config() (server.Config, error) {
 		return server.Config{}, usageErrorf("--max-items %d: must not be negative", o.MaxItems)
 	case o.DrainTimeout <= 0:
 		return server.Config{}, usageErrorf("--drain-timeout %v: must be positive", o.DrainTimeout)
+	case o.MaxConns < 0:
+		return server.Config{}, usageErrorf("--max-conns %d: must not be negative", o.MaxConns)
+	case o.IdleTimeout <= 0:
+		return server.Config{}, usageErrorf("--idle-timeout %v: must be positive", o.IdleTimeout)
 	case o.CacheSize < 0 || o.CacheTTL < 0:
 		return server.Config{}, usageErrorf("--cache-size and --cache-ttl must not be negative")
 	}
@@ -138,6 +164,8 @@ func (o *serveOptions) config() (server.Config, error) {
 		MaxBody:      int64(o.MaxBody),
 		MaxItems:     o.MaxItems,
 		DrainTimeout: o.DrainTimeout,
+		MaxConns:     o.MaxConns,
+		IdleTimeout:  o.IdleTimeout,
 		AdminToken:   adminToken,
 		CacheSize:    o.CacheSize,
 		CacheTTL:     o.CacheTTL,
@@ -192,11 +220,12 @@ func serveDecoder(ctx context.Context, opts *serveOptions, cfg server.Config, f 
 		return usageErrorf("--kv-tokens %d: the model instance holds %d", ecfg.KVTokens, kv)
 	}
 	cfg.Logger.Info("model", "name", describe(f.Info()))
-	svc, err := openai.New(openai.Config{Engine: ecfg, MaxBody: cfg.MaxBody, Logger: cfg.Logger}, f)
+	svc, err := openai.New(openai.Config{Engine: ecfg, MaxBody: cfg.MaxBody, Timeout: cfg.Timeout, Logger: cfg.Logger}, f)
 	if err != nil {
 		return usageErrorf("%v", err)
 	}
-	cfg.Service = svc
+	cfg.Services = []server.Service{svc}
+	cfg.Collectors = append(cfg.Collectors, svc.Collectors()...)
 	srv, err := server.New(cfg, nil)
 	if err != nil {
 		return usageErrorf("%v", err)

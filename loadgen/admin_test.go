@@ -85,8 +85,8 @@ sweep:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.Batch != 32 || b.Workers != 1 || b.MaxLatency != "20ms" || b.Policy != "fixed" {
-		t.Errorf("after the run the target has %+v, want its own batch 32, 1 worker, 20ms, fixed", b)
+	if b.Batch != 32 || b.Workers != 1 || b.MaxLatency != "20ms" || b.Policy != "adaptive" {
+		t.Errorf("after the run the target has %+v, want its own batch 32, 1 worker, 20ms, adaptive", b)
 	}
 }
 

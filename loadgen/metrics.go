@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/inferhq/infer/loadgen/record"
+	"github.com/inferhq/infer/server/metric"
 )
 
 // sample is one line of the Prometheus text format.
@@ -113,7 +114,7 @@ func scrape(ctx context.Context, client *http.Client, base string) ([]sample, er
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET %s/metrics: %s", base, resp.Status)
 	}
-	return parseMetrics(io.LimitReader(resp.Body, 8<<20), "infer_")
+	return parseMetrics(io.LimitReader(resp.Body, 8<<20), metric.Prefix)
 }
 
 // counters are the batching counters of one endpoint, summed over targets.
@@ -129,15 +130,15 @@ func countersOf(samples []sample, endpoint string) counters {
 			continue
 		}
 		switch s.name {
-		case "infer_batch_size_count":
+		case metric.BatchSize + metric.Count:
 			c.batches += s.value
-		case "infer_batch_size_sum":
+		case metric.BatchSize + metric.Sum:
 			c.items += s.value
-		case "infer_queue_duration_seconds_sum":
+		case metric.QueueDuration + metric.Sum:
 			c.queueSum += s.value
-		case "infer_queue_duration_seconds_count":
+		case metric.QueueDuration + metric.Count:
 			c.queueN += s.value
-		case "infer_dropped_items_total":
+		case metric.DroppedItems:
 			c.dropped += s.value
 		}
 	}
@@ -190,7 +191,7 @@ type serverInfo struct {
 func infoOf(samples []sample) serverInfo {
 	var in serverInfo
 	for _, s := range samples {
-		if s.name != "infer_model_info" && s.name != "infer_batching_info" {
+		if s.name != metric.ModelInfo && s.name != metric.BatchingInfo {
 			continue
 		}
 		in.ok = true

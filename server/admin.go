@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -19,9 +20,12 @@ import (
 //	GET   /admin/batching  the batching settings in effect
 //	PATCH /admin/batching  change any of {"batch", "max_latency", "policy", "workers"}
 //
-// Both need "Authorization: Bearer <token>". Changes apply at once; adding
-// workers loads and warms new model instances first, removing one waits for
-// its current batch.
+// Both need "Authorization: Bearer <token>". A PATCH applies whole or not at
+// all, within the server's request timeout: adding workers loads and warms
+// new model instances first, and nothing changes unless all are ready;
+// values past the bounds of server/batch are refused with 422. A removed
+// worker finishes its current batch, then its instance is closed. The answer
+// is the settings in force.
 
 // batching is the admin API's view of the batching settings.
 type batching struct {
@@ -60,7 +64,7 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 		case http.MethodPatch:
 			s.patchBatching(w, r)
 		default:
-			w.Header().Set("Allow", "GET, PATCH")
+			w.Header().Set("Allow", "GET, HEAD, PATCH")
 			writeError(w, errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s /admin/batching: use GET or PATCH", r.Method))
 		}
 	})))
@@ -87,90 +91,148 @@ type batchingPatch struct {
 	Workers    *int    `json:"workers"`
 }
 
-func (s *Server) patchBatching(w http.ResponseWriter, r *http.Request) {
-	b := s.batcher()
-	if b == nil {
-		writeError(w, errorf(http.StatusConflict, "not_local", "batches do not run in this process (not loaded yet, or distributed mode)"))
-		return
-	}
+// decodePatch reads a body holding one JSON object of known fields. It reads
+// to the end, so that the request's context follows the client from then on
+// (net/http watches the connection only once the body is consumed).
+func decodePatch(body io.Reader) (batchingPatch, error) {
 	var p batchingPatch
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil {
-		writeError(w, errorf(http.StatusBadRequest, "malformed_json", "want {\"batch\", \"max_latency\", \"policy\", \"workers\"}: %v", err))
-		return
+		return p, err
 	}
-	s.adminMu.Lock()
-	defer s.adminMu.Unlock()
-	cfg := b.Config()
+	if _, err := dec.Token(); err != io.EOF {
+		return p, errors.New("more than one JSON value")
+	}
+	return p, nil
+}
+
+// apply returns the settings the patch asks for, given those in force. The
+// bounds are checked by batch.Config.Validate and batch.ValidateWorkers, as
+// for the command line's flags.
+func (p batchingPatch) apply(cfg batch.Config, workers int) (batch.Config, int, error) {
 	if p.Batch != nil {
 		if *p.Batch < 1 {
-			writeError(w, errorf(http.StatusUnprocessableEntity, "invalid_batch", "batch %d: must be at least 1", *p.Batch))
-			return
+			return cfg, 0, fmt.Errorf("batch %d: want 1 to %d", *p.Batch, batch.MaxBatchLimit)
 		}
 		cfg.MaxBatch = *p.Batch
 	}
 	if p.MaxLatency != nil {
 		d, err := time.ParseDuration(*p.MaxLatency)
-		if err != nil || d < 0 {
-			writeError(w, errorf(http.StatusUnprocessableEntity, "invalid_max_latency", "max_latency %q: want a duration like 50ms", *p.MaxLatency))
-			return
+		if err != nil {
+			return cfg, 0, fmt.Errorf("max_latency %q: want a duration like 50ms", *p.MaxLatency)
 		}
 		cfg.MaxLatency = d
 	}
 	if p.Policy != nil {
 		pol, err := batch.ParsePolicy(*p.Policy)
 		if err != nil {
-			writeError(w, errorf(http.StatusUnprocessableEntity, "invalid_policy", "%v", err))
-			return
+			return cfg, 0, err
 		}
 		cfg.Policy = pol
 	}
-	if p.Workers != nil && *p.Workers < 1 {
-		writeError(w, errorf(http.StatusUnprocessableEntity, "invalid_workers", "workers %d: must be at least 1", *p.Workers))
+	if p.Workers != nil {
+		workers = *p.Workers
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, 0, err
+	}
+	return cfg, workers, batch.ValidateWorkers(workers)
+}
+
+// patchBatching applies a PATCH whole or not at all, within the server's
+// request timeout, and answers with the settings in force.
+func (s *Server) patchBatching(w http.ResponseWriter, r *http.Request) {
+	b := s.batcher()
+	if b == nil {
+		writeError(w, errorf(http.StatusConflict, "not_local", "batches do not run in this process (not loaded yet, or distributed mode)"))
 		return
 	}
-	if err := b.Reconfigure(cfg); err != nil {
+	p, err := decodePatch(http.MaxBytesReader(w, r.Body, 64<<10))
+	if err != nil {
+		writeError(w, errorf(http.StatusBadRequest, "malformed_json", "want one object of \"batch\", \"max_latency\", \"policy\", \"workers\": %v", err))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
+	defer cancel()
+	select { // one change at a time
+	case s.admin <- struct{}{}:
+		defer func() { <-s.admin }()
+	case <-ctx.Done():
+		writeError(w, s.adminError(ctx, "waiting for another admin change"))
+		return
+	}
+	cfg, workers, err := p.apply(b.Config(), b.Workers())
+	if err != nil {
 		writeError(w, errorf(http.StatusUnprocessableEntity, "invalid_batching", "%v", err))
 		return
 	}
-	if p.Workers != nil {
-		if err := s.setWorkers(r.Context(), b, *p.Workers); err != nil {
-			writeError(w, errorf(http.StatusInternalServerError, "workers", "%v", err))
-			return
+	if err := s.setBatching(ctx, b, cfg, workers); err != nil {
+		if ctx.Err() != nil {
+			writeError(w, s.adminError(ctx, err.Error()))
+		} else {
+			writeError(w, errorf(http.StatusInternalServerError, "load_failed", "%v; nothing changed", err))
 		}
+		return
 	}
 	st := s.batching()
 	s.log.Info("batching changed", "batch", st.Batch, "max_latency", st.MaxLatency, "policy", st.Policy, "workers", st.Workers)
 	writeJSON(w, http.StatusOK, st)
 }
 
-// setWorkers adds warmed instances or removes the newest ones until n run.
-// s.adminMu must be held.
-func (s *Server) setWorkers(ctx context.Context, b *batch.Batcher[models.Input, models.Output], n int) error {
-	for len(s.instances) < n {
-		m, err := s.factory.New(ctx, len(s.instances))
-		if err != nil {
-			return fmt.Errorf("load instance %d: %w", len(s.instances), err)
-		}
-		timed, err := s.warm(ctx, m)
-		if err != nil {
-			return errors.Join(err, m.Close())
-		}
-		for _, w := range timed {
-			b.Observe(w.n, w.d)
-		}
-		s.instances = append(s.instances, m)
-		b.AddWorker(m.Predict)
+// adminError is the answer of a change cut short by its context: its client
+// went away, or it ran past the server's request timeout.
+func (s *Server) adminError(ctx context.Context, doing string) *apiError {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		e := errorf(http.StatusServiceUnavailable, "admin_timeout", "%s took longer than %v (--timeout); nothing changed", doing, s.cfg.Timeout)
+		e.RetryAfter = 1
+		return e
 	}
-	for len(s.instances) > n {
-		if _, err := b.RemoveWorker(ctx); err != nil {
-			return fmt.Errorf("remove worker: %w", err)
+	return errorf(statusClientClosed, "client_closed", "client went away")
+}
+
+// setBatching puts cfg and the worker count in force, all of it or none: new
+// instances are loaded and warmed first, and nothing changes unless all of
+// them are ready before ctx ends. Removed workers finish their current batch;
+// the batcher then closes their instances (it owns them), and setBatching
+// waits for that while ctx lasts. s.admin must be held.
+func (s *Server) setBatching(ctx context.Context, b *batch.Batcher[models.Input, models.Output], cfg batch.Config, workers int) error {
+	var added []models.Model
+	var timed []warmup
+	for i := b.Workers(); i < workers; i++ {
+		err := ctx.Err()
+		var m models.Model
+		if err == nil {
+			m, err = s.factory.New(ctx, i)
 		}
-		last := s.instances[len(s.instances)-1]
-		s.instances = s.instances[:len(s.instances)-1]
-		if err := last.Close(); err != nil {
-			return fmt.Errorf("close instance: %w", err)
+		if m != nil {
+			added = append(added, m)
+		}
+		var ws []warmup
+		if err == nil {
+			ws, err = s.warm(ctx, m, cfg.MaxBatch)
+		}
+		if err == nil {
+			err = ctx.Err()
+		}
+		if err != nil {
+			return errors.Join(fmt.Errorf("load worker %d: %w", i, err), closeAll(added))
+		}
+		timed = append(timed, ws...)
+	}
+	// Commit: nothing below can fail, cfg and workers being valid.
+	if err := b.Reconfigure(cfg); err != nil {
+		return errors.Join(err, closeAll(added))
+	}
+	for _, w := range timed {
+		b.Observe(w.n, w.d)
+	}
+	for _, m := range added {
+		b.AddInstance(m)
+	}
+	for b.Workers() > workers {
+		if _, err := b.RemoveWorker(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("removed worker", "err", err)
 		}
 	}
 	return nil

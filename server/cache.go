@@ -26,7 +26,7 @@ type cacheEntry struct {
 }
 
 func newCache(size int, ttl time.Duration) *cache {
-	return &cache{cap: size, ttl: ttl, ll: list.New(), items: make(map[string]*list.Element, size)}
+	return &cache{cap: size, ttl: ttl, ll: list.New(), items: make(map[string]*list.Element, min(size, 1024))}
 }
 
 func (c *cache) get(key string, now time.Time) (models.Output, bool) {

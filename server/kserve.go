@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -19,7 +18,7 @@ import (
 
 const v2ModelVersion = "1"
 
-func (s *Server) v2Routes(mux *http.ServeMux) {
+func (s *Server) v2Routes(mux *http.ServeMux, ep *endpoint) {
 	mux.Handle("/v2", only(http.MethodGet, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"name": "infer", "version": s.cfg.Version, "extensions": []string{}})
 	})))
@@ -31,8 +30,9 @@ func (s *Server) v2Routes(mux *http.ServeMux) {
 	mux.Handle("/v2/models/{name}/versions/{version}", only(http.MethodGet, s.v2Model(s.v2Metadata)))
 	mux.Handle("/v2/models/{name}/ready", only(http.MethodGet, s.v2Model(s.v2Ready)))
 	mux.Handle("/v2/models/{name}/versions/{version}/ready", only(http.MethodGet, s.v2Model(s.v2Ready)))
-	mux.Handle("/v2/models/{name}/infer", only(http.MethodPost, s.v2Model(s.v2Infer)))
-	mux.Handle("/v2/models/{name}/versions/{version}/infer", only(http.MethodPost, s.v2Model(s.v2Infer)))
+	infer := s.v2Model(s.v2Infer(ep))
+	mux.Handle("/v2/models/{name}/infer", only(http.MethodPost, infer))
+	mux.Handle("/v2/models/{name}/versions/{version}/infer", only(http.MethodPost, infer))
 }
 
 // v2Model answers 404 unless the path names the served model (and version).
@@ -85,14 +85,12 @@ func (s *Server) v2OutputName() string {
 	return "output"
 }
 
-type v2Request struct {
-	ID     string `json:"id,omitempty"`
-	Inputs []struct {
-		Name     string          `json:"name"`
-		Shape    []int64         `json:"shape"`
-		Datatype string          `json:"datatype"`
-		Data     json.RawMessage `json:"data"`
-	} `json:"inputs"`
+// v2Input is one input tensor of a v2 inference request.
+type v2Input struct {
+	Name     string          `json:"name"`
+	Shape    []int64         `json:"shape"`
+	Datatype string          `json:"datatype"`
+	Data     json.RawMessage `json:"data"`
 }
 
 type v2Output struct {
@@ -109,98 +107,198 @@ type v2Response struct {
 	Outputs      []v2Output `json:"outputs"`
 }
 
-func (s *Server) v2Infer(w http.ResponseWriter, r *http.Request) {
-	em := s.metrics.eps[endpointV2]
-	arrived := time.Now()
-	em.inFlight.Inc()
-	defer em.inFlight.Dec()
-	var id string
-	outs, st, err := s.infer(r, endpointBatched, arrived, func(body []byte) ([]string, error) {
-		if r.Header.Get("Inference-Header-Content-Length") != "" {
-			return nil, errorf(http.StatusBadRequest, "unsupported", "the binary tensor data extension is not supported; send JSON")
+func (s *Server) v2Infer(ep *endpoint) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		arrived := time.Now()
+		ep.metrics.inFlight.Inc()
+		defer ep.metrics.inFlight.Dec()
+		id, outs, st, err := s.inferV2(r, ep, arrived)
+		if err != nil {
+			e := s.toAPIError(err)
+			writeV2Error(w, e)
+			ep.metrics.answered(e, time.Since(arrived))
+			return
 		}
-		items, reqID, err := decodeV2(body)
-		id = reqID
-		return items, err
-	})
-	if err != nil {
-		e := s.toAPIError(err)
-		writeV2Error(w, e)
-		em.answered(e, time.Since(arrived))
-		return
+		w.Header().Set("Server-Timing", serverTiming(st))
+		writeJSON(w, http.StatusOK, v2Response{
+			ModelName:    s.info.Name,
+			ModelVersion: v2ModelVersion,
+			ID:           id,
+			Outputs:      []v2Output{s.v2Tensor(outs)},
+		})
+		ep.metrics.request(http.StatusOK, time.Since(arrived))
 	}
-	w.Header().Set("Server-Timing", serverTiming(st))
-	writeJSON(w, http.StatusOK, v2Response{
-		ModelName:    s.info.Name,
-		ModelVersion: v2ModelVersion,
-		ID:           id,
-		Outputs:      []v2Output{s.v2Tensor(outs)},
-	})
-	em.request(http.StatusOK, time.Since(arrived))
 }
 
-// decodeV2 returns the texts of a v2 inference request and its id.
-func decodeV2(body []byte) ([]string, string, error) {
-	var req v2Request
-	if err := json.Unmarshal(body, &req); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return nil, "", errorf(http.StatusBadRequest, "invalid_body", "not a v2 inference request: field %q has the wrong type", te.Field)
-		}
-		return nil, "", errorf(http.StatusBadRequest, "malformed_json", "malformed JSON: %v", err)
+// inferV2 runs a v2 inference request and returns its id with the outputs.
+func (s *Server) inferV2(r *http.Request, ep *endpoint, arrived time.Time) (string, []models.Output, timing, error) {
+	ctx, cancel, body, err := s.open(r, arrived)
+	if err != nil {
+		return "", nil, timing{}, err
 	}
-	in := -1
-	switch {
-	case len(req.Inputs) == 1:
-		in = 0
-	default:
-		for i := range req.Inputs {
-			if req.Inputs[i].Name == "text" {
+	defer cancel()
+	if r.Header.Get("Inference-Header-Content-Length") != "" {
+		bufPool.Put(body)
+		return "", nil, timing{}, errorf(http.StatusBadRequest, "unsupported", "the binary tensor data extension is not supported; send JSON")
+	}
+	items, id, err := decodeV2(body.Bytes())
+	bufPool.Put(body)
+	if err != nil {
+		return id, nil, timing{}, err
+	}
+	outs, st, err := s.compute(ctx, ep, items)
+	return id, outs, st, err
+}
+
+// decodeV2 returns the texts of a v2 inference request and its id. It is
+// strict: known fields only, each once and spelled exactly; one BYTES input
+// (named "text" when there are several names); a concrete shape whose
+// product is the number of strings; nested data shaped exactly as the shape
+// says (flat data in row-major order is accepted too).
+func decodeV2(body []byte) ([]string, string, error) {
+	if err := checkJSONText(body); err != nil {
+		return nil, "", err
+	}
+	fields, err := strictObject(body, "id", "inputs", "outputs", "parameters")
+	if err != nil {
+		return nil, "", err
+	}
+	var id string
+	if raw, ok := fields["id"]; ok {
+		if err := json.Unmarshal(raw, &id); err != nil {
+			return nil, "", errorf(http.StatusBadRequest, "invalid_body", `"id" must be a string`)
+		}
+	}
+	var raws []json.RawMessage
+	if err := json.Unmarshal(fields["inputs"], &raws); err != nil || len(raws) == 0 {
+		return nil, id, errorf(http.StatusBadRequest, "invalid_inputs", `"inputs" must be a non-empty array of tensors`)
+	}
+	inputs := make([]v2Input, len(raws))
+	names := make(map[string]bool, len(raws))
+	for i, raw := range raws {
+		tf, err := strictObject(raw, "name", "shape", "datatype", "data", "parameters")
+		if err != nil {
+			return nil, id, err
+		}
+		in := &inputs[i]
+		if json.Unmarshal(tf["name"], &in.Name) != nil || json.Unmarshal(tf["shape"], &in.Shape) != nil || json.Unmarshal(tf["datatype"], &in.Datatype) != nil {
+			return nil, id, errorf(http.StatusBadRequest, "invalid_inputs", `input %d: want "name" (string), "shape" (integers), "datatype" (string) and "data"`, i)
+		}
+		in.Data = tf["data"]
+		if names[in.Name] {
+			return nil, id, errorf(http.StatusBadRequest, "invalid_inputs", "input %q appears twice", in.Name)
+		}
+		names[in.Name] = true
+	}
+	in := 0
+	if len(inputs) > 1 {
+		in = -1
+		for i := range inputs {
+			if inputs[i].Name == "text" {
 				in = i
 			}
 		}
+		for i := range inputs {
+			if i != in {
+				return nil, id, errorf(http.StatusBadRequest, "invalid_inputs", `unexpected input %q: this model takes one input tensor, "text"`, inputs[i].Name)
+			}
+		}
 	}
-	if in < 0 {
-		return nil, req.ID, errorf(http.StatusBadRequest, "invalid_inputs", `want one input tensor (named "text"), got %d`, len(req.Inputs))
-	}
-	t := req.Inputs[in]
+	t := inputs[in]
 	if t.Datatype != "BYTES" {
-		return nil, req.ID, errorf(http.StatusBadRequest, "invalid_datatype", "input %q has datatype %q; want BYTES", t.Name, t.Datatype)
+		return nil, id, errorf(http.StatusBadRequest, "invalid_datatype", "input %q has datatype %q; want BYTES", t.Name, t.Datatype)
+	}
+	if len(t.Shape) == 0 {
+		return nil, id, errorf(http.StatusBadRequest, "shape_mismatch", "input %q: no shape", t.Name)
+	}
+	for _, d := range t.Shape {
+		if d < 0 {
+			return nil, id, errorf(http.StatusBadRequest, "shape_mismatch", "input %q: shape %v: dimensions must be concrete (≥ 0)", t.Name, t.Shape)
+		}
 	}
 	var data any
 	if err := json.Unmarshal(t.Data, &data); err != nil {
-		return nil, req.ID, errorf(http.StatusBadRequest, "malformed_json", "input %q: data is not JSON: %v", t.Name, err)
+		return nil, id, errorf(http.StatusBadRequest, "malformed_json", "input %q: data is not JSON: %v", t.Name, err)
 	}
-	items, ok := flattenStrings(data, nil)
-	if !ok {
-		return nil, req.ID, errorf(http.StatusUnprocessableEntity, "invalid_inputs", "input %q: data must hold strings only", t.Name)
+	items, serr := shapedStrings(data, t.Shape)
+	if serr != nil {
+		return nil, id, errorf(serr.Status, serr.Code, "input %q: %s", t.Name, serr.Message)
 	}
-	n := int64(1)
-	for _, d := range t.Shape {
-		n *= d
-	}
-	if len(t.Shape) == 0 || n != int64(len(items)) {
-		return nil, req.ID, errorf(http.StatusBadRequest, "shape_mismatch", "input %q: shape %v does not match %d data items", t.Name, t.Shape, len(items))
-	}
-	return items, req.ID, checkItems(items)
+	return items, id, checkItems(items)
 }
 
-// flattenStrings appends the strings of a nested JSON array in row-major order.
-func flattenStrings(v any, acc []string) ([]string, bool) {
-	switch x := v.(type) {
-	case string:
-		return append(acc, x), true
-	case []any:
-		for _, e := range x {
-			var ok bool
-			if acc, ok = flattenStrings(e, acc); !ok {
-				return nil, false
+// shapedStrings returns the strings of data in row-major order: a flat
+// array of product(shape) strings, or arrays nested exactly as shape says.
+func shapedStrings(data any, shape []int64) ([]string, *apiError) {
+	arr, ok := data.([]any)
+	if !ok {
+		return nil, errorf(http.StatusUnprocessableEntity, "invalid_inputs", "data must be an array of strings")
+	}
+	n, ok := shapeSize(shape, len(arr))
+	flat := true
+	for _, e := range arr {
+		if _, isArr := e.([]any); isArr {
+			flat = false
+			break
+		}
+	}
+	if flat {
+		if !ok || n != len(arr) {
+			return nil, errorf(http.StatusBadRequest, "shape_mismatch", "shape %v does not match %d data items", shape, len(arr))
+		}
+		items := make([]string, len(arr))
+		for i, e := range arr {
+			if items[i], ok = e.(string); !ok {
+				return nil, errorf(http.StatusUnprocessableEntity, "invalid_inputs", "data must hold strings only")
 			}
 		}
-		return acc, true
-	default:
-		return nil, false
+		return items, nil
 	}
+	var items []string
+	var walk func(v any, dims []int64) *apiError
+	walk = func(v any, dims []int64) *apiError {
+		if len(dims) == 0 {
+			s, ok := v.(string)
+			if !ok {
+				if _, isArr := v.([]any); isArr {
+					return errorf(http.StatusBadRequest, "shape_mismatch", "data is nested deeper than shape %v", shape)
+				}
+				return errorf(http.StatusUnprocessableEntity, "invalid_inputs", "data must hold strings only")
+			}
+			items = append(items, s)
+			return nil
+		}
+		a, ok := v.([]any)
+		if !ok || int64(len(a)) != dims[0] {
+			return errorf(http.StatusBadRequest, "shape_mismatch", "data is ragged or does not match shape %v", shape)
+		}
+		for _, e := range a {
+			if err := walk(e, dims[1:]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := walk(data, shape); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+// shapeSize returns the product of shape, and false when it exceeds limit
+// (a product that would overflow does).
+func shapeSize(shape []int64, limit int) (int, bool) {
+	n := int64(1)
+	for _, d := range shape {
+		if d == 0 {
+			return 0, true
+		}
+		if n > int64(limit)/d {
+			return 0, false
+		}
+		n *= d
+	}
+	return int(n), n <= int64(limit)
 }
 
 // v2Tensor packs outputs into one tensor: FP32 [n, dim] for vectors of one

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/inferhq/infer/server/batch"
+	"github.com/inferhq/infer/server/metric"
 )
 
 // Endpoint labels. v2 requests run on the batched path but are counted apart.
@@ -39,7 +40,7 @@ type metrics struct {
 	cacheHits   prometheus.Counter
 	cacheMisses prometheus.Counter
 
-	eps map[string]*epMetrics
+	naive, batched, v2 *epMetrics // each endpoint's, resolved once
 }
 
 // epMetrics holds one endpoint's resolved children, so that the hot path does
@@ -63,9 +64,6 @@ type epMetrics struct {
 	name       string
 }
 
-// latencyBuckets span 0.5 ms to ~65 s.
-var latencyBuckets = prometheus.ExponentialBuckets(0.0005, 2, 18)
-
 func newMetrics(s *Server) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
@@ -73,29 +71,28 @@ func newMetrics(s *Server) *metrics {
 			Name: "infer_requests_total", Help: "HTTP inference requests by endpoint and status code (499: client went away).",
 		}, []string{"endpoint", "code"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "infer_request_duration_seconds", Help: "Time from a request's arrival to its answer.", Buckets: latencyBuckets,
+			Name: metric.RequestDuration, Help: "Time from a request's arrival to its answer.", Buckets: metric.LatencyBuckets(),
 		}, []string{"endpoint"}),
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "infer_in_flight_requests", Help: "Inference requests being handled.",
 		}, []string{"endpoint"}),
 		queueDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "infer_queue_duration_seconds", Help: "Time a request's items waited before their batch started.", Buckets: latencyBuckets,
+			Name: metric.QueueDuration, Help: "Time a request's items waited before their batch started.", Buckets: metric.LatencyBuckets(),
 		}, []string{"endpoint"}),
 		batch: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "infer_batch_size", Help: "Items computed per batch.",
-			Buckets: []float64{1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 512},
+			Name: metric.BatchSize, Help: "Items computed per batch.", Buckets: metric.BatchSizeBuckets(),
 		}, []string{"endpoint"}),
 		compute: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "infer_compute_duration_seconds", Help: "Time the model spent on one batch.", Buckets: latencyBuckets,
+			Name: metric.ComputeDuration, Help: "Time the model spent on one batch.", Buckets: metric.LatencyBuckets(),
 		}, []string{"endpoint"}),
 		items: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infer_items_total", Help: "Items computed by the model.",
+			Name: metric.ItemsTotal, Help: "Items computed by the model.",
 		}, []string{"endpoint"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infer_dropped_items_total", Help: "Items dropped before compute because their deadline passed or their client went away.",
+			Name: metric.DroppedItems, Help: "Items dropped before compute because their deadline passed or their client went away.",
 		}, []string{"endpoint"}),
 		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infer_failed_items_total", Help: "Items the model failed on.",
+			Name: metric.FailedItems, Help: "Items the model failed on.",
 		}, []string{"endpoint"}),
 		padding: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "infer_padding_ratio", Help: "Per batch of a token model: batch size × longest item ÷ real tokens (1 = no padding).",
@@ -109,7 +106,6 @@ func newMetrics(s *Server) *metrics {
 		}, []string{"endpoint", "reason"}),
 		cacheHits:   prometheus.NewCounter(prometheus.CounterOpts{Name: "infer_cache_hits_total", Help: "Items answered from the result cache."}),
 		cacheMisses: prometheus.NewCounter(prometheus.CounterOpts{Name: "infer_cache_misses_total", Help: "Items looked up in the result cache and not found."}),
-		eps:         make(map[string]*epMetrics),
 	}
 	for _, ep := range []string{endpointNaive, endpointBatched, endpointV2} {
 		e := &epMetrics{
@@ -130,7 +126,14 @@ func newMetrics(s *Server) *metrics {
 			e.padding = m.padding.WithLabelValues(ep)
 			e.retries = m.calls.WithLabelValues(ep)
 		}
-		m.eps[ep] = e
+		switch ep {
+		case endpointNaive:
+			m.naive = e
+		case endpointBatched:
+			m.batched = e
+		default:
+			m.v2 = e
+		}
 	}
 	queueDepth := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "infer_queue_depth", Help: "Items admitted and not yet taken by a model instance.",
@@ -159,7 +162,7 @@ func newMetrics(s *Server) *metrics {
 		return 0
 	})
 	info := prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "infer_model_info", Help: "The model served; always 1.",
+		Name: metric.ModelInfo, Help: "The model served; always 1.",
 		ConstLabels: prometheus.Labels{"model": s.info.Name, "task": s.info.Task, "backend": s.info.Backend},
 	})
 	info.Set(1)
@@ -171,6 +174,7 @@ func newMetrics(s *Server) *metrics {
 			Name: "infer_cache_entries", Help: "Results held in the result cache.",
 		}, func() float64 { return float64(s.cache.len()) }))
 	}
+	m.reg.MustRegister(s.conns.collectors()...)
 	m.reg.MustRegister(s.cfg.Collectors...)
 	return m
 }
@@ -227,7 +231,7 @@ func (e *epMetrics) observeBatch(info batch.Info) {
 // admin API may change at run time.
 type batchingCollector struct{ s *Server }
 
-var batchingDesc = prometheus.NewDesc("infer_batching_info",
+var batchingDesc = prometheus.NewDesc(metric.BatchingInfo,
 	"The batched endpoint's settings in effect; always 1.",
 	[]string{"policy", "max_batch", "max_latency", "workers"}, nil)
 

@@ -10,25 +10,31 @@ import (
 )
 
 // naive runs each request alone on its own model instance, one request at a
-// time: the baseline a hand-written server gives. Waiting requests are bounded
-// like the batched queue, and honour their deadlines.
+// time: the baseline a hand-written server gives. A request of more items
+// than the batch size runs in model calls of at most that many, one after
+// the other, so that it never takes more memory than a batch (the batch size
+// the server started with: the admin API's changes are the batched
+// endpoint's, and the naive baseline stays the same through them). Waiting
+// requests are bounded like the batched queue, and honour their deadlines.
 type naive struct {
-	model   models.Model
-	sem     chan struct{} // holds one token while a request computes
-	waiting atomic.Int64  // items waiting for the model
-	cap     int64
-	onBatch func(batch.Info)
+	model    models.Model
+	sem      chan struct{} // holds one token while a request computes
+	waiting  atomic.Int64  // items waiting for the model
+	cap      int64
+	maxBatch int // items per model call, at most
+	onBatch  func(batch.Info)
 }
 
-func newNaive(m models.Model, queueCap int, onBatch func(batch.Info)) *naive {
-	return &naive{model: m, sem: make(chan struct{}, 1), cap: int64(queueCap), onBatch: onBatch}
+func newNaive(m models.Model, queueCap, maxBatch int, onBatch func(batch.Info)) *naive {
+	return &naive{model: m, sem: make(chan struct{}, 1), cap: int64(queueCap), maxBatch: maxBatch, onBatch: onBatch}
 }
 
 // Len returns the number of items waiting.
 func (n *naive) Len() int { return int(n.waiting.Load()) }
 
-// Do computes ins as one model call once the instance is free. It has the
-// contract of batch.Batcher.Do.
+// Do computes ins once the instance is free, in calls of at most the batch
+// size. It has the contract of batch.Batcher.Do. Items not computed because
+// ctx ended first are reported as dropped.
 func (n *naive) Do(ctx context.Context, ins []models.Input) ([]models.Output, batch.Stats, error) {
 	arrived := time.Now()
 	k := int64(len(ins))
@@ -44,29 +50,39 @@ func (n *naive) Do(ctx context.Context, ins []models.Input) ([]models.Output, ba
 		n.waiting.Add(-k)
 	case <-ctx.Done():
 		n.waiting.Add(-k)
+		n.onBatch(batch.Info{Dropped: len(ins), Wait: time.Since(arrived)})
 		return nil, batch.Stats{}, ctx.Err()
 	}
 	defer func() { <-n.sem }()
-	start := time.Now()
-	info := batch.Info{Wait: start.Sub(arrived)}
-	if err := ctx.Err(); err != nil { // expired while waiting for the lock
-		info.Dropped = len(ins)
-		n.onBatch(info)
-		return nil, batch.Stats{}, err
-	}
+	st := batch.Stats{Queue: time.Since(arrived)}
 	outs := make([]models.Output, len(ins))
-	err := batch.Call(context.WithoutCancel(ctx), n.model.Predict, ins, outs)
-	info.Compute = time.Since(start)
-	info.Size = len(ins)
-	st := batch.Stats{Queue: info.Wait, Compute: info.Compute, BatchSize: len(ins)}
-	errs := batch.ItemErrors(err, len(ins))
-	for _, e := range errs {
-		if e != nil {
-			info.Failed++
+	var errs []error
+	size := max(1, n.maxBatch)
+	for lo := 0; lo < len(ins); lo += size {
+		hi := min(lo+size, len(ins))
+		start := time.Now()
+		info := batch.Info{Wait: start.Sub(arrived)}
+		if err := ctx.Err(); err != nil { // expired or abandoned: the rest is not computed
+			info.Dropped = len(ins) - lo
+			n.onBatch(info)
+			return nil, st, err
 		}
+		err := batch.Call(context.WithoutCancel(ctx), n.model.Predict, ins[lo:hi], outs[lo:hi])
+		info.Compute, info.Size, info.Calls = time.Since(start), hi-lo, 1
+		for i, e := range batch.ItemErrors(err, hi-lo) {
+			if e != nil {
+				if errs == nil {
+					errs = make([]error, len(ins))
+				}
+				errs[lo+i] = e
+				info.Failed++
+			}
+		}
+		n.onBatch(info)
+		st.Compute += info.Compute
+		st.BatchSize = max(st.BatchSize, info.Size)
 	}
-	n.onBatch(info)
-	if info.Failed > 0 {
+	if errs != nil {
 		return outs, st, &batch.ItemsError{Errs: errs}
 	}
 	return outs, st, nil

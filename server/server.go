@@ -44,6 +44,15 @@ type Config struct {
 	// DrainTimeout bounds how long shutdown waits for admitted requests.
 	// Default 30s.
 	DrainTimeout time.Duration
+	// MaxConns caps the open client connections. At the cap, the longest
+	// idle keep-alive connection is closed to let a new one in; when none
+	// is idle, the new one is refused (closed). Default: half the
+	// process's open-file limit, at most 4096 (nginx's worker_connections
+	// is of that order); at most MaxConnsLimit.
+	MaxConns int
+	// IdleTimeout closes keep-alive connections idle for that long.
+	// Default 75s (nginx's keepalive_timeout).
+	IdleTimeout time.Duration
 	// Scheduler, if set, runs the batched endpoint's requests instead of an
 	// in-process batcher over Workers local instances: distributed mode
 	// plugs in here. The server then loads only the naive endpoint's
@@ -61,14 +70,34 @@ type Config struct {
 	// CacheTTL is how long a cached result stays valid; 0 means until
 	// evicted.
 	CacheTTL time.Duration
+	// Services are more routes served under the same lifecycle: listener,
+	// connection cap, timeouts, /healthz, /readyz, /metrics and the drain.
+	// See Service.
+	Services []Service
 	// Version is reported by GET /v2.
 	Version string
-	// Service, if set, serves a model through its own endpoints (a
-	// generative model's OpenAI API) in place of /naive, /batched and
-	// /v2; New's factory is then nil. See Service.
-	Service Service
 	// Logger receives lifecycle events; nil discards them.
 	Logger *slog.Logger
+}
+
+// Bounds of the server's own settings (the batching ones are in
+// server/batch: batch.MaxBatchLimit, batch.WorkersLimit, …).
+const (
+	// MaxBodyLimit bounds Config.MaxBody (Triton's HTTP default is 64 MB).
+	MaxBodyLimit = 64 << 20
+	// CacheSizeLimit bounds Config.CacheSize, in results.
+	CacheSizeLimit = 1 << 24
+	// MaxConnsLimit bounds Config.MaxConns.
+	MaxConnsLimit = 1 << 20
+)
+
+// defaultMaxConns is half the open-file limit, at most 4096: the other half
+// is for the model's files, Redis and the process's own.
+func defaultMaxConns() int {
+	if n := openFileLimit(); n > 0 {
+		return max(1, min(4096, n/2))
+	}
+	return 4096
 }
 
 func (c Config) withDefaults() Config {
@@ -87,15 +116,13 @@ func (c Config) withDefaults() Config {
 	if c.DrainTimeout <= 0 {
 		c.DrainTimeout = 30 * time.Second
 	}
-	if c.Batch.MaxBatch <= 0 {
-		c.Batch.MaxBatch = 64
+	if c.MaxConns <= 0 {
+		c.MaxConns = defaultMaxConns()
 	}
-	if c.Batch.Policy == "" {
-		c.Batch.Policy = batch.Fixed
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 75 * time.Second
 	}
-	if c.Batch.QueueCap <= 0 {
-		c.Batch.QueueCap = 16 * c.Batch.MaxBatch * c.Workers
-	}
+	c.Batch = c.Batch.WithDefaults(c.Workers)
 	if c.MaxItems <= 0 {
 		c.MaxItems = min(256, c.Batch.QueueCap)
 	}
@@ -105,10 +132,28 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate reports settings that cannot work together.
+// Validate reports settings out of their bounds or that cannot work
+// together. Zero values stand for their defaults.
 func (c Config) Validate() error {
 	if err := c.Batch.Validate(); err != nil {
 		return err
+	}
+	if c.Workers != 0 {
+		if err := batch.ValidateWorkers(c.Workers); err != nil {
+			return err
+		}
+	}
+	switch {
+	case c.MaxBody < 0 || c.MaxBody > MaxBodyLimit:
+		return fmt.Errorf("max body %d bytes: want 1 to %d", c.MaxBody, MaxBodyLimit)
+	case c.MaxItems < 0:
+		return fmt.Errorf("max items %d: must not be negative", c.MaxItems)
+	case c.CacheSize < 0 || c.CacheSize > CacheSizeLimit:
+		return fmt.Errorf("cache size %d: want 0 to %d", c.CacheSize, CacheSizeLimit)
+	case c.MaxConns < 0 || c.MaxConns > MaxConnsLimit:
+		return fmt.Errorf("max conns %d: want 1 to %d", c.MaxConns, MaxConnsLimit)
+	case c.Timeout < 0 || c.DrainTimeout < 0 || c.IdleTimeout < 0 || c.CacheTTL < 0:
+		return errors.New("timeouts and the cache's TTL must not be negative")
 	}
 	d := c.withDefaults()
 	if d.MaxItems > d.Batch.QueueCap {
@@ -130,27 +175,53 @@ type Scheduler interface {
 	Len() int
 }
 
+// Service is a set of routes served next to the encoder endpoints, under the
+// same lifecycle: the listener and its connection cap, the timeouts,
+// /healthz, /readyz and /metrics (add its collectors to Config.Collectors),
+// panic recovery, and the drain, with Connection: close on every response
+// from its start. The generation (OpenAI-compatible) routes plug in here.
+type Service interface {
+	// Mount registers the service's handlers on mux; New calls it once.
+	// Its patterns must not collide with the server's own.
+	Mount(mux *http.ServeMux)
+	// Run loads what the service needs, calls ready once it can serve, and
+	// serves until ctx is done. ctx ending is the drain: the service then
+	// refuses new work, finishes what it admitted, and returns. An error
+	// before ctx ends fails the server as a failed model load does.
+	Run(ctx context.Context, ready func()) error
+}
+
+// An AdminService has an admin API of its own. On a server with no encoder
+// model, the first one is served at /admin/batching behind Config.AdminToken
+// (and does not exist without a token).
+type AdminService interface {
+	Service
+	Admin() http.Handler
+}
+
 // Server serves one model. Create it with New, run it with Run or Serve.
 type Server struct {
 	cfg     Config
-	factory models.Factory
+	factory models.Factory // nil: no encoder endpoints, services only
 	info    models.Info
 	log     *slog.Logger
 	metrics *metrics
 	handler http.Handler
+	conns   *conns
 
 	// Set once loading is done; read by handlers.
 	batched  atomic.Pointer[schedulerBox]
 	naive    atomic.Pointer[naive]
-	ready    atomic.Bool
+	ready    atomic.Bool  // the model is loaded and warm
+	unready  atomic.Int32 // services not yet ready
 	draining atomic.Bool
 	cache    *cache // nil when off
 
-	adminMu   sync.Mutex     // serialises admin changes
-	instances []models.Model // the batched workers' instances, in the order added
+	admin chan struct{} // holds a token while an admin change runs
 }
 
 // New returns a server for the model made by factory. It loads nothing yet.
+// With a nil factory it serves Config.Services only.
 func New(cfg Config, factory models.Factory) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -160,15 +231,15 @@ func New(cfg Config, factory models.Factory) (*Server, error) {
 		cfg:     cfg,
 		factory: factory,
 		log:     cfg.Logger,
+		admin:   make(chan struct{}, 1),
+		conns:   newConns(cfg.MaxConns, cfg.Logger),
 	}
-	if cfg.Service != nil { // hook: a service's endpoints replace the encoder's
-		s.info = cfg.Service.Info()
-		s.cfg.Collectors = append(s.cfg.Collectors[:len(s.cfg.Collectors):len(s.cfg.Collectors)], cfg.Service.Collectors()...)
-		s.metrics = newMetrics(s)
-		s.handler = s.serviceRoutes()
-		return s, nil
+	if factory != nil {
+		s.info = factory.Info()
+	} else {
+		s.ready.Store(true)
 	}
-	s.info = factory.Info()
+	s.unready.Store(int32(len(cfg.Services)))
 	if cfg.CacheSize > 0 {
 		s.cache = newCache(cfg.CacheSize, cfg.CacheTTL)
 	}
@@ -181,9 +252,11 @@ func New(cfg Config, factory models.Factory) (*Server, error) {
 // until Serve has loaded and warmed the model.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// Ready reports whether the model is loaded and warm and the server is not
-// draining.
-func (s *Server) Ready() bool { return s.ready.Load() && !s.draining.Load() }
+// Ready reports whether the model is loaded and warm, every service is
+// ready, and the server is not draining.
+func (s *Server) Ready() bool {
+	return s.ready.Load() && s.unready.Load() == 0 && !s.draining.Load()
+}
 
 // Run listens on Config.Addr and serves until ctx is done, then drains.
 func (s *Server) Run(ctx context.Context) error {
@@ -195,9 +268,11 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 // Serve serves on ln: it answers health checks at once, loads and warms the
-// model instances, then turns ready. When ctx is done it drains: /readyz
-// turns 503, new requests are refused with 503, admitted requests are
-// finished within Config.DrainTimeout, and Serve returns. It returns an error
+// model instances and runs the services, then turns ready. When ctx is done
+// it drains: /readyz turns 503, the listener closes, new requests are
+// refused with 503, every response carries Connection: close, admitted
+// requests are finished within Config.DrainTimeout, and connections are
+// closed once quiet (see drainQuiet); then Serve returns. It returns an error
 // if loading fails or the drain timed out.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
@@ -205,66 +280,109 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      s.cfg.Timeout + 10*time.Second,
-		IdleTimeout:       90 * time.Second,
+		IdleTimeout:       s.cfg.IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
+		ConnState:         s.conns.stateChanged,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
+	cl := s.conns.listen(ln)
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
-	s.log.Info("listening", "addr", ln.Addr().String(), "model", s.info.Name)
+	go func() { serveErr <- srv.Serve(cl) }()
+	s.log.Info("listening", "addr", ln.Addr().String(), "model", s.info.Name, "max_conns", s.cfg.MaxConns)
 
+	// What runs admitted work (the batcher, the services) stops admitting
+	// when workCtx ends, and returns once its work is done.
 	var wg sync.WaitGroup
-	batchCtx, stopBatch := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopBatch()
-	instances, loadErr := s.load(ctx, batchCtx, &wg)
-	if loadErr == nil {
-		s.ready.Store(true)
-		s.log.Info("ready", "model", s.info.Name, "workers", s.cfg.Workers,
-			"batch", s.cfg.Batch.MaxBatch, "max_latency", s.cfg.Batch.MaxLatency, "policy", s.cfg.Batch.Policy)
+	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWork()
+	failed := make(chan error, len(s.cfg.Services))
+	for _, svc := range s.cfg.Services {
+		wg.Go(func() {
+			var once sync.Once
+			if err := svc.Run(workCtx, func() { once.Do(func() { s.unready.Add(-1) }) }); err != nil {
+				failed <- err
+			}
+		})
 	}
-
+	var naiveModel models.Model
+	var loadErr error
+	if s.factory != nil {
+		if naiveModel, loadErr = s.load(ctx, workCtx, &wg); loadErr == nil {
+			s.ready.Store(true)
+			s.log.Info("ready", "model", s.info.Name, "workers", s.cfg.Workers,
+				"batch", s.cfg.Batch.MaxBatch, "max_latency", s.cfg.Batch.MaxLatency, "policy", s.cfg.Batch.Policy)
+		}
+	}
 	if loadErr == nil {
 		select {
 		case <-ctx.Done():
 		case err := <-serveErr:
 			loadErr = fmt.Errorf("serve: %w", err)
+		case err := <-failed:
+			loadErr = err
 		}
 	}
 
-	// Drain: refuse new work, finish admitted work, then stop.
-	s.draining.Store(true)
+	// Drain: refuse new work and new connections, finish admitted work,
+	// then close the connections once quiet.
+	s.draining.Store(true) // from here every response carries Connection: close
+	cl.Close()
 	s.log.Info("draining", "queued", s.queued(), "timeout", s.cfg.DrainTimeout)
 	drainCtx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
 	defer cancel()
-	stopBatch()
-	batchDone := make(chan struct{})
-	go func() { wg.Wait(); close(batchDone) }()
+	stopWork()
+	workDone := make(chan struct{})
+	go func() { wg.Wait(); close(workDone) }()
 	var drainErr error
 	select {
-	case <-batchDone:
+	case <-workDone:
 	case <-drainCtx.Done():
 		drainErr = fmt.Errorf("drain timed out after %v with %d items queued", s.cfg.DrainTimeout, s.queued())
 	}
-	if err := srv.Shutdown(drainCtx); err != nil && drainErr == nil {
+	if err := s.closeConns(drainCtx); err != nil && drainErr == nil {
 		drainErr = fmt.Errorf("drain timed out after %v: %w", s.cfg.DrainTimeout, err)
 	}
-	if drainErr == nil {
-		for _, m := range instances {
-			if err := m.Close(); err != nil {
-				drainErr = errors.Join(drainErr, fmt.Errorf("close model: %w", err))
-			}
+	srv.Close()
+	<-serveErr
+	for len(failed) > 0 { // services that failed while draining
+		drainErr = errors.Join(drainErr, <-failed)
+	}
+	// The batcher closed its workers' instances as they stopped; the naive
+	// endpoint's is closed here, unless a call may still run on it.
+	if drainErr == nil && naiveModel != nil {
+		if err := naiveModel.Close(); err != nil {
+			drainErr = fmt.Errorf("close model: %w", err)
 		}
 	}
 	s.log.Info("stopped")
 	return errors.Join(loadErr, drainErr)
 }
 
-// load creates and warms the instances, and starts the batcher under
-// batchCtx. It returns every instance created, for closing.
-func (s *Server) load(ctx, batchCtx context.Context, wg *sync.WaitGroup) ([]models.Model, error) {
-	if s.cfg.Service != nil { // hook: the service loads and runs its own instances
-		return nil, s.loadService(ctx, batchCtx, wg)
+// closeConns waits for the connections to close: each answer written during
+// the drain carried Connection: close, so its connection closes after it;
+// connections idle (or new and silent) for drainQuiet are closed. When ctx
+// ends first, the rest are left to http.Server.Close.
+func (s *Server) closeConns(ctx context.Context) error {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		open := s.conns.closeQuiet(time.Now(), drainQuiet)
+		if open == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d connections still open: %w", open, ctx.Err())
+		case <-tick.C:
+		}
 	}
+}
+
+// load creates and warms the instances, and starts the batcher under
+// batchCtx: it owns the batched workers' instances from then on. It returns
+// the naive endpoint's instance, which the caller closes. When loading fails,
+// every instance made is closed.
+func (s *Server) load(ctx, batchCtx context.Context, wg *sync.WaitGroup) (models.Model, error) {
 	start := time.Now()
 	n := s.cfg.Workers + 1 // the last one serves /naive
 	if s.cfg.Scheduler != nil {
@@ -282,35 +400,25 @@ func (s *Server) load(ctx, batchCtx context.Context, wg *sync.WaitGroup) ([]mode
 				return
 			}
 			instances[i] = m
-			timed[i], errs[i] = s.warm(ctx, m)
+			timed[i], errs[i] = s.warm(ctx, m, s.cfg.Batch.MaxBatch)
 		})
 	}
 	lw.Wait()
-	var all []models.Model
-	for _, m := range instances {
-		if m != nil {
-			all = append(all, m)
-		}
-	}
 	if err := errors.Join(errs...); err != nil {
-		return all, err
+		return nil, errors.Join(err, closeAll(instances))
 	}
 
 	sched := s.cfg.Scheduler
 	if sched == nil {
-		workers := make([]batch.Func[models.Input, models.Output], s.cfg.Workers)
-		for i := range workers {
-			workers[i] = instances[i].Predict
-		}
-		s.instances = instances[:s.cfg.Workers]
 		bcfg := s.cfg.Batch
-		bcfg.OnBatch = s.metrics.eps[endpointBatched].observeBatch
+		bcfg.OnBatch = s.metrics.batched.observeBatch
 		// A token model's batch pads to its longest item.
-		b := batch.New(bcfg, workers...).WithSize(func(in models.Input) int { return len(in.Tokens) })
-		for _, ws := range timed[:s.cfg.Workers] {
-			for _, w := range ws {
+		b := batch.New[models.Input, models.Output](bcfg).WithSize(func(in models.Input) int { return len(in.Tokens) })
+		for i, m := range instances[:s.cfg.Workers] {
+			for _, w := range timed[i] {
 				b.Observe(w.n, w.d)
 			}
+			b.AddInstance(m)
 		}
 		sched = b
 	}
@@ -320,21 +428,34 @@ func (s *Server) load(ctx, batchCtx context.Context, wg *sync.WaitGroup) ([]mode
 			s.log.Error("batched scheduler stopped", "err", err)
 		}
 	})
-	s.naive.Store(newNaive(instances[n-1], s.cfg.Batch.QueueCap, s.metrics.eps[endpointNaive].observeBatch))
+	s.naive.Store(newNaive(instances[n-1], s.cfg.Batch.QueueCap, s.cfg.Batch.MaxBatch, s.metrics.naive.observeBatch))
 	s.log.Info("model loaded", "model", s.info.Name, "instances", n, "took", time.Since(start).Round(time.Millisecond))
-	return all, nil
+	return instances[n-1], nil
+}
+
+// closeAll closes the instances that are not nil.
+func closeAll(ms []models.Model) error {
+	var errs []error
+	for _, m := range ms {
+		if m != nil {
+			if err := m.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("close model: %w", err))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // warm runs a fresh instance once on a single item (lazy initialisation),
-// then times a full batch and a single item again: the batcher's cost model
-// starts from these.
-func (s *Server) warm(ctx context.Context, m models.Model) ([]warmup, error) {
+// then times a full batch of maxBatch items and a single item again: the
+// batcher's cost model starts from these.
+func (s *Server) warm(ctx context.Context, m models.Model, maxBatch int) ([]warmup, error) {
 	in, err := s.factory.Prepare("Warm up the [MASK] before serving.")
 	if err != nil {
 		return nil, fmt.Errorf("warm up: %w", err)
 	}
 	var timed []warmup
-	for i, n := range []int{1, s.cfg.Batch.MaxBatch, 1} {
+	for i, n := range []int{1, maxBatch, 1} {
 		ins := make([]models.Input, n)
 		for i := range ins {
 			ins[i] = in
@@ -358,9 +479,6 @@ type warmup struct {
 
 func (s *Server) queued() int {
 	n := 0
-	if s.cfg.Service != nil { // hook
-		n += s.cfg.Service.Len()
-	}
 	if b := s.batched.Load(); b != nil {
 		n += b.Len()
 	}

@@ -37,7 +37,8 @@ const maxRunLogits = 8 << 20
 // rows are assembled anew.
 type Decoder struct {
 	f    *DecoderFactory
-	sess *ort.DynamicAdvancedSession // owned by the factory
+	s    *session                    // shared with the worker's other instances
+	sess *ort.DynamicAdvancedSession // s.sess; nil once closed
 	sig  decoderSig
 	info models.DecoderInfo
 	dims dims
@@ -59,9 +60,9 @@ type Decoder struct {
 
 var _ models.Decoder = (*Decoder)(nil)
 
-func newDecoder(f *DecoderFactory, s *ort.DynamicAdvancedSession) *Decoder {
+func newDecoder(f *DecoderFactory, s *session) *Decoder {
 	d := &Decoder{
-		f: f, sess: s, sig: f.sig, info: f.info,
+		f: f, s: s, sess: s.sess, sig: f.sig, info: f.info,
 		dims:   dims{layers: f.sig.layers, heads: f.sig.heads, headDim: f.sig.headDim},
 		seqs:   map[models.SeqID]*seqState{},
 		pool:   &bufPool{},
@@ -444,13 +445,17 @@ func (d *Decoder) Free(id models.SeqID) {
 	delete(d.seqs, id)
 }
 
-// Close drops every sequence's cache and frees its memory; the factory
-// keeps the session.
+// Close drops every sequence's cache and frees its memory, and releases its
+// share of the worker's session. Closing twice is harmless.
 func (d *Decoder) Close() error {
+	if d.sess == nil {
+		return nil
+	}
 	clear(d.seqs)
 	d.used = 0
 	d.pool.close()
 	d.decodeLogits, d.runLogits, d.rowLogits, d.kept = nil, nil, nil, nil
 	d.sess = nil
+	d.f.sessions.release(d.s)
 	return nil
 }

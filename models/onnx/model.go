@@ -15,7 +15,8 @@ import (
 // use; instances sharing a session are.
 type Model struct {
 	f    *Factory
-	sess *ort.DynamicAdvancedSession // owned by the factory
+	s    *session                    // shared with the worker's other instances
+	sess *ort.DynamicAdvancedSession // s.sess; nil once closed
 
 	ids, mask, types []int64   // inputs, [n, seqLen]
 	out              []float32 // the float output when its shape is known in advance
@@ -164,8 +165,13 @@ func grow[T any](s []T, n int) []T {
 	return make([]T, n, n+n/4)
 }
 
-// Close forgets the session; the factory releases it.
+// Close releases the instance's share of its session: the last instance of
+// a worker number destroys it, so that removing a worker gives its memory
+// back. Closing twice is harmless.
 func (m *Model) Close() error {
-	m.sess = nil
+	if m.sess != nil {
+		m.sess = nil
+		m.f.sessions.release(m.s)
+	}
 	return nil
 }

@@ -233,7 +233,8 @@ func (f *Factory) Prepare(text string) (models.Input, error) {
 // the same worker share it, so the weights of the naive endpoint's instance,
 // which the server numbers 0, are those of worker 0. Sessions of different
 // workers compute at the same time without contending for one thread pool
-// (concurrent runs of one CPU session mostly wait for each other).
+// (concurrent runs of one CPU session mostly wait for each other). A session
+// is released when the last instance using it is closed.
 func (f *Factory) New(_ context.Context, worker int) (models.Model, error) {
 	s, err := f.sessions.get(worker, func() (*ort.DynamicAdvancedSession, error) {
 		return newSession(f.cfg.Path, f.sig.inputs, f.sig.outputs, models.ForWorker(f.devices, worker), f.threads, f.cfg.Spin)
@@ -241,7 +242,7 @@ func (f *Factory) New(_ context.Context, worker int) (models.Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Model{f: f, sess: s}, nil
+	return &Model{f: f, s: s, sess: s.sess}, nil
 }
 
 // Close releases the sessions; the instances must be closed first.
@@ -251,32 +252,56 @@ func (f *Factory) Close() error {
 }
 
 // sessions are a factory's sessions, one per worker number, made by the
-// worker's first instance. The zero value is ready to use.
+// worker's first instance and destroyed with its last. The zero value is
+// ready to use.
 type sessions struct {
 	mu       sync.Mutex
-	byWorker map[int]*ort.DynamicAdvancedSession
+	byWorker map[int]*session
 	closed   bool
 }
 
-// get returns worker's session, made by open if there is none yet.
-func (ss *sessions) get(worker int, open func() (*ort.DynamicAdvancedSession, error)) (*ort.DynamicAdvancedSession, error) {
+// session is a worker number's session and the count of its instances.
+type session struct {
+	sess   *ort.DynamicAdvancedSession
+	worker int
+	users  int
+}
+
+// get returns worker's session with one more user, made by open if there is
+// none yet.
+func (ss *sessions) get(worker int, open func() (*ort.DynamicAdvancedSession, error)) (*session, error) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.closed {
 		return nil, errors.New("onnx: factory closed")
 	}
-	if s := ss.byWorker[worker]; s != nil {
-		return s, nil
+	s := ss.byWorker[worker]
+	if s == nil {
+		sess, err := open()
+		if err != nil {
+			return nil, err
+		}
+		if ss.byWorker == nil {
+			ss.byWorker = map[int]*session{}
+		}
+		s = &session{sess: sess, worker: worker}
+		ss.byWorker[worker] = s
 	}
-	s, err := open()
-	if err != nil {
-		return nil, err
-	}
-	if ss.byWorker == nil {
-		ss.byWorker = map[int]*ort.DynamicAdvancedSession{}
-	}
-	ss.byWorker[worker] = s
+	s.users++
 	return s, nil
+}
+
+// release forgets one user of s, and destroys s with the last, so that
+// removing a worker gives its memory back.
+func (ss *sessions) release(s *session) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if s.users--; s.users > 0 || ss.byWorker[s.worker] != s {
+		return
+	}
+	delete(ss.byWorker, s.worker)
+	s.sess.Destroy()
+	trimHeap()
 }
 
 // close destroys the sessions; later gets fail.
@@ -285,7 +310,7 @@ func (ss *sessions) close() {
 	defer ss.mu.Unlock()
 	ss.closed = true
 	for w, s := range ss.byWorker {
-		s.Destroy()
+		s.sess.Destroy()
 		delete(ss.byWorker, w)
 	}
 }

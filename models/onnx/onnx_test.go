@@ -255,6 +255,40 @@ func TestSessions(t *testing.T) {
 	assertClose(t, outs[2][0], outs[0][0], 0)
 }
 
+// TestSessionReleasedWithItsLastInstance: closing a worker's instances gives
+// its session's memory back (a removed worker must not keep it until exit).
+func TestSessionReleasedWithItsLastInstance(t *testing.T) {
+	f := newFactory(t, Config{Path: toyGraph{outputs: []string{"logits"}}.build(t, t.TempDir(), "logits"), Workers: 2})
+	sessions := func() int {
+		f.sessions.mu.Lock()
+		defer f.sessions.mu.Unlock()
+		return len(f.sessions.byWorker)
+	}
+	a, _ := f.New(context.Background(), 1)
+	b, _ := f.New(context.Background(), 1)
+	a.Close()
+	a.Close() // twice is harmless
+	if got := sessions(); got != 1 {
+		t.Errorf("%d sessions with one of two instances closed, want 1", got)
+	}
+	b.Close()
+	if got := sessions(); got != 0 {
+		t.Errorf("%d sessions once every instance is closed, want 0", got)
+	}
+	c, err := f.New(context.Background(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	in, err := f.Prepare(short)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Predict(context.Background(), []models.Input{in}, make([]models.Output, 1)); err != nil {
+		t.Errorf("an instance on a fresh session: %v", err)
+	}
+}
+
 func TestDevices(t *testing.T) {
 	requireRuntime(t)
 	path := toyGraph{outputs: []string{"embedding"}}.build(t, t.TempDir(), "embed")

@@ -1,10 +1,8 @@
 package onnx
 
 import (
-	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -15,6 +13,7 @@ import (
 	"github.com/inferhq/infer/models/wordpiece"
 	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/batch"
+	"github.com/inferhq/infer/server/servertest"
 )
 
 // TestServedPaddingInvariance serves generated BERT models with the real
@@ -59,31 +58,7 @@ func serveBuiltin(t *testing.T, cache string, task bert.Task, rejectLong bool) s
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
-	srv, err := server.New(server.Config{Batch: batch.Config{MaxBatch: 8, MaxLatency: 20 * time.Millisecond}}, f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve() = %v", err)
-		}
-	})
-	for !srv.Ready() {
-		select {
-		case err := <-done:
-			t.Fatalf("Serve() = %v before ready", err)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	return "http://" + ln.Addr().String()
+	return servertest.Start(t, server.Config{Batch: batch.Config{MaxBatch: 8, MaxLatency: 20 * time.Millisecond}}, f).URL
 }
 
 // TestServedBadInput: awkward inputs through the real server get a
@@ -106,7 +81,7 @@ func TestServedBadInput(t *testing.T) {
 		{"emoji", fillMask, "text/plain", "I 😀 the [MASK] 🇫🇷 👍🏽", 200},
 		{"CJK", fillMask, "text/plain", "东京是日本的[MASK]。", 200},
 		{"invalid UTF-8 text", fillMask, "text/plain", "caf\xe9 [MASK] \xff", 400},
-		{"invalid UTF-8 in JSON (decoded as U+FFFD)", fillMask, "application/json", "{\"inputs\": [\"caf\xe9 [MASK]\"]}", 200},
+		{"invalid UTF-8 in JSON", fillMask, "application/json", "{\"inputs\": [\"caf\xe9 [MASK]\"]}", 400},
 		{"fill-mask without [MASK]", fillMask, "text/plain", "Paris is the capital of France.", 422},
 		{"embed without [MASK]", embed, "text/plain", "Paris is the capital of France.", 200},
 	} {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/inferhq/infer/models"
@@ -114,4 +115,23 @@ func TestFailOnFailsTheWholeBatch(t *testing.T) {
 	if err := m.Predict(context.Background(), in[:1], make([]models.Output, 1)); err != nil {
 		t.Errorf("Predict() without the text = %v", err)
 	}
+}
+
+// With GoSleep a batch takes exactly its cost on a synctest bubble's clock.
+func TestGoSleepFollowsTheBubbleClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, err := New(Config{Fixed: 77 * time.Millisecond, PerItem: time.Millisecond, GoSleep: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, _ := f.New(context.Background(), 0)
+		in := make([]models.Input, 3)
+		start := time.Now()
+		if err := m.Predict(context.Background(), in, make([]models.Output, 3)); err != nil {
+			t.Fatal(err)
+		}
+		if got := time.Since(start); got != 80*time.Millisecond {
+			t.Errorf("batch of 3 took %v, want exactly 80ms", got)
+		}
+	})
 }

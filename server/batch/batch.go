@@ -130,7 +130,7 @@ type Stats struct {
 	Queue     time.Duration // from arrival to the start of the batch's computation
 	Compute   time.Duration // the computation of the batch
 	BatchSize int           // items in the batch
-	Padding   float64       // batch size × largest item ÷ total item size (1 without WithSize)
+	Padding   float64       // batch size × largest item ÷ total item size; 0 when items have no size (see WithSize)
 }
 
 // Info describes one batch after it ran. It is passed to Config.OnBatch.
@@ -142,15 +142,16 @@ type Info struct {
 	Wait    time.Duration // from the arrival of the first item to the start of compute
 	Compute time.Duration // time spent in the worker's Func
 	Calls   int           // calls of the Func: 1, more when a failed batch was bisected
-	Padding float64       // Size × largest item ÷ total item size; 1 without WithSize
+	Padding float64       // Size × largest item ÷ total item size; 0 when items have no size (see WithSize)
 }
 
 // Batcher groups submitted items into batches for its workers. Its methods
 // are safe for concurrent use. Run must be running for work to be done.
 type Batcher[In, Out any] struct {
-	cfg     atomic.Pointer[Config] // replaced whole by Reconfigure
-	size    func(In) int           // item size for padding and buckets; nil: all 1
+	cfg     atomic.Pointer[Config]       // replaced whole by Reconfigure
+	size    atomic.Pointer[func(In) int] // item size for padding and buckets; nil: all 1
 	est     estimator
+	running running // predicted ends of the batches being computed
 	onBatch func(Info)
 
 	in    chan item[In, Out]  // admitted items; capacity QueueCap
@@ -166,12 +167,13 @@ type Batcher[In, Out any] struct {
 	mu       sync.RWMutex // guards closed against concurrent admission
 	closed   bool
 
-	wmu     sync.Mutex // guards workers and runCtx
-	workers []*worker[In, Out]
-	runCtx  context.Context // the workers' context once Run started; nil before
-	wg      sync.WaitGroup  // the running workers and the dispatcher
-	nextID  int
-	started atomic.Bool
+	wmu       sync.Mutex // guards workers, runCtx and closeErrs
+	workers   []*worker[In, Out]
+	runCtx    context.Context // the workers' context once Run started; nil before
+	closeErrs []error         // from closing the instances of stopped workers
+	wg        sync.WaitGroup  // the running workers and the dispatcher
+	nextID    int
+	started   atomic.Bool
 }
 
 type item[In, Out any] struct {
@@ -192,9 +194,10 @@ type slab[In, Out any] struct {
 
 // New returns a batcher with one worker per Func. Each Func owns its model
 // instance: it is never called concurrently with itself. Workers can be
-// added and removed later with AddWorker and RemoveWorker.
+// added and removed later with AddWorker, AddInstance and RemoveWorker.
+// Fields of cfg left zero take the defaults of Config.WithDefaults.
 func New[In, Out any](cfg Config, workers ...Func[In, Out]) *Batcher[In, Out] {
-	cfg = cfg.withDefaults(max(1, len(workers)))
+	cfg = cfg.WithDefaults(len(workers))
 	b := &Batcher[In, Out]{
 		est:     newEstimator(),
 		onBatch: cfg.OnBatch,
@@ -213,9 +216,10 @@ func New[In, Out any](cfg Config, workers ...Func[In, Out]) *Batcher[In, Out] {
 // WithSize sets the function giving an item's size, such as its token count.
 // A batch is padded to its largest item: the batcher then reports padding
 // (Info.Padding, Stats.Padding) and, with Config.Buckets, groups items of
-// similar size. Call it before Run.
+// similar size. It is safe to call at any time; items admitted before have
+// size 1. It returns b.
 func (b *Batcher[In, Out]) WithSize(size func(In) int) *Batcher[In, Out] {
-	b.size = size
+	b.size.Store(&size)
 	return b
 }
 
@@ -231,7 +235,7 @@ func (b *Batcher[In, Out]) Reconfigure(c Config) error {
 	}
 	old := b.cfg.Load()
 	c.QueueCap, c.OnBatch = old.QueueCap, old.OnBatch
-	c = c.withDefaults(b.Workers())
+	c = c.WithDefaults(b.Workers())
 	b.cfg.Store(&c)
 	b.notify()
 	return nil
@@ -262,9 +266,11 @@ func (b *Batcher[In, Out]) Observe(n int, d time.Duration) { b.est.observe(n, d)
 
 // Run starts the workers and forms batches until ctx is done. Then it stops
 // admitting (Submit and Do return ErrClosed), finishes every admitted item
-// without waiting for more company, and returns once all workers are idle.
-// The context given to the workers' Funcs is not cancelled by ctx: admitted
-// work is finished, not abandoned. Run may be called once.
+// without waiting for more company, closes the instances the batcher owns
+// (see AddInstance), and returns once all workers have stopped, with the
+// errors of closing them. The context given to the workers' Funcs is not
+// cancelled by ctx: admitted work is finished, not abandoned. Run may be
+// called once.
 func (b *Batcher[In, Out]) Run(ctx context.Context) error {
 	if !b.started.CompareAndSwap(false, true) {
 		return errors.New("batch: Run called twice")
@@ -289,15 +295,17 @@ func (b *Batcher[In, Out]) Run(ctx context.Context) error {
 		w.stop()
 	}
 	b.wmu.Unlock()
-	b.wg.Wait()
-	return nil
+	b.wg.Wait() // the workers have closed their instances
+	b.wmu.Lock()
+	defer b.wmu.Unlock()
+	return errors.Join(b.closeErrs...)
 }
 
 // Submit computes one item and returns its output. It blocks until the item is
 // done, ctx is done (ctx.Err() is returned; a queued item is then dropped), or
 // admission fails at once (ErrQueueFull, ErrClosed).
 func (b *Batcher[In, Out]) Submit(ctx context.Context, in In) (Out, error) {
-	c := b.getCall(ctx, 1)
+	c := b.getCall(ctx)
 	c.outs = c.one[:]
 	ins := [1]In{in}
 	var zero Out
@@ -320,7 +328,7 @@ func (b *Batcher[In, Out]) Do(ctx context.Context, ins []In) ([]Out, Stats, erro
 	if len(ins) == 0 {
 		return nil, Stats{}, nil
 	}
-	c := b.getCall(ctx, len(ins))
+	c := b.getCall(ctx)
 	c.outs = make([]Out, len(ins))
 	if err := b.admit(c, ins); err != nil {
 		b.putCall(c)
@@ -354,18 +362,17 @@ func (b *Batcher[In, Out]) admit(c *call[Out], ins []In) error {
 		b.queued.Add(-n)
 		return ErrQueueFull
 	}
-	if deadline, ok := c.ctx.Deadline(); ok && !cfg.AdmitLate {
-		if wait, ok := b.est.completion(int(q), cfg.MaxBatch, int(b.nworkers.Load())); ok && c.enq.Add(wait).After(deadline) {
-			b.queued.Add(-n)
-			return ErrWouldMissDeadline
-		}
+	if deadline, ok := c.ctx.Deadline(); ok && !cfg.AdmitLate && b.wouldMiss(c.enq, deadline, int(q), cfg) {
+		b.queued.Add(-n)
+		return ErrWouldMissDeadline
 	}
 	c.pending.Store(int32(n))
+	sizeOf := b.size.Load()
 	// The counter bounds the channel's contents, so these sends never block.
 	for i := range ins {
 		size := 1
-		if b.size != nil {
-			size = b.size(ins[i])
+		if sizeOf != nil {
+			size = (*sizeOf)(ins[i])
 		}
 		b.in <- item[In, Out]{c: c, in: ins[i], idx: i, size: size}
 	}
@@ -394,7 +401,7 @@ func Call[In, Out any](ctx context.Context, fn Func[In, Out], in []In, out []Out
 	return fn(ctx, in, out)
 }
 
-func (b *Batcher[In, Out]) getCall(ctx context.Context, n int) *call[Out] {
+func (b *Batcher[In, Out]) getCall(ctx context.Context) *call[Out] {
 	c, _ := b.calls.Get().(*call[Out])
 	if c == nil {
 		c = &call[Out]{done: make(chan struct{}, 1)}

@@ -57,7 +57,7 @@ func start[In, Out any](t *testing.T, b *Batcher[In, Out]) (stop func()) {
 func TestDeadlineSetByFirstItemNotReset(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var r recorder
-		b := New(Config{MaxBatch: 10, MaxLatency: 100 * time.Millisecond}, r.fn)
+		b := New(Config{MaxBatch: 10, Policy: Fixed, MaxLatency: 100 * time.Millisecond}, r.fn)
 		stop := start(t, b)
 		defer stop()
 
@@ -88,7 +88,7 @@ func TestDeadlineSetByFirstItemNotReset(t *testing.T) {
 func TestFullBatchClosesAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var r recorder
-		b := New(Config{MaxBatch: 4, MaxLatency: time.Hour}, r.fn)
+		b := New(Config{MaxBatch: 4, Policy: Fixed, MaxLatency: time.Hour}, r.fn)
 		stop := start(t, b)
 		defer stop()
 
@@ -156,8 +156,8 @@ func TestConcurrentSubmittersGetTheirOwnResults(t *testing.T) {
 		cfg     Config
 		workers int
 	}{
-		{"fixed 1 worker", Config{MaxBatch: 16, MaxLatency: time.Millisecond}, 1},
-		{"fixed 4 workers", Config{MaxBatch: 7, MaxLatency: time.Millisecond}, 4},
+		{"fixed 1 worker", Config{MaxBatch: 16, Policy: Fixed, MaxLatency: time.Millisecond}, 1},
+		{"fixed 4 workers", Config{MaxBatch: 7, Policy: Fixed, MaxLatency: time.Millisecond}, 4},
 		{"immediate 3 workers", Config{MaxBatch: 5, Policy: Immediate}, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -288,7 +288,7 @@ func TestQueueFullRefusesAtOnce(t *testing.T) {
 func TestMultiItemRequestSpansBatches(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var r recorder
-		b := New(Config{MaxBatch: 4, MaxLatency: time.Millisecond}, r.fn)
+		b := New(Config{MaxBatch: 4, Policy: Fixed, MaxLatency: time.Millisecond}, r.fn)
 		stop := start(t, b)
 		defer stop()
 
@@ -362,7 +362,7 @@ func TestErrors(t *testing.T) {
 func TestDrainFinishesAdmittedWork(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := recorder{gate: make(chan struct{})}
-		b := New(Config{MaxBatch: 2, MaxLatency: time.Hour}, r.fn)
+		b := New(Config{MaxBatch: 2, Policy: Fixed, MaxLatency: time.Hour}, r.fn)
 		ctx, cancel := context.WithCancel(context.Background())
 		runDone := make(chan error, 1)
 		go func() { runDone <- b.Run(ctx) }()

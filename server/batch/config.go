@@ -2,6 +2,7 @@ package batch
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -22,8 +23,19 @@ const (
 	Adaptive Policy = "adaptive"
 )
 
-// Policies lists the accepted policy names.
-func Policies() []Policy { return []Policy{Fixed, Immediate, Adaptive} }
+// Policies lists the accepted policies, the default first.
+func Policies() []Policy { return []Policy{Adaptive, Fixed, Immediate} }
+
+// PolicyNames lists the accepted policy names for people: "adaptive, fixed
+// or immediate".
+func PolicyNames() string {
+	ps := Policies()
+	names := make([]string, len(ps))
+	for i, p := range ps {
+		names[i] = string(p)
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
 
 // ParsePolicy returns the policy with that name.
 func ParsePolicy(s string) (Policy, error) {
@@ -32,7 +44,7 @@ func ParsePolicy(s string) (Policy, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("unknown batching policy %q (want one of %v)", s, Policies())
+	return "", fmt.Errorf("unknown batching policy %q (want %s)", s, PolicyNames())
 }
 
 // Config configures a Batcher. The zero value is valid.
@@ -42,11 +54,12 @@ type Config struct {
 	// MaxLatency is the longest a forming batch waits for more items,
 	// counted from the arrival of its first item. Zero means no waiting.
 	MaxLatency time.Duration
-	// Policy is the batching policy. Default Fixed.
+	// Policy is the batching policy. Default Adaptive.
 	Policy Policy
 	// QueueCap is the most items admitted but not yet taken by a worker;
 	// beyond it admission fails with ErrQueueFull. Default 16 × MaxBatch ×
-	// workers: at most about sixteen batch times of waiting.
+	// workers (at most about sixteen batch times of waiting), at most
+	// QueueCapLimit.
 	QueueCap int
 	// Buckets, with Batcher.WithSize, are upper bounds of item size (e.g.
 	// 16, 32, 64 tokens): items are batched only with items of the same
@@ -55,16 +68,22 @@ type Config struct {
 	// DisableIsolation turns off the bisection of batches that fail as a
 	// whole; then every item of such a batch gets the error.
 	DisableIsolation bool
-	// AdmitLate admits requests even when the backlog predicts they will
-	// miss their deadline (by default they are refused at once with
-	// ErrWouldMissDeadline).
+	// AdmitLate turns deadline-aware scheduling off: requests are admitted
+	// even when the backlog predicts they will miss their deadline (by
+	// default they are refused at once with ErrWouldMissDeadline), and
+	// items are computed even when their batch would end after their
+	// deadline (by default they are dropped when the batch starts).
 	AdmitLate bool
 	// OnBatch, if set, is called by the worker after each batch. It runs on
 	// the worker's goroutine, between batches, so it must be quick.
 	OnBatch func(Info)
 }
 
-func (c Config) withDefaults(workers int) Config {
+// WithDefaults returns c with its zero fields set to their documented
+// defaults, for a batcher of that many workers (the queue capacity's default
+// grows with them). New applies it; the server and the command line read the
+// settings in force from it.
+func (c Config) WithDefaults(workers int) Config {
 	if c.MaxBatch <= 0 {
 		c.MaxBatch = 64
 	}
@@ -72,24 +91,27 @@ func (c Config) withDefaults(workers int) Config {
 		c.MaxLatency = 0
 	}
 	if c.Policy == "" {
-		c.Policy = Fixed
+		c.Policy = Adaptive
 	}
 	if c.QueueCap <= 0 {
-		c.QueueCap = 16 * c.MaxBatch * workers
+		c.QueueCap = min(16*c.MaxBatch*max(workers, 1), QueueCapLimit)
 	}
 	return c
 }
 
-// Validate reports a configuration that New would not accept as given.
+// Validate reports a configuration that New would not accept as given:
+// negative values, values past the bounds in limits.go, an unknown policy,
+// or buckets that do not increase.
 func (c Config) Validate() error {
-	if c.MaxBatch < 0 {
-		return fmt.Errorf("batch size %d: must be positive", c.MaxBatch)
-	}
-	if c.MaxLatency < 0 {
-		return fmt.Errorf("max latency %v: must not be negative", c.MaxLatency)
-	}
-	if c.QueueCap < 0 {
-		return fmt.Errorf("queue capacity %d: must not be negative", c.QueueCap)
+	switch {
+	case c.MaxBatch < 0 || c.MaxBatch > MaxBatchLimit:
+		return fmt.Errorf("batch size %d: want 1 to %d", c.MaxBatch, MaxBatchLimit)
+	case c.MaxLatency < 0 || c.MaxLatency > MaxLatencyLimit:
+		return fmt.Errorf("max latency %v: want 0 to %v", c.MaxLatency, MaxLatencyLimit)
+	case c.QueueCap < 0 || c.QueueCap > QueueCapLimit:
+		return fmt.Errorf("queue capacity %d: want 1 to %d items", c.QueueCap, QueueCapLimit)
+	case len(c.Buckets) > BucketsLimit:
+		return fmt.Errorf("%d buckets: at most %d", len(c.Buckets), BucketsLimit)
 	}
 	if c.Policy != "" {
 		if _, err := ParsePolicy(string(c.Policy)); err != nil {

@@ -35,7 +35,9 @@ func (b *Batcher[In, Out]) dispatch() {
 		if n := len(spare); n > 0 {
 			s, spare = spare[n-1], spare[:n-1]
 		} else {
-			s = &slab[In, Out]{items: make([]item[In, Out], 0, cfg.MaxBatch)}
+			// Grown as items come, never allocated at MaxBatch up front:
+			// a batch is as large as its items, whatever the bound.
+			s = &slab[In, Out]{items: make([]item[In, Out], 0, min(cfg.MaxBatch, initialSlab))}
 		}
 		s.first, s.key, s.max, s.sum = it.c.enq, key, 0, 0
 		s.add(it)
@@ -181,6 +183,9 @@ func (b *Batcher[In, Out]) adaptiveTarget(cfg *Config) int {
 	}
 	return min(cfg.MaxBatch, max(1, int(n)))
 }
+
+// initialSlab is the capacity a new batch starts with.
+const initialSlab = 16
 
 // adaptiveUtil is the utilisation the adaptive policy sizes batches for:
 // close to 1 wastes least capacity on fixed costs, but leaves no headroom

@@ -143,14 +143,3 @@ func (e *estimator) clear(q, maxBatch, workers int) time.Duration {
 	capacity := float64(workers*maxBatch) / full.Seconds() // items per second
 	return time.Duration(float64(q) / capacity * float64(time.Second))
 }
-
-// completion estimates when an item admitted behind q others (itself
-// included) would be done: the queue ahead clearing, then its own batch.
-func (e *estimator) completion(q, maxBatch, workers int) (time.Duration, bool) {
-	own, ok := e.batchTime(min(q, maxBatch))
-	if !ok {
-		return 0, false
-	}
-	ahead := max(0, q-maxBatch)
-	return e.clear(ahead, maxBatch, workers) + own, true
-}

@@ -149,7 +149,7 @@ func TestBucketsAndPadding(t *testing.T) {
 		var mu sync.Mutex
 		var infos []Info
 		var r recorder
-		b := New(Config{MaxBatch: 8, MaxLatency: 10 * time.Millisecond, Buckets: []int{16, 64},
+		b := New(Config{MaxBatch: 8, MaxLatency: 10 * time.Millisecond, Policy: Fixed, Buckets: []int{16, 64},
 			OnBatch: func(i Info) { mu.Lock(); infos = append(infos, i); mu.Unlock() }}, r.fn).
 			WithSize(func(v int) int { return v })
 		stop := start(t, b)
@@ -204,7 +204,7 @@ func TestBisectionIsolatesBadItems(t *testing.T) {
 			}
 			return nil
 		}
-		b := New(Config{MaxBatch: 16, MaxLatency: time.Millisecond,
+		b := New(Config{MaxBatch: 16, MaxLatency: time.Millisecond, Policy: Fixed,
 			OnBatch: func(i Info) { mu.Lock(); infos = append(infos, i); mu.Unlock() }}, fn)
 		stop := start(t, b)
 		defer stop()

@@ -3,6 +3,7 @@ package batch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -11,19 +12,41 @@ import (
 type worker[In, Out any] struct {
 	id       int
 	fn       Func[In, Out]
+	close    func() error // releases the instance; nil when the caller owns it
 	quit     chan struct{}
-	done     chan struct{}
+	done     chan struct{} // closed once stopped and the instance closed
+	closeErr error         // set before done is closed
 	stopOnce sync.Once
 }
 
 func (w *worker[In, Out]) stop() { w.stopOnce.Do(func() { close(w.quit) }) }
 
-// AddWorker adds a worker owning its own model instance. While Run is
-// running it starts taking batches at once.
-func (b *Batcher[In, Out]) AddWorker(fn Func[In, Out]) {
+// Instance is a model instance the batcher owns: its Predict computes
+// batches as a Func does, and Close releases it once its worker has stopped
+// for good.
+type Instance[In, Out any] interface {
+	Predict(ctx context.Context, in []In, out []Out) error
+	Close() error
+}
+
+// ErrLastWorker is returned by RemoveWorker when one worker is left.
+var ErrLastWorker = errors.New("batch: cannot remove the last worker")
+
+// AddWorker adds a worker computing with fn, whose model instance its caller
+// owns. While Run is running it starts taking batches at once.
+func (b *Batcher[In, Out]) AddWorker(fn Func[In, Out]) { b.add(fn, nil) }
+
+// AddInstance adds a worker computing with inst, which the batcher then
+// owns: it closes inst once the worker has stopped for good, after
+// RemoveWorker took it out or when Run returns. So the batcher's workers and
+// the live instances never disagree. (Instances of a batcher whose Run is
+// never called stay open.)
+func (b *Batcher[In, Out]) AddInstance(inst Instance[In, Out]) { b.add(inst.Predict, inst.Close) }
+
+func (b *Batcher[In, Out]) add(fn Func[In, Out], closeFn func() error) {
 	b.wmu.Lock()
 	defer b.wmu.Unlock()
-	w := &worker[In, Out]{id: b.nextID, fn: fn, quit: make(chan struct{}), done: make(chan struct{})}
+	w := &worker[In, Out]{id: b.nextID, fn: fn, close: closeFn, quit: make(chan struct{}), done: make(chan struct{})}
 	b.nextID++
 	b.workers = append(b.workers, w)
 	b.nworkers.Store(int32(len(b.workers)))
@@ -33,15 +56,18 @@ func (b *Batcher[In, Out]) AddWorker(fn Func[In, Out]) {
 	b.notify()
 }
 
-// RemoveWorker stops the most recently added worker once its current batch,
-// if any, is done, and returns its Func so that its owner can release the
-// model instance. It waits for the worker unless ctx ends first. The last
-// worker cannot be removed.
+// RemoveWorker takes the most recently added worker out at once: it gets no
+// new batch, finishes its current one, if any, and then stops, and the
+// batcher closes its instance if it owns it (AddInstance). RemoveWorker waits
+// for that unless ctx ends first, and returns the worker's Func and the error
+// of closing its instance. The removal stands even when ctx ends first (the
+// error is then ctx's): Workers counts the workers still taking batches. The
+// last worker cannot be removed (ErrLastWorker).
 func (b *Batcher[In, Out]) RemoveWorker(ctx context.Context) (Func[In, Out], error) {
 	b.wmu.Lock()
 	if len(b.workers) <= 1 {
 		b.wmu.Unlock()
-		return nil, errors.New("batch: cannot remove the last worker")
+		return nil, ErrLastWorker
 	}
 	w := b.workers[len(b.workers)-1]
 	b.workers = b.workers[:len(b.workers)-1]
@@ -49,14 +75,31 @@ func (b *Batcher[In, Out]) RemoveWorker(ctx context.Context) (Func[In, Out], err
 	started := b.runCtx != nil
 	b.wmu.Unlock()
 	w.stop()
-	if started {
-		select {
-		case <-w.done:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+	if !started { // never ran: nothing to wait for
+		return w.fn, b.closeWorker(w)
 	}
-	return w.fn, nil
+	select {
+	case <-w.done:
+		return w.fn, w.closeErr
+	case <-ctx.Done():
+		return w.fn, ctx.Err()
+	}
+}
+
+// closeWorker closes w's instance, if the batcher owns it, and keeps the
+// error for Run to return.
+func (b *Batcher[In, Out]) closeWorker(w *worker[In, Out]) error {
+	if w.close == nil {
+		return nil
+	}
+	err := w.close()
+	if err != nil {
+		err = fmt.Errorf("batch: close worker %d: %w", w.id, err)
+		b.wmu.Lock()
+		b.closeErrs = append(b.closeErrs, err)
+		b.wmu.Unlock()
+	}
+	return err
 }
 
 // startWorker runs w; b.wmu must be held.
@@ -64,6 +107,7 @@ func (b *Batcher[In, Out]) startWorker(w *worker[In, Out]) {
 	ctx := b.runCtx
 	b.wg.Go(func() {
 		defer close(w.done)
+		defer func() { w.closeErr = b.closeWorker(w) }()
 		var buf workerBuf[In, Out]
 		for {
 			select {
@@ -90,9 +134,11 @@ type workerBuf[In, Out any] struct {
 func (b *Batcher[In, Out]) runBatch(ctx context.Context, w *worker[In, Out], s *slab[In, Out], buf *workerBuf[In, Out]) {
 	b.busy.Add(1)
 	start := time.Now()
+	if took, ok := b.batchTime(len(s.items)); ok { // busy from now: admission counts it
+		b.running.begin(w.id, start.Add(took))
+	}
 	info := Info{Worker: w.id, Wait: start.Sub(s.first)}
 	live, ins := buf.live[:0], buf.ins[:0]
-	maxSize, sumSize := 0, 0
 	for _, it := range s.items {
 		if err := it.c.ctx.Err(); err != nil {
 			it.c.finish(it.idx, *new(Out), err, Stats{})
@@ -100,6 +146,10 @@ func (b *Batcher[In, Out]) runBatch(ctx context.Context, w *worker[In, Out], s *
 			continue
 		}
 		live = append(live, it)
+	}
+	live = b.dropLate(live, start, &info)
+	maxSize, sumSize := 0, 0
+	for _, it := range live {
 		ins = append(ins, it.in)
 		maxSize, sumSize = max(maxSize, it.size), sumSize+it.size
 	}
@@ -115,12 +165,14 @@ func (b *Batcher[In, Out]) runBatch(ctx context.Context, w *worker[In, Out], s *
 			buf.outs = make([]Out, n)
 		}
 		out := buf.outs[:n]
+		if took, ok := b.batchTime(n); ok { // the items left
+			b.running.begin(w.id, start.Add(took))
+		}
 		errs, calls := b.compute(ctx, w.fn, ins, out)
 		info.Compute = time.Since(start)
 		info.Size = n
 		info.Calls = calls
-		info.Padding = 1
-		if sumSize > 0 {
+		if sumSize > 0 { // items have sizes (WithSize)
 			info.Padding = float64(n*maxSize) / float64(sumSize)
 		}
 		if calls == 1 {
@@ -150,6 +202,7 @@ func (b *Batcher[In, Out]) runBatch(ctx context.Context, w *worker[In, Out], s *
 		b.report(info)
 	}
 	buf.live, buf.ins = live, ins
+	b.running.end(w.id)
 	b.busy.Add(-1)
 	b.notify()
 }

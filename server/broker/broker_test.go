@@ -399,7 +399,7 @@ func TestItemResults(t *testing.T) {
 	r := startRedis(t)
 	bc := broker.Config{URL: r.url, Prefix: t.Name()}
 	q := &quirky{}
-	startWorker(t, broker.WorkerConfig{Config: bc, Batch: batch.Config{MaxLatency: time.Millisecond}}, q)
+	startWorker(t, broker.WorkerConfig{Config: bc, Batch: batch.Config{MaxLatency: time.Millisecond, Policy: batch.Fixed}}, q)
 	url, fe := startFrontend(t, broker.FrontendConfig{Config: bc}, q)
 
 	var ins []models.Input

@@ -10,10 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/inferhq/infer/server/batch"
+	"github.com/inferhq/infer/server/metric"
 )
-
-// latencyBuckets span 0.5 ms to ~65 s, as the server's.
-var latencyBuckets = prometheus.ExponentialBuckets(0.0005, 2, 18)
 
 // streamCollector reports the request stream's backlog and pending entries,
 // asking Redis at each scrape, and whether Redis is reachable.
@@ -82,7 +80,7 @@ func newFrontendMetrics(f *Frontend) frontendMetrics {
 		reply: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "infer_broker_reply_duration_seconds",
 			Help:    "Time from admitting a request into the stream to receiving its last result.",
-			Buckets: latencyBuckets,
+			Buckets: metric.LatencyBuckets(),
 		}),
 		late: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "infer_broker_late_replies_total",
@@ -111,20 +109,19 @@ func newWorkerMetrics(w *Worker) *workerMetrics {
 	m := &workerMetrics{
 		reg: prometheus.NewRegistry(),
 		batch: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "infer_batch_size", Help: "Items computed per batch.",
-			Buckets: []float64{1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 512},
+			Name: metric.BatchSize, Help: "Items computed per batch.", Buckets: metric.BatchSizeBuckets(),
 		}),
 		compute: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "infer_compute_duration_seconds", Help: "Time the model spent on one batch.", Buckets: latencyBuckets,
+			Name: metric.ComputeDuration, Help: "Time the model spent on one batch.", Buckets: metric.LatencyBuckets(),
 		}),
 		items: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "infer_items_total", Help: "Items computed by the model.",
+			Name: metric.ItemsTotal, Help: "Items computed by the model.",
 		}),
 		failed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "infer_failed_items_total", Help: "Items the model failed on.",
+			Name: metric.FailedItems, Help: "Items the model failed on.",
 		}),
 		expired: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "infer_dropped_items_total", Help: "Items answered with a deadline error without compute: their deadline had passed.",
+			Name: metric.DroppedItems, Help: "Items answered with a deadline error without compute: their deadline had passed.",
 		}),
 		claims: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "infer_broker_claims_total", Help: "Entries claimed from workers that left them pending longer than the visibility timeout.",

@@ -20,7 +20,6 @@ import (
 type handler struct {
 	s  *Service
 	ep *endpoint
-	st server.State
 }
 
 // only answers 405 with Allow for any method but m (and HEAD for GET).
@@ -89,13 +88,13 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request, chat bool, arriv
 		h.ep.m.failed(e)
 		return e.Status
 	}
-	if h.st.Draining() {
+	if h.s.draining.Load() {
 		return fail(errDraining())
 	}
-	if !h.st.Ready() {
+	if !h.s.ready.Load() {
 		return fail(errNotReady())
 	}
-	timeout, err := h.st.RequestTimeout(r)
+	timeout, err := server.RequestTimeout(r, h.s.cfg.Timeout)
 	if err != nil {
 		return fail(invalid(http.StatusBadRequest, "", "bad_timeout", "%v", err))
 	}

@@ -12,8 +12,9 @@
 // "stream": true the answer is Server-Sent Events in OpenAI's chunk schema:
 // one event per generated token, flushed at once, then data: [DONE].
 //
-// The package plugs into package server as its Service: the server keeps the
-// listener, drain, health, readiness, metrics and admin token.
+// The package plugs into package server as a Service (Config.Services): the
+// server keeps the listener, drain, health, readiness, metrics (add
+// Collectors to server.Config.Collectors) and admin token.
 package openai
 
 import (
@@ -23,6 +24,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,6 +42,9 @@ type Config struct {
 	Engine generate.Config
 	// MaxBody is the largest request body, in bytes. Default 1 MiB.
 	MaxBody int64
+	// Timeout is a request's default deadline, shortened per request by
+	// X-Request-Timeout. Default 30s.
+	Timeout time.Duration
 	// MaxTokens bounds a request's max_tokens. Default: the context.
 	MaxTokens int
 	// WriteTimeout bounds each write of a stream to its client: a client
@@ -66,9 +71,12 @@ type Service struct {
 	mu       sync.Mutex // guards decoders
 	decoders []models.Decoder
 	adminMu  sync.Mutex // serialises admin changes
+
+	ready    atomic.Bool // the engines run
+	draining atomic.Bool // Run's context ended: new work is refused
 }
 
-var _ server.Service = (*Service)(nil)
+var _ server.AdminService = (*Service)(nil)
 
 // endpoint is one route prefix and its engine.
 type endpoint struct {
@@ -86,6 +94,9 @@ func New(cfg Config, f models.DecoderFactory) (*Service, error) {
 	}
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = 1 << 20
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 30 * time.Second
 	}
 	dinfo := f.Decoder()
 	if cfg.MaxTokens <= 0 || cfg.MaxTokens > dinfo.Context {
@@ -113,9 +124,9 @@ func New(cfg Config, f models.DecoderFactory) (*Service, error) {
 // Info describes the model served.
 func (s *Service) Info() models.Info { return s.info }
 
-// Load creates and warms one decoder instance per prefix and their engines.
+// load creates and warms one decoder instance per prefix and their engines.
 // On failure it closes what it created.
-func (s *Service) Load(ctx context.Context) error {
+func (s *Service) loadAll(ctx context.Context) error {
 	if err := s.load(ctx); err != nil {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -160,10 +171,20 @@ func (s *Service) warm(ctx context.Context, dec models.Decoder) error {
 	return dec.Step(ctx, []models.StepSeq{{ID: id, Tokens: []int32{s.dinfo.EOS}, PromptLen: 1, Sample: true}}, next)
 }
 
-// Run runs the engines until ctx is done, lets them finish what they
-// admitted, then closes the decoders.
-func (s *Service) Run(ctx context.Context) error {
+// Run loads the model instances, calls ready, and runs the engines until ctx
+// is done; then it refuses new requests, lets the engines finish what they
+// admitted, and closes the decoders.
+func (s *Service) Run(ctx context.Context, ready func()) error {
+	if err := s.loadAll(ctx); err != nil {
+		return err
+	}
+	s.ready.Store(true)
+	ready()
 	var wg sync.WaitGroup
+	wg.Go(func() {
+		<-ctx.Done()
+		s.draining.Store(true)
+	})
 	errs := make([]error, len(s.eps))
 	for i, ep := range s.eps {
 		if ep.engine == nil {
@@ -181,31 +202,24 @@ func (s *Service) Run(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Len is the number of requests waiting or running.
-func (s *Service) Len() int {
-	n := 0
-	for _, ep := range s.eps {
-		if ep.engine != nil {
-			n += ep.engine.Waiting() + ep.engine.Running()
-		}
-	}
-	return n
-}
-
 // Collectors are the API's metrics.
 func (s *Service) Collectors() []prometheus.Collector { return s.metrics.collectors() }
 
-// Routes mounts the API.
-func (s *Service) Routes(mux *http.ServeMux, st server.State) {
+// Mount registers the API's routes.
+func (s *Service) Mount(mux *http.ServeMux) {
 	for _, ep := range s.eps {
-		h := &handler{s: s, ep: ep, st: st}
+		h := &handler{s: s, ep: ep}
 		mux.Handle(ep.prefix+"/v1/completions", h.only(http.MethodPost, h.completions(false)))
 		mux.Handle(ep.prefix+"/v1/chat/completions", h.only(http.MethodPost, h.completions(true)))
 		mux.Handle(ep.prefix+"/v1/models", h.only(http.MethodGet, http.HandlerFunc(h.models)))
 		mux.Handle(ep.prefix+"/v1/models/", h.only(http.MethodGet, http.HandlerFunc(h.model)))
+		mux.Handle(ep.prefix+"/v1/", http.HandlerFunc(notFound))
 	}
-	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, &apiError{Status: http.StatusNotFound, Type: typeInvalid, Code: "not_found",
-			Message: fmt.Sprintf("no endpoint %s; see /v1/completions, /v1/chat/completions, /v1/models (and the same under /static and /naive)", r.URL.Path)})
-	}))
+}
+
+// notFound answers a path under a /v1 prefix that the API does not have, in
+// OpenAI's error shape (other paths get the server's 404).
+func notFound(w http.ResponseWriter, r *http.Request) {
+	writeError(w, &apiError{Status: http.StatusNotFound, Type: typeInvalid, Code: "not_found",
+		Message: fmt.Sprintf("no endpoint %s; see /v1/completions, /v1/chat/completions, /v1/models (and the same under /static and /naive)", r.URL.Path)})
 }

@@ -2,7 +2,6 @@ package openai_test
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/inferhq/infer/models/simlm"
 	"github.com/inferhq/infer/server"
+	"github.com/inferhq/infer/server/servertest"
 	"github.com/inferhq/infer/server/generate"
 	"github.com/inferhq/infer/server/openai"
 )
@@ -42,37 +42,11 @@ func startServer(t *testing.T, sim simlm.Config, cfg openai.Config, token string
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(server.Config{Service: svc, AdminToken: token, DrainTimeout: 10 * time.Second}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln) }()
-	ts := &testServer{URL: "http://" + ln.Addr().String(), svc: svc}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve() = %v", err)
-		}
-	})
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		resp, err := http.Get(ts.URL + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("server not ready after 10s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	srv := servertest.Start(t, server.Config{
+		Services: []server.Service{svc}, Collectors: svc.Collectors(),
+		AdminToken: token, DrainTimeout: 10 * time.Second,
+	}, nil)
+	ts := &testServer{URL: srv.URL, svc: svc}
 	return ts
 }
 

@@ -21,11 +21,6 @@ func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
 func (d *discard) WriteHeader(int)             {}
 func (d *discard) Flush()                      {}
 
-type alwaysReady struct{}
-
-func (alwaysReady) Ready() bool                                         { return true }
-func (alwaysReady) Draining() bool                                      { return false }
-func (alwaysReady) RequestTimeout(*http.Request) (time.Duration, error) { return time.Minute, nil }
 
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
@@ -41,12 +36,11 @@ func cpuTime() time.Duration {
 func BenchmarkStreamedTokenServerPath(b *testing.B) {
 	f, _ := simlm.New(simlm.Config{Step: 8 * time.Millisecond})
 	svc, _ := openai.New(openai.Config{}, f)
-	if err := svc.Load(b.Context()); err != nil {
-		b.Fatal(err)
-	}
-	go svc.Run(b.Context())
+	ready := make(chan struct{})
+	go svc.Run(b.Context(), func() { close(ready) })
+	<-ready
 	mux := http.NewServeMux()
-	svc.Routes(mux, alwaysReady{})
+	svc.Mount(mux)
 	const streams, tokens = 32, 200
 	var used time.Duration
 	n := 0

@@ -1,0 +1,170 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/inferhq/infer/server"
+	"github.com/inferhq/infer/server/batch"
+)
+
+// At the cap, the longest idle keep-alive connection is closed so that a new
+// client gets in; when every connection is busy, the new one is refused.
+func TestConnectionCapClosesIdleFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGated()
+		ts := start(t, server.Config{MaxConns: 3, Batch: batch.Config{MaxBatch: 1, Policy: batch.Immediate}}, g)
+		var idle []*rawConn
+		for range 3 {
+			c := dial(t, ts)
+			if resp, _, err := c.send(get("/healthz")); err != nil || resp.StatusCode != 200 {
+				t.Fatalf("healthz: %v %v", resp, err)
+			}
+			idle = append(idle, c)
+			time.Sleep(time.Second) // the first is the longest idle
+		}
+		c := dial(t, ts)
+		if resp, _, err := c.send(get("/healthz")); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("a new client at the cap: %v %v, want 200", resp, err)
+		}
+		synctest.Wait()
+		if !idle[0].closedByServer() || idle[1].closedByServer() || idle[2].closedByServer() {
+			t.Error("want the longest idle connection closed to make room, and only it")
+		}
+		if got := c.metric(t, `infer_connections_closed_total{reason="idle_evicted"}`); got != 1 {
+			t.Errorf("idle_evicted = %v, want 1", got)
+		}
+
+		// Three connections busy with requests: a fourth is refused.
+		var wg sync.WaitGroup
+		busy := []*rawConn{idle[1], idle[2], c}
+		for i, b := range busy {
+			body := fmt.Sprint("busy ", i)
+			wg.Go(func() {
+				req := fmt.Sprintf("POST /batched HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+				if resp, _, err := b.send(req); err != nil || resp.StatusCode != 200 {
+					t.Errorf("busy request: %v %v", resp, err)
+				}
+			})
+		}
+		<-g.started
+		synctest.Wait()
+		refused := dial(t, ts)
+		if _, _, err := refused.send(get("/healthz")); err == nil {
+			t.Error("a connection past the cap with none idle was answered, want it closed")
+		}
+		close(g.gate)
+		wg.Wait()
+		if got := c.metric(t, `infer_connections_closed_total{reason="over_cap"}`); got != 1 {
+			t.Errorf("over_cap = %v, want 1", got)
+		}
+		if got := c.metric(t, `infer_connections_open`); got != 3 {
+			t.Errorf("connections_open = %v, want 3", got)
+		}
+	})
+}
+
+func TestIdleTimeoutClosesParkedConnections(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := start(t, server.Config{IdleTimeout: 10 * time.Second}, simModel(t, time.Millisecond, 0))
+		c := dial(t, ts)
+		if resp, _, err := c.send(get("/healthz")); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("healthz: %v %v", resp, err)
+		}
+		time.Sleep(9 * time.Second)
+		if c.closedByServer() {
+			t.Fatal("closed before the idle timeout")
+		}
+		time.Sleep(2 * time.Second)
+		if !c.closedByServer() {
+			t.Error("still open past the idle timeout")
+		}
+	})
+}
+
+// net/http's own answers to requests it cannot parse come in the JSON error
+// shape too; a request with a transfer coding closes its connection after
+// the answer (a Content-Length beside it may be request smuggling).
+func TestMalformedRequestsAnsweredInJSON(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := start(t, server.Config{}, simModel(t, time.Millisecond, 0))
+		for _, tc := range []struct {
+			name, raw string
+			status    int
+			code      string
+		}{
+			{"headers too large", "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 70<<10) + "\r\n\r\n", 431, "headers_too_large"},
+			{"no Host", "GET /healthz HTTP/1.1\r\n\r\n", 400, "bad_request"},
+			{"unknown transfer coding", "POST /batched HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501, "unsupported_transfer_encoding"},
+		} {
+			resp, body, err := dial(t, ts).send(tc.raw)
+			if err != nil {
+				t.Errorf("%s: %v", tc.name, err)
+				continue
+			}
+			if resp.StatusCode != tc.status || resp.Header.Get("Content-Type") != "application/json" || !strings.Contains(body, `"code":"`+tc.code+`"`) {
+				t.Errorf("%s: %d %q %s, want %d in JSON with code %s", tc.name, resp.StatusCode, resp.Header.Get("Content-Type"), body, tc.status, tc.code)
+			}
+		}
+		c := dial(t, ts)
+		resp, _, err := c.send("POST /batched HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n")
+		if err != nil || resp.StatusCode != 200 || !resp.Close {
+			t.Errorf("Content-Length with Transfer-Encoding: %v %v, want 200 with Connection: close", resp, err)
+		}
+		synctest.Wait()
+		if !c.closedByServer() {
+			t.Error("connection kept open after a request with both Content-Length and Transfer-Encoding")
+		}
+	})
+}
+
+// From the first signal every answer carries Connection: close, and a
+// keep-alive connection idle at the signal is not closed under a client
+// about to reuse it: its next request is answered (503 draining).
+func TestDrainNeverClosesUnderAClient(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := start(t, server.Config{Batch: batch.Config{Policy: batch.Immediate}}, simModel(t, 200*time.Millisecond, 0))
+		parked, reused := dial(t, ts), dial(t, ts)
+		for _, c := range []*rawConn{parked, reused} {
+			if resp, _, err := c.send(get("/healthz")); err != nil || resp.StatusCode != 200 || resp.Close {
+				t.Fatalf("before the drain: %v %v, want 200 keep-alive", resp, err)
+			}
+		}
+		inflight := dial(t, ts)
+		var wg sync.WaitGroup
+		wg.Go(func() { // admitted before the signal, answered during the drain
+			resp, _, err := inflight.send("POST /batched HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\na")
+			if err != nil || resp.StatusCode != 200 || !resp.Close {
+				t.Errorf("admitted request: %v %v, want 200 with Connection: close", resp, err)
+			}
+		})
+		synctest.Wait()
+		stopped := make(chan error, 1)
+		go func() { stopped <- ts.Stop() }()
+		synctest.Wait()
+		time.Sleep(50 * time.Millisecond)
+		resp, body, err := reused.send(get("/batched"))
+		if err != nil {
+			t.Fatalf("a request on a connection idle at the signal: %v, want an answer", err)
+		}
+		if resp.StatusCode != 405 || !resp.Close {
+			t.Errorf("during the drain: %d %s close=%v, want an answer with Connection: close", resp.StatusCode, body, resp.Close)
+		}
+		if _, err := ts.Client.Transport.(*http.Transport).DialContext(context.Background(), "tcp", "x"); err == nil {
+			t.Error("a new connection during the drain was accepted, want refused")
+		}
+		wg.Wait()
+		if err := <-stopped; err != nil {
+			t.Errorf("Stop() = %v", err)
+		}
+		if !parked.closedByServer() {
+			t.Error("parked connection left open after the drain")
+		}
+	})
+}
