@@ -11,8 +11,8 @@ import (
 
 	"github.com/inferhq/infer/models"
 	"github.com/inferhq/infer/server"
-	"github.com/inferhq/infer/server/openai"
 	"github.com/inferhq/infer/server/batch"
+	"github.com/inferhq/infer/server/openai"
 )
 
 type serveOptions struct {

@@ -19,9 +19,9 @@ import (
 
 	"github.com/inferhq/infer/models/simlm"
 	"github.com/inferhq/infer/server"
-	"github.com/inferhq/infer/server/servertest"
 	"github.com/inferhq/infer/server/generate"
 	"github.com/inferhq/infer/server/openai"
+	"github.com/inferhq/infer/server/servertest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
