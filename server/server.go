@@ -126,6 +126,17 @@ type Scheduler interface {
 	Len() int
 }
 
+// A Scheduler may also implement:
+//
+//	Backlog() time.Duration // how long its backlog needs to clear: a 429's Retry-After
+//	Ready() error           // why it cannot serve now (nil: it can), as a broker frontend
+//	                        // without live workers or without Redis: /readyz, /v2/health/ready
+//	                        // and infer_ready follow it
+//
+// An error from Ready or Do that matches batch.ErrClosed while the server is
+// not draining is answered 503; it may name its code and client-facing
+// message with a method Unavailable() (code, message string).
+
 // Server serves one model. Create it with New, run it with Run or Serve.
 type Server struct {
 	cfg     Config
