@@ -251,11 +251,11 @@ if section mismatch; then
 		[[ "$r" == *status* && "$r" != *loading* ]] && break
 		sleep 0.01
 	done
-	echo "  first request, as soon as the frontend has loaded: $(post "$F" 30s) (status code seconds)"
-	echo "  /readyz: $(curl -s -w ' %{http_code}' "$F/readyz")"
+	echo "  first request, as soon as the frontend has loaded: $(post "$F" 30s) (status code seconds; it waits up to an expiry, 1 s, for a worker to show up)"
+	echo "  /readyz: $(curl -s -w '%{http_code} ' "$F/readyz" -o "$TMP/readyz")$(cat "$TMP/readyz")"
 	for i in $(seq 1 20); do post "$F" 30s; sleep 0.05; done | awk '{n[$1 " " $2]++; if ($3 > max) max = $3} END {for (k in n) printf "  20 requests after it: %d x %s, slowest %.3f s\n", n[k], k, max}'
-	echo "  frontend log: $(grep -m1 'no live worker' "$TMP/frontend1.log" | cut -c1-240)"
-	echo "  worker log:   $(grep -m1 'no live frontend' "$TMP/worker1.log" | cut -c1-240)"
+	echo "  frontend log: $(grep -m1 'no live worker' "$TMP/frontend1.log" | cut -c1-320)"
+	echo "  worker log:   $(grep -m1 'no live frontend' "$TMP/worker1.log" | cut -c1-320)"
 
 	echo "== the last worker of the frontend's model killed with kill -9 while a request waits for it (sim 3 s per batch)"
 	port_free "http://127.0.0.1:$((BASE + 102))"
@@ -268,7 +268,7 @@ if section mismatch; then
 	WAITING=$!
 	sleep 0.5
 	t0=$(now)
-	kill -9 $VICTIM
+	{ kill -9 $VICTIM; wait $VICTIM; } 2>/dev/null || true
 	wait $WAITING || true
 	echo "  the waiting request: $(cat "$TMP/waiting") (status code seconds), answered $(ms_since "$t0") after the kill"
 	echo "  /readyz 503 no_workers $(wait_readyz "$F" 503 no_workers "$t0") after the kill; a new request: $(post "$F" 30s)"

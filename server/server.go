@@ -182,7 +182,7 @@ func New(cfg Config, factory models.Factory) (*Server, error) {
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Ready reports whether the model is loaded and warm and the server is not
-// draining.
+// draining. /readyz also asks the batched scheduler (see Scheduler).
 func (s *Server) Ready() bool { return s.ready.Load() && !s.draining.Load() }
 
 // Run listens on Config.Addr and serves until ctx is done, then drains.

@@ -488,7 +488,7 @@ func (f *Frontend) watch(ctx context.Context) {
 	var (
 		once   sync.Once
 		looked = func() { once.Do(func() { close(f.looked) }) }
-		mlog   = mismatchLog{me: f.presence.me, side: "worker"}
+		mlog   = mismatchLog{me: f.presence.me, side: "worker", then: "requests are refused with 503 no_workers"}
 		meter  drainMeter
 		since  time.Time // start of the current run of successful heartbeats
 		outage bool      // a heartbeat failed before that run
@@ -509,9 +509,10 @@ func (f *Frontend) watch(ctx context.Context) {
 		if outage {
 			believe += maxBackoff
 		}
-		v := mlog.seen(f.log, peers)
+		v := viewOf(peers, f.model)
 		n := len(v.same)
 		sure := n > 0 || now.Sub(since) >= believe
+		mlog.seen(f.log, v, sure)
 		shown := n
 		if old := f.view.Load(); !sure && old != nil {
 			shown = old.workers
@@ -522,11 +523,11 @@ func (f *Frontend) watch(ctx context.Context) {
 			warned = false
 			f.log.Info("live workers serve the model again", "model", f.model, "workers", n)
 		case n == 0 && sure:
-			if !warned {
-				warned = true
-				f.log.Warn("no live worker serves the model: refusing requests with 503 no_workers until one announces itself",
-					"model", f.model, "other_models", v.othersString())
+			if !warned && len(v.others) == 0 { // else mlog said so
+				f.log.Warn("no live worker serves the model: requests are refused with 503 no_workers until one announces itself",
+					"model", f.model)
 			}
+			warned = true
 			f.failAll(ErrNoWorkers)
 		}
 		f.measure(ctx, &meter)

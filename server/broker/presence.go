@@ -215,13 +215,14 @@ func (p *presence) run(ctx context.Context, interval time.Duration, kick <-chan 
 type mismatchLog struct {
 	me     announcement
 	side   string // "worker" or "frontend": what the peers are
+	then   string // what follows when no peer serves our model
 	alone  string // the last logged others string, "" when not alone
 	warned map[string]bool
 }
 
-// seen logs what a heartbeat showed, and returns the live peers of our model.
-func (l *mismatchLog) seen(log *slog.Logger, peers []announcement) peerView {
-	v := viewOf(peers, l.me.model())
+// seen logs what a heartbeat showed (v, from viewOf). Unless believe, a
+// lack of peers of our model is not logged yet.
+func (l *mismatchLog) seen(log *slog.Logger, v peerView, believe bool) {
 	if l.warned == nil {
 		l.warned = map[string]bool{}
 	}
@@ -235,12 +236,11 @@ func (l *mismatchLog) seen(log *slog.Logger, peers []announcement) peerView {
 	switch others := v.othersString(); {
 	case len(v.same) > 0 || len(v.others) == 0:
 		l.alone = ""
-	case others != l.alone:
+	case believe && others != l.alone:
 		l.alone = others
-		log.Warn(fmt.Sprintf("no live %s serves model %s; live %ss serve other models: start one with the same --model, or fix this one's", l.side, l.me.model(), l.side),
-			"model", l.me.model(), "other_models", others)
+		log.Warn(fmt.Sprintf("no live %s serves model %s, only other models: %s; start one with the same --model, or fix this one's",
+			l.side, l.me.model(), l.then), "model", l.me.model(), "other_models", others)
 	}
-	return v
 }
 
 // drainMeter measures how fast a stream drains from successive looks at it:

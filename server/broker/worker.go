@@ -221,7 +221,7 @@ func (w *Worker) Serve(ctx context.Context, ln net.Listener) (err error) {
 	var bg sync.WaitGroup
 	sub := w.rdb.Subscribe(bgCtx, w.cancelCh)
 	bg.Go(func() { w.skipCancelled(sub.Channel()) })
-	mlog := mismatchLog{me: me, side: "frontend"}
+	mlog := mismatchLog{me: me, side: "frontend", then: "this worker gets no requests"}
 	seen := func(peers []announcement, err error) {
 		if err != nil {
 			if !isServerError(err) {
@@ -230,7 +230,7 @@ func (w *Worker) Serve(ctx context.Context, ln net.Listener) (err error) {
 			w.log.Debug("heartbeat", "err", err)
 			return
 		}
-		mlog.seen(w.log, peers)
+		mlog.seen(w.log, viewOf(peers, me.model()), true)
 	}
 	seen(p.beat(bgCtx))
 	bg.Go(func() { p.run(bgCtx, w.cfg.Heartbeat, w.kick, func() bool { return !w.up.Load() }, seen) })
