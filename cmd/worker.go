@@ -79,7 +79,7 @@ so that several can share a host.`,
 	f.StringVar(&opts.Broker, "broker", "redis://127.0.0.1:6379/0", "Redis URL: redis://[user:pass@]host:port/db, or rediss://… for TLS")
 	f.IntVar(&opts.Workers, "workers", 1, "model instances in this process, each a consumer of its own")
 	f.DurationVar(&opts.Visibility, "visibility-timeout", 10*time.Second, "how long an entry may stay unacknowledged with a worker before another claims it; longer than a batch takes")
-	f.StringVar(&opts.MetricsAddr, "metrics-addr", defaultMetricsAddr, fmt.Sprintf("listen address of /metrics, /healthz and /readyz (empty: none); if not given, the first free port of the %d from 9101", metricsPorts))
+	f.StringVar(&opts.MetricsAddr, "metrics-addr", defaultMetricsAddr, fmt.Sprintf("listen address of /metrics, /healthz and /readyz (empty: none); left out, the first free port from 9101 to %d", 9101+metricsPorts-1))
 	opts.Batching.bind(cmd)
 	opts.Model.bind(cmd)
 	opts.Log.bind(cmd)

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -142,13 +141,19 @@ func TestWorkerMetricsAddrInUse(t *testing.T) {
 		t.Errorf("--metrics-addr in use: runWorker() = %v, want an error naming --metrics-addr and the address in use", err)
 	}
 
-	var log lockedBuffer
+	var buf bytes.Buffer
+	log := &lockedWriter{w: &buf}
+	logged := func() string {
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		return buf.String()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- runWorker(ctx, options(false, &log)) }()
+	go func() { done <- runWorker(ctx, options(false, log)) }()
 	var addr string
 	for range 500 {
-		if _, rest, ok := strings.Cut(log.String(), `msg="metrics listening" addr=`); ok {
+		if _, rest, ok := strings.Cut(logged(), `msg="metrics listening" addr=`); ok {
 			addr, _, _ = strings.Cut(rest, "\n")
 			break
 		}
@@ -156,7 +161,7 @@ func TestWorkerMetricsAddrInUse(t *testing.T) {
 	}
 	if addr == "" || addr == busy.Addr().String() {
 		cancel()
-		t.Fatalf("the default port in use: the worker listens on %q, want another port (log:\n%s; runWorker: %v)", addr, log.String(), <-done)
+		t.Fatalf("the default port in use: the worker listens on %q, want another port (log:\n%s; runWorker: %v)", addr, logged(), <-done)
 	}
 	resp, err := http.Get("http://" + addr + "/healthz")
 	if err != nil || resp.StatusCode != http.StatusOK {
@@ -168,22 +173,4 @@ func TestWorkerMetricsAddrInUse(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Errorf("runWorker() = %v after it was stopped", err)
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent use.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -285,35 +285,17 @@ func TestExpiredEntries(t *testing.T) {
 // is dropped there, not computed.
 func TestExpiredInWorkerQueue(t *testing.T) {
 	r := startRedis(t)
-	bc := broker.Config{URL: r.url, Prefix: t.Name()}
-	q := &quirky{release: make(chan struct{}), hanging: make(chan struct{}, 1)}
-	w := startWorker(t, broker.WorkerConfig{Config: bc, Batch: batch.Config{MaxBatch: 1}}, q)
-	t.Cleanup(func() { close(q.release) }) // before the worker stops
-	_, fe := startFrontend(t, broker.FrontendConfig{Config: bc}, q)
-
-	hung := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_, _, err := fe.Do(ctx, []models.Input{{Text: "hang:a"}})
-		hung <- err
-	}()
-	<-q.hanging
+	w, fe, release, hung := busyWorker(t, broker.Config{URL: r.url, Prefix: t.Name()})
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	if _, _, err := fe.Do(ctx, []models.Input{{Text: "b"}}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Do() behind a busy worker = %v, want DeadlineExceeded", err)
 	}
-	q.release <- struct{}{}
+	release()
 	if err := <-hung; err != nil {
 		t.Fatalf("Do(hang) = %v", err)
 	}
-	for range 500 {
-		if n, _ := metric(t, w.Handler(), "infer_dropped_items_total"); n == 1 {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitMetric(t, w.Handler(), "infer_dropped_items_total", 1)
 	dropped, _ := metric(t, w.Handler(), "infer_dropped_items_total")
 	computed, _ := metric(t, w.Handler(), "infer_items_total")
 	if dropped != 1 || computed != 1 {
@@ -403,6 +385,28 @@ func (q *quirky) Predict(_ context.Context, in []models.Input, out []models.Outp
 		return &batch.ItemsError{Errs: errs}
 	}
 	return nil
+}
+
+// busyWorker starts a worker of one instance and batches of one, and a
+// frontend, and keeps the worker busy on a hanging item until release is
+// called or t ends; hung receives that item's Do error.
+func busyWorker(t *testing.T, bc broker.Config) (w *broker.Worker, fe *broker.Frontend, release func(), hung <-chan error) {
+	t.Helper()
+	q := &quirky{release: make(chan struct{}), hanging: make(chan struct{}, 1)}
+	w = startWorker(t, broker.WorkerConfig{Config: bc, Batch: batch.Config{MaxBatch: 1}}, q)
+	var once sync.Once
+	release = func() { once.Do(func() { close(q.release) }) }
+	t.Cleanup(release) // before the worker stops
+	_, fe = startFrontend(t, broker.FrontendConfig{Config: bc}, q)
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _, err := fe.Do(ctx, []models.Input{{Text: "hang:a"}})
+		done <- err
+	}()
+	<-q.hanging
+	return w, fe, release, done
 }
 
 // Outputs keep the Go types the server packs specially, tokens travel with

@@ -69,6 +69,17 @@ func (b *logBuffer) line(t *testing.T, parts ...string) string {
 	return ""
 }
 
+// waitMetric waits up to 5s for the metric name of h to sum to want.
+func waitMetric(t *testing.T, h http.Handler, name string, want float64) {
+	t.Helper()
+	for range 500 {
+		if n, _ := metric(t, h, name); n == want {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // readyz returns the status code and "status" of url's /readyz.
 func readyz(t *testing.T, url string) (int, string) {
 	t.Helper()
@@ -144,12 +155,7 @@ func TestLastWorkerKilled(t *testing.T) {
 
 	waiting := make(chan outcome)
 	go func() { waiting <- post(http.DefaultClient, url, []string{"a"}, 8*time.Second) }()
-	for range 500 {
-		if n, _ := metric(t, startedHandler(url), "infer_broker_pending_items"); n == 1 {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitMetric(t, startedHandler(url), "infer_broker_pending_items", 1)
 	killed := time.Now()
 	victim.Signal(syscall.SIGKILL)
 	o := <-waiting
@@ -264,52 +270,24 @@ func TestRetryAfterFromDrainRate(t *testing.T) {
 // client goes away: it is acknowledged without compute.
 func TestCancelledEntrySkipped(t *testing.T) {
 	r := startRedis(t)
-	bc := broker.Config{URL: r.url, Prefix: t.Name(), Heartbeat: beat}
-	q := &quirky{release: make(chan struct{}), hanging: make(chan struct{}, 1)}
-	w := startWorker(t, broker.WorkerConfig{Config: bc, Batch: batch.Config{MaxBatch: 1}}, q)
-	t.Cleanup(func() { close(q.release) }) // before the worker stops
-	_, fe := startFrontend(t, broker.FrontendConfig{Config: bc}, q)
-
-	hung := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_, _, err := fe.Do(ctx, []models.Input{{Text: "hang:a"}})
-		hung <- err
-	}()
-	<-q.hanging
+	w, fe, release, hung := busyWorker(t, broker.Config{URL: r.url, Prefix: t.Name(), Heartbeat: beat})
 	ctx, cancel := context.WithCancel(context.Background())
 	gone := make(chan error, 1)
 	go func() {
 		_, _, err := fe.Do(ctx, []models.Input{{Text: "b"}})
 		gone <- err
 	}()
-	for range 500 { // the worker has read b: it holds two entries
-		if n, _ := metric(t, w.Handler(), "infer_broker_pending_items"); n == 2 {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitMetric(t, w.Handler(), "infer_broker_pending_items", 2) // the worker has read b: it holds two entries
 	cancel()
 	if err := <-gone; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Do(b) = %v, want Canceled", err)
 	}
-	for range 500 { // the worker has heard that b's client is gone
-		if n, _ := metric(t, w.Handler(), "infer_broker_cancelled_items_total"); n == 1 {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	q.release <- struct{}{}
+	waitMetric(t, w.Handler(), "infer_broker_cancelled_items_total", 1) // the worker has heard that b's client is gone
+	release()
 	if err := <-hung; err != nil {
 		t.Fatalf("Do(hang) = %v", err)
 	}
-	for range 500 {
-		if n, _ := metric(t, w.Handler(), "infer_broker_pending_items"); n == 0 {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitMetric(t, w.Handler(), "infer_broker_pending_items", 0)
 	computed, _ := metric(t, w.Handler(), "infer_items_total")
 	cancelled, _ := metric(t, w.Handler(), "infer_broker_cancelled_items_total")
 	pending, _ := metric(t, w.Handler(), "infer_broker_pending_items")
