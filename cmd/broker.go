@@ -7,16 +7,22 @@ import (
 )
 
 // useBroker turns cfg's batched endpoint into a frontend of the broker at
-// url, for the model described by info: requests go into its stream for
-// infer worker processes. An empty url leaves cfg as it is.
-func useBroker(cfg *server.Config, url string, info models.Info) error {
+// url, for the model of factory: requests go into its stream for infer
+// worker processes, which must serve the same model. An empty url leaves cfg
+// as it is.
+func useBroker(cfg *server.Config, url string, factory models.Factory) error {
 	if url == "" {
 		return nil
 	}
+	fp, err := broker.Fingerprint(factory)
+	if err != nil {
+		return err
+	}
 	fe, err := broker.NewFrontend(broker.FrontendConfig{
-		Config:   broker.Config{URL: url, Logger: cfg.Logger},
-		QueueCap: cfg.Batch.QueueCap,
-	}, info)
+		Config:      broker.Config{URL: url, Logger: cfg.Logger},
+		QueueCap:    cfg.Batch.QueueCap,
+		Fingerprint: fp,
+	}, factory.Info())
 	if err != nil {
 		return usageErrorf("--broker: %v", err)
 	}

@@ -197,7 +197,7 @@ func runServe(ctx context.Context, opts *serveOptions) error {
 		return err
 	}
 	defer factory.Close()
-	if err := useBroker(&cfg, opts.Broker, factory.Info()); err != nil {
+	if err := useBroker(&cfg, opts.Broker, factory); err != nil {
 		return err
 	}
 	srv, err := server.New(cfg, factory)

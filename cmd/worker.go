@@ -2,7 +2,12 @@ package cmd
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
+	"net"
+	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -16,10 +21,21 @@ type workerOptions struct {
 	Workers     int
 	Visibility  time.Duration
 	MetricsAddr string
-	Model       modelOptions
-	Log         logOptions
-	Stderr      io.Writer
+	// MetricsAddrSet is set when --metrics-addr was given: then it must be
+	// free. Left at its default, the next free port is taken instead.
+	MetricsAddrSet bool
+	Model          modelOptions
+	Log            logOptions
+	Stderr         io.Writer
 }
+
+// defaultMetricsAddr is --metrics-addr's default; metricsPorts is how many
+// ports from it a worker tries when the flag is not given, so that the
+// workers of one host (one per accelerator) need no flag each.
+const (
+	defaultMetricsAddr = "127.0.0.1:9101"
+	metricsPorts       = 64
+)
 
 func newCmdWorker(runF func(context.Context, *workerOptions) error) *cobra.Command {
 	opts := &workerOptions{}
@@ -30,18 +46,29 @@ func newCmdWorker(runF func(context.Context, *workerOptions) error) *cobra.Comma
 stream through a consumer group, compute them in dynamic batches, send each
 result to the frontend that owns the request, then acknowledge it.
 
-A batch closes when it holds --batch items or --max-latency after its first
-item reached the worker, whichever comes first. Entries left unacknowledged by
-a worker that died are claimed by another after --visibility-timeout; results
-are keyed by request id, so a duplicate is harmless. Entries whose deadline
-passed are answered without compute. Run one worker per accelerator, on any
-machine that reaches Redis; frontends and workers must serve the same model.`,
+Batches form as in infer serve. Under the default policy, adaptive, a batch
+waits for company only as long as the measured arrival rate and batch cost
+say it pays, and never past --max-latency after its first item reached the
+worker; fixed waits for --batch items or --max-latency, immediate never waits.
+
+Entries left unacknowledged by a worker that died are claimed by another
+after --visibility-timeout; results are keyed by request id, so a duplicate
+is harmless. Entries whose deadline passed, or whose client went away, are
+not computed. Run one worker per accelerator, on any machine that reaches
+Redis. Workers announce the model they serve every 250ms; a frontend with no
+live worker of its model (same name and task) turns /readyz to 503 and
+answers 503 no_workers, and both sides log the mismatch.
+
+Without --metrics-addr, each worker takes the first free port from 9101 up,
+so that several can share a host.`,
 		Example: `  infer serve --broker redis://127.0.0.1:6379/0 --model sim
-  infer worker --broker redis://127.0.0.1:6379/0 --model sim --metrics-addr 127.0.0.1:9101
-  infer worker --broker rediss://user:pass@redis.internal:6380/0 --devices cuda:0,cuda:1 --workers 2`,
+  infer worker --broker redis://127.0.0.1:6379/0 --model sim    # metrics on 127.0.0.1:9101
+  infer worker --broker redis://127.0.0.1:6379/0 --model sim    # a second one on the host: 9102
+  infer worker --broker rediss://user:pass@redis.internal:6380/0 --devices cuda:0,cuda:1 --workers 2 --metrics-addr :9101`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Stderr = cmd.ErrOrStderr()
+			opts.MetricsAddrSet = cmd.Flags().Changed("metrics-addr")
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
@@ -52,7 +79,7 @@ machine that reaches Redis; frontends and workers must serve the same model.`,
 	f.StringVar(&opts.Broker, "broker", "redis://127.0.0.1:6379/0", "Redis URL: redis://[user:pass@]host:port/db, or rediss://… for TLS")
 	f.IntVar(&opts.Workers, "workers", 1, "model instances in this process, each a consumer of its own")
 	f.DurationVar(&opts.Visibility, "visibility-timeout", 10*time.Second, "how long an entry may stay unacknowledged with a worker before another claims it; longer than a batch takes")
-	f.StringVar(&opts.MetricsAddr, "metrics-addr", "127.0.0.1:9101", "listen address of /metrics, /healthz and /readyz (empty: none)")
+	f.StringVar(&opts.MetricsAddr, "metrics-addr", defaultMetricsAddr, fmt.Sprintf("listen address of /metrics, /healthz and /readyz (empty: none); left out, the first free port from 9101 to %d", 9101+metricsPorts-1))
 	opts.Batching.bind(cmd)
 	opts.Model.bind(cmd)
 	opts.Log.bind(cmd)
@@ -89,6 +116,16 @@ func runWorker(ctx context.Context, opts *workerOptions) error {
 	if cfg.Logger, err = opts.Log.logger(opts.Stderr); err != nil {
 		return err
 	}
+	ln, err := listenMetrics(cfg.MetricsAddr, !opts.MetricsAddrSet)
+	if err != nil {
+		return err
+	}
+	served := false
+	defer func() {
+		if ln != nil && !served {
+			ln.Close()
+		}
+	}()
 	factory, err := opts.Model.open(opts.Workers, cfg.Logger)
 	if err != nil {
 		return err
@@ -99,5 +136,42 @@ func runWorker(ctx context.Context, opts *workerOptions) error {
 	if err != nil {
 		return usageErrorf("--broker: %v", err)
 	}
-	return w.Run(ctx)
+	served = true
+	return w.Serve(ctx, ln)
+}
+
+// listenMetrics listens on addr, or returns nil for an empty addr. With
+// next, a port in use makes it try the following ones, up to metricsPorts
+// in all.
+func listenMetrics(addr string, next bool) (net.Listener, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err == nil || !next || !errors.Is(err, syscall.EADDRINUSE) {
+		return ln, metricsAddrError(addr, err)
+	}
+	host, port, perr := net.SplitHostPort(addr)
+	first, aerr := strconv.Atoi(port)
+	if perr != nil || aerr != nil {
+		return nil, metricsAddrError(addr, err)
+	}
+	for p := first + 1; p < first+metricsPorts && p <= 65535; p++ {
+		if ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(p))); err == nil || !errors.Is(err, syscall.EADDRINUSE) {
+			return ln, metricsAddrError(addr, err)
+		}
+	}
+	return nil, fmt.Errorf("--metrics-addr: ports %d to %d on %s are all in use: give this worker a free --metrics-addr, or an empty one for none",
+		first, first+metricsPorts-1, host)
+}
+
+func metricsAddrError(addr string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, syscall.EADDRINUSE):
+		return fmt.Errorf("--metrics-addr %s: %w: another worker on this host? Give each its own --metrics-addr, or leave the flag out to take the next free port", addr, err)
+	default:
+		return fmt.Errorf("--metrics-addr %s: %w", addr, err)
+	}
 }

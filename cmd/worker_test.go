@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -104,5 +107,70 @@ func TestWorkerHelpGolden(t *testing.T) {
 	}
 	if out.String() != string(want) {
 		t.Errorf("help differs from %s (rerun with -update if intended):\n%s", path, out.String())
+	}
+}
+
+// A worker whose --metrics-addr was not given takes the next free port when
+// the default one is in use, so that the README's workers can share a host;
+// one whose --metrics-addr was given and is in use fails, naming the flag.
+func TestWorkerMetricsAddrInUse(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	gone, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	noRedis := "redis://" + gone.Addr().String() + "/0" // nobody listens there
+	gone.Close()
+	options := func(set bool, stderr io.Writer) *workerOptions {
+		o := &workerOptions{}
+		cmd := newCmdWorker(func(_ context.Context, got *workerOptions) error { *o = *got; return nil })
+		cmd.SetArgs([]string{"--broker", noRedis, "--model", "sim", "--sim-fixed", "1ms", "--sim-per-item", "0s", "--batch", "4"})
+		if err := cmd.Execute(); err != nil {
+			t.Fatal(err)
+		}
+		o.MetricsAddr, o.MetricsAddrSet, o.Stderr = busy.Addr().String(), set, stderr
+		return o
+	}
+
+	err = runWorker(context.Background(), options(true, io.Discard))
+	if err == nil || !strings.Contains(err.Error(), "--metrics-addr "+busy.Addr().String()) || !strings.Contains(err.Error(), "address already in use") {
+		t.Errorf("--metrics-addr in use: runWorker() = %v, want an error naming --metrics-addr and the address in use", err)
+	}
+
+	var buf bytes.Buffer
+	log := &lockedWriter{w: &buf}
+	logged := func() string {
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		return buf.String()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runWorker(ctx, options(false, log)) }()
+	var addr string
+	for range 500 {
+		if _, rest, ok := strings.Cut(logged(), `msg="metrics listening" addr=`); ok {
+			addr, _, _ = strings.Cut(rest, "\n")
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if addr == "" || addr == busy.Addr().String() {
+		cancel()
+		t.Fatalf("the default port in use: the worker listens on %q, want another port (log:\n%s; runWorker: %v)", addr, logged(), <-done)
+	}
+	resp, err := http.Get("http://" + addr + "/healthz")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /healthz on %s: %v %v", addr, resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("runWorker() = %v after it was stopped", err)
 	}
 }

@@ -59,8 +59,13 @@ func (s *Server) toAPIError(err error) *apiError {
 		return errorf(http.StatusUnprocessableEntity, "too_many_items", "request has more items than the queue holds")
 	case errors.Is(err, batch.ErrClosed) && !s.draining.Load():
 		// The scheduler refuses while the server is not draining: its
-		// transport (a broker) is unreachable.
+		// transport (a broker) is unreachable, or has no worker. It may
+		// name its code and message.
 		e := errorf(http.StatusServiceUnavailable, "unavailable", "batch scheduler unavailable; retry later")
+		var u interface{ Unavailable() (code, message string) }
+		if errors.As(err, &u) {
+			e.Code, e.Message = u.Unavailable()
+		}
 		e.RetryAfter = 1
 		return e
 	case errors.Is(err, batch.ErrClosed):

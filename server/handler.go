@@ -86,12 +86,31 @@ func recoverPanics(h http.Handler) http.Handler {
 }
 
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
-	switch {
+	switch err := s.schedulerErr(); {
 	case s.draining.Load():
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
 	case !s.ready.Load() || s.unready.Load() > 0:
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "loading"})
+	case err != nil:
+		e := s.toAPIError(err)
+		if e.Status != http.StatusServiceUnavailable {
+			e = errorf(http.StatusServiceUnavailable, "unavailable", "batch scheduler unavailable")
+		}
+		writeJSON(w, e.Status, map[string]string{"status": e.Code, "reason": e.Message})
 	default:
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "model": s.info.Name})
 	}
+}
+
+// serving reports whether the server is ready and its batched scheduler can
+// serve: what /readyz, /v2/health/ready and infer_ready say.
+func (s *Server) serving() bool { return s.Ready() && s.schedulerErr() == nil }
+
+// schedulerErr returns why the batched scheduler cannot serve now, for a
+// scheduler that can say so (see Scheduler), or nil.
+func (s *Server) schedulerErr() error {
+	if r, ok := s.scheduler().(interface{ Ready() error }); ok {
+		return r.Ready()
+	}
+	return nil
 }

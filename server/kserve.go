@@ -49,7 +49,7 @@ func (s *Server) v2Model(h http.HandlerFunc) http.Handler {
 }
 
 func (s *Server) v2Ready(w http.ResponseWriter, r *http.Request) {
-	if !s.Ready() {
+	if !s.serving() {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]bool{"ready": false})
 		return
 	}

@@ -154,9 +154,9 @@ func newMetrics(s *Server) *metrics {
 		return 0
 	})
 	ready := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "infer_ready", Help: "1 when the model is loaded and warm and the server is not draining.",
+		Name: "infer_ready", Help: "1 when the model is loaded and warm, the server is not draining and its batched scheduler can serve.",
 	}, func() float64 {
-		if s.Ready() {
+		if s.serving() {
 			return 1
 		}
 		return 0

@@ -175,6 +175,17 @@ type Scheduler interface {
 	Len() int
 }
 
+// A Scheduler may also implement:
+//
+//	Backlog() time.Duration // how long its backlog needs to clear: a 429's Retry-After
+//	Ready() error           // why it cannot serve now (nil: it can), as a broker frontend
+//	                        // without live workers or without Redis: /readyz, /v2/health/ready
+//	                        // and infer_ready follow it
+//
+// An error from Ready or Do that matches batch.ErrClosed while the server is
+// not draining is answered 503; it may name its code and client-facing
+// message with a method Unavailable() (code, message string).
+
 // Service is a set of routes served next to the encoder endpoints, under the
 // same lifecycle: the listener and its connection cap, the timeouts,
 // /healthz, /readyz and /metrics (add its collectors to Config.Collectors),
@@ -253,7 +264,8 @@ func New(cfg Config, factory models.Factory) (*Server, error) {
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Ready reports whether the model is loaded and warm, every service is
-// ready, and the server is not draining.
+// ready, and the server is not draining. /readyz also asks the batched
+// scheduler (see Scheduler).
 func (s *Server) Ready() bool {
 	return s.ready.Load() && s.unready.Load() == 0 && !s.draining.Load()
 }

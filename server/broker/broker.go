@@ -5,24 +5,36 @@
 // to the model's request stream, with the request's deadline and the address
 // of the frontend's reply list, and waits for the results. A Worker reads the
 // stream through a consumer group, forms batches with server/batch (the same
-// single-deadline rule as in-process), runs the model, pushes each result to
+// batching policies as in-process), runs the model, pushes each result to
 // the frontend that owns the request, and only then acknowledges the entry.
 //
 // Nothing is lost when a worker dies: the entries it had read stay pending in
 // the group and another worker claims them after Config.Visibility. Results
 // are keyed by request id and item index, so a duplicate result is ignored.
 // Entries whose deadline has passed are answered with a deadline error and
-// acknowledged without compute. Admission is bounded by the stream's length
-// (entries waiting or being computed); nothing unprocessed is ever trimmed.
+// acknowledged without compute; so are entries whose client went away (the
+// frontend withdraws them, and tells the workers that read them already).
+// Admission is bounded by the stream's length (entries waiting or being
+// computed); nothing unprocessed is ever trimmed.
+//
+// Frontends and workers announce themselves every Config.Heartbeat: the model
+// they serve (name, task and Fingerprint). A frontend with no live worker for
+// its model is not ready and refuses requests with ErrNoWorkers; a frontend
+// or worker that sees only peers of other models, or of another fingerprint,
+// logs it.
 //
 // Keys, for a prefix P (Config.Prefix) and a model named M with task T:
 //
 //	P:M:T:requests   stream, one entry per item: req, item, reply, deadline, input
 //	                 consumer group "workers"
+//	P:M:T:cancel     channel: ids of withdrawn entries, for the workers that hold them
 //	P:reply:<id>     list per frontend: its results, expiring when unused
+//	P:workers        sorted set of live workers' names, by expiry (Redis's clock)
+//	P:workers:info   hash: each live worker's announcement, as JSON
+//	P:frontends, P:frontends:info   the same for frontends
 //
-// Redis 7.0 or later is needed (BLMPOP, XAUTOCLAIM). This package is the only
-// importer of go-redis.
+// Redis 7.0 or later is needed (BLMPOP, XAUTOCLAIM, XINFO STREAM's
+// entries-added). This package is the only importer of go-redis.
 package broker
 
 import (
@@ -41,11 +53,31 @@ import (
 	"github.com/inferhq/infer/server/batch"
 )
 
-// ErrUnavailable is returned when Redis cannot be reached, or when the
-// connection was lost while a request waited (its outcome is then unknown and
-// retrying it is safe). It matches batch.ErrClosed too, so that a server
-// refuses such requests with 503 without knowing about brokers.
-var ErrUnavailable = fmt.Errorf("broker unavailable: %w", batch.ErrClosed)
+var (
+	// ErrUnavailable is returned when Redis cannot be reached, or when the
+	// connection was lost while a request waited (its outcome is then
+	// unknown and retrying it is safe).
+	ErrUnavailable error = &unavailableError{code: "unavailable", msg: "broker unavailable"}
+	// ErrNoWorkers is returned when no live worker serves the frontend's
+	// model: none announced itself within the last four heartbeats, or
+	// those that did serve another model. Requests waiting when the last
+	// worker goes fail with it too; retrying later is safe.
+	ErrNoWorkers error = &unavailableError{code: "no_workers", msg: "no live worker serves the model"}
+)
+
+// unavailableError is a reason why a frontend cannot serve for now. It
+// matches batch.ErrClosed, so that a server refuses such requests with 503
+// without knowing about brokers, and names its error code and a message fit
+// for clients (no addresses) with Unavailable.
+type unavailableError struct{ code, msg string }
+
+func (e *unavailableError) Error() string { return e.msg }
+func (e *unavailableError) Unwrap() error { return batch.ErrClosed }
+
+// Unavailable returns the error code and message a server answers with.
+func (e *unavailableError) Unavailable() (code, message string) {
+	return e.code, e.msg + "; retry later"
+}
 
 // Config is what frontends and workers share. The zero value uses a local
 // Redis.
@@ -60,6 +92,13 @@ type Config struct {
 	// Poll is how long a blocking read waits before it looks for shutdown;
 	// it bounds how long Run takes to return. Default 1s.
 	Poll time.Duration
+	// Heartbeat is how often frontends and workers announce themselves and
+	// look at each other. An announcement not renewed within four
+	// heartbeats expires: a frontend then counts a killed or frozen worker
+	// as gone, turns /readyz to 503 and refuses requests with ErrNoWorkers
+	// if it was the last one of its model. A worker that stops leaves at
+	// once. Default 250ms: about a second from a worker's death to 503s.
+	Heartbeat time.Duration
 	// Logger receives connection and recovery events; nil discards them.
 	Logger *slog.Logger
 }
@@ -74,6 +113,9 @@ func (c Config) withDefaults() Config {
 	if c.Poll <= 0 {
 		c.Poll = time.Second
 	}
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = 250 * time.Millisecond
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -82,15 +124,25 @@ func (c Config) withDefaults() Config {
 
 const group = "workers"
 
+// expiry is how long an announcement lives without renewal.
+func (c Config) expiry() time.Duration { return 4 * c.Heartbeat }
+
+// modelKey names a model as frontends and workers meet on it: its name and
+// task, as in "sim:classify".
+func modelKey(m models.Info) string {
+	if m.Task == "" {
+		return m.Name
+	}
+	return m.Name + ":" + m.Task
+}
+
 // stream is the key of the request stream of a model: frontends and workers
 // meet on it when they serve the same model name and task.
-func (c Config) stream(m models.Info) string {
-	name := m.Name
-	if m.Task != "" {
-		name += ":" + m.Task
-	}
-	return c.Prefix + ":" + name + ":requests"
-}
+func (c Config) stream(m models.Info) string { return c.Prefix + ":" + modelKey(m) + ":requests" }
+
+// cancelChannel is where frontends name the entries of a model's stream
+// whose clients went away.
+func (c Config) cancelChannel(m models.Info) string { return c.Prefix + ":" + modelKey(m) + ":cancel" }
 
 // client returns a Redis client for c.URL. It does not connect yet.
 func (c Config) client() (*redis.Client, error) {
@@ -298,8 +350,12 @@ func isServerError(err error) bool {
 // backoff is a capped exponential delay for retries while Redis is away.
 type backoff struct{ d time.Duration }
 
+// maxBackoff is the longest delay between retries: a frontend or worker
+// notices that Redis is back within it.
+const maxBackoff = 500 * time.Millisecond
+
 func (b *backoff) next() time.Duration {
-	b.d = min(max(2*b.d, 50*time.Millisecond), 500*time.Millisecond)
+	b.d = min(max(2*b.d, 50*time.Millisecond), maxBackoff)
 	return b.d
 }
 

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -123,7 +124,7 @@ func TestWorkerKilled(t *testing.T) {
 // restarting frontends or workers.
 func TestRedisRestart(t *testing.T) {
 	r := startRedis(t)
-	bc := broker.Config{URL: r.url, Prefix: t.Name()}
+	bc := broker.Config{URL: r.url, Prefix: t.Name(), Heartbeat: beat}
 	f := simFactory(t, 5*time.Millisecond, 100*time.Microsecond)
 	for i := range 2 {
 		startWorker(t, broker.WorkerConfig{Config: bc, Name: fmt.Sprintf("w%d", i),
@@ -195,18 +196,27 @@ func TestRedisRestart(t *testing.T) {
 
 // Admission is bounded by the stream's backlog: beyond QueueCap requests
 // are refused with 429 and nothing is trimmed. A request whose deadline
-// passes withdraws the entries no worker has read.
+// passes withdraws its entries.
 func TestQueueFullAndWithdraw(t *testing.T) {
 	r := startRedis(t)
-	bc := broker.Config{URL: r.url, Prefix: t.Name()}
-	f := simFactory(t, time.Millisecond, 0)
-	url, _ := startFrontend(t, broker.FrontendConfig{Config: bc, QueueCap: 4}, f)
+	bc := broker.Config{URL: r.url, Prefix: t.Name(), Heartbeat: beat}
+	// A worker busy on a hanging item holds one more entry (one batch of
+	// one computing, one forming); the others wait in the stream.
+	q := &quirky{release: make(chan struct{}), hanging: make(chan struct{}, 1)}
+	startWorker(t, broker.WorkerConfig{Config: bc, Batch: batch.Config{MaxBatch: 1}}, q)
+	var once sync.Once
+	release := func() { once.Do(func() { close(q.release) }) }
+	t.Cleanup(release) // before the worker stops
+	url, _ := startFrontend(t, broker.FrontendConfig{Config: bc, QueueCap: 4}, q)
+	waitReadyz(t, url, http.StatusOK, "", 5*time.Second)
 
-	first := make(chan outcome)
-	go func() { first <- post(http.DefaultClient, url, []string{"a", "b", "c"}, 300*time.Millisecond) }()
-	for range 500 {
-		if backlog(t, url) == 3 {
-			break
+	hung, first := make(chan outcome), make(chan outcome)
+	go func() { hung <- post(http.DefaultClient, url, []string{"hang:a"}, 2*time.Second) }()
+	<-q.hanging
+	go func() { first <- post(http.DefaultClient, url, []string{"b", "c"}, 2*time.Second) }()
+	for n := 0; backlog(t, url) != 3; n++ {
+		if n == 500 {
+			t.Fatalf("backlog = %v, want 3", backlog(t, url))
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -217,15 +227,17 @@ func TestQueueFullAndWithdraw(t *testing.T) {
 	if n := backlog(t, url); n != 3 {
 		t.Errorf("backlog after the refusal = %v, want the 3 admitted items, none trimmed", n)
 	}
-	if o := <-first; o.status != http.StatusGatewayTimeout {
-		t.Errorf("with no worker: status %d (%s), want 504", o.status, o.code)
+	for _, o := range []outcome{<-first, <-hung} {
+		if o.status != http.StatusGatewayTimeout {
+			t.Errorf("behind a hanging item: status %d (%s), want 504", o.status, o.code)
+		}
 	}
 	if n := backlog(t, url); n != 0 {
-		t.Errorf("backlog after the deadline = %v, want 0: the entries are withdrawn", n)
+		t.Errorf("backlog after the deadlines = %v, want 0: the entries are withdrawn", n)
 	}
-	startWorker(t, broker.WorkerConfig{Config: bc, Batch: batch.Config{MaxLatency: time.Millisecond}}, f)
+	release()
 	if o := post(http.DefaultClient, url, []string{"f"}, time.Second); o.status != http.StatusOK {
-		t.Errorf("with a worker: status %d (%s), want 200", o.status, o.code)
+		t.Errorf("with the worker free again: status %d (%s), want 200", o.status, o.code)
 	}
 }
 
@@ -273,35 +285,17 @@ func TestExpiredEntries(t *testing.T) {
 // is dropped there, not computed.
 func TestExpiredInWorkerQueue(t *testing.T) {
 	r := startRedis(t)
-	bc := broker.Config{URL: r.url, Prefix: t.Name()}
-	q := &quirky{release: make(chan struct{}), hanging: make(chan struct{}, 1)}
-	w := startWorker(t, broker.WorkerConfig{Config: bc, Batch: batch.Config{MaxBatch: 1}}, q)
-	t.Cleanup(func() { close(q.release) }) // before the worker stops
-	_, fe := startFrontend(t, broker.FrontendConfig{Config: bc}, q)
-
-	hung := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_, _, err := fe.Do(ctx, []models.Input{{Text: "hang:a"}})
-		hung <- err
-	}()
-	<-q.hanging
+	w, fe, release, hung := busyWorker(t, broker.Config{URL: r.url, Prefix: t.Name()})
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	if _, _, err := fe.Do(ctx, []models.Input{{Text: "b"}}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Do() behind a busy worker = %v, want DeadlineExceeded", err)
 	}
-	q.release <- struct{}{}
+	release()
 	if err := <-hung; err != nil {
 		t.Fatalf("Do(hang) = %v", err)
 	}
-	for range 500 {
-		if n, _ := metric(t, w.Handler(), "infer_dropped_items_total"); n == 1 {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitMetric(t, w.Handler(), "infer_dropped_items_total", 1)
 	dropped, _ := metric(t, w.Handler(), "infer_dropped_items_total")
 	computed, _ := metric(t, w.Handler(), "infer_items_total")
 	if dropped != 1 || computed != 1 {
@@ -391,6 +385,28 @@ func (q *quirky) Predict(_ context.Context, in []models.Input, out []models.Outp
 		return &batch.ItemsError{Errs: errs}
 	}
 	return nil
+}
+
+// busyWorker starts a worker of one instance and batches of one, and a
+// frontend, and keeps the worker busy on a hanging item until release is
+// called or t ends; hung receives that item's Do error.
+func busyWorker(t *testing.T, bc broker.Config) (w *broker.Worker, fe *broker.Frontend, release func(), hung <-chan error) {
+	t.Helper()
+	q := &quirky{release: make(chan struct{}), hanging: make(chan struct{}, 1)}
+	w = startWorker(t, broker.WorkerConfig{Config: bc, Batch: batch.Config{MaxBatch: 1}}, q)
+	var once sync.Once
+	release = func() { once.Do(func() { close(q.release) }) }
+	t.Cleanup(release) // before the worker stops
+	_, fe = startFrontend(t, broker.FrontendConfig{Config: bc}, q)
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _, err := fe.Do(ctx, []models.Input{{Text: "hang:a"}})
+		done <- err
+	}()
+	<-q.hanging
+	return w, fe, release, done
 }
 
 // Outputs keep the Go types the server packs specially, tokens travel with

@@ -247,10 +247,10 @@ func waitReady(t *testing.T, h http.Handler) {
 
 // workerSpec configures a worker process.
 type workerSpec struct {
-	URL, Prefix, Name, MetricsAddr string
-	Fixed, PerItem                 time.Duration
-	MaxBatch                       int
-	MaxLatency, Visibility         time.Duration
+	URL, Prefix, Name, MetricsAddr    string
+	Fixed, PerItem                    time.Duration
+	MaxBatch                          int
+	MaxLatency, Visibility, Heartbeat time.Duration
 }
 
 // startWorkerProcess runs a sim worker in a child process (this test binary)
@@ -293,7 +293,7 @@ func workerProcess(specJSON string) int {
 		return 2
 	}
 	w, err := broker.NewWorker(broker.WorkerConfig{
-		Config:      broker.Config{URL: spec.URL, Prefix: spec.Prefix, Poll: 100 * time.Millisecond},
+		Config:      broker.Config{URL: spec.URL, Prefix: spec.Prefix, Poll: 100 * time.Millisecond, Heartbeat: spec.Heartbeat},
 		Batch:       batch.Config{MaxBatch: spec.MaxBatch, MaxLatency: spec.MaxLatency},
 		Name:        spec.Name,
 		Visibility:  spec.Visibility,
@@ -347,6 +347,7 @@ func sumSamples(exposition, name string) (float64, bool) {
 type outcome struct {
 	status  int
 	code    string // error code, for errors
+	retry   string // Retry-After
 	took    time.Duration
 	at      time.Time // when it was sent
 	outputs []json.RawMessage
@@ -369,6 +370,7 @@ func post(client *http.Client, url string, texts []string, timeout time.Duration
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	o.took, o.status, o.timing = time.Since(o.at), resp.StatusCode, resp.Header.Get("Server-Timing")
+	o.retry = resp.Header.Get("Retry-After")
 	if err != nil {
 		o.err = err
 		return o

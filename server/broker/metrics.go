@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -69,9 +70,11 @@ func (c *streamCollector) Collect(ch chan<- prometheus.Metric) {
 
 // frontendMetrics are a frontend's collectors.
 type frontendMetrics struct {
-	stream *streamCollector
-	reply  prometheus.Histogram
-	late   prometheus.Counter
+	stream  *streamCollector
+	reply   prometheus.Histogram
+	late    prometheus.Counter
+	workers prometheus.GaugeFunc
+	drain   prometheus.GaugeFunc
 }
 
 func newFrontendMetrics(f *Frontend) frontendMetrics {
@@ -86,11 +89,24 @@ func newFrontendMetrics(f *Frontend) frontendMetrics {
 			Name: "infer_broker_late_replies_total",
 			Help: "Results received for no waiting request: duplicates, or requests that timed out or failed before.",
 		}),
+		workers: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "infer_broker_live_workers", Help: "Workers of the model that announced themselves within the last four heartbeats.",
+			ConstLabels: prometheus.Labels{"stream": f.stream},
+		}, func() float64 {
+			if v := f.view.Load(); v != nil {
+				return float64(v.workers)
+			}
+			return 0
+		}),
+		drain: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "infer_broker_drain_items_per_second", Help: "Rate at which the request stream was measured to drain while it held items; Retry-After is the backlog over it.",
+			ConstLabels: prometheus.Labels{"stream": f.stream},
+		}, func() float64 { return math.Float64frombits(f.rate.Load()) }),
 	}
 }
 
 func (m frontendMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.stream, m.reply, m.late}
+	return []prometheus.Collector{m.stream, m.reply, m.late, m.workers, m.drain}
 }
 
 // workerMetrics are a worker's collectors, on a registry of its own.
@@ -103,6 +119,7 @@ type workerMetrics struct {
 	expired   prometheus.Counter
 	claims    prometheus.Counter
 	abandoned prometheus.Counter
+	cancelled prometheus.Counter
 }
 
 func newWorkerMetrics(w *Worker) *workerMetrics {
@@ -129,8 +146,11 @@ func newWorkerMetrics(w *Worker) *workerMetrics {
 		abandoned: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "infer_broker_abandoned_items_total", Help: "Entries answered with an error because they had been delivered too many times.",
 		}),
+		cancelled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "infer_broker_cancelled_items_total", Help: "Entries read whose client went away before their result: skipped unless already computing.",
+		}),
 	}
-	m.reg.MustRegister(m.batch, m.compute, m.items, m.failed, m.expired, m.claims, m.abandoned,
+	m.reg.MustRegister(m.batch, m.compute, m.items, m.failed, m.expired, m.claims, m.abandoned, m.cancelled,
 		newStreamCollector(w.rdb, w.stream, &w.up),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,16 +80,27 @@ const replyTTL = time.Minute
 // Worker runs a model for the requests in its stream. Create it with
 // NewWorker and run it with Run.
 type Worker struct {
-	cfg     WorkerConfig
-	factory models.Factory
-	rdb     *redis.Client
-	log     *slog.Logger
-	stream  string
-	metrics *workerMetrics
-	up      atomic.Bool // false while Redis is known to be unreachable
-	ready   atomic.Bool // instances loaded and consuming
-	started atomic.Bool
+	cfg      WorkerConfig
+	factory  models.Factory
+	rdb      *redis.Client
+	log      *slog.Logger
+	stream   string
+	cancelCh string
+	metrics  *workerMetrics
+	up       atomic.Bool // false while Redis is known to be unreachable
+	ready    atomic.Bool // instances loaded and consuming
+	started  atomic.Bool
+	kick     chan struct{} // a heartbeat is due now: Redis is back
+
+	mu   sync.Mutex
+	held map[string]*heldEntry // by stream entry id: the entries being computed
 }
+
+// heldEntry is an entry a consumer is computing, cancelled if its client goes.
+type heldEntry struct{ cancel context.CancelCauseFunc }
+
+// errClientGone cancels an entry whose frontend withdrew it.
+var errClientGone = errors.New("client went away")
 
 // NewWorker returns a worker for the model made by factory, reading the
 // stream of the model's name and task. It loads and connects nothing yet.
@@ -102,11 +114,14 @@ func NewWorker(cfg WorkerConfig, factory models.Factory) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{
-		cfg:     cfg,
-		factory: factory,
-		rdb:     rdb,
-		log:     cfg.Logger,
-		stream:  cfg.stream(factory.Info()),
+		cfg:      cfg,
+		factory:  factory,
+		rdb:      rdb,
+		log:      cfg.Logger,
+		stream:   cfg.stream(factory.Info()),
+		cancelCh: cfg.cancelChannel(factory.Info()),
+		held:     make(map[string]*heldEntry),
+		kick:     make(chan struct{}, 1),
 	}
 	w.up.Store(true)
 	w.metrics = newWorkerMetrics(w)
@@ -140,13 +155,31 @@ func writeStatus(rw http.ResponseWriter, code int, status string) {
 	json.NewEncoder(rw).Encode(map[string]string{"status": status})
 }
 
-// Run loads and warms the model instances, then consumes the stream until
-// ctx is done. Then it stops reading, finishes, answers and acknowledges
-// every entry it had read, leaves the group, closes the instances and
-// returns. While Redis is unreachable it retries by itself. Run may be
-// called once.
-func (w *Worker) Run(ctx context.Context) (err error) {
+// Run serves the worker's Handler on Config.MetricsAddr, if set, and runs
+// the worker as Serve does.
+func (w *Worker) Run(ctx context.Context) error {
+	var ln net.Listener
+	if w.cfg.MetricsAddr != "" {
+		var err error
+		if ln, err = net.Listen("tcp", w.cfg.MetricsAddr); err != nil {
+			return fmt.Errorf("metrics listener: %w", err)
+		}
+	}
+	return w.Serve(ctx, ln)
+}
+
+// Serve serves the worker's Handler on ln, unless ln is nil, and runs the
+// worker: it loads and warms the model instances, announces the worker
+// every Config.Heartbeat, and consumes the stream until ctx is done. Then it
+// stops reading, finishes, answers and acknowledges every entry it had read
+// (but skips those whose client went away), leaves the group, withdraws its
+// announcement, closes the instances and ln, and returns. While Redis is
+// unreachable it retries by itself. Run or Serve may be called once.
+func (w *Worker) Serve(ctx context.Context, ln net.Listener) (err error) {
 	if !w.started.CompareAndSwap(false, true) {
+		if ln != nil {
+			ln.Close()
+		}
 		return errors.New("broker: Run called twice")
 	}
 	defer func() {
@@ -154,11 +187,7 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 			err = errors.Join(err, fmt.Errorf("close broker connection: %w", cerr))
 		}
 	}()
-	if w.cfg.MetricsAddr != "" {
-		ln, err := net.Listen("tcp", w.cfg.MetricsAddr)
-		if err != nil {
-			return fmt.Errorf("metrics listener: %w", err)
-		}
+	if ln != nil {
 		srv := &http.Server{Handler: w.Handler(), ReadHeaderTimeout: 5 * time.Second}
 		var hwg sync.WaitGroup
 		hwg.Go(func() { srv.Serve(ln) })
@@ -167,6 +196,10 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 		w.log.Info("metrics listening", "addr", ln.Addr().String())
 	}
 
+	fp, err := Fingerprint(w.factory)
+	if err != nil {
+		return err
+	}
 	consumers, err := w.load(ctx)
 	defer func() {
 		for _, c := range consumers {
@@ -178,17 +211,79 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+
+	// Announce the worker before it says it is ready, and until its
+	// consumers have finished; hear which entries' clients went away.
+	me := newAnnouncement(w.cfg.Name, w.factory.Info(), fp)
+	me.Instances = len(consumers)
+	p := newPresence(w.rdb, w.cfg.role("workers"), w.cfg.role("frontends"), me, w.cfg.expiry())
+	bgCtx, stopBg := context.WithCancel(context.WithoutCancel(ctx))
+	var bg sync.WaitGroup
+	sub := w.rdb.Subscribe(bgCtx, w.cancelCh)
+	bg.Go(func() { w.skipCancelled(sub.Channel()) })
+	mlog := mismatchLog{me: me, side: "frontend", then: "this worker gets no requests"}
+	seen := func(peers []announcement, err error) {
+		if err != nil {
+			if !isServerError(err) {
+				w.down(err)
+			}
+			w.log.Debug("heartbeat", "err", err)
+			return
+		}
+		mlog.seen(w.log, viewOf(peers, me.model()), true)
+	}
+	seen(p.beat(bgCtx))
+	bg.Go(func() { p.run(bgCtx, w.cfg.Heartbeat, w.kick, func() bool { return !w.up.Load() }, seen) })
+
 	w.ready.Store(true)
 	w.log.Info("consuming", "stream", w.stream, "consumers", len(consumers), "batch", consumers[0].b.Config().MaxBatch,
-		"max_latency", w.cfg.Batch.MaxLatency, "visibility", w.cfg.Visibility)
+		"max_latency", w.cfg.Batch.MaxLatency, "visibility", w.cfg.Visibility, "fingerprint", fp)
 	var wg sync.WaitGroup
 	for _, c := range consumers {
 		wg.Go(func() { c.run(ctx) })
 	}
 	wg.Wait()
 	w.ready.Store(false)
+	stopBg()
+	sub.Close()
+	bg.Wait()
+	p.leave()
 	w.log.Info("stopped")
 	return nil
+}
+
+// skipCancelled cancels the held entries named on the cancel channel until
+// it is closed: the batcher then drops them unless they are computing.
+func (w *Worker) skipCancelled(msgs <-chan *redis.Message) {
+	for m := range msgs {
+		for _, id := range strings.Fields(m.Payload) {
+			w.mu.Lock()
+			h := w.held[id]
+			w.mu.Unlock()
+			if h != nil {
+				h.cancel(errClientGone)
+				w.metrics.cancelled.Inc()
+			}
+		}
+	}
+}
+
+// track returns the context to compute entry id under: ctx, cancelled if
+// the entry's client goes away. untrack must be called when it is done.
+func (w *Worker) track(ctx context.Context, id string) (_ context.Context, untrack func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	h := &heldEntry{cancel: cancel}
+	w.mu.Lock()
+	w.held[id] = h
+	w.mu.Unlock()
+	return ctx, func() {
+		w.mu.Lock()
+		if w.held[id] == h {
+			delete(w.held, id)
+		}
+		w.mu.Unlock()
+		cancel(nil)
+	}
 }
 
 // load creates and warms one instance per consumer. It returns the
@@ -219,6 +314,10 @@ func (w *Worker) down(err error) {
 func (w *Worker) recovered() {
 	if !w.up.Swap(true) {
 		w.log.Info("broker reachable again")
+		select {
+		case w.kick <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -241,7 +340,7 @@ func (w *Worker) send(ctx context.Context, rs []result) {
 	lists := make(map[string][]any)
 	for i, r := range rs {
 		ids[i] = r.id
-		if r.to == "" { // a malformed entry with nowhere to answer
+		if r.to == "" { // a malformed entry with nowhere to answer, or nobody waiting
 			continue
 		}
 		b, err := json.Marshal(r)
@@ -497,7 +596,11 @@ func (c *consumer) take(ctx context.Context, msgs []redis.XMessage, ewg *sync.Wa
 			c.w.metrics.expired.Inc()
 		default:
 			c.held.Add(1)
-			ewg.Go(func() { c.done <- c.compute(ctx, &e) })
+			ectx, untrack := c.w.track(context.WithoutCancel(ctx), e.id)
+			ewg.Go(func() {
+				defer untrack()
+				c.done <- c.compute(ectx, &e)
+			})
 		}
 	}
 	if len(rs) > 0 {
@@ -505,11 +608,11 @@ func (c *consumer) take(ctx context.Context, msgs []redis.XMessage, ewg *sync.Wa
 	}
 }
 
-// compute runs one entry through the batcher, under the entry's deadline
-// but not ctx: what was read is finished. The batcher drops the entry
-// without computing it if the deadline passes first.
+// compute runs one entry through the batcher under ctx, which is cancelled
+// only when the entry's client goes away, and the entry's deadline. The
+// batcher drops the entry without computing it if either comes first. An
+// entry whose client went away is acknowledged without an answer.
 func (c *consumer) compute(ctx context.Context, e *entry) result {
-	ctx = context.WithoutCancel(ctx)
 	if !e.deadline.IsZero() {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, e.deadline)
@@ -528,6 +631,9 @@ func (c *consumer) compute(ctx context.Context, e *entry) result {
 	}
 	r := answer(e, out, err)
 	r.Compute, r.Batch = st.Compute.Microseconds(), st.BatchSize
+	if errors.Is(context.Cause(ctx), errClientGone) {
+		r.to = "" // nobody waits for it
+	}
 	return r
 }
 
