@@ -23,6 +23,7 @@ import (
 	"github.com/inferhq/infer/models"
 	"github.com/inferhq/infer/models/sim"
 	"github.com/inferhq/infer/server"
+	"github.com/inferhq/infer/server/servertest"
 	"github.com/inferhq/infer/server/batch"
 	"github.com/inferhq/infer/server/broker"
 )
@@ -179,36 +180,13 @@ func startFrontend(t *testing.T, cfg broker.FrontendConfig, factory models.Facto
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(server.Config{
+	srv := servertest.Start(t, server.Config{
 		Scheduler:  f,
 		Collectors: f.Collectors(),
 		Batch:      batch.Config{QueueCap: cfg.QueueCap},
 		Timeout:    10 * time.Second,
 	}, factory)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("frontend server: %v", err)
-		}
-	})
-	for range 500 {
-		if srv.Ready() {
-			return "http://" + ln.Addr().String(), f
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatal("frontend server not ready after 5s")
-	return "", nil
+	return srv.URL, f
 }
 
 // startWorker runs a Worker in this process until t ends.
