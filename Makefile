@@ -51,8 +51,9 @@ bench: ## Go benchmarks of the batcher and the simulated accelerator
 # cache (a failing input is written to testdata/fuzz and reported).
 FUZZTIME ?= 1m
 FUZZ := server:FuzzDecodeItems server:FuzzDecodeV2 server:FuzzRequestTimeout server:FuzzHandler \
-	loadgen:FuzzParseMetrics loadgen:FuzzServerTiming
-fuzz: ## run each fuzz target for FUZZTIME (default 1m): decoders, deadlines, the whole handler, the metrics and Server-Timing parsers
+	loadgen:FuzzParseMetrics loadgen:FuzzServerTiming \
+	loadgen/llm:FuzzReader loadgen/llm:FuzzChunk loadgen/llm:FuzzEncoding
+fuzz: ## run each fuzz target for FUZZTIME (default 1m): decoders, deadlines, the whole handler, the metrics, Server-Timing and SSE parsers
 	@set -e; for t in $(FUZZ); do \
 		echo "== $${t#*:} (./$${t%%:*}, $(FUZZTIME))"; \
 		$(GO) test -run='^$$' -fuzz="^$${t#*:}$$" -fuzztime=$(FUZZTIME) ./$${t%%:*}; \
