@@ -188,6 +188,7 @@ type slab[In, Out any] struct {
 	key   int       // size bucket
 	max   int       // largest item size
 	sum   int       // total item size
+	hold  time.Time // when the adaptive policy began to hold it with a worker free
 }
 
 // New returns a batcher with one worker per Func. Each Func owns its model

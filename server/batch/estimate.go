@@ -22,6 +22,7 @@ type estimator struct {
 	// new batch.
 	fit     linfit.Sums
 	samples int
+	echoes  echoes // what follows finished batches (adaptive.go)
 }
 
 // decayed is a count whose past decays with time constant tau: for arrivals
@@ -78,6 +79,7 @@ func (e *estimator) arrive(t time.Time) {
 	}
 	e.slow.add(t)
 	e.fast.add(t)
+	e.echoes.arrive(t)
 	e.mu.Unlock()
 }
 
