@@ -152,7 +152,9 @@ for i in $(seq 1 "$rounds"); do
 done
 status=0
 for sc in "${scenarios[@]}"; do
-	report "$top/$sc"-* || status=1
+	runs=()
+	for i in $(seq 1 "$rounds"); do runs+=("$top/$sc-$i"); done
+	report "${runs[@]}" || status=1
 done
 echo "runs and figures in $top"
 exit $status

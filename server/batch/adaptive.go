@@ -25,8 +25,9 @@ import (
 // size below (one part with one worker). A batch is judged only when a
 // worker is free: offered earlier, it would go to the first worker to
 // finish before that worker's callers could come back. No batch waits
-// longer than w from the moment a worker was free for it, or MaxLatency if
-// the callers out would fill it (as fixed waits for a full batch).
+// longer than w (nor MaxLatency) from the moment a worker was free for it,
+// or MaxLatency if the callers out would fill it, as fixed waits for a
+// full batch. A caller later than that waits for the next batch.
 //
 // Share rule, otherwise. With one worker a batch is sent at once: it grows
 // by itself while the worker computes, and for arrivals that do not come in
@@ -36,7 +37,8 @@ import (
 // taken by the workers in turn, keep up with the measured arrival rate λ
 // at utilisation adaptiveUtil, n = λ·a / (W·u − λ·b) with t(n) = a + b·n
 // the fitted cost. When two or more workers are idle the share is rounded
-// down (latency first), when only one is, up (keeping up first).
+// down (latency first), when only one is, up (keeping up first). A batch
+// never waits past MaxLatency after its first item arrived.
 
 const (
 	// echoWindow is the echo window w as a share of the fitted fixed cost a
