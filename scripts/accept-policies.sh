@@ -7,6 +7,8 @@
 #   scripts/accept-policies.sh report RUN_DIR...   report runs of one scenario
 #   scripts/accept-policies.sh ab OLD_BIN SCENARIO [ROUNDS] [BENCH_FLAGS...]
 #
+# SCENARIO is a name in scenarios/ or a scenario file.
+#
 # Default scenarios: policies-quick, policies-closed-sim,
 # policies-closed-sim-fast, policies-sim, policies-sim-fast and
 # single-client (about 25 minutes; policies-bert needs scripts/setup-ort.sh
@@ -98,10 +100,11 @@ report() {
 	! grep -q MISSED "$out"
 }
 
-bench() { # bench BIN SCENARIO OUT [FLAGS...]
+bench() { # bench BIN SCENARIO OUT [FLAGS...]; SCENARIO: a name in scenarios/ or a file
 	local bin=$1 sc=$2 out=$3
 	shift 3
-	"$bin" bench -s "scenarios/$sc.yaml" --no-tui --report=false -o "$out" "$@" >"$out.log" 2>&1 ||
+	[ -f "$sc" ] || sc="scenarios/$sc.yaml"
+	"$bin" bench -s "$sc" --no-tui --report=false -o "$out" "$@" >"$out.log" 2>&1 ||
 		{ echo "bench $sc failed (exit $?), see $out.log" >&2; return 1; }
 }
 
@@ -117,7 +120,7 @@ ab)
 	old=$2 sc=$3 rounds=${4:-2}
 	shift $(($# < 4 ? $# : 4))
 	make -s build
-	top="results/accept-policies-ab-$sc-$(date -u +%Y%m%dT%H%M%S)"
+	top="results/accept-policies-ab-$(basename "$sc" .yaml)-$(date -u +%Y%m%dT%H%M%S)"
 	mkdir -p "$top"
 	for i in $(seq 1 "$rounds"); do
 		bench "$old" "$sc" "$top/old-$i" "$@"
