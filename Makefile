@@ -6,7 +6,7 @@ VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X github.com/inferhq/infer/cmd.version=$(VERSION) -X github.com/inferhq/infer/cmd.commit=$(COMMIT)
 
-.PHONY: help setup build install test vet lint fmt-check bench fuzz demo try ci-bench clean
+.PHONY: help setup build install test vet lint fmt-check bench fuzz demo try ci-bench ci-baseline clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -73,6 +73,13 @@ ci-bench: build ## bench scenarios/quick.yaml and compare with ci/baseline/quick
 	rm -rf ci-out
 	$(BIN) bench --scenario scenarios/quick.yaml --no-tui --report=false --out ci-out/quick
 	$(BIN) report ci-out/quick --baseline ci/baseline/quick --out ci-out/report $(if $(FAIL_ON_REGRESSION),--fail-on-regression)
+
+# After an intended performance change, on a quiet machine: the new baseline
+# (commit ci/baseline/quick).
+ci-baseline: build ## rerun scenarios/quick.yaml into ci/baseline/quick
+	rm -rf ci/baseline/quick
+	$(BIN) bench --scenario scenarios/quick.yaml --no-tui --report=false --out ci/baseline/quick
+	rm -f ci/baseline/quick/server.log
 
 clean:
 	rm -rf bin ci-out

@@ -289,8 +289,8 @@ func TestScenarioFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"bert.yaml", "bucketing.yaml", "demo.yaml", "isolation.yaml", "overload.yaml", "policies-bert.yaml", "policies-sim-fast.yaml",
-		"policies-sim.yaml", "quick.yaml", "reference.yaml", "sim-gpu.yaml", "single-client.yaml"}
+	want := []string{"bert.yaml", "bucketing.yaml", "demo.yaml", "isolation.yaml", "overload.yaml", "policies-bert.yaml",
+		"policies-closed-sim-fast.yaml", "policies-closed-sim.yaml", "policies-quick.yaml", "policies-sim-fast.yaml", "policies-sim.yaml", "quick.yaml", "reference.yaml", "sim-gpu.yaml", "single-client.yaml"}
 	var got []string
 	for _, f := range files {
 		got = append(got, filepath.Base(f))

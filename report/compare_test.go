@@ -85,8 +85,48 @@ func TestJudge(t *testing.T) {
 		{"both fail", point(noSuccess), point(noSuccess), Warn, "either run"},
 		{"now succeeds", point(noSuccess), point(), Pass, "baseline failed"},
 		{"−15 % within repeats' ±20 %", point(repeats(0.1)), point(thrX(0.85), repeats(0.1)), Pass, ""},
-		{"−5 % beyond tight repeats", point(repeats(0.005)), point(thrX(0.95), repeats(0.005)), Regression, "beyond ±2.5 %"},
+		{"−3 % within tight repeats' floor of ±5 %", point(repeats(0.005)), point(thrX(0.97), repeats(0.005)), Pass, ""},
+		{"−7 % beyond tight repeats", point(repeats(0.005)), point(thrX(0.93), repeats(0.005)), Regression, "beyond ±5.0 %"},
 		{"repeats on one side only: default band", point(repeats(0.3)), point(thrX(0.85)), Regression, "beyond ±10.0 %"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := judge(&tc.base, &tc.cur, Noise{}.withDefaults())
+			if got.Verdict != tc.want || !strings.Contains(got.Reason, tc.reason) {
+				t.Errorf("judge = %v (%q), want %v with a reason containing %q", got.Verdict, got.Reason, tc.want, tc.reason)
+			}
+		})
+	}
+}
+
+// latencies gives the record a histogram of n requests: slow of them take
+// 500 ms, the others spread evenly over 50–60 ms × f.
+func latencies(n, slow int, f float64) func(*record.Record) {
+	return func(r *record.Record) {
+		h := &record.Histogram{}
+		for i := range n {
+			d := time.Duration(f * float64(50*time.Millisecond+time.Duration(i)*10*time.Millisecond/time.Duration(n)))
+			if i >= n-slow {
+				d = 500 * time.Millisecond
+			}
+			h.Record(d)
+		}
+		r.Histogram, r.Latency = h, h.Percentiles()
+	}
+}
+
+func TestJudgeP99Sampling(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		base, cur record.Record
+		want      Verdict
+		reason    string
+	}{
+		// Of 100 requests, one slow in the baseline and two now: the p99
+		// moves from ~60 to 500 ms on one request, within its sampling.
+		{"p99 of 100 requests on its slowest two", point(latencies(100, 1, 1)), point(latencies(100, 2, 1)), Pass, ""},
+		// Of 10 000, a tail that moved as a whole by 30 %.
+		{"p99 of 10 000 requests 30 % slower", point(latencies(10000, 0, 1)), point(latencies(10000, 0, 1.3)), Regression, "p99 +"},
+		{"p99 of 10 000 requests 10 % slower", point(latencies(10000, 0, 1)), point(latencies(10000, 0, 1.1)), Pass, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := judge(&tc.base, &tc.cur, Noise{}.withDefaults())

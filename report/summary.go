@@ -509,7 +509,7 @@ func (v *view) writeOffline(b *strings.Builder) {
 func (v *view) writeComparison(b *strings.Builder, c *Comparison) {
 	b.WriteString("## Comparison with the baseline\n\n")
 	fmt.Fprintf(b, "Baseline `%s`. Verdict: **%s** (%s).\n\n", c.Baseline, strings.ToUpper(c.Verdict.String()), c.counts())
-	fmt.Fprintf(b, "A point regresses when its throughput falls, its p99 rises or its error rate rises beyond the noise band, on measurements that are not flagged; beyond the band on a flagged measurement it warns. The band is the repeats' spread where both runs have repeats (at least a quarter of the default), else ±%s %% throughput and ±%s %% p99; the error rate may rise by %s percentage point(s). Points are matched by endpoint, batch, workers, max-latency, policy, buckets, items per request and load level.\n\n",
+	fmt.Fprintf(b, "A point regresses when its throughput falls, its p99 rises or its error rate rises beyond the noise band, on measurements that are not flagged; beyond the band on a flagged measurement it warns. The band is the repeats' spread where both runs have repeats (at least half the default), else ±%s %% throughput and ±%s %% p99, and a p99 must be worse beyond it even from the low end of its sampling interval to the high end of the baseline's (99 %% intervals from the latency histograms); the error rate may rise by %s percentage point(s). Points are matched by endpoint, batch, workers, max-latency, policy, buckets, items per request and load level.\n\n",
 		num(c.Default.Throughput*100), num(c.Default.P99*100), num(c.Default.ErrorRate*100))
 	if len(c.Changes) > 0 {
 		changes := slices.Clone(c.Changes)

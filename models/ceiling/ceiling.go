@@ -13,6 +13,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/inferhq/infer/internal/linfit"
 	"github.com/inferhq/infer/models"
 )
 
@@ -186,27 +187,22 @@ type Fit struct {
 	MaxRelErr float64       `json:"max_rel_err"`
 }
 
-// FitLinear fits the points' mean latencies by least squares. It needs two
-// distinct batch sizes. A negative intercept is clamped to zero (and the
-// slope refitted through the origin), since a batch cannot cost less than
-// nothing.
+// FitLinear fits the points' mean latencies by least squares, each point
+// weighing the same, with the batcher's fit (internal/linfit): both
+// coefficients are kept non-negative, a negative intercept refitting the
+// slope through the origin. It needs two distinct batch sizes.
 func FitLinear(points []Point) (Fit, error) {
-	var sn, st, snn, snt float64
+	var sums linfit.Sums
 	sizes := map[int]bool{}
 	for _, p := range points {
-		n, t := float64(p.Batch), p.MeanMs*1e6
-		sn, st, snn, snt = sn+n, st+t, snn+n*n, snt+n*t
+		sums.Add(float64(p.Batch), p.MeanMs*1e6, 1)
 		sizes[p.Batch] = true
 	}
 	if len(sizes) < 2 {
 		return Fit{}, errors.New("fit needs at least two batch sizes")
 	}
 	k := float64(len(points))
-	slope := (k*snt - sn*st) / (k*snn - sn*sn)
-	icept := (st - slope*sn) / k
-	if icept < 0 {
-		icept, slope = 0, snt/snn
-	}
+	icept, slope, _ := sums.Line()
 	var sse, maxRel float64
 	for _, p := range points {
 		t := p.MeanMs * 1e6

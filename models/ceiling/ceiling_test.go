@@ -30,6 +30,8 @@ func TestFitLinear(t *testing.T) {
 		{name: "no fixed cost", points: line(0, 2, 1, 64), wantFixed: 0, wantPerItem: 2 * time.Millisecond},
 		{name: "negative intercept clamped", points: []Point{{Batch: 1, MeanMs: 0.5}, {Batch: 10, MeanMs: 20}}, wantFixed: 0,
 			wantPerItem: 1985149}, // (1·0.5 + 10·20) / (1 + 100) ms, rounded to ns
+		{name: "negative slope flattened", points: []Point{{Batch: 1, MeanMs: 30}, {Batch: 10, MeanMs: 10}},
+			wantFixed: 20 * time.Millisecond, wantPerItem: 0},
 		{name: "one size", points: line(4, 1, 8, 8), wantErr: "two batch sizes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

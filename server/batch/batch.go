@@ -6,8 +6,14 @@
 // or when Config.MaxLatency has passed since its first item arrived,
 // whichever comes first. The deadline is set once, by the first item, and
 // never moved by later arrivals. Immediate sends a batch as soon as a worker
-// is free; Adaptive waits only when waiting pays, judged from the measured
-// arrival rate and batch cost, never past MaxLatency. A ready batch that is
+// is free; Adaptive waits only when waiting pays, never longer than
+// MaxLatency while a worker is free: for callers that form a closed pool
+// (they send again as soon as they are answered, which the batcher tells
+// from how arrivals follow finished batches), an idle worker waits for the
+// pool's callers out of the batcher, at most a quarter of a batch's fixed
+// cost, or MaxLatency when they would fill the batch; otherwise one worker
+// sends at once and several wait for their share of the measured arrival
+// rate (see adaptive.go for the whole rule). A ready batch that is
 // waiting for a free worker keeps taking items up to MaxBatch: it would wait
 // for the worker anyway, so the extra items cost nobody any latency.
 //
@@ -190,6 +196,7 @@ type slab[In, Out any] struct {
 	key   int       // size bucket
 	max   int       // largest item size
 	sum   int       // total item size
+	hold  time.Time // when the adaptive policy began to hold it with a worker free
 }
 
 // New returns a batcher with one worker per Func. Each Func owns its model

@@ -16,10 +16,13 @@ const (
 	// Immediate never waits: a free worker takes whatever is queued, up to
 	// MaxBatch. The zero-delay baseline.
 	Immediate Policy = "immediate"
-	// Adaptive sends at once while other workers are idle (or there is only
-	// one worker), and otherwise waits for the batch size at which batches
-	// keep up with the measured arrival rate, given the measured batch cost
-	// t(n) = a + b·n — never past MaxLatency.
+	// Adaptive waits only when waiting pays, never longer than MaxLatency
+	// while a worker is free. For a closed pool of callers (each sends
+	// again when answered), an idle worker waits for the callers out of
+	// the batcher, at most a quarter of the fixed cost a of the measured
+	// batch cost t(n) = a + b·n (MaxLatency when they would fill the
+	// batch). Otherwise one worker sends at once, and several wait for the
+	// batch size at which they keep up with the measured arrival rate.
 	Adaptive Policy = "adaptive"
 )
 

@@ -1,9 +1,6 @@
 package batch
 
-import (
-	"math"
-	"time"
-)
+import "time"
 
 // dispatch forms batches from admitted items and hands each ready batch to
 // the next free worker. It is the only goroutine touching the open slabs.
@@ -39,7 +36,7 @@ func (b *Batcher[In, Out]) dispatch() {
 			// a batch is as large as its items, whatever the bound.
 			s = &slab[In, Out]{items: make([]item[In, Out], 0, min(cfg.MaxBatch, initialSlab))}
 		}
-		s.first, s.key, s.max, s.sum = it.c.enq, key, 0, 0
+		s.first, s.key, s.max, s.sum, s.hold = it.c.enq, key, 0, 0, time.Time{}
 		s.add(it)
 		open = append(open, s)
 	}
@@ -86,6 +83,7 @@ func (b *Batcher[In, Out]) dispatch() {
 		case ready <- cand:
 			// The worker owns cand now: n was counted before the send.
 			b.queued.Add(-n)
+			b.busy.Add(1) // here, not in the worker, so that the next pick sees it
 			open = append(open[:pick], open[pick+1:]...)
 		case it, ok := <-in:
 			if !ok {
@@ -131,66 +129,25 @@ func (b *Batcher[In, Out]) pick(open []*slab[In, Out], now time.Time, draining b
 		case Immediate:
 			return i, time.Time{}
 		case Adaptive:
-			if n >= b.adaptiveTarget(cfg) || !now.Before(deadline) {
+			ready, again := b.adaptiveReady(cfg, s, now, deadline)
+			if ready {
 				return i, time.Time{}
 			}
+			deadline = again // zero: at the next event
 		default: // Fixed
 			if !now.Before(deadline) {
 				return i, time.Time{}
 			}
 		}
-		if wake.IsZero() || deadline.Before(wake) {
+		if !deadline.IsZero() && (wake.IsZero() || deadline.Before(wake)) {
 			wake = deadline
 		}
 	}
 	return -1, wake
 }
 
-// adaptiveTarget is how many items a forming batch should hold before it is
-// worth sending. With one worker the rule is greedy (send at once): the batch
-// grows by itself while the worker is busy, and for steady traffic waiting
-// only adds latency. (Clients in a closed loop that all send again as their
-// answers arrive are the exception: the worker takes the burst's first item
-// alone. With one worker, a batch as large as the clients and a large fixed
-// batch cost, --policy fixed then serves more; see README.)
-// With several, idle workers grabbing tiny batches would tie themselves up
-// for a whole batch time each, so a batch waits for its share of the
-// arrivals: the size n at which batches of n, taken by the W workers in
-// turn, keep up with the arrival rate λ at utilisation adaptiveUtil —
-// n = λ·a / (W·u − λ·b) with t(n) = a + b·n the measured cost. When two or
-// more workers are idle the share is rounded down (latency first), when only
-// one is, up (keeping up first). The caller never waits past MaxLatency.
-func (b *Batcher[In, Out]) adaptiveTarget(cfg *Config) int {
-	workers := int(b.nworkers.Load())
-	if workers <= 1 {
-		return 1
-	}
-	idle := workers - int(b.busy.Load())
-	lambda := b.est.rate(time.Now())
-	a, per, ok := b.est.cost()
-	if !ok || lambda <= 0 {
-		return 1
-	}
-	den := float64(workers)*adaptiveUtil - lambda*per
-	if den <= 0 {
-		return cfg.MaxBatch
-	}
-	n := lambda * a / den
-	if idle >= 2 {
-		n = math.Floor(n)
-	} else {
-		n = math.Ceil(n)
-	}
-	return min(cfg.MaxBatch, max(1, int(n)))
-}
-
 // initialSlab is the capacity a new batch starts with.
 const initialSlab = 16
-
-// adaptiveUtil is the utilisation the adaptive policy sizes batches for:
-// close to 1 wastes least capacity on fixed costs, but leaves no headroom
-// for bursts, and queueing delay grows as 1/(1-u).
-const adaptiveUtil = 0.9
 
 // bucketOf returns the index of the first bound at or above size, or
 // len(bounds) when size exceeds them all. Without bounds every item is in

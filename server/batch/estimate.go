@@ -4,6 +4,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/inferhq/infer/internal/linfit"
 )
 
 // estimator measures what the adaptive policy and deadline-aware admission
@@ -16,9 +18,11 @@ type estimator struct {
 	// constant, corrected for the bias of a short history.
 	slow, fast decayed
 	first      time.Time // the first arrival
-	// Cost: decayed sums of 1, n, n², t, n·t over observed batches.
-	sw, sn, snn, st, snt float64
-	samples              int
+	// Cost: the observed batches, their weights decayed by costDecay per
+	// new batch.
+	fit     linfit.Sums
+	samples int
+	echoes  echoes // what follows finished batches (adaptive.go)
 }
 
 // decayed is a count whose past decays with time constant tau: for arrivals
@@ -75,6 +79,7 @@ func (e *estimator) arrive(t time.Time) {
 	}
 	e.slow.add(t)
 	e.fast.add(t)
+	e.echoes.arrive(t)
 	e.mu.Unlock()
 }
 
@@ -90,38 +95,23 @@ func (e *estimator) rate(now time.Time) float64 {
 }
 
 func (e *estimator) observe(n int, d time.Duration) {
-	x, y := float64(n), d.Seconds()
 	e.mu.Lock()
-	e.sw = e.sw*costDecay + 1
-	e.sn = e.sn*costDecay + x
-	e.snn = e.snn*costDecay + x*x
-	e.st = e.st*costDecay + y
-	e.snt = e.snt*costDecay + x*y
+	e.fit.Scale(costDecay)
+	e.fit.Add(float64(n), d.Seconds(), 1)
 	e.samples++
 	e.mu.Unlock()
 }
 
-// cost returns the fitted t(n) = a + per·n in seconds, and whether enough
-// batches were seen. Both coefficients are kept non-negative; when all
-// batches had the same size, per is 0 and a is their mean time.
+// cost returns the fitted t(n) = a + per·n in seconds (linfit's rules:
+// both non-negative; per is 0 when all batches had the same size), and
+// whether enough batches were seen.
 func (e *estimator) cost() (a, per float64, ok bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.samples < minSamples {
 		return 0, 0, false
 	}
-	den := e.sw*e.snn - e.sn*e.sn
-	if den > 1e-9*e.sw*e.snn {
-		per = (e.sw*e.snt - e.sn*e.st) / den
-	}
-	if per < 0 {
-		per = 0
-	}
-	a = (e.st - per*e.sn) / e.sw
-	if a < 0 {
-		a, per = 0, e.st/e.sn
-	}
-	return a, per, true
+	return e.fit.Line()
 }
 
 // batchTime returns the estimated time of a batch of n items.

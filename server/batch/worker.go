@@ -132,7 +132,6 @@ type workerBuf[In, Out any] struct {
 
 // runBatch computes one batch handed over by the dispatcher.
 func (b *Batcher[In, Out]) runBatch(ctx context.Context, w *worker[In, Out], s *slab[In, Out], buf *workerBuf[In, Out]) {
-	b.busy.Add(1)
 	start := time.Now()
 	if took, ok := b.batchTime(len(s.items)); ok { // busy from now: admission counts it
 		b.running.begin(w.id, start.Add(took))
@@ -184,7 +183,9 @@ func (b *Batcher[In, Out]) runBatch(ctx context.Context, w *worker[In, Out], s *
 			}
 		}
 		// Report the batch before answering its callers, so that whoever
-		// sees an answer also sees the batch in OnBatch's effects (metrics).
+		// sees an answer also sees the batch in OnBatch's effects (metrics),
+		// and the adaptive policy expects the callers' next requests.
+		b.est.finish(n, n+info.Dropped, time.Now())
 		b.report(info)
 		st := Stats{Compute: info.Compute, BatchSize: n, Padding: info.Padding}
 		for i, it := range live {
@@ -199,6 +200,7 @@ func (b *Batcher[In, Out]) runBatch(ctx context.Context, w *worker[In, Out], s *
 		clear(live)
 		clear(ins)
 	} else {
+		b.est.finish(0, info.Dropped, time.Now())
 		b.report(info)
 	}
 	buf.live, buf.ins = live, ins
