@@ -23,9 +23,9 @@ import (
 	"github.com/inferhq/infer/models"
 	"github.com/inferhq/infer/models/sim"
 	"github.com/inferhq/infer/server"
-	"github.com/inferhq/infer/server/servertest"
 	"github.com/inferhq/infer/server/batch"
 	"github.com/inferhq/infer/server/broker"
+	"github.com/inferhq/infer/server/servertest"
 )
 
 // The test binary doubles as a worker process, so that a test can kill one
