@@ -261,7 +261,10 @@ func TestQueueFullRefusesAtOnce(t *testing.T) {
 		defer stop()
 
 		var wg sync.WaitGroup
-		wg.Go(func() { b.Do(context.Background(), []int{1, 2}) }) // running
+		// One item, so the running batch is known: the items of one request
+		// reach the dispatcher one by one, and an idle worker under
+		// Immediate may take the first alone.
+		wg.Go(func() { b.Submit(context.Background(), 1) }) // running
 		synctest.Wait()
 		wg.Go(func() { b.Do(context.Background(), []int{3, 4, 5}) }) // queued: 3 of 4
 		synctest.Wait()
