@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/inferhq/infer/loadgen/llm"
 	"github.com/inferhq/infer/loadgen/record"
 )
 
@@ -100,7 +101,11 @@ func Run(ctx context.Context, sc *Scenario, cfg Config) (*Outcome, error) {
 	r := &runner{sc: sc, cfg: cfg, log: cfg.Logger, client: &http.Client{Timeout: 5 * time.Second}}
 	defer r.client.CloseIdleConnections()
 	if len(sc.Targets) > 0 {
-		if err := r.probeTargets(ctx); err != nil {
+		probe := r.probeTargets
+		if sc.Payload.LLM != nil {
+			probe = r.probeLLMTargets
+		}
+		if err := probe(ctx); err != nil {
 			return nil, err
 		}
 		if len(sc.Sweep.adminKeys()) > 0 {
@@ -201,6 +206,13 @@ type runner struct {
 
 	noticeMu sync.Mutex
 	notices  []string // what the run found missing or assumed, each once
+
+	// LLM scenarios: what the generation server's metrics said last, and
+	// the payload generator (made once for the model, so that its
+	// prompts' tokens are cached across points).
+	gen         genInfo
+	llmGen      *llm.Generator
+	llmGenModel string
 }
 
 // notice says a gap in what the run measures, or an assumption it made,
@@ -331,6 +343,9 @@ func (r *runner) manifest(start time.Time) record.Manifest {
 	} else {
 		m.Model = r.info.model
 		m.Runtime = r.info.backend
+		if r.sc.Payload.LLM != nil {
+			m.Model, m.Runtime = r.model, r.gen.backend
+		}
 	}
 	return m
 }
@@ -441,6 +456,9 @@ func (r *runner) startServer(ctx context.Context, p Plan) error {
 	r.server, r.group, r.bases, r.model = srv, p.Group, []string{srv.URL()}, model
 	r.starts++
 	r.startTime += time.Since(start)
+	if r.sc.Payload.LLM != nil {
+		return r.checkGenServer(ctx)
+	}
 	return nil
 }
 
@@ -512,6 +530,9 @@ func (r *runner) read(ctx context.Context, endpoint string) reading {
 // point runs every repeat of p and builds its record; nil if it was
 // stopped before measuring anything.
 func (r *runner) point(ctx context.Context, p Plan) (*record.Record, error) {
+	if r.sc.Payload.LLM != nil {
+		return r.llmPoint(ctx, p)
+	}
 	pt := p.Point
 	// Record the batching settings in effect where the sweep left them to
 	// the server.

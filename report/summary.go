@@ -20,7 +20,11 @@ func (v *view) summary(res *Result) string {
 	if name == "" {
 		name = filepath.Base(filepath.Clean(v.run.Dir))
 	}
-	fmt.Fprintf(&b, "# Bench report: %s\n\n", name)
+	title := fmt.Sprintf("# Bench report: %s\n\n", name)
+	if v.isLLM() {
+		return v.llmSummary(res, title)
+	}
+	b.WriteString(title)
 	if c := res.Comparison; c != nil {
 		fmt.Fprintf(&b, "**Against baseline `%s`: %s** (%s).\n\n", c.Baseline, strings.ToUpper(c.Verdict.String()), c.counts())
 	}
@@ -107,6 +111,17 @@ func sloText(s record.SLO) string {
 	if s.MinThroughput > 0 {
 		parts = append(parts, "throughput ≥ "+num(s.MinThroughput)+" req/s")
 	}
+	for _, d := range []struct {
+		name string
+		v    record.Duration
+	}{{"TTFT", s.TTFTP99}, {"TPOT", s.TPOTP99}, {"E2EL", s.E2ELP99}} {
+		if d.v > 0 {
+			parts = append(parts, d.name+" p99 ≤ "+fmtMs(d.v.Ms()))
+		}
+	}
+	if s.MinGoodput > 0 {
+		parts = append(parts, "goodput ≥ "+num(s.MinGoodput)+" req/s")
+	}
 	if len(parts) == 0 {
 		return "none set"
 	}
@@ -122,7 +137,9 @@ var warnings = []struct {
 	{record.FlagCoordinatedOmission, "Coordinated omission", "the generator sent less than 95 % of the target rate because the server held it back, so the latencies understate what clients at that rate would see"},
 	{record.FlagScheduleLag, "Behind schedule", "requests went out late against the open loop's schedule, enough that the p99 measured from their intended send passes the service time's by over 10 % and 10 ms, as when a stall holds sending back and a burst catches up: the average rate looks right, but the latencies (service times, from the actual send) understate what clients on schedule saw; the p99 from the intended send is given"},
 	{record.FlagGeneratorSaturated, "Load generator saturated", "the generator used (nearly) all the CPU it had, so the server may be faster than measured"},
-	{record.FlagErrors, "Errors", "some requests failed (429: the queue was full and admission refused; 503: not ready or draining; 504: deadline passed; error: no HTTP answer)"},
+	{record.FlagNoUsage, "No usage", "some streams carried no usage chunk, so their output tokens (and TPOT, tokens/s) were counted by the client: with the model's tokenizer where known (GPT-2's), else one per content chunk, which may disagree with the server's count"},
+	{record.FlagNotStreamed, "Not streamed", "streaming was asked for but some answers came as one body, so their TTFT is their E2EL"},
+	{record.FlagErrors, "Errors", "some requests failed (429: the queue was full and admission refused; 503: not ready or draining; 504: deadline passed; error: no HTTP answer; an LLM stream that broke off or sent an error counts by its cause)"},
 }
 
 func (v *view) writeWarnings(b *strings.Builder) {
@@ -450,6 +467,9 @@ func loadMode(l record.Load) string {
 	if l.Mode == "closed" {
 		return "closed loop"
 	}
+	if l.Arrival != "" {
+		return "open loop, " + l.Arrival + " arrivals"
+	}
 	if l.Pacer != "" {
 		return "open loop, " + l.Pacer + " pacer"
 	}
@@ -514,15 +534,24 @@ func (v *view) writeComparison(b *strings.Builder, c *Comparison) {
 	if len(c.Changes) > 0 {
 		changes := slices.Clone(c.Changes)
 		slices.SortStableFunc(changes, func(a, b Change) int { return -cmp.Compare(a.Verdict, b.Verdict) })
-		b.WriteString("| point | req/s base → now | Δ | p99 base → now | Δ | band (req/s, p99) | verdict | why |\n|---|--:|--:|--:|--:|--:|---|---|\n")
+		if v.isLLM() {
+			b.WriteString("For LLM points throughput is output tokens/s and p99 is TTFT's; TPOT's p99 is judged in the p99 band too.\n\n")
+			b.WriteString("| point | tokens/s base → now | Δ | TTFT p99 base → now | Δ | TPOT p99 Δ | band (tokens/s, p99) | verdict | why |\n|---|--:|--:|--:|--:|--:|--:|---|---|\n")
+		} else {
+			b.WriteString("| point | req/s base → now | Δ | p99 base → now | Δ | band (req/s, p99) | verdict | why |\n|---|--:|--:|--:|--:|--:|---|---|\n")
+		}
 		for _, ch := range changes {
 			band := fmt.Sprintf("±%s %%, ±%s %%", num(ch.Band.Throughput*100), num(ch.Band.P99*100))
 			if ch.FromRepeats {
 				band += " (repeats)"
 			}
-			fmt.Fprintf(b, "| %s | %s → %s | %s | %s → %s | %s | %s | %s | %s |\n", v.pointLabel(ch.Cur),
-				num(ch.Base.Throughput), num(ch.Cur.Throughput), pct(ch.Throughput),
-				fmtDur(ch.Base.Latency.P99), fmtDur(ch.Cur.Latency.P99), pct(ch.P99), band, ch.Verdict, ch.Reason)
+			tpot := ""
+			if v.isLLM() {
+				tpot = " " + pct(ch.TPOT) + " |"
+			}
+			fmt.Fprintf(b, "| %s | %s → %s | %s | %s → %s | %s |%s %s | %s | %s |\n", v.pointLabel(ch.Cur),
+				num(tput(ch.Base)), num(tput(ch.Cur)), pct(ch.Throughput),
+				msOrDash(p99Of(ch.Base)), msOrDash(p99Of(ch.Cur)), pct(ch.P99), tpot, band, ch.Verdict, ch.Reason)
 		}
 		b.WriteString("\n")
 	}

@@ -133,7 +133,7 @@ func TestRunKeepsSchedule(t *testing.T) {
 	if l.FromIntended.TTFT.P99 < 5000 || l.Lag.P99 < 5000 || l.Queue.P99 < 5000 {
 		t.Errorf("from intended: TTFT p99 %vms, lag p99 %vms, queue p99 %vms; want seconds", l.FromIntended.TTFT.P99, l.Lag.P99, l.Queue.P99)
 	}
-	for _, f := range []string{record.FlagCoordinatedOmission, record.FlagSendLag} {
+	for _, f := range []string{record.FlagCoordinatedOmission, record.FlagScheduleLag} {
 		if !slices.Contains(l.Flags, f) {
 			t.Errorf("flags %v: %s missing", l.Flags, f)
 		}
@@ -153,7 +153,7 @@ func TestRunClosedLoop(t *testing.T) {
 	if l.RequestsPerS != 20 {
 		t.Errorf("%v req/s, want 20 (40 answers in 2 s)", l.RequestsPerS)
 	}
-	if slices.Contains(l.Flags, record.FlagCoordinatedOmission) || slices.Contains(l.Flags, record.FlagSendLag) {
+	if slices.Contains(l.Flags, record.FlagCoordinatedOmission) || slices.Contains(l.Flags, record.FlagScheduleLag) {
 		t.Errorf("closed loop flagged %v", l.Flags)
 	}
 }
