@@ -141,4 +141,6 @@ func printReport(w io.Writer, res *report.Result) {
 }
 
 // msRound renders milliseconds as a duration to 3 significant digits.
-func msRound(ms float64) time.Duration { return loadgen.Round(time.Duration(ms * float64(time.Millisecond))) }
+func msRound(ms float64) time.Duration {
+	return loadgen.Round(time.Duration(ms * float64(time.Millisecond)))
+}

@@ -122,7 +122,7 @@ func newMetrics(s *Service) *metrics {
 		)
 	}
 	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "infer_gen_model_info",
-		Help: "The generative model served and its settings (a simulated model's costs); always 1.",
+		Help:        "The generative model served and its settings (a simulated model's costs); always 1.",
 		ConstLabels: prometheus.Labels{"model": s.info.Name, "backend": s.info.Backend, "params": s.info.Params}})
 	info.Set(1)
 	m.gauges = append(m.gauges, batchingCollector{s}, info)
