@@ -407,6 +407,17 @@ func (s Summary) thresholds() string {
 	if s.SLO.MinThroughput > 0 {
 		th = append(th, fmt.Sprintf("throughput ≥ %g/s", s.SLO.MinThroughput))
 	}
+	for _, d := range []struct {
+		name string
+		v    record.Duration
+	}{{"TTFT", s.SLO.TTFTP99}, {"TPOT", s.SLO.TPOTP99}, {"E2EL", s.SLO.E2ELP99}} {
+		if d.v > 0 {
+			th = append(th, fmt.Sprintf("%s p99 ≤ %v", d.name, d.v.D()))
+		}
+	}
+	if s.SLO.MinGoodput > 0 {
+		th = append(th, fmt.Sprintf("goodput ≥ %g/s", s.SLO.MinGoodput))
+	}
 	return strings.Join(th, ", ")
 }
 

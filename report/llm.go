@@ -400,17 +400,7 @@ func (v *view) writeLLMPoints(b *strings.Builder) {
 		}
 		failed := "0"
 		if l.Failed > 0 {
-			var parts []string
-			for _, k := range slices.Sorted(func(yield func(string) bool) {
-				for k := range l.Failures {
-					if !yield(k) {
-						return
-					}
-				}
-			}) {
-				parts = append(parts, fmt.Sprintf("%s ×%d", k, l.Failures[k]))
-			}
-			failed = fmt.Sprintf("%s (%s)", pctAbs(r.ErrorRate()), strings.Join(parts, ", "))
+			failed = statusText(r)
 		}
 		name := v.llmLabel(llmSeriesOf(r.Point))
 		fmt.Fprintf(b, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",

@@ -139,7 +139,7 @@ var warnings = []struct {
 	{record.FlagGeneratorSaturated, "Load generator saturated", "the generator used (nearly) all the CPU it had, so the server may be faster than measured"},
 	{record.FlagNoUsage, "No usage", "some streams carried no usage chunk, so their output tokens (and TPOT, tokens/s) were counted by the client: with the model's tokenizer where known (GPT-2's), else one per content chunk, which may disagree with the server's count"},
 	{record.FlagNotStreamed, "Not streamed", "streaming was asked for but some answers came as one body, so their TTFT is their E2EL"},
-	{record.FlagErrors, "Errors", "some requests failed (429: the queue was full and admission refused; 503: not ready or draining; 504: deadline passed; error: no HTTP answer; an LLM stream that broke off or sent an error counts by its cause)"},
+	{record.FlagErrors, "Errors", "some requests failed (429: the queue was full and admission refused; 503: not ready or draining; 504: deadline passed; error: no HTTP answer)"},
 }
 
 func (v *view) writeWarnings(b *strings.Builder) {
@@ -199,6 +199,12 @@ func (v *view) writeWarnings(b *strings.Builder) {
 // "12.3 % failed: 429 ×110, error ×2".
 func statusText(r *record.Record) string {
 	var parts []string
+	if l := r.LLM; l != nil { // by cause: a stream that broke off had a 200
+		for _, k := range slices.Sorted(maps.Keys(l.Failures)) {
+			parts = append(parts, fmt.Sprintf("%s ×%d", k, l.Failures[k]))
+		}
+		return fmt.Sprintf("%s failed: %s", pctAbs(r.ErrorRate()), strings.Join(parts, ", "))
+	}
 	for _, k := range slices.Sorted(maps.Keys(r.Status)) {
 		if k != "200" {
 			parts = append(parts, fmt.Sprintf("%s ×%d", k, r.Status[k]))

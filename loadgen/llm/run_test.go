@@ -302,3 +302,32 @@ func TestRunConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestRunClients spreads requests round-robin over several clients (the
+// frontends of one deployment).
+func TestRunClients(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var fakes []*llmtest.Server
+		var clients []*llm.Client
+		for range 2 {
+			f := llmtest.New(llmtest.Config{})
+			hc, url, stop := llmtest.ServePipe(f)
+			defer stop()
+			c, err := llm.NewClient(llm.ClientConfig{BaseURL: url, HTTP: hc})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fakes, clients = append(fakes, f), append(clients, c)
+		}
+		g, _ := llm.NewGenerator(stream20)
+		out, err := llm.Run(context.Background(), llm.RunConfig{Clients: clients, Source: g, API: llm.Chat, Stream: true,
+			Pacer: constant{10 * time.Millisecond}, Duration: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := fakes[0].Requests(), fakes[1].Requests()
+		if a+b != int64(out.LLM.Requests) || a-b > 1 || b-a > 1 {
+			t.Errorf("requests %d and %d of %d, want them split evenly", a, b, out.LLM.Requests)
+		}
+	})
+}
