@@ -461,10 +461,13 @@ func buildLLMRecord(index int, pt record.Point, outs []*llm.Outcome, servers []*
 		rec.Latency = *msPercentiles(l.E2EL)
 	}
 	if pt.Load.Mode == "open" {
-		rec.TargetRate = pt.Load.Rate
-		if pt.Load.Pacer == "ramp" {
-			rec.TargetRate = (pt.Load.RampFrom + pt.Load.Rate) / 2
+		// What the schedule asked in the window: with random arrivals,
+		// the draws' rate rather than the level's.
+		var scheduled int
+		for _, o := range outs {
+			scheduled += o.LLM.Scheduled
 		}
+		rec.TargetRate = float64(scheduled) / secs
 		if l.Lag.N > 0 {
 			rec.ScheduleLag = msPercentiles(l.Lag)
 		}

@@ -35,10 +35,14 @@ func (v *view) llmCharts() []chart {
 }
 
 // rateX is a point's request rate on the x axis: the offered rate of an
-// open loop, the completed requests per second of a closed one.
+// open loop (its level; a ramp's mean), the completed requests per second
+// of a closed one.
 func rateX(r *record.Record) float64 {
-	if r.Point.Load.Mode == "open" && r.TargetRate > 0 {
-		return r.TargetRate
+	switch l := r.Point.Load; {
+	case l.Mode == "open" && l.Pacer == "ramp":
+		return (l.RampFrom + l.Rate) / 2
+	case l.Mode == "open":
+		return l.Rate
 	}
 	return r.LLM.RequestsPerS
 }
@@ -124,9 +128,22 @@ func (v *view) llmThroughputChart() (*figure, string) {
 	gp := newPlot("Goodput", x, "good requests/s")
 	f := &figure{panels: []*plot.Plot{tp, gp}, cols: 2}
 	_, thi, flagged := v.llmLines(tp, order, groups, func(r *record.Record) float64 { return r.LLM.OutputTokensPerS }, nil, circle)
+	// The simulated model's ideal, once per slot count (it depends on the
+	// slots and the lengths served, not on the scheduler): that of the
+	// first configuration with those slots.
 	ideal := false
+	drawnSlots := map[int]bool{}
+	var lx, ly []float64
+	var lt []string
 	for _, s := range order {
 		var xys plotter.XYs
+		slots := s.MaxSeqs
+		if s.Endpoint == "naive" {
+			slots = 1
+		}
+		if drawnSlots[slots] {
+			continue
+		}
 		for _, r := range groups[s] {
 			if r.LLM != nil && r.LLM.Ideal > 0 && succeeded(r) {
 				xys = append(xys, plotter.XY{X: rateX(r), Y: r.LLM.Ideal})
@@ -134,12 +151,19 @@ func (v *view) llmThroughputChart() (*figure, string) {
 			}
 		}
 		if len(xys) > 0 {
+			drawnSlots[slots] = true
 			slices.SortStableFunc(xys, func(a, b plotter.XY) int { return cmp.Compare(a.X, b.X) })
-			col := v.llmColor(s)
-			tp.Add(&plotter.Line{XYs: xys, LineStyle: line(col, 1.2, 2, 3)},
-				&plotter.Scatter{XYs: xys, GlyphStyle: glyph(col, cross, true, 4)})
+			tp.Add(&plotter.Line{XYs: xys, LineStyle: line(noteColor, 1.2, 2, 3)},
+				&plotter.Scatter{XYs: xys, GlyphStyle: glyph(noteColor, cross, true, 3.5)})
+			last := xys[len(xys)-1]
+			lx, ly, lt = append(lx, last.X), append(ly, last.Y), append(lt, "ideal, "+plural(slots, "slot"))
 			ideal = true
 		}
+	}
+	if ideal {
+		l := newLabels(lx, ly, lt, 9.5, -6, 6, draw.XRight)
+		l.avoid = true
+		tp.Add(l)
 	}
 	_, ghi, gflagged := v.llmLines(gp, order, groups, func(r *record.Record) float64 { return r.LLM.GoodputPerS }, nil, circle)
 	if thi == 0 {
@@ -164,8 +188,8 @@ func (v *view) llmThroughputChart() (*figure, string) {
 	rateAxis(gp, v.recs)
 	v.addLLMLegend(f, order)
 	if ideal {
-		g := glyph(color.Black, cross, true, 4)
-		f.add("sim-lm ideal (×, left)", lineThumb(line(color.Black, 1.2, 2, 3), &g))
+		g := glyph(noteColor, cross, true, 3.5)
+		f.add("sim-lm's ideal (×, left)", lineThumb(line(noteColor, 1.2, 2, 3), &g))
 	}
 	if closed {
 		f.add("all completed (y = x, right)", lineThumb(line(color.Black, 1.2, 2, 3), nil))
