@@ -204,3 +204,51 @@ func TestParsePromptFileErrors(t *testing.T) {
 		t.Errorf("error = %v, want one at line 5 naming the file's line 2", err)
 	}
 }
+
+// TestReferenceLLM parses the LLM scenario that scenarios/reference.yaml
+// documents in its "#|" lines.
+func TestReferenceLLM(t *testing.T) {
+	src, err := os.ReadFile("../scenarios/reference.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, line := range strings.Split(string(src), "\n") {
+		if rest, ok := strings.CutPrefix(line, "#|"); ok {
+			b.WriteString(strings.TrimPrefix(rest, " ") + "\n")
+		}
+	}
+	sc, err := Parse("reference.yaml (LLM)", "../scenarios", []byte(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.Payload.LLM == nil || sc.Load.Arrival != "gamma" || len(sc.Sweep.MaxSeqs) != 2 || sc.SLO.MinGoodput != 0.5 {
+		t.Errorf("parsed %+v", sc)
+	}
+	// Every key of the schema that an LLM scenario may hold is documented.
+	for _, k := range []string{"api", "stream", "prompt_tokens", "output_tokens", "ignore_eos", "prompts", "arrival", "burstiness",
+		"drain", "max_seqs", "max_batched_tokens", "ttft_p99", "tpot_p99", "e2el_p99", "min_goodput", "sim_step", "sim_per_seq",
+		"sim_per_prefill_token", "kv_tokens"} {
+		if !strings.Contains(b.String(), "  "+k+":") {
+			t.Errorf("reference.yaml's LLM part does not document %s", k)
+		}
+	}
+}
+
+func TestWithTargetsLLM(t *testing.T) {
+	sc, err := LoadFile("../scenarios/llm-quick.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sc.WithTargets([]string{"http://a:1"}); err == nil || !strings.Contains(err.Error(), "the admin API sets the /v1 engine's only") {
+		t.Errorf("WithTargets(llm-quick) = %v, want the static and naive endpoints refused", err)
+	}
+	plain, err := Parse("p.yaml", "", []byte(llmMinimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg, err := plain.WithTargets([]string{"http://a:1/"})
+	if err != nil || tg.Server != nil || tg.Targets[0] != "http://a:1" {
+		t.Errorf("WithTargets = %+v, %v", tg, err)
+	}
+}
