@@ -199,6 +199,7 @@ func (r *runner) llmPoint(ctx context.Context, p Plan) (*record.Record, error) {
 		}
 		r.mon.startAttack(rep, pt.Load, cfg.Warmup, cfg.Duration)
 		r.mon.setPhase(PhaseWarmup)
+		r.mon.llmLive(llm.Snapshot{Phase: llm.PhaseWarmup}) // an LLM view from the start
 		w := &genWatch{r: r, label: label, gen: r.gen.ok && label != ""}
 		done := make(chan struct{})
 		var wg sync.WaitGroup

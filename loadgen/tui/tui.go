@@ -241,8 +241,12 @@ func (m Model) liveLLM(s loadgen.Snapshot, line func(label, text string)) {
 	line("ITL", q(g.ITL))
 	if v := g.Server; v != nil {
 		run := fmt.Sprintf("%.0f", v.Running)
-		if v.MaxSeqs > 0 && genLabel(s.Point.Endpoint) == "v1" {
-			run += fmt.Sprintf("/%d", v.MaxSeqs)
+		slots := s.Point.MaxSeqs // the sweep's, else the /v1 engine's
+		if slots == 0 && genLabel(s.Point.Endpoint) == "v1" {
+			slots = v.MaxSeqs
+		}
+		if slots > 0 {
+			run += fmt.Sprintf("/%d", slots)
 		}
 		line("server", fmt.Sprintf("%s running · %.0f waiting · KV %.0f%%", run, v.Waiting, 100*v.KV))
 	}
@@ -252,7 +256,7 @@ func (m Model) liveLLM(s loadgen.Snapshot, line func(label, text string)) {
 }
 
 // genLabel tells the /v1 engine's endpoint, whose --max-seqs the gauges
-// know.
+// know (infer_gen_batching_info is the /v1 engine's).
 func genLabel(endpoint string) string {
 	switch endpoint {
 	case loadgen.EndpointContinuous, loadgen.LLMDefaultEndpoint:
