@@ -49,7 +49,8 @@ func (r *runner) probeLLMTargets(ctx context.Context) error {
 		samples, err := scrape(ctx, r.client, base)
 		switch g := genInfoOf(samples); {
 		case err != nil:
-			r.notice("%s/metrics: %v: the server's running and waiting sequences, KV usage and own TTFT are not measured", base, err)
+			r.notice("%s/metrics: %s: the server's running and waiting sequences, KV usage and own TTFT are not measured", base,
+				strings.TrimPrefix(err.Error(), "GET "+base+"/metrics: "))
 		case !g.ok:
 			r.notice("%s/metrics has no infer_gen_ metrics: the server's running and waiting sequences, KV usage and own TTFT are not measured", base)
 		case i == 0:
