@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"context"
+	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -153,5 +154,51 @@ load:
 				}
 			}
 		})
+	}
+}
+
+// TestRunLLMAdminSweep sweeps max_seqs on an existing sim-lm server
+// through its admin API, and puts its own setting back at the end.
+func TestRunLLMAdminSweep(t *testing.T) {
+	srv, err := testLauncher().Launch(context.Background(), []string{"--model", "sim-lm", "--admin-token", "tok", "--max-seqs", "4"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop(context.Background())
+	if _, err := waitReady(context.Background(), http.DefaultClient, srv, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	sc := mustParse(t, `
+target:
+  urls: [`+srv.URL()+`]
+payload:
+  api: completions
+  output_tokens: 8
+load:
+  concurrency: 3
+  warmup: 0s
+  duration: 300ms
+sweep:
+  endpoints: [continuous, naive]
+  max_seqs: [2, 3]
+`)
+	out, err := Run(context.Background(), sc, Config{Dir: t.TempDir(), AdminToken: "tok"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int
+	for _, r := range out.Records {
+		got = append(got, r.Point.MaxSeqs)
+		if r.Point.Endpoint == "continuous" && (r.LLM.Server == nil || r.LLM.Server.MaxSeqs != r.Point.MaxSeqs) {
+			t.Errorf("%s: the server ran max_seqs %+v", r.Point.Name, r.LLM.Server)
+		}
+	}
+	if !slices.Equal(got, []int{2, 0, 3}) {
+		t.Errorf("max_seqs %v, want [2 0 3] (naive once)", got)
+	}
+	a := &admin{client: http.DefaultClient, token: "tok"}
+	b, err := a.check(context.Background(), srv.URL())
+	if err != nil || b.MaxSeqs != 4 {
+		t.Errorf("after the run: %+v, %v; want max_seqs 4 back", b, err)
 	}
 }

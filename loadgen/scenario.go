@@ -328,8 +328,8 @@ func (s *Scenario) WithTargets(urls []string) (*Scenario, error) {
 		return nil, errors.New("--target: the scenario sweeps buckets, which the admin API cannot set on a target; run it with its server section")
 	}
 	if s.Payload.LLM != nil && (len(s.Sweep.MaxSeqs) > 0 || len(s.Sweep.MaxBatchedTokens) > 0 || len(s.Sweep.MaxLatency) > 0) &&
-		slices.ContainsFunc(s.Sweep.Endpoints, func(e string) bool { return genLabel(e) == "static" || genLabel(e) == "naive" }) {
-		return nil, errors.New("--target: the scenario sweeps max_seqs, max_batched_tokens or max_latency with static or naive endpoints; the admin API sets the /v1 engine's only, so run it with its server section")
+		slices.ContainsFunc(s.Sweep.Endpoints, func(e string) bool { return genLabel(e) == "static" }) {
+		return nil, errors.New("--target: the scenario sweeps max_seqs, max_batched_tokens or max_latency with the static endpoint; the admin API sets the /v1 engine's only, so run it with its server section")
 	}
 	c := *s
 	c.Targets = make([]string, len(urls))

@@ -256,8 +256,8 @@ func (v *validator) llmSweep(s *fileSweep, out *Sweep, server bool) {
 	out.MaxBatchedTokens = s.MaxBatchedTokens
 	if !server && (len(s.MaxSeqs) > 0 || len(s.MaxBatchedTokens) > 0 || len(s.MaxLatency) > 0) {
 		for i, e := range out.Endpoints {
-			if genLabel(e) == "static" || genLabel(e) == "naive" {
-				v.errorf(fmt.Sprintf("$.sweep.endpoints[%d]", i), "sweep.endpoints %s on a target: the admin API sets the /v1 engine's max_seqs, max_batched_tokens and max_latency only; sweep them with a server: section, or drop %s", e, e)
+			if genLabel(e) == "static" { // naive runs one sequence whatever they say
+				v.errorf(fmt.Sprintf("$.sweep.endpoints[%d]", i), "sweep.endpoints %s on a target: the admin API sets the /v1 engine's max_seqs, max_batched_tokens and max_latency only, not static's; sweep them with a server: section, or drop %s", e, e)
 			}
 		}
 	}

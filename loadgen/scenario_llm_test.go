@@ -241,7 +241,7 @@ func TestWithTargetsLLM(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := sc.WithTargets([]string{"http://a:1"}); err == nil || !strings.Contains(err.Error(), "the admin API sets the /v1 engine's only") {
-		t.Errorf("WithTargets(llm-quick) = %v, want the static and naive endpoints refused", err)
+		t.Errorf("WithTargets(llm-quick) = %v, want the static endpoint refused", err)
 	}
 	plain, err := Parse("p.yaml", "", []byte(llmMinimal))
 	if err != nil {
