@@ -64,6 +64,9 @@ type LLMRow struct {
 	IdealTokensPerS  float64        `json:"ideal_tokens_per_s,omitempty"`
 	ServerTTFTMean   float64        `json:"server_ttft_mean_ms,omitempty"`
 	Failures         map[string]int `json:"failures,omitempty"`
+	// Unfinished counts the window's requests still streaming when the
+	// drain ended (cut off; neither completed nor failed).
+	Unfinished int `json:"unfinished,omitempty"`
 	// TTFTFromIntendedP99 is the p99 TTFT from the intended send (open
 	// loop), against which the schedule lag is judged.
 	TTFTFromIntendedP99 float64 `json:"ttft_from_intended_p99_ms,omitempty"`
@@ -88,7 +91,7 @@ func RowOf(r *record.Record, slo SLO) Row {
 	if l := r.LLM; l != nil {
 		row.LLMRow = &LLMRow{TTFT: l.TTFT, TPOT: l.TPOT, ITL: l.ITL, E2EL: l.E2EL,
 			RequestsPerS: l.RequestsPerS, OutputTokensPerS: l.OutputTokensPerS, GoodputPerS: l.GoodputPerS,
-			IdealTokensPerS: l.Ideal, Failures: l.Failures, TTFTFromIntendedP99: l.FromIntended.TTFT.P99}
+			IdealTokensPerS: l.Ideal, Failures: l.Failures, Unfinished: l.Unfinished, TTFTFromIntendedP99: l.FromIntended.TTFT.P99}
 		if l.Server != nil {
 			row.ServerTTFTMean = l.Server.TTFTMean
 		}
@@ -279,7 +282,7 @@ func (s Summary) llmTable(b *strings.Builder) {
 		if l == nil {
 			continue
 		}
-		if l.IdealTokensPerS > 0 {
+		if l.IdealTokensPerS > 0 && r.TargetRate == 0 { // a closed loop saturates; summary.md has the others
 			fmt.Fprintf(b, "ideal of %s: %s tokens/s measured = %.2f of the sim's %s\n", r.Name, short(l.OutputTokensPerS),
 				l.OutputTokensPerS/l.IdealTokensPerS, short(l.IdealTokensPerS))
 		}
@@ -391,9 +394,14 @@ func topErrors(errs map[string]int, n int) string {
 	return strings.Join(parts, ", ")
 }
 
-// Notes joins a row's caveats and violations for a table cell.
+// Notes joins a row's caveats, its LLM requests cut off at the drain, and
+// its violations, for a table cell.
 func (r Row) Notes() string {
-	return strings.Join(append(slices.Clip(r.Caveats), r.Violations...), "; ")
+	notes := slices.Clip(r.Caveats)
+	if r.LLMRow != nil && r.Unfinished > 0 {
+		notes = append(notes, fmt.Sprintf("%d cut off at the drain", r.Unfinished))
+	}
+	return strings.Join(append(notes, r.Violations...), "; ")
 }
 
 func (s Summary) thresholds() string {

@@ -57,9 +57,10 @@ func (v *view) rateLabel() string {
 }
 
 // llmLines draws, on p, one line per series of y against the request
-// rate, with markers of shape mark, hollow for flagged points; it returns the y range drawn
+// rate, with markers of shape mark, hollow for flagged points (a zero y
+// is drawn only with zero: on latencies it means none was measured); it returns the y range drawn
 // and whether a point was flagged.
-func (v *view) llmLines(p *plot.Plot, order []llmSeries, groups map[llmSeries][]*record.Record, y func(*record.Record) float64, dashes []float64, mark shape) (lo, hi float64, flagged bool) {
+func (v *view) llmLines(p *plot.Plot, order []llmSeries, groups map[llmSeries][]*record.Record, y func(*record.Record) float64, dashes []float64, mark shape, zero bool) (lo, hi float64, flagged bool) {
 	lo, hi = math.Inf(1), 0
 	for _, s := range order {
 		var xys plotter.XYs
@@ -69,7 +70,7 @@ func (v *view) llmLines(p *plot.Plot, order []llmSeries, groups map[llmSeries][]
 				continue
 			}
 			yv := y(r)
-			if !(yv > 0) {
+			if !(yv > 0) && !(zero && yv == 0) {
 				continue
 			}
 			xys = append(xys, plotter.XY{X: rateX(r), Y: yv})
@@ -127,7 +128,7 @@ func (v *view) llmThroughputChart() (*figure, string) {
 	tp := newPlot("Output tokens/s", x, "output tokens/s")
 	gp := newPlot("Goodput", x, "good requests/s")
 	f := &figure{panels: []*plot.Plot{tp, gp}, cols: 2}
-	_, thi, flagged := v.llmLines(tp, order, groups, func(r *record.Record) float64 { return r.LLM.OutputTokensPerS }, nil, circle)
+	_, thi, flagged := v.llmLines(tp, order, groups, func(r *record.Record) float64 { return r.LLM.OutputTokensPerS }, nil, circle, true)
 	// The simulated model's ideal, once per slot count (it depends on the
 	// slots and the lengths served, not on the scheduler): that of the
 	// first configuration with those slots.
@@ -165,7 +166,7 @@ func (v *view) llmThroughputChart() (*figure, string) {
 		l.avoid = true
 		tp.Add(l)
 	}
-	_, ghi, gflagged := v.llmLines(gp, order, groups, func(r *record.Record) float64 { return r.LLM.GoodputPerS }, nil, circle)
+	_, ghi, gflagged := v.llmLines(gp, order, groups, func(r *record.Record) float64 { return r.LLM.GoodputPerS }, nil, circle, true)
 	if thi == 0 {
 		return nil, "no LLM point completed a request"
 	}
@@ -175,7 +176,7 @@ func (v *view) llmThroughputChart() (*figure, string) {
 	if closed {
 		gp.Add(diagonal(line(color.Black, 1.2, 2, 3)))
 	} else {
-		v.llmLines(gp, order, groups, func(r *record.Record) float64 { return r.LLM.RequestsPerS }, []float64{2, 3}, triangle)
+		v.llmLines(gp, order, groups, func(r *record.Record) float64 { return r.LLM.RequestsPerS }, []float64{2, 3}, triangle, true)
 	}
 	for _, r := range v.recs {
 		if r.LLM != nil {
@@ -227,8 +228,8 @@ func (v *view) llmLatencyChart() (*figure, string) {
 		{"Time per output token", func(r *record.Record) float64 { return r.LLM.TPOT.P50 }, func(r *record.Record) float64 { return r.LLM.TPOT.P99 }, slo.TPOTP99},
 	} {
 		p := newPlot(m.title, v.rateLabel(), "latency (ms)")
-		lo1, hi1, f1 := v.llmLines(p, order, groups, m.p50, nil, circle)
-		lo2, hi2, f2 := v.llmLines(p, order, groups, m.p99, []float64{7, 4}, triangle)
+		lo1, hi1, f1 := v.llmLines(p, order, groups, m.p50, nil, circle, false)
+		lo2, hi2, f2 := v.llmLines(p, order, groups, m.p99, []float64{7, 4}, triangle, false)
 		flagged = flagged || f1 || f2
 		lo, hi := min(lo1, lo2), max(hi1, hi2)
 		if hi == 0 {
@@ -416,24 +417,31 @@ const timelineSpans = 48
 // the shorter answers' slots sit idle until then.
 func (v *view) timelineChart() (*figure, string) {
 	order, groups := v.llmGroups()
-	// The load level to draw: the highest one at which the most
-	// configurations have a sampled timeline.
-	count := map[record.Load]int{}
+	// The load level to draw: the highest one at which the most batching
+	// configurations kept up (trusted, nothing failed or cut off at the
+	// drain), where the schedulers' ways show rather than an overload's
+	// backlog; the naive endpoint is drawn there whatever its state.
+	clean := map[record.Load]int{}
+	sampled := map[record.Load]bool{}
 	for _, s := range order {
 		for _, r := range groups[s] {
-			if r.LLM != nil && len(r.LLM.Timeline) > 0 {
-				count[r.Point.Load]++
+			if r.LLM == nil || len(r.LLM.Timeline) == 0 {
+				continue
+			}
+			sampled[r.Point.Load] = true
+			if !isNaive(r) && trusted(r) && r.LLM.Failed == 0 && r.LLM.Unfinished == 0 {
+				clean[r.Point.Load]++
 			}
 		}
 	}
 	var load record.Load
-	best := 0
+	best := -1
 	for _, l := range v.loads {
-		if count[l] >= best && count[l] > 0 {
-			load, best = l, count[l]
+		if sampled[l] && clean[l] >= best {
+			load, best = l, clean[l]
 		}
 	}
-	if best == 0 {
+	if best < 0 {
 		return nil, "no LLM point sampled its requests"
 	}
 	var recs []*record.Record
@@ -453,7 +461,7 @@ func (v *view) timelineChart() (*figure, string) {
 		col := v.llmColor(series[i])
 		p.Add(&spanBars{spans: spans, col: col})
 		for _, sp := range spans {
-			xhi = max(xhi, sp.LastToken.D().Seconds(), sp.Sent.D().Seconds())
+			xhi = max(xhi, sp.LastToken.D().Seconds(), sp.Sent.D().Seconds(), sp.End.D().Seconds())
 		}
 		p.Y.Min, p.Y.Max = -0.8, float64(len(spans))-0.2
 		p.Y.Tick.Marker = plot.ConstantTicks{}
@@ -471,7 +479,7 @@ func (v *view) timelineChart() (*figure, string) {
 	f.add("client queue (intended → sent)", thumb{fill: color.RGBA{225, 87, 89, 255}})
 	f.add("waiting for the first token", thumb{fill: tint(color.RGBA{110, 110, 110, 255})})
 	f.add("decoding (first → last token)", thumb{fill: batchedColor})
-	f.add("failed", thumb{fill: color.Black})
+	f.add("failed, or cut off at the drain", thumb{fill: color.Black})
 	f.note("Each row is one of %d consecutive requests of the point's random sample (by intended send time), at the same load for every configuration; decoding is drawn in the configuration's colour. Static batching shows as blocks whose first tokens come together: the next block starts only when the longest answer of the last one ends, and the slots of the shorter ones sit idle in between (the white after their bars).", timelineSpans)
 	return f, ""
 }
@@ -510,11 +518,10 @@ func (b *spanBars) Plot(c draw.Canvas, p *plot.Plot) {
 	for i, sp := range b.spans {
 		in, sent := sp.Intended.D().Seconds(), sp.Sent.D().Seconds()
 		box(in, sent, i, queueCol, 0.35)
-		if sp.FirstToken == 0 { // no token: failed, or cut off
-			end := sent + 0.002
-			if !sp.OK {
-				box(sent, end, i, color.Black, 0.8)
-			}
+		if sp.FirstToken == 0 { // no token: failed, or cut off waiting
+			end := max(sp.End.D().Seconds(), sent)
+			box(sent, end, i, waitCol, 0.7)
+			box(end, end+0.004*(p.X.Max-p.X.Min), i, color.Black, 0.8)
 			continue
 		}
 		first, last := sp.FirstToken.D().Seconds(), sp.LastToken.D().Seconds()
@@ -524,5 +531,8 @@ func (b *spanBars) Plot(c draw.Canvas, p *plot.Plot) {
 			col = color.Black
 		}
 		box(first, max(last, first+0.001), i, col, 0.7)
+		if end := sp.End.D().Seconds(); !sp.OK && end > last { // broke off after its last token
+			box(last, end, i, color.Black, 0.7)
+		}
 	}
 }

@@ -231,7 +231,7 @@ func (s *Stats) sample(r *Result) {
 		}
 	}
 	from := func(t time.Time) record.Duration { return record.Duration(t.Sub(s.cfg.Start)) }
-	sp := record.Span{Intended: from(r.Intended), Sent: from(r.Sent), OK: r.OK(), OutputTokens: r.OutputTokens}
+	sp := record.Span{Intended: from(r.Intended), Sent: from(r.Sent), End: from(r.Sent.Add(r.End)), OK: r.OK(), OutputTokens: r.OutputTokens}
 	if len(r.Chunks) > 0 {
 		sp.FirstToken = from(r.Sent.Add(r.TTFT()))
 		sp.LastToken = from(r.Sent.Add(r.E2EL()))

@@ -188,12 +188,14 @@ type LLMHistograms struct {
 }
 
 // Span is one sampled request, its times from the window's start:
-// intended send, actual send, first and last content chunk (0 when none).
+// intended send, actual send, first and last content chunk (0 when none),
+// and the end of its answer (a failure's, or its cut-off's).
 type Span struct {
 	Intended     Duration `json:"intended"`
 	Sent         Duration `json:"sent"`
 	FirstToken   Duration `json:"first_token,omitzero"`
 	LastToken    Duration `json:"last_token,omitzero"`
+	End          Duration `json:"end,omitzero"`
 	OutputTokens int      `json:"output_tokens,omitempty"`
 	OK           bool     `json:"ok"`
 }
