@@ -391,7 +391,7 @@ func (v *view) writeLLMPoints(b *strings.Builder) {
 		}
 	}
 	fmt.Fprintf(b, "Streaming %s requests, with vLLM's definitions: TTFT from the send to the first non-empty content chunk (a role-only chunk is not a token); TPOT = (E2EL − TTFT) / (output tokens − 1), tokens from the server's usage; ITL the gaps between content chunks, pooled; E2EL from the send to the last chunk. Latencies are over the completed requests sent in the measured window; rates over what completed (tokens: what arrived) in it. Failures are counted by cause and kept out of the latencies.\n\n", api)
-	b.WriteString("| # | configuration | load | sent/s | req/s | tokens/s | goodput/s | TTFT p50 | TTFT p90 | TTFT p99 | TPOT p50 | TPOT p99 | ITL p50 | ITL p99 | E2EL p50 | E2EL p99 | failed | flags |\n")
+	b.WriteString("| # | configuration | load | sent/s | req/s | tokens/s | goodput/s | TTFT p50 | TTFT p90 | TTFT p99 | TPOT p50 | TPOT p99 | ITL p50 | ITL p99 | E2EL p50 | E2EL p99 | failed (cut off) | flags |\n")
 	b.WriteString("|--:|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|\n")
 	for _, r := range v.recs {
 		l := r.LLM
@@ -399,7 +399,7 @@ func (v *view) writeLLMPoints(b *strings.Builder) {
 			continue
 		}
 		failed := "0"
-		if l.Failed > 0 {
+		if l.Failed > 0 || l.Unfinished > 0 {
 			failed = statusText(r)
 		}
 		name := v.llmLabel(llmSeriesOf(r.Point))

@@ -203,7 +203,14 @@ func statusText(r *record.Record) string {
 		for _, k := range slices.Sorted(maps.Keys(l.Failures)) {
 			parts = append(parts, fmt.Sprintf("%s ×%d", k, l.Failures[k]))
 		}
-		return fmt.Sprintf("%s failed: %s", pctAbs(r.ErrorRate()), strings.Join(parts, ", "))
+		text := pctAbs(r.ErrorRate()) + " failed"
+		if len(parts) > 0 {
+			text += ": " + strings.Join(parts, ", ")
+		}
+		if l.Unfinished > 0 {
+			text += fmt.Sprintf("; %d cut off at the drain", l.Unfinished)
+		}
+		return text
 	}
 	for _, k := range slices.Sorted(maps.Keys(r.Status)) {
 		if k != "200" {
