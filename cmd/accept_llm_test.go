@@ -3,19 +3,14 @@
 package cmd
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -30,55 +25,10 @@ import (
 // infer's own sim-lm server. They run when INFER_LLMBENCH_ACCEPT=1
 // (scripts/accept-llmbench.sh sets it) and print "ACCEPT …" lines.
 
-// fakeEnv makes the test binary a fake OpenAI server: its value is the
-// llmtest.Config as JSON; the address is printed on stdout.
-const fakeEnv = "INFER_CMD_TEST_FAKE_LLM"
-
-func init() {
-	if cfg := os.Getenv(fakeEnv); cfg != "" {
-		os.Exit(serveFakeLLM(cfg))
-	}
-}
-
-func serveFakeLLM(cfgJSON string) int {
-	var cfg llmtest.Config
-	if err := json.Unmarshal([]byte(cfgJSON), &cfg); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	fmt.Println(l.Addr().String())
-	srv := &http.Server{Handler: llmtest.New(cfg), ReadHeaderTimeout: 10 * time.Second}
-	_ = srv.Serve(l) // until killed
-	return 0
-}
+func init() { llmtest.ServeChild() } // before TestMain: a fake server for the child processes
 
 // startFakeLLM runs a fake of cfg in a child process; it returns the base URL.
-func startFakeLLM(t *testing.T, cfg llmtest.Config) string {
-	t.Helper()
-	b, _ := json.Marshal(cfg)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), fakeEnv+"="+string(b))
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	addr, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		t.Fatalf("fake server: %v", err)
-	}
-	return "http://" + strings.TrimSpace(addr)
-}
+func startFakeLLM(t *testing.T, cfg llmtest.Config) string { return llmtest.StartChild(t, cfg) }
 
 func acceptLLMOnly(t *testing.T) {
 	if os.Getenv("INFER_LLMBENCH_ACCEPT") != "1" {

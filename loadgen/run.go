@@ -101,11 +101,7 @@ func Run(ctx context.Context, sc *Scenario, cfg Config) (*Outcome, error) {
 	r := &runner{sc: sc, cfg: cfg, log: cfg.Logger, client: &http.Client{Timeout: 5 * time.Second}}
 	defer r.client.CloseIdleConnections()
 	if len(sc.Targets) > 0 {
-		probe := r.probeTargets
-		if sc.Payload.LLM != nil {
-			probe = r.probeLLMTargets
-		}
-		if err := probe(ctx); err != nil {
+		if err := r.probeTargets(ctx); err != nil {
 			return nil, err
 		}
 		if len(sc.Sweep.adminKeys()) > 0 {
@@ -281,7 +277,12 @@ func (r *runner) probeTargets(ctx context.Context) error {
 		if i == 0 && r.model == "" {
 			r.model = model
 		}
-		switch samples, err := scrape(ctx, r.client, base); {
+		samples, err := scrape(ctx, r.client, base)
+		if r.sc.Payload.LLM != nil {
+			r.genProbed(i, base, samples, err)
+			continue
+		}
+		switch {
 		case err != nil:
 			r.notice("%s/metrics: %v: the server's batch sizes, queue times and dropped items are not measured", base, err)
 		case len(samples) == 0:
@@ -289,6 +290,10 @@ func (r *runner) probeTargets(ctx context.Context) error {
 		case i == 0:
 			r.info = infoOf(samples)
 		}
+	}
+	if r.sc.Payload.LLM != nil {
+		r.llmModel(ctx)
+		return nil
 	}
 	if !r.inferServer() && r.sc.Payload.Expect == "" &&
 		slices.ContainsFunc(r.sc.Sweep.Endpoints, func(e string) bool { return r.sc.Payload.Expectation(e, false) == ExpectStatus }) {

@@ -28,43 +28,32 @@ const llmSeed = 1
 // (running and waiting sequences, KV usage).
 const genProbeEvery = 500 * time.Millisecond
 
-// probeLLMTargets finds what an LLM scenario's targets can tell: the
-// model to ask for (target.model, else /readyz, else /v1/models) and
-// whether they are infer generation servers (infer_gen_ metrics); what
-// they lack is said once.
-func (r *runner) probeLLMTargets(ctx context.Context) error {
-	r.bases = r.sc.Targets
-	r.model = r.sc.Model
-	for i, base := range r.sc.Targets {
-		model, noReady, err := probeTarget(ctx, r.client, base, 30*time.Second)
-		if err != nil {
-			return err
-		}
-		if noReady != 0 {
-			r.notice("%s has no /readyz (it answers %d): taken as ready", base, noReady)
-		}
-		if i == 0 && r.model == "" {
-			r.model = model
-		}
-		samples, err := scrape(ctx, r.client, base)
-		switch g := genInfoOf(samples); {
-		case err != nil:
-			r.notice("%s/metrics: %s: the server's running and waiting sequences, KV usage and own TTFT are not measured", base,
-				strings.TrimPrefix(err.Error(), "GET "+base+"/metrics: "))
-		case !g.ok:
-			r.notice("%s/metrics has no infer_gen_ metrics: the server's running and waiting sequences, KV usage and own TTFT are not measured", base)
-		case i == 0:
-			r.gen = g
-		}
+// genProbed takes what target i's /metrics said (samples, or err) for an
+// LLM scenario: whether it is an infer generation server (infer_gen_
+// metrics); what it lacks is said once.
+func (r *runner) genProbed(i int, base string, samples []sample, err error) {
+	switch g := genInfoOf(samples); {
+	case err != nil:
+		r.notice("%s/metrics: %s: the server's running and waiting sequences, KV usage and own TTFT are not measured", base,
+			strings.TrimPrefix(err.Error(), "GET "+base+"/metrics: "))
+	case !g.ok:
+		r.notice("%s/metrics has no infer_gen_ metrics: the server's running and waiting sequences, KV usage and own TTFT are not measured", base)
+	case i == 0:
+		r.gen = g
 	}
-	if r.model == "" {
-		if m, err := firstModel(ctx, r.client, r.bases[0]); err == nil && m != "" {
-			r.model = m
-		} else {
-			r.notice("%s: no model named (target.model) or listed (/v1/models): requests carry none, which some servers refuse", r.bases[0])
-		}
+}
+
+// llmModel names the model to ask for when neither target.model nor
+// /readyz did: the first of the target's /v1/models.
+func (r *runner) llmModel(ctx context.Context) {
+	if r.model != "" {
+		return
 	}
-	return nil
+	if m, err := firstModel(ctx, r.client, r.bases[0]); err == nil && m != "" {
+		r.model = m
+		return
+	}
+	r.notice("%s: no model named (target.model) or listed (/v1/models): requests carry none, which some servers refuse", r.bases[0])
 }
 
 // firstModel returns the first model an OpenAI-compatible server lists at

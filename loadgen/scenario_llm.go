@@ -12,8 +12,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/goccy/go-yaml"
-
 	"github.com/inferhq/infer/loadgen/llm"
 	"github.com/inferhq/infer/server/generate"
 )
@@ -130,18 +128,9 @@ func (v *validator) length(path string, l *located[llm.Length]) llm.Length {
 // token goccy names when it does (an unknown key, a value of the wrong
 // type), else at path's line.
 func (v *validator) decodeErrorf(path string, err error, hint string) {
-	var ye yaml.Error
-	if errors.As(err, &ye) && ye.GetToken() != nil {
-		pos := ye.GetToken().Position
-		msg := ye.GetMessage()
-		var uf *yaml.UnknownFieldError
-		if errors.As(err, &uf) {
-			if s := suggest(ye.GetToken().Value); s != "" {
-				msg += fmt.Sprintf(" (did you mean %q?)", s)
-			}
-		}
-		v.errs = append(v.errs, &ScenarioError{File: v.file, Line: pos.Line, Column: pos.Column,
-			Msg: fmt.Sprintf("%s: %s; %s", key(path), msg, hint)})
+	if e, ok := yamlError(v.file, err).(*ScenarioError); ok && e.Line > 0 {
+		e.Msg = fmt.Sprintf("%s: %s; %s", key(path), e.Msg, hint)
+		v.errs = append(v.errs, e)
 		return
 	}
 	msg := err.Error()

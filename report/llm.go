@@ -205,12 +205,7 @@ func (v *view) writeLLMBest(b *strings.Builder) {
 	slo := v.run.Manifest.SLO
 	b.WriteString("## Best configuration under the SLO\n\n")
 	ok := ranked(v.recs, slo)
-	trustedN := 0
-	for _, r := range v.recs {
-		if trusted(r) && succeeded(r) {
-			trustedN++
-		}
-	}
+	trustedN := v.trustedCount()
 	if slo == (record.SLO{}) {
 		b.WriteString("The scenario sets no SLO, so every trusted point qualifies and the most output tokens/s wins; goodput counts every completed request.\n\n")
 	} else {

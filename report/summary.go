@@ -220,16 +220,22 @@ func statusText(r *record.Record) string {
 	return fmt.Sprintf("%s failed: %s", pctAbs(r.ErrorRate()), strings.Join(parts, ", "))
 }
 
+// trustedCount counts the points with trusted measurements and a success.
+func (v *view) trustedCount() int {
+	n := 0
+	for _, r := range v.recs {
+		if trusted(r) && succeeded(r) {
+			n++
+		}
+	}
+	return n
+}
+
 func (v *view) writeBest(b *strings.Builder) {
 	slo := v.run.Manifest.SLO
 	b.WriteString("## Best configuration under the SLO\n\n")
 	ok := ranked(v.recs, slo)
-	trustedN := 0
-	for _, r := range v.recs {
-		if trusted(r) && succeeded(r) {
-			trustedN++
-		}
-	}
+	trustedN := v.trustedCount()
 	noSLO := slo == (record.SLO{})
 	if noSLO {
 		b.WriteString("The scenario sets no SLO, so every trusted point qualifies and the highest throughput wins.\n\n")
