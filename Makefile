@@ -66,20 +66,23 @@ demo: setup build ## bench the default model naive vs batched (live view) and wr
 try: setup build ## serve the default model and send requests to every endpoint
 	./scripts/try.sh
 
-# CI's performance check: the quick scenario against the baseline run kept in
-# ci/baseline/quick. On shared machines the verdict only warns; set
-# FAIL_ON_REGRESSION=1 to make a regression fail.
-ci-bench: build ## bench scenarios/quick.yaml and compare with ci/baseline/quick (report in ci-out/report)
+# CI's performance check: the quick scenarios against the baseline runs kept
+# in ci/baseline/quick and ci/baseline/llm-quick. On shared machines the
+# verdict only warns; set FAIL_ON_REGRESSION=1 to make a regression fail.
+ci-bench: build ## bench scenarios/quick.yaml and llm-quick.yaml against ci/baseline (reports in ci-out/report, ci-out/llm-report)
 	rm -rf ci-out
 	$(BIN) bench --scenario scenarios/quick.yaml --no-tui --report=false --out ci-out/quick
 	$(BIN) report ci-out/quick --baseline ci/baseline/quick --out ci-out/report $(if $(FAIL_ON_REGRESSION),--fail-on-regression)
+	$(BIN) bench --scenario scenarios/llm-quick.yaml --no-tui --report=false --out ci-out/llm-quick
+	$(BIN) report ci-out/llm-quick --baseline ci/baseline/llm-quick --out ci-out/llm-report $(if $(FAIL_ON_REGRESSION),--fail-on-regression)
 
-# After an intended performance change, on a quiet machine: the new baseline
-# (commit ci/baseline/quick).
-ci-baseline: build ## rerun scenarios/quick.yaml into ci/baseline/quick
-	rm -rf ci/baseline/quick
+# The baselines of ci-bench, measured again: run it on a quiet machine after
+# an intended performance change, and commit ci/baseline.
+ci-baseline: build ## re-measure ci/baseline/quick and ci/baseline/llm-quick (on a quiet machine)
+	rm -rf ci/baseline/quick ci/baseline/llm-quick
 	$(BIN) bench --scenario scenarios/quick.yaml --no-tui --report=false --out ci/baseline/quick
-	rm -f ci/baseline/quick/server.log
+	$(BIN) bench --scenario scenarios/llm-quick.yaml --no-tui --report=false --out ci/baseline/llm-quick
+	rm -f ci/baseline/quick/server.log ci/baseline/llm-quick/server.log
 
 clean:
 	rm -rf bin ci-out

@@ -68,6 +68,17 @@ checked (by default infer's shape for infer servers, the status alone for
 others), and what it cannot tell (no /readyz, /metrics or Server-Timing) is
 said once per run.
 
+Streaming LLM endpoints: with payload.api (completions or chat) the points
+load OpenAI-compatible /v1/completions or /v1/chat/completions, streamed
+with usage, on a generation server infer starts (server.model: sim-lm; the
+sweep's endpoints continuous, static and naive are its schedulers, and
+max_seqs, max_batched_tokens and max_latency its settings) or on any target
+(vLLM, TGI, llama.cpp, Ollama…). Each point records TTFT, TPOT, ITL and
+E2EL with vLLM's definitions, output tokens/s, goodput under the SLO's
+ttft_p99, tpot_p99 and e2el_p99, failures by cause, and from an infer
+server its running and waiting sequences, KV use and own TTFT; the live
+view shows them as they come.
+
 Each point's record (throughput, latency percentiles and histogram, status
 counts and error causes, the server's batch sizes, CPU, validity flags; in
 open loop the schedule lag and the latency from each request's intended send
@@ -83,7 +94,9 @@ unreachable target; 3 SLO thresholds not met; 130 stopped by a signal.`,
   infer bench -s scenarios/quick.yaml --target http://10.0.0.5:8080,http://10.0.0.6:8080
   INFER_ADMIN_TOKEN=… infer bench -s scenarios/policies-sim.yaml --target http://10.0.0.5:8080
   infer bench -s scenarios/policies-sim.yaml --duration 2s --warmup 500ms
-  infer bench -s scenarios/bert.yaml --dry-run`,
+  infer bench -s scenarios/bert.yaml --dry-run
+  infer bench -s scenarios/llm-sim.yaml
+  infer bench -s scenarios/llm-quick.yaml --output json`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Stdin, opts.Stdout, opts.Stderr = cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr()

@@ -87,6 +87,7 @@ func TestBenchUsageErrors(t *testing.T) {
 	good := writeScenario(t, "server:\n  model: sim\nload:\n  concurrency: 1\n")
 	typo := writeScenario(t, "server:\n  model: sim\nload:\n  concurrency: 1\n  duraton: 5s\n")
 	bad := writeScenario(t, "server:\n  model: sim\nload:\n  concurrency: 0\n")
+	badLen := writeScenario(t, "server:\n  model: sim-lm\npayload:\n  api: chat\n  output_tokens: {dist: lognormal, median: 100}\nload:\n  concurrency: 1\n")
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -94,6 +95,7 @@ func TestBenchUsageErrors(t *testing.T) {
 	}{
 		{"typo", []string{"bench", "-s", typo}, typo + `:5:3: unknown field "duraton" (did you mean "duration"?)`},
 		{"bad value", []string{"bench", "-s", bad}, bad + ":4:3: load.concurrency 0"},
+		{"bad llm length", []string{"bench", "-s", badLen}, badLen + ":5:3: payload.output_tokens: token length: lognormal needs a max"},
 		{"missing file", []string{"bench", "-s", "no/such.yaml"}, "no/such.yaml: cannot read: no such file or directory"},
 		{"unreachable", []string{"bench", "-s", good, "--target", closed, "--no-tui", "-o", filepath.Join(t.TempDir(), "r")},
 			"target " + closed + ": unreachable"},
@@ -282,5 +284,77 @@ func TestAdminToken(t *testing.T) {
 		if got := adminToken(tc.flag, tc.env); got != tc.want {
 			t.Errorf("adminToken(%q, %q) = %q, want %q", tc.flag, tc.env, got, tc.want)
 		}
+	}
+}
+
+// TestBenchLLM runs infer bench against real `infer serve --model sim-lm`
+// processes: the JSON summary's LLM keys per point, the report's charts,
+// and the thresholds' exit code.
+func TestBenchLLM(t *testing.T) {
+	scenario := writeScenario(t, `
+name: llm-e2e
+server:
+  model: sim-lm
+  sim_step: 2ms
+  sim_per_seq: 0.1ms
+  sim_per_prefill_token: 2us
+payload:
+  api: completions
+  prompt_tokens: 32
+  output_tokens: {dist: uniform, min: 8, max: 24}
+  ignore_eos: true
+load:
+  concurrency: 4
+  warmup: 100ms
+  duration: 700ms
+sweep:
+  endpoints: [continuous, static]
+  max_seqs: 4
+slo:
+  ttft_p99: 1us
+`)
+	dir := filepath.Join(t.TempDir(), "run")
+	var stdout, stderr bytes.Buffer
+	opts := &benchOptions{
+		Scenario: scenario, Out: dir, Output: "json", Report: true, Log: logOptions{Level: "info", Format: "text"},
+		Stdout: &stdout, Stderr: &stderr,
+		Launcher: loadgen.ExecLauncher{Path: os.Args[0], Env: []string{mainEnv + "=1"}},
+	}
+	err := runBench(context.Background(), opts)
+	if code := exitCode(err, &stderr); code != exitThresholds {
+		t.Errorf("exit %d (%v), want %d: no TTFT is under a microsecond\n%s", code, err, exitThresholds, stderr.String())
+	}
+	var summary struct {
+		Rows []map[string]any `json:"rows"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &summary); err != nil {
+		t.Fatalf("stdout is not a JSON summary: %v\n%s", err, stdout.String())
+	}
+	if len(summary.Rows) != 2 {
+		t.Fatalf("%d rows, want 2", len(summary.Rows))
+	}
+	for _, r := range summary.Rows {
+		for _, k := range []string{"ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"} {
+			m, ok := r[k].(map[string]any)
+			if !ok || m["p50"] == nil || m["p99"] == nil || m["mean"] == nil || m["p90"] == nil {
+				t.Errorf("row %v: %s = %v", r["name"], k, r[k])
+			}
+		}
+		for _, k := range []string{"output_tokens_per_s", "requests_per_s", "goodput_per_s"} {
+			if _, ok := r[k].(float64); !ok {
+				t.Errorf("row %v lacks %s", r["name"], k)
+			}
+		}
+		if r["output_tokens_per_s"].(float64) <= 0 || r["goodput_per_s"].(float64) != 0 {
+			t.Errorf("row %v: tokens/s %v, goodput %v (want > 0, and 0 under a 1µs TTFT bound)", r["name"], r["output_tokens_per_s"], r["goodput_per_s"])
+		}
+	}
+	for _, png := range []string{"llm-throughput.png", "llm-latency.png", "ttft-cdf.png", "timeline.png"} {
+		if st, err := os.Stat(filepath.Join(dir, "report", png)); err != nil || st.Size() < 1000 {
+			t.Errorf("report chart %s: %v", png, err)
+		}
+	}
+	if !strings.Contains(stderr.String(), "done static c=4") || !strings.Contains(stderr.String(), "tokens/s") {
+		t.Errorf("no LLM progress lines on stderr:\n%s", stderr.String())
 	}
 }

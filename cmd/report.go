@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/inferhq/infer/loadgen"
 	"github.com/inferhq/infer/loadgen/record"
 	"github.com/inferhq/infer/report"
 )
@@ -125,12 +126,21 @@ func printReport(w io.Writer, res *report.Result) {
 		}
 		fmt.Fprintf(w, "  %s\n", c.File)
 	}
-	if b := res.Best; b != nil {
+	switch b := res.Best; {
+	case b != nil && b.LLM != nil:
+		fmt.Fprintf(w, "best under the SLO: %s: %.0f output tokens/s, %.2f req/s, TTFT p99 %v, TPOT p99 %v\n", b.Point.Name,
+			b.LLM.OutputTokensPerS, b.LLM.RequestsPerS, msRound(b.LLM.TTFT.P99), msRound(b.LLM.TPOT.P99))
+	case b != nil:
 		fmt.Fprintf(w, "best under the SLO: %s: %.1f req/s, p99 %v\n", b.Point.Name, b.Throughput, b.Latency.P99.D().Round(100*time.Microsecond))
-	} else {
+	default:
 		fmt.Fprintln(w, "best under the SLO: no point qualifies (see summary.md)")
 	}
 	if c := res.Comparison; c != nil {
 		fmt.Fprintf(w, "verdict against %s: %s\n", c.Baseline, c.Line())
 	}
+}
+
+// msRound renders milliseconds as a duration to 3 significant digits.
+func msRound(ms float64) time.Duration {
+	return loadgen.Round(time.Duration(ms * float64(time.Millisecond)))
 }

@@ -20,12 +20,18 @@ var ErrAdminAPI = errors.New("admin API unavailable")
 // instances before the answer.
 const adminTimeout = 2 * time.Minute
 
-// batching is what GET and PATCH /admin/batching say and take.
+// batching is what GET and PATCH /admin/batching say and take: an encoder
+// server's batch and workers, or a generation server's max_seqs and
+// max_batched_tokens (its /v1 engine's), with max_latency and policy.
+// What a server does not have is left out, so that putting its settings
+// back sends only its own fields.
 type batching struct {
-	Batch      int    `json:"batch"`
-	MaxLatency string `json:"max_latency"`
-	Policy     string `json:"policy"`
-	Workers    int    `json:"workers"`
+	Batch            int    `json:"batch,omitempty"`
+	MaxLatency       string `json:"max_latency,omitempty"`
+	Policy           string `json:"policy,omitempty"`
+	Workers          int    `json:"workers,omitempty"`
+	MaxSeqs          int    `json:"max_seqs,omitempty"`
+	MaxBatchedTokens int    `json:"max_batched_tokens,omitempty"`
 }
 
 // admin changes the batching settings of existing targets through
@@ -113,6 +119,12 @@ func patchOf(c serverConfig) map[string]any {
 	if c.policy != "" {
 		p["policy"] = c.policy
 	}
+	if c.maxSeqs > 0 {
+		p["max_seqs"] = c.maxSeqs
+	}
+	if c.mbt > 0 {
+		p["max_batched_tokens"] = c.mbt
+	}
 	return p
 }
 
@@ -132,6 +144,12 @@ func took(c serverConfig, got batching) string {
 	}
 	if c.policy != "" && got.Policy != c.policy {
 		diffs = append(diffs, fmt.Sprintf("policy %s, asked %s", got.Policy, c.policy))
+	}
+	if c.maxSeqs > 0 && got.MaxSeqs != c.maxSeqs {
+		diffs = append(diffs, fmt.Sprintf("max_seqs %d, asked %d", got.MaxSeqs, c.maxSeqs))
+	}
+	if c.mbt > 0 && got.MaxBatchedTokens != c.mbt {
+		diffs = append(diffs, fmt.Sprintf("max_batched_tokens %d, asked %d", got.MaxBatchedTokens, c.mbt))
 	}
 	return strings.Join(diffs, ", ")
 }

@@ -46,6 +46,7 @@ func (s *Scenario) Estimate() time.Duration {
 // field is left to the server.
 type serverConfig struct {
 	batch, workers int
+	maxSeqs, mbt   int // generation servers: --max-seqs, --max-batched-tokens
 	latency        time.Duration
 	latencySet     bool
 	policy         string
@@ -79,6 +80,7 @@ func (s *Scenario) Plans() []Plan {
 				if ep != "naive" {
 					p.Batch, p.Workers, p.Latency, p.Policy = sc.batch, sc.workers, record.Duration(sc.latency), sc.policy
 					p.Buckets = sc.buckets
+					p.MaxSeqs, p.MaxBatchedTokens = sc.maxSeqs, sc.mbt
 				}
 				set := sc.latencySet && ep != "naive"
 				p.Name = pointName(p, s.Sweep.varied(), ep != "naive")
@@ -92,12 +94,21 @@ func (s *Scenario) Plans() []Plan {
 func (s *Scenario) serverConfigs() []serverConfig {
 	or := func(n int) int { return max(n, 1) }
 	var out []serverConfig
+	// A generation server's max_batched_tokens and max_seqs take the
+	// places of workers and batch, which it has none of (one of each pair
+	// is empty).
 	for ki := range or(len(s.Sweep.Buckets)) {
 		for pi := range or(len(s.Sweep.Policy)) {
 			for li := range or(len(s.Sweep.MaxLatency)) {
-				for wi := range or(len(s.Sweep.Workers)) {
-					for bi := range or(len(s.Sweep.Batch)) {
+				for wi := range or(len(s.Sweep.Workers) + len(s.Sweep.MaxBatchedTokens)) {
+					for bi := range or(len(s.Sweep.Batch) + len(s.Sweep.MaxSeqs)) {
 						var c serverConfig
+						if len(s.Sweep.MaxBatchedTokens) > 0 {
+							c.mbt = s.Sweep.MaxBatchedTokens[wi]
+						}
+						if len(s.Sweep.MaxSeqs) > 0 {
+							c.maxSeqs = s.Sweep.MaxSeqs[bi]
+						}
 						if len(s.Sweep.Buckets) > 0 {
 							c.bucketsSet = true
 							if bs := s.Sweep.Buckets[ki]; len(bs) > 0 {
@@ -139,6 +150,12 @@ func (c serverConfig) flags() []string {
 	if c.policy != "" {
 		f = append(f, "--policy", c.policy)
 	}
+	if c.maxSeqs > 0 {
+		f = append(f, "--max-seqs", strconv.Itoa(c.maxSeqs))
+	}
+	if c.mbt > 0 {
+		f = append(f, "--max-batched-tokens", strconv.Itoa(c.mbt))
+	}
 	if c.bucketsSet {
 		f = append(f, "--buckets", bucketsText(c.buckets))
 	}
@@ -166,6 +183,9 @@ func (s *Scenario) loads(scale int) []record.Load {
 	}
 	for _, r := range s.Load.Rates {
 		l := record.Load{Mode: "open", Pacer: s.Load.Pacer, Rate: r * float64(scale)}
+		if a := s.Load.Arrival; a == "poisson" || a == "gamma" {
+			l.Arrival, l.Burstiness = a, s.Load.Burstiness
+		}
 		if s.Load.Pacer == "ramp" {
 			l.RampFrom = s.Load.RampFrom * float64(scale)
 		}
@@ -175,16 +195,18 @@ func (s *Scenario) loads(scale int) []record.Load {
 }
 
 // dims names the server dimensions of a sweep.
-type dims struct{ batch, workers, latency, policy, buckets bool }
+type dims struct{ batch, workers, latency, policy, buckets, maxSeqs, mbt bool }
 
 // varied returns the dimensions the sweep gives more than one value.
 func (s Sweep) varied() dims {
-	return dims{len(s.Batch) > 1, len(s.Workers) > 1, len(s.MaxLatency) > 1, len(s.Policy) > 1, len(s.Buckets) > 1}
+	return dims{len(s.Batch) > 1, len(s.Workers) > 1, len(s.MaxLatency) > 1, len(s.Policy) > 1, len(s.Buckets) > 1,
+		len(s.MaxSeqs) > 1, len(s.MaxBatchedTokens) > 1}
 }
 
 // set returns the dimensions the sweep gives one value.
 func (s Sweep) set() dims {
-	return dims{len(s.Batch) == 1, len(s.Workers) == 1, len(s.MaxLatency) == 1, len(s.Policy) == 1, len(s.Buckets) == 1}
+	return dims{len(s.Batch) == 1, len(s.Workers) == 1, len(s.MaxLatency) == 1, len(s.Policy) == 1, len(s.Buckets) == 1,
+		len(s.MaxSeqs) == 1, len(s.MaxBatchedTokens) == 1}
 }
 
 // pointName labels a point with its endpoint, the server settings among
@@ -223,6 +245,12 @@ func settingParts(p record.Point, show dims) []string {
 	if show.buckets {
 		parts = append(parts, "buckets="+bucketsText(p.Buckets))
 	}
+	if show.maxSeqs && p.MaxSeqs > 0 {
+		parts = append(parts, fmt.Sprintf("seqs=%d", p.MaxSeqs))
+	}
+	if show.mbt && p.MaxBatchedTokens > 0 {
+		parts = append(parts, fmt.Sprintf("mbt=%d", p.MaxBatchedTokens))
+	}
 	return parts
 }
 
@@ -245,6 +273,12 @@ func (s *Scenario) Shared() string {
 	}
 	if len(s.Sweep.Buckets) == 1 {
 		p.Buckets = s.Sweep.Buckets[0]
+	}
+	if len(s.Sweep.MaxSeqs) == 1 {
+		p.MaxSeqs = s.Sweep.MaxSeqs[0]
+	}
+	if len(s.Sweep.MaxBatchedTokens) == 1 {
+		p.MaxBatchedTokens = s.Sweep.MaxBatchedTokens[0]
 	}
 	return strings.Join(settingParts(p, s.Sweep.set()), " ")
 }

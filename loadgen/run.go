@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/inferhq/infer/loadgen/llm"
 	"github.com/inferhq/infer/loadgen/record"
 )
 
@@ -201,6 +202,13 @@ type runner struct {
 
 	noticeMu sync.Mutex
 	notices  []string // what the run found missing or assumed, each once
+
+	// LLM scenarios: what the generation server's metrics said last, and
+	// the payload generator (made once for the model, so that its
+	// prompts' tokens are cached across points).
+	gen         genInfo
+	llmGen      *llm.Generator
+	llmGenModel string
 }
 
 // notice says a gap in what the run measures, or an assumption it made,
@@ -269,7 +277,12 @@ func (r *runner) probeTargets(ctx context.Context) error {
 		if i == 0 && r.model == "" {
 			r.model = model
 		}
-		switch samples, err := scrape(ctx, r.client, base); {
+		samples, err := scrape(ctx, r.client, base)
+		if r.sc.Payload.LLM != nil {
+			r.genProbed(i, base, samples, err)
+			continue
+		}
+		switch {
 		case err != nil:
 			r.notice("%s/metrics: %v: the server's batch sizes, queue times and dropped items are not measured", base, err)
 		case len(samples) == 0:
@@ -277,6 +290,10 @@ func (r *runner) probeTargets(ctx context.Context) error {
 		case i == 0:
 			r.info = infoOf(samples)
 		}
+	}
+	if r.sc.Payload.LLM != nil {
+		r.llmModel(ctx)
+		return nil
 	}
 	if !r.inferServer() && r.sc.Payload.Expect == "" &&
 		slices.ContainsFunc(r.sc.Sweep.Endpoints, func(e string) bool { return r.sc.Payload.Expectation(e, false) == ExpectStatus }) {
@@ -331,6 +348,9 @@ func (r *runner) manifest(start time.Time) record.Manifest {
 	} else {
 		m.Model = r.info.model
 		m.Runtime = r.info.backend
+		if r.sc.Payload.LLM != nil {
+			m.Model, m.Runtime = r.model, r.gen.backend
+		}
 	}
 	return m
 }
@@ -441,6 +461,9 @@ func (r *runner) startServer(ctx context.Context, p Plan) error {
 	r.server, r.group, r.bases, r.model = srv, p.Group, []string{srv.URL()}, model
 	r.starts++
 	r.startTime += time.Since(start)
+	if r.sc.Payload.LLM != nil {
+		return r.checkGenServer(ctx)
+	}
 	return nil
 }
 
@@ -512,6 +535,9 @@ func (r *runner) read(ctx context.Context, endpoint string) reading {
 // point runs every repeat of p and builds its record; nil if it was
 // stopped before measuring anything.
 func (r *runner) point(ctx context.Context, p Plan) (*record.Record, error) {
+	if r.sc.Payload.LLM != nil {
+		return r.llmPoint(ctx, p)
+	}
 	pt := p.Point
 	// Record the batching settings in effect where the sweep left them to
 	// the server.

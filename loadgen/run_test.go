@@ -23,8 +23,11 @@ import (
 
 	"github.com/inferhq/infer/loadgen/record"
 	"github.com/inferhq/infer/models/sim"
+	"github.com/inferhq/infer/models/simlm"
 	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/batch"
+	"github.com/inferhq/infer/server/generate"
+	"github.com/inferhq/infer/server/openai"
 )
 
 // serverEnv makes the test binary an inference server: ExecLauncher then
@@ -58,8 +61,40 @@ func testServer(args []string) int {
 	queueCap := fs.Int("queue-cap", 0, "")
 	adminToken := fs.String("admin-token", "", "")
 	failOn := fs.String("sim-fail-on", "", "")
+	// Generation models (sim-lm).
+	maxSeqs := fs.Int("max-seqs", 8, "")
+	mbt := fs.Int("max-batched-tokens", 2048, "")
+	timeout := fs.Duration("timeout", 30*time.Second, "")
+	step := fs.Duration("sim-step", 2*time.Millisecond, "")
+	perSeq := fs.Duration("sim-per-seq", 100*time.Microsecond, "")
+	perPrefill := fs.Duration("sim-per-prefill-token", 2*time.Microsecond, "")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if *model == "sim-lm" {
+		f, err := simlm.New(simlm.Config{Step: *step, PerSeq: *perSeq, PerPrefillToken: *perPrefill})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		svc, err := openai.New(openai.Config{Engine: generate.Config{MaxSeqs: *maxSeqs, MaxBatchedTokens: *mbt, MaxLatency: *lat}, Timeout: *timeout}, f)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		srv, err := server.New(server.Config{Addr: *addr, Timeout: *timeout, Services: []server.Service{svc},
+			Collectors: svc.Collectors(), AdminToken: *adminToken,
+			Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}, nil)
+		if err == nil {
+			err = srv.Run(ctx)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return 0
 	}
 	if *model != "sim" {
 		fmt.Fprintf(os.Stderr, "unknown model %q\n", *model)
@@ -81,8 +116,6 @@ func testServer(args []string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
 	if err := srv.Run(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -13,6 +13,7 @@ import (
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/parser"
 
+	"github.com/inferhq/infer/loadgen/llm"
 	"github.com/inferhq/infer/loadgen/record"
 )
 
@@ -72,7 +73,40 @@ type Payload struct {
 	// corpus (for fault injection, like infer serve --sim-fail-on); the
 	// requests that carry it are counted apart (record.Injected).
 	Inject *Inject
+	// LLM, when set (payload.api), makes the scenario a streaming LLM
+	// load on OpenAI-compatible endpoints; the fields above are then
+	// unused.
+	LLM *LLMPayload
 }
+
+// LLMPayload is the payload of a streaming LLM load: what each request to
+// /v1/completions or /v1/chat/completions asks.
+type LLMPayload struct {
+	API llm.API
+	// Stream asks for a stream with usage (default true); without, TTFT
+	// is E2EL.
+	Stream bool
+	// PromptTokens and OutputTokens (sent as max_tokens) are fixed or
+	// drawn per request; a zero Length leaves prompts as they are, or
+	// takes the output length from the prompt set (llm.PayloadConfig).
+	PromptTokens, OutputTokens llm.Length
+	IgnoreEOS                  bool
+	// Prompts is "builtin" or the prompt file as written; Set holds its
+	// prompts (nil: the built-in corpus), Skipped those it skipped.
+	Prompts string
+	Set     []llm.Prompt
+	Skipped int
+}
+
+// Config returns the payload generator's configuration for model.
+func (p *LLMPayload) Config(model string) llm.PayloadConfig {
+	return llm.PayloadConfig{API: p.API, Model: model, Stream: p.Stream, PromptTokens: p.PromptTokens,
+		OutputTokens: p.OutputTokens, IgnoreEOS: p.IgnoreEOS, Prompts: p.Set, Seed: payloadSeed}
+}
+
+// payloadSeed seeds every point's payload, so that the points of a sweep
+// (continuous against static, say) get the same requests in the same order.
+const payloadSeed = 1
 
 // Answer checks of payload.expect.
 const (
@@ -140,7 +174,15 @@ type Load struct {
 	Warmup      time.Duration // before each repeat, not recorded. Default 2s.
 	Duration    time.Duration // measured, per repeat. Default 10s.
 	Repeats     int           // default 1
-	Timeout     time.Duration // per request. Default 30s.
+	Timeout     time.Duration // per request. Default 30s; 10m for LLM loads.
+	// Arrival is the open loop's arrival process: "constant" (default),
+	// "poisson" or "gamma" (of shape Burstiness: below 1 burstier than
+	// Poisson, above 1 more regular). LLM loads only.
+	Arrival    string
+	Burstiness float64
+	// Drain is how long an LLM point's streams sent in the window may
+	// finish after it before they are cut off. Default 1m.
+	Drain time.Duration
 }
 
 // Open reports whether the load is open loop.
@@ -158,6 +200,10 @@ type Sweep struct {
 	MaxLatency []time.Duration
 	Policy     []string
 	Buckets    [][]int // --buckets bounds; an empty list: no buckets
+	// Generation servers (LLM loads): --max-seqs and --max-batched-tokens;
+	// MaxLatency is then static batching's wait to form a batch.
+	MaxSeqs          []int
+	MaxBatchedTokens []int
 }
 
 // adminKeys names the sweep keys set that the admin API applies.
@@ -166,7 +212,8 @@ func (s Sweep) adminKeys() []string {
 	for _, d := range []struct {
 		name string
 		n    int
-	}{{"batch", len(s.Batch)}, {"workers", len(s.Workers)}, {"max_latency", len(s.MaxLatency)}, {"policy", len(s.Policy)}} {
+	}{{"batch", len(s.Batch)}, {"workers", len(s.Workers)}, {"max_latency", len(s.MaxLatency)}, {"policy", len(s.Policy)},
+		{"max_seqs", len(s.MaxSeqs)}, {"max_batched_tokens", len(s.MaxBatchedTokens)}} {
 		if d.n > 0 {
 			keys = append(keys, d.name)
 		}
@@ -183,11 +230,22 @@ type SLO struct {
 	// least one point must pass (the question a sweep asks: does some
 	// configuration meet the SLO?).
 	Require string
+	// LLM loads: p99 TTFT, TPOT and E2EL at most (each also a
+	// per-request bound for goodput), good requests per second at least.
+	TTFTP99, TPOTP99, E2ELP99 time.Duration
+	MinGoodput                float64
 }
 
 // Record returns the thresholds in the results' schema.
 func (s SLO) Record() record.SLO {
-	return record.SLO{P99: record.Duration(s.P99), MaxErrorRate: s.MaxErrorRate, MinThroughput: s.MinThroughput}
+	return record.SLO{P99: record.Duration(s.P99), MaxErrorRate: s.MaxErrorRate, MinThroughput: s.MinThroughput,
+		TTFTP99: record.Duration(s.TTFTP99), TPOTP99: record.Duration(s.TPOTP99), E2ELP99: record.Duration(s.E2ELP99),
+		MinGoodput: s.MinGoodput}
+}
+
+// Set reports whether any threshold is set.
+func (s SLO) Set() bool {
+	return s.P99 > 0 || s.MaxErrorRate > 0 || s.MinThroughput > 0 || s.TTFTP99 > 0 || s.TPOTP99 > 0 || s.E2ELP99 > 0 || s.MinGoodput > 0
 }
 
 // Load defaults.
@@ -268,6 +326,10 @@ func (s *Scenario) WithTargets(urls []string) (*Scenario, error) {
 	}
 	if len(s.Sweep.Buckets) > 0 {
 		return nil, errors.New("--target: the scenario sweeps buckets, which the admin API cannot set on a target; run it with its server section")
+	}
+	if s.Payload.LLM != nil && (len(s.Sweep.MaxSeqs) > 0 || len(s.Sweep.MaxBatchedTokens) > 0 || len(s.Sweep.MaxLatency) > 0) &&
+		slices.ContainsFunc(s.Sweep.Endpoints, func(e string) bool { return genLabel(e) == "static" }) {
+		return nil, errors.New("--target: the scenario sweeps max_seqs, max_batched_tokens or max_latency with the static endpoint; the admin API sets the /v1 engine's only, so run it with its server section")
 	}
 	c := *s
 	c.Targets = make([]string, len(urls))

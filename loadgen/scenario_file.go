@@ -1,5 +1,12 @@
 package loadgen
 
+import (
+	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
+
+	"github.com/inferhq/infer/loadgen/llm"
+)
+
 // The file's shape. Durations are read as text and parsed by validate, so
 // that a bad one is reported at its line.
 type (
@@ -28,6 +35,11 @@ type (
 		Timeout      *string  `yaml:"timeout"`
 		Args         []string `yaml:"args"`
 		ReadyTimeout *string  `yaml:"ready_timeout"`
+		// Generative models.
+		SimStep            *string `yaml:"sim_step"`
+		SimPerSeq          *string `yaml:"sim_per_seq"`
+		SimPerPrefillToken *string `yaml:"sim_per_prefill_token"`
+		KVTokens           *int    `yaml:"kv_tokens"`
 	}
 	filePayload struct {
 		Corpus string      `yaml:"corpus"`
@@ -35,6 +47,13 @@ type (
 		Format string      `yaml:"format"`
 		Expect string      `yaml:"expect"`
 		Inject *fileInject `yaml:"inject"`
+		// Streaming LLM endpoints.
+		API          string               `yaml:"api"`
+		Stream       *bool                `yaml:"stream"`
+		PromptTokens *located[llm.Length] `yaml:"prompt_tokens"`
+		OutputTokens *located[llm.Length] `yaml:"output_tokens"`
+		IgnoreEOS    bool                 `yaml:"ignore_eos"`
+		Prompts      string               `yaml:"prompts"`
 	}
 	fileInject struct {
 		Text  string `yaml:"text"`
@@ -51,6 +70,9 @@ type (
 		Duration    *string       `yaml:"duration"`
 		Repeats     *int          `yaml:"repeats"`
 		Timeout     *string       `yaml:"timeout"`
+		Arrival     string        `yaml:"arrival"`
+		Burstiness  *float64      `yaml:"burstiness"`
+		Drain       *string       `yaml:"drain"`
 	}
 	fileSweep struct {
 		Endpoints  list[string] `yaml:"endpoints"`
@@ -59,14 +81,36 @@ type (
 		MaxLatency list[string] `yaml:"max_latency"`
 		Policy     list[string] `yaml:"policy"`
 		Buckets    list[[]int]  `yaml:"buckets"`
+		// Generative models.
+		MaxSeqs          list[int] `yaml:"max_seqs"`
+		MaxBatchedTokens list[int] `yaml:"max_batched_tokens"`
 	}
 	fileSLO struct {
 		P99           *string  `yaml:"p99"`
 		MaxErrorRate  *float64 `yaml:"max_error_rate"`
 		MinThroughput *float64 `yaml:"min_throughput"`
 		Require       string   `yaml:"require"`
+		TTFTP99       *string  `yaml:"ttft_p99"`
+		TPOTP99       *string  `yaml:"tpot_p99"`
+		E2ELP99       *string  `yaml:"e2el_p99"`
+		MinGoodput    *float64 `yaml:"min_goodput"`
 	}
 )
+
+// located is a value with a decoder of its own (an UnmarshalYAML), whose
+// errors goccy/go-yaml returns without a position: it keeps the error for
+// the validator, which reports it at the key's path (and line).
+type located[T any] struct {
+	v   T
+	err error
+}
+
+// UnmarshalYAML implements goccy/go-yaml's NodeUnmarshaler: the node is
+// decoded strictly into T, and a failure is kept, not returned.
+func (l *located[T]) UnmarshalYAML(n ast.Node) error {
+	l.err = yaml.NodeToValue(n, &l.v, yaml.DisallowUnknownField())
+	return nil
+}
 
 // list is a YAML sequence that also accepts a single value.
 type list[T any] []T

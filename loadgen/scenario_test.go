@@ -289,8 +289,10 @@ func TestScenarioFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"bert.yaml", "bucketing.yaml", "demo.yaml", "isolation.yaml", "overload.yaml", "policies-bert.yaml",
-		"policies-closed-sim-fast.yaml", "policies-closed-sim.yaml", "policies-quick.yaml", "policies-sim-fast.yaml", "policies-sim.yaml", "quick.yaml", "reference.yaml", "sim-gpu.yaml", "single-client.yaml"}
+	want := []string{"bert.yaml", "bucketing.yaml", "demo.yaml", "isolation.yaml", "llm-onnx.yaml", "llm-quick.yaml", "llm-sim-closed.yaml",
+		"llm-sim-poisson.yaml", "llm-sim.yaml", "overload.yaml", "policies-bert.yaml", "policies-closed-sim-fast.yaml",
+		"policies-closed-sim.yaml", "policies-quick.yaml", "policies-sim-fast.yaml", "policies-sim.yaml", "quick.yaml",
+		"reference.yaml", "sim-gpu.yaml", "single-client.yaml"}
 	var got []string
 	for _, f := range files {
 		got = append(got, filepath.Base(f))
@@ -330,5 +332,21 @@ func TestQuickScenarioFitsTwoMinutes(t *testing.T) {
 	}
 	if !eps["naive"] || !eps["batched"] {
 		t.Errorf("quick.yaml endpoints %v; the report needs naive and batched", eps)
+	}
+}
+
+func TestLLMQuickScenarioFitsAMinute(t *testing.T) {
+	sc, err := LoadFile("../scenarios/llm-quick.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plans := sc.Plans()
+	// Load, and the naive point's drain: 16 streams of at most 160 tokens
+	// queue for one slot.
+	if load := time.Duration(len(plans)) * sc.Estimate(); load > 25*time.Second || sc.Load.Drain > 20*time.Second {
+		t.Errorf("llm-quick.yaml plans %v of load and drains up to %v; keep the run under a minute", load, sc.Load.Drain)
+	}
+	if sc.Payload.LLM == nil || len(plans) != 3 {
+		t.Errorf("llm-quick.yaml: %d points, LLM %v", len(plans), sc.Payload.LLM != nil)
 	}
 }

@@ -61,6 +61,8 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 
 func (v *validator) scenario(fs *fileScenario, dir string) *Scenario {
 	sc := &Scenario{Name: fs.Name, Description: fs.Description}
+	// payload.api makes it a streaming LLM load.
+	gen := fs.Payload != nil && fs.Payload.API != ""
 	if fs.Name != "" && !nameRE.MatchString(fs.Name) {
 		v.errorf("$.name", "name %q: use letters, digits, '.', '_' and '-' (it names the run directory)", fs.Name)
 	}
@@ -72,12 +74,19 @@ func (v *validator) scenario(fs *fileScenario, dir string) *Scenario {
 	case fs.Target != nil:
 		sc.Targets, sc.Model, sc.AdminTokenEnv = v.target(fs.Target)
 	default:
-		sc.Server = v.server(fs.Server, fs.Sweep != nil && len(fs.Sweep.Buckets) > 0)
+		sc.Server = v.server(fs.Server, fs.Sweep != nil && len(fs.Sweep.Buckets) > 0, gen)
 	}
-	sc.Payload = v.payload(fs.Payload, dir)
-	sc.Load = v.load(fs.Load)
-	sc.Sweep = v.sweep(fs.Sweep, sc.Server != nil)
-	sc.SLO = v.slo(fs.SLO)
+	if gen {
+		sc.Payload = v.llmPayload(fs.Payload, dir)
+	} else {
+		sc.Payload = v.payload(fs.Payload, dir)
+	}
+	sc.Load = v.load(fs.Load, gen)
+	sc.Sweep = v.sweep(fs.Sweep, sc.Server != nil, gen)
+	sc.SLO = v.slo(fs.SLO, gen)
+	if gen {
+		return sc
+	}
 	if sc.Payload.Format == "text" && slices.ContainsFunc(sc.Sweep.Endpoints, func(e string) bool { return canonicalEndpoint(e) == "v2" }) {
 		v.errorf("$.payload.format", "payload.format text cannot be sent to the v2 endpoint, which takes v2 JSON")
 	}
@@ -127,12 +136,29 @@ func checkBaseURL(s string) error {
 
 // server validates the server section; bucketSweep tells that the sweep
 // sets --buckets.
-func (v *validator) server(s *fileServer, bucketSweep bool) *ServerSpec {
+func (v *validator) server(s *fileServer, bucketSweep, gen bool) *ServerSpec {
 	spec := &ServerSpec{Model: s.Model}
-	if s.Model == "" {
+	switch {
+	case s.Model == "" && gen:
+		v.errorf("$.server", "server.model: name the generative model to serve, such as sim-lm")
+	case s.Model == "":
 		v.errorf("$.server", "server.model: name the model to serve (sim, a built-in name such as bert-mini, or an .onnx path)")
+	case !gen && decoderHint(s.Model):
+		v.errorf("$.server.model", "server.model %s is a generative model: set payload.api (completions or chat) to load its OpenAI-compatible endpoints", s.Model)
 	}
 	spec.Flags = []string{"--model", s.Model}
+	keys, other := genServerKeys, "a generation server's (payload.api set)"
+	if gen {
+		keys, other = encoderServerKeys, "an encoder model's"
+	}
+	for _, k := range keys {
+		if find(v.ast.Docs[0].Body, "$.server."+k) != nil {
+			v.errorf("$.server."+k, "server.%s is %s key", k, other)
+		}
+	}
+	if gen {
+		v.llmServer(s, spec)
+	}
 	for _, d := range []struct {
 		path, flag string
 		val        *string
@@ -169,6 +195,9 @@ func (v *validator) server(s *fileServer, bucketSweep bool) *ServerSpec {
 	if bucketSweep {
 		set = append(set, "--buckets")
 	}
+	if gen {
+		set = append(set, "--max-seqs", "--max-batched-tokens")
+	}
 	for i, a := range s.Args {
 		for _, f := range set {
 			if a == f || strings.HasPrefix(a, f+"=") {
@@ -186,6 +215,11 @@ func (v *validator) payload(p *filePayload, dir string) Payload {
 		p = &filePayload{}
 	}
 	out := Payload{Corpus: p.Corpus, N: 1, Format: p.Format}
+	for _, k := range []string{"stream", "prompt_tokens", "output_tokens", "ignore_eos", "prompts"} {
+		if v.ast != nil && find(v.ast.Docs[0].Body, "$.payload."+k) != nil {
+			v.errorf("$.payload."+k, "payload.%s applies to LLM loads: set payload.api (completions or chat)", k)
+		}
+	}
 	if p.Items != nil {
 		out.N = *p.Items
 		if out.N < 1 || out.N > 4096 {
@@ -240,7 +274,7 @@ func (v *validator) payload(p *filePayload, dir string) Payload {
 	return out
 }
 
-func (v *validator) load(l *fileLoad) Load {
+func (v *validator) load(l *fileLoad, gen bool) Load {
 	if l == nil {
 		v.errorf("$", "no load: say how to drive the server (load: concurrency or load: rate)")
 		return Load{}
@@ -309,14 +343,36 @@ func (v *validator) load(l *fileLoad) Load {
 			v.errorf("$.load.repeats", "load.repeats %d: want 1 to 100", out.Repeats)
 		}
 	}
+	if gen {
+		v.llmLoad(l, &out)
+		return out
+	}
+	for _, k := range []string{"arrival", "burstiness", "drain"} {
+		if find(v.ast.Docs[0].Body, "$.load."+k) != nil {
+			v.errorf("$.load."+k, "load.%s applies to LLM loads (payload.api) only", k)
+		}
+	}
 	return out
 }
 
-func (v *validator) sweep(s *fileSweep, server bool) Sweep {
+func (v *validator) sweep(s *fileSweep, server, gen bool) Sweep {
 	if s == nil {
 		s = &fileSweep{}
 	}
 	out := Sweep{Batch: s.Batch, Workers: s.Workers, Policy: s.Policy, Buckets: s.Buckets}
+	if gen {
+		v.llmSweep(s, &out, server)
+		v.maxLatencies(s, &out)
+		return out
+	}
+	for _, k := range []struct {
+		name string
+		n    int
+	}{{"max_seqs", len(s.MaxSeqs)}, {"max_batched_tokens", len(s.MaxBatchedTokens)}} {
+		if k.n > 0 {
+			v.errorf("$.sweep."+k.name, "sweep.%s applies to generation servers (payload.api) only", k.name)
+		}
+	}
 	if len(s.Endpoints) == 0 {
 		out.Endpoints = []string{"batched"}
 	}
@@ -360,14 +416,7 @@ func (v *validator) sweep(s *fileSweep, server bool) Sweep {
 			v.errorf(fmt.Sprintf("$.sweep.workers[%d]", i), "sweep.workers %d: want 1 to 1024", w)
 		}
 	}
-	for i, l := range s.MaxLatency {
-		path := fmt.Sprintf("$.sweep.max_latency[%d]", i)
-		d := v.duration(path, &l, 0, false)
-		if d > 0 {
-			v.batching(path, "sweep.max_latency", batch.Config{MaxLatency: d}, "")
-		}
-		out.MaxLatency = append(out.MaxLatency, d)
-	}
+	v.maxLatencies(s, &out)
 	for i, p := range s.Policy {
 		if p == "" {
 			v.errorf(fmt.Sprintf("$.sweep.policy[%d]", i), "sweep.policy: empty; want one of %v", batch.Policies())
@@ -378,6 +427,18 @@ func (v *validator) sweep(s *fileSweep, server bool) Sweep {
 	return out
 }
 
+// maxLatencies checks sweep.max_latency into out.
+func (v *validator) maxLatencies(s *fileSweep, out *Sweep) {
+	for i, l := range s.MaxLatency {
+		path := fmt.Sprintf("$.sweep.max_latency[%d]", i)
+		d := v.duration(path, &l, 0, false)
+		if d > 0 {
+			v.batching(path, "sweep.max_latency", batch.Config{MaxLatency: d}, "")
+		}
+		out.MaxLatency = append(out.MaxLatency, d)
+	}
+}
+
 // batching reports what the batcher's Config.Validate says of c, a config
 // holding one swept value, as a problem with the key at path.
 func (v *validator) batching(path, key string, c batch.Config, hint string) {
@@ -386,12 +447,21 @@ func (v *validator) batching(path, key string, c batch.Config, hint string) {
 	}
 }
 
-func (v *validator) slo(s *fileSLO) SLO {
+func (v *validator) slo(s *fileSLO, gen bool) SLO {
 	if s == nil {
 		return SLO{Require: "all"}
 	}
 	out := SLO{Require: s.Require}
-	out.P99 = v.duration("$.slo.p99", s.P99, 0, true)
+	if gen {
+		v.llmSLO(s, &out)
+	} else {
+		out.P99 = v.duration("$.slo.p99", s.P99, 0, true)
+		for _, k := range []string{"ttft_p99", "tpot_p99", "e2el_p99", "min_goodput"} {
+			if find(v.ast.Docs[0].Body, "$.slo."+k) != nil {
+				v.errorf("$.slo."+k, "slo.%s applies to LLM loads (payload.api) only", k)
+			}
+		}
+	}
 	if s.MaxErrorRate != nil {
 		out.MaxErrorRate = *s.MaxErrorRate
 		if out.MaxErrorRate < 0 || out.MaxErrorRate > 1 {

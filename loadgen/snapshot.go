@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/inferhq/infer/loadgen/llm"
 	"github.com/inferhq/infer/loadgen/record"
 )
 
@@ -17,6 +18,7 @@ const (
 	PhaseConfiguring Phase = "configuring targets"
 	PhaseWarmup      Phase = "warm-up"
 	PhaseMeasuring   Phase = "measuring"
+	PhaseDraining    Phase = "draining" // an LLM point's window is over; its streams finish
 	PhaseStopping    Phase = "stopping"
 	PhaseDone        Phase = "done"
 )
@@ -73,6 +75,28 @@ type Snapshot struct {
 	// Notices are what the run found missing or assumed (no /metrics, no
 	// Server-Timing, answers checked by status only…), each said once.
 	Notices []string
+
+	// LLM is the current point's live state when it is a streaming LLM
+	// load (the fields above about answers and batches are then unset);
+	// nil otherwise.
+	LLM *LLMLive
+}
+
+// LLMLive is an LLM point's live state: the client's (package llm's
+// snapshot: streams open, TTFT, TPOT and ITL p50 and p99 since the
+// point's start, tokens/s and requests/s over its Window) and, when the
+// target is an infer generation server, its gauges.
+type LLMLive struct {
+	llm.Snapshot
+	Server *GenGauges // nil without infer_gen_ metrics
+}
+
+// GenGauges are an infer generation server's gauges for the point's
+// endpoint, summed over targets (KV usage averaged).
+type GenGauges struct {
+	Running, Waiting float64
+	KV               float64 // share of the KV capacity in use, 0 to 1
+	MaxSeqs          int     // the /v1 engine's --max-seqs, 0 when unknown
 }
 
 // Snapshot defaults.
@@ -103,6 +127,9 @@ type monitor struct {
 	ticks    int // ticks since the current point began, up to windowTicks-1
 	lastTick time.Time
 	spark    []time.Duration
+
+	llm *llm.Snapshot // the LLM point's latest, nil for other points
+	gen *GenGauges
 }
 
 func newMonitor(now func() time.Time, scenario, shared, dir string, points int) *monitor {
@@ -127,6 +154,22 @@ func (m *monitor) startPoint(p Plan, repeats int, perRepeat, remaining time.Dura
 	m.ticks = 0
 	m.lastTick = m.now()
 	m.spark = nil
+	m.llm, m.gen = nil, nil
+}
+
+// llmLive keeps an LLM point's latest snapshot (llm.RunConfig.Progress).
+func (m *monitor) llmLive(s llm.Snapshot) {
+	s.LastError = printable(s.LastError) // a server's text
+	m.mu.Lock()
+	m.llm = &s
+	m.mu.Unlock()
+}
+
+// genLive keeps the generation server's latest gauges.
+func (m *monitor) genLive(g GenGauges) {
+	m.mu.Lock()
+	m.gen = &g
+	m.mu.Unlock()
 }
 
 func (m *monitor) setPhase(ph Phase) {
@@ -234,6 +277,13 @@ func (m *monitor) snapshot(tick time.Duration) Snapshot {
 			}
 		}
 		s.TargetRate = targetRate(m.load, in-m.warmup, m.duration)
+	}
+	if m.llm != nil {
+		s.LLM = &LLMLive{Snapshot: *m.llm, Server: m.gen}
+		if m.llm.Phase == llm.PhaseDraining && (s.Phase == PhaseMeasuring || s.Phase == PhaseWarmup) {
+			s.Phase = PhaseDraining
+			s.PhaseElapsed, s.PhaseTotal = 0, 0
+		}
 	}
 	s.ETA = s.PointTotal - s.PointElapsed + m.remaining
 	if s.Phase == PhaseDone {

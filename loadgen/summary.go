@@ -45,6 +45,31 @@ type Row struct {
 	Violations []string `json:"violations,omitempty"`
 	// Caveats are the record's (record.Record.Caveats).
 	Caveats []string `json:"-"`
+	// LLM points: their figures, inline in JSON.
+	*LLMRow
+}
+
+// LLMRow is what a streaming LLM point adds to its row: the latency
+// summaries (mean, p50, p90, p99… in ms) and rates of its record.LLM, the
+// failures by cause, and when known the server's own mean TTFT and a
+// simulated model's ideal tokens/s.
+type LLMRow struct {
+	TTFT             record.MsStats `json:"ttft_ms"`
+	TPOT             record.MsStats `json:"tpot_ms"`
+	ITL              record.MsStats `json:"itl_ms"`
+	E2EL             record.MsStats `json:"e2el_ms"`
+	RequestsPerS     float64        `json:"requests_per_s"`
+	OutputTokensPerS float64        `json:"output_tokens_per_s"`
+	GoodputPerS      float64        `json:"goodput_per_s"`
+	IdealTokensPerS  float64        `json:"ideal_tokens_per_s,omitempty"`
+	ServerTTFTMean   float64        `json:"server_ttft_mean_ms,omitempty"`
+	Failures         map[string]int `json:"failures,omitempty"`
+	// Unfinished counts the window's requests still streaming when the
+	// drain ended (cut off; neither completed nor failed).
+	Unfinished int `json:"unfinished,omitempty"`
+	// TTFTFromIntendedP99 is the p99 TTFT from the intended send (open
+	// loop), against which the schedule lag is judged.
+	TTFTFromIntendedP99 float64 `json:"ttft_from_intended_p99_ms,omitempty"`
 }
 
 // RowOf summarises r against slo.
@@ -62,6 +87,15 @@ func RowOf(r *record.Record, slo SLO) Row {
 	}
 	if f := r.FromSchedule; f != nil {
 		row.P99FromSchedule = f.P99
+	}
+	if l := r.LLM; l != nil {
+		row.LLMRow = &LLMRow{TTFT: l.TTFT, TPOT: l.TPOT, ITL: l.ITL, E2EL: l.E2EL,
+			RequestsPerS: l.RequestsPerS, OutputTokensPerS: l.OutputTokensPerS, GoodputPerS: l.GoodputPerS,
+			IdealTokensPerS: l.Ideal, Failures: l.Failures, Unfinished: l.Unfinished, TTFTFromIntendedP99: l.FromIntended.TTFT.P99}
+		if l.Server != nil {
+			row.ServerTTFTMean = l.Server.TTFTMean
+		}
+		row.Violations = append(row.Violations, slo.Record().LLM().Misses(l)...)
 	}
 	switch {
 	case slo.P99 == 0:
@@ -121,7 +155,7 @@ func Summarize(o *Outcome, slo SLO) Summary {
 		}
 	}
 	switch {
-	case slo.P99 == 0 && slo.MaxErrorRate == 0 && slo.MinThroughput == 0:
+	case !slo.Set():
 		s.Passed, s.Verdict = true, "no thresholds set"
 	case judged == 0:
 		s.Passed, s.Verdict = true, "no complete point to judge"
@@ -147,6 +181,18 @@ func (s Summary) WriteText(w io.Writer) error {
 	if s.Shared != "" {
 		fmt.Fprintf(&b, "every batched point: %s\n", s.Shared)
 	}
+	if slices.ContainsFunc(s.Rows, func(r Row) bool { return r.LLMRow != nil }) {
+		s.llmTable(&b)
+	} else {
+		s.table(&b)
+	}
+	s.tail(&b)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// table writes the rows of encoder points.
+func (s Summary) table(b *strings.Builder) {
 	// Items/s says more than OK/s only when requests carry several
 	// items; the send rate, only in open loop.
 	items := slices.ContainsFunc(s.Rows, func(r Row) bool { return r.ItemsPerSec != r.Throughput })
@@ -181,6 +227,88 @@ func (s Summary) WriteText(w io.Writer) error {
 		row = append(row, Round(r.P50.D()).String(), Round(r.P99.D()).String(), fmt.Sprintf("%.1f%%", 100*r.ErrorRate), batch)
 		cells = append(cells, row)
 	}
+	s.writeCells(b, cells)
+	for _, r := range s.Rows {
+		if why := topErrors(r.Errors, 3); why != "" {
+			fmt.Fprintf(b, "failed in %s: %s\n", r.Name, why)
+		}
+		if slices.Contains(r.Flags, record.FlagScheduleLag) {
+			fmt.Fprintf(b, "behind schedule in %s: sends lagged p99 %v, max %v; p99 from the intended send %v (service time %v)\n",
+				r.Name, Round(r.LagP99.D()), Round(r.LagMax.D()), Round(r.P99FromSchedule.D()), Round(r.P99.D()))
+		}
+	}
+}
+
+// llmTable writes the rows of LLM points: rates in requests and output
+// tokens per second, TTFT p50 and p99, TPOT p99, goodput when the SLO has
+// latency bounds, the error rate; then the simulated model's ideal, the
+// failures by cause and the schedule lag.
+func (s Summary) llmTable(b *strings.Builder) {
+	open := slices.ContainsFunc(s.Rows, func(r Row) bool { return r.TargetRate > 0 })
+	good := s.SLO.TTFTP99 > 0 || s.SLO.TPOTP99 > 0 || s.SLO.E2ELP99 > 0 || s.SLO.MinGoodput > 0
+	head := []string{"POINT"}
+	if open {
+		head = append(head, "SENT/s")
+	}
+	head = append(head, "REQ/s", "TOK/s", "TTFT50", "TTFT99", "TPOT99")
+	if good {
+		head = append(head, "GOOD/s")
+	}
+	head = append(head, "ERRORS")
+	cells := [][]string{head}
+	for _, r := range s.Rows {
+		row := []string{r.Name}
+		if open {
+			rate := short(r.AchievedRate)
+			if r.TargetRate > 0 {
+				rate += " of " + short(r.TargetRate)
+			}
+			row = append(row, rate)
+		}
+		l := r.LLMRow
+		if l == nil {
+			l = &LLMRow{}
+		}
+		row = append(row, short(l.RequestsPerS), short(l.OutputTokensPerS), msText(l.TTFT.P50), msText(l.TTFT.P99), msText(l.TPOT.P99))
+		if good {
+			row = append(row, short(l.GoodputPerS))
+		}
+		row = append(row, fmt.Sprintf("%.1f%%", 100*r.ErrorRate))
+		cells = append(cells, row)
+	}
+	s.writeCells(b, cells)
+	for _, r := range s.Rows {
+		l := r.LLMRow
+		if l == nil {
+			continue
+		}
+		if l.IdealTokensPerS > 0 && r.TargetRate == 0 { // a closed loop saturates; summary.md has the others
+			fmt.Fprintf(b, "ideal of %s: %s tokens/s measured = %.2f of the sim's %s\n", r.Name, short(l.OutputTokensPerS),
+				l.OutputTokensPerS/l.IdealTokensPerS, short(l.IdealTokensPerS))
+		}
+		if why := topErrors(l.Failures, 4); why != "" {
+			fmt.Fprintf(b, "failed in %s: %s\n", r.Name, why)
+		}
+		if slices.Contains(r.Flags, record.FlagScheduleLag) {
+			fmt.Fprintf(b, "behind schedule in %s: sends lagged p99 %v, max %v; p99 TTFT from the intended send %s (from the actual send %s)\n",
+				r.Name, Round(r.LagP99.D()), Round(r.LagMax.D()), msText(l.TTFTFromIntendedP99), msText(l.TTFT.P99))
+		}
+	}
+}
+
+// msText formats milliseconds as a rounded duration; "-" for none.
+func msText(ms float64) string {
+	if ms <= 0 {
+		return "-"
+	}
+	return Round(time.Duration(ms * float64(time.Millisecond))).String()
+}
+
+// writeCells writes a table, its first row the header: columns padded
+// (the first left-aligned), each row's notes beside it, or on a line of
+// their own when they would pass tableWidth.
+func (s Summary) writeCells(b *strings.Builder, cells [][]string) {
+	head := cells[0]
 	widths := make([]int, len(head))
 	for _, row := range cells {
 		for i, c := range row {
@@ -213,17 +341,12 @@ func (s Summary) WriteText(w io.Writer) error {
 		}
 		b.WriteString(strings.TrimRight(line.String(), " ") + "\n")
 	}
-	for _, r := range s.Rows {
-		if why := topErrors(r.Errors, 3); why != "" {
-			fmt.Fprintf(&b, "failed in %s: %s\n", r.Name, why)
-		}
-		if slices.Contains(r.Flags, record.FlagScheduleLag) {
-			fmt.Fprintf(&b, "behind schedule in %s: sends lagged p99 %v, max %v; p99 from the intended send %v (service time %v)\n",
-				r.Name, Round(r.LagP99.D()), Round(r.LagMax.D()), Round(r.P99FromSchedule.D()), Round(r.P99.D()))
-		}
-	}
+}
+
+// tail writes the notices, the stop, the verdict and the run directory.
+func (s Summary) tail(b *strings.Builder) {
 	for _, n := range s.Notices {
-		fmt.Fprintf(&b, "note: %s\n", n)
+		fmt.Fprintf(b, "note: %s\n", n)
 	}
 	if s.Interrupted {
 		done := 0
@@ -232,18 +355,16 @@ func (s Summary) WriteText(w io.Writer) error {
 				done++
 			}
 		}
-		fmt.Fprintf(&b, "stopped: %d of %d points done\n", done, s.Points)
+		fmt.Fprintf(b, "stopped: %d of %d points done\n", done, s.Points)
 	}
 	verdict := "PASS"
 	if !s.Passed {
 		verdict = "FAIL"
 	}
 	if th := s.thresholds(); th != "" {
-		fmt.Fprintf(&b, "SLO %s: %s, %s\n", th, verdict, s.Verdict)
+		fmt.Fprintf(b, "SLO %s: %s, %s\n", th, verdict, s.Verdict)
 	}
-	fmt.Fprintf(&b, "results in %s\n", s.Dir)
-	_, err := io.WriteString(w, b.String())
-	return err
+	fmt.Fprintf(b, "results in %s\n", s.Dir)
 }
 
 // short formats a rate to three significant digits at most: "1526",
@@ -273,9 +394,14 @@ func topErrors(errs map[string]int, n int) string {
 	return strings.Join(parts, ", ")
 }
 
-// Notes joins a row's caveats and violations for a table cell.
+// Notes joins a row's caveats, its LLM requests cut off at the drain, and
+// its violations, for a table cell.
 func (r Row) Notes() string {
-	return strings.Join(append(slices.Clip(r.Caveats), r.Violations...), "; ")
+	notes := slices.Clip(r.Caveats)
+	if r.LLMRow != nil && r.Unfinished > 0 {
+		notes = append(notes, fmt.Sprintf("%d cut off at the drain", r.Unfinished))
+	}
+	return strings.Join(append(notes, r.Violations...), "; ")
 }
 
 func (s Summary) thresholds() string {
@@ -288,6 +414,17 @@ func (s Summary) thresholds() string {
 	}
 	if s.SLO.MinThroughput > 0 {
 		th = append(th, fmt.Sprintf("throughput ≥ %g/s", s.SLO.MinThroughput))
+	}
+	for _, d := range []struct {
+		name string
+		v    record.Duration
+	}{{"TTFT", s.SLO.TTFTP99}, {"TPOT", s.SLO.TPOTP99}, {"E2EL", s.SLO.E2ELP99}} {
+		if d.v > 0 {
+			th = append(th, fmt.Sprintf("%s p99 ≤ %v", d.name, d.v.D()))
+		}
+	}
+	if s.SLO.MinGoodput > 0 {
+		th = append(th, fmt.Sprintf("goodput ≥ %g/s", s.SLO.MinGoodput))
 	}
 	return strings.Join(th, ", ")
 }

@@ -106,3 +106,60 @@ func TestRound(t *testing.T) {
 		}
 	}
 }
+
+func llmOutcome() *Outcome {
+	l := func(tok, req, good, ttft50, ttft99, tpot99 float64, failed int, failures map[string]int) *record.LLM {
+		return &record.LLM{API: "completions", Stream: true, Requests: 100, Completed: 100 - failed, Failed: failed, Failures: failures,
+			TTFT: record.MsStats{Mean: ttft50, P50: ttft50, P90: ttft99, P99: ttft99, N: 100}, TPOT: record.MsStats{P50: tpot99 - 1, P99: tpot99, N: 100},
+			ITL: record.MsStats{P50: 8, P99: 12, N: 900}, E2EL: record.MsStats{P50: 900, P99: 1500, N: 100},
+			OutputTokensPerS: tok, RequestsPerS: req, GoodputPerS: good, Ideal: 1848}
+	}
+	return &Outcome{
+		Dir: "results/llm-1", Points: 3, Shared: "seqs=32",
+		Manifest: record.Manifest{Scenario: "llm"},
+		Records: []record.Record{
+			{Index: 0, Point: record.Point{Name: "continuous c=64"}, Sent: 200, Throughput: 13.9, Valid: true,
+				LLM: l(1830.4, 13.9, 13.9, 41.2, 120, 9.9, 0, nil)},
+			{Index: 1, Point: record.Point{Name: "static c=64"}, Sent: 60, Throughput: 3.5, Valid: true,
+				LLM: l(494, 3.5, 1.2, 5100, 11700, 9.1, 0, nil)},
+			{Index: 2, Point: record.Point{Name: "naive c=64"}, Sent: 20, Throughput: 0.8, Flags: []string{record.FlagErrors, record.FlagNoUsage}, Valid: true,
+				LLM: l(114, 0.8, 0, 30000, 61000, 8.3, 4, map[string]int{"stream_error": 3, "disconnect": 1})},
+		},
+	}
+}
+
+func TestSummaryLLM(t *testing.T) {
+	slo := SLO{TTFTP99: 2 * time.Second, Require: "any"}
+	s := Summarize(llmOutcome(), slo)
+	if !s.Passed || s.Rows[1].Violations[0] != "TTFT p99 11.7s > 2s" {
+		t.Errorf("passed %v, violations %q", s.Passed, s.Rows[1].Violations)
+	}
+	var b bytes.Buffer
+	if err := s.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "summary-llm.txt", b.Bytes())
+	js, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back struct {
+		Rows []map[string]any `json:"rows"`
+	}
+	if err := json.Unmarshal(js, &back); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"ttft_ms", "tpot_ms", "itl_ms", "e2el_ms", "output_tokens_per_s", "requests_per_s", "goodput_per_s"} {
+		if _, ok := back.Rows[0][k]; !ok {
+			t.Errorf("--output json row lacks %q: %s", k, js)
+		}
+	}
+	for _, k := range []string{"mean", "p50", "p90", "p99"} {
+		if _, ok := back.Rows[0]["ttft_ms"].(map[string]any)[k]; !ok {
+			t.Errorf("ttft_ms lacks %q", k)
+		}
+	}
+	if f := back.Rows[2]["failures"].(map[string]any); f["stream_error"] != 3.0 {
+		t.Errorf("failures %v, want by cause", f)
+	}
+}

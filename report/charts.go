@@ -26,11 +26,20 @@ type chart struct {
 
 // optionalCharts are drawn only for the runs they apply to; a report
 // without one removes an earlier report's.
-var optionalCharts = []string{"policy.png", "comparison.png"}
+var optionalCharts = append([]string{"throughput.png", "latency.png", "naive-vs-batched.png", "throughput-latency.png",
+	"server-time.png", "policy.png", "comparison.png"}, llmChartFiles...)
 
-// charts lists the report's charts; the policy comparison only when points
-// differ by policy, the comparison only with a baseline.
+// charts lists the report's charts: an LLM run's (llm_charts.go), or an
+// encoder run's, with the policy comparison only when points differ by
+// policy; the comparison only with a baseline.
 func (v *view) charts(c *Comparison) []chart {
+	if v.isLLM() {
+		cs := v.llmCharts()
+		if c != nil {
+			cs = append(cs, chart{"comparison.png", "Change against the baseline", func() (*figure, string) { return v.comparisonChart(c) }})
+		}
+		return cs
+	}
 	cs := []chart{
 		{"throughput.png", "Throughput vs batch size", v.throughputChart},
 		{"latency.png", "Latency vs batch size", v.latencyChart},
@@ -656,7 +665,11 @@ func (v *view) comparisonChart(c *Comparison) (*figure, string) {
 	if len(chs) == 0 {
 		return nil, "no matched point had successes in the baseline"
 	}
-	p := newPlot("", "throughput change against the baseline (%)", "p99 latency change against the baseline (%)")
+	xl, yl := "throughput change against the baseline (%)", "p99 latency change against the baseline (%)"
+	if v.isLLM() {
+		xl, yl = "output tokens/s change against the baseline (%)", "TTFT p99 change against the baseline (%)"
+	}
+	p := newPlot("", xl, yl)
 	f := &figure{panels: []*plot.Plot{p}, title: fmt.Sprintf("Against baseline %s: %s (%d regression, %d warn, %d pass)",
 		filepath.Base(filepath.Clean(c.Baseline)), strings.ToUpper(c.Verdict.String()), c.Count(Regression), c.Count(Warn), c.Count(Pass))}
 	var bt, bp []float64

@@ -90,8 +90,10 @@ func (n Noise) withDefaults() Noise {
 type Change struct {
 	Base, Cur *record.Record
 	// Throughput and P99 are relative changes, (now − base) / base: −0.15
-	// is 15 % less. NaN where the baseline value is zero.
-	Throughput, P99 float64
+	// is 15 % less. NaN where the baseline value is zero. For LLM points
+	// they are those of output tokens/s and of p99 TTFT, and TPOT is the
+	// change of p99 TPOT (judged in the P99 band); NaN for other points.
+	Throughput, P99, TPOT float64
 	// ErrorRate is the absolute change of the error rate.
 	ErrorRate float64
 	// Band is the noise band applied; FromRepeats says whether it came
@@ -185,14 +187,23 @@ func Compare(run, baseline *record.Run, noise Noise) *Comparison {
 // judge compares one point with its baseline.
 func judge(base, cur *record.Record, def Noise) Change {
 	ch := Change{Base: base, Cur: cur, Band: def,
-		Throughput: rel(base.Throughput, cur.Throughput),
-		P99:        rel(base.Latency.P99.Ms(), cur.Latency.P99.Ms()),
+		Throughput: rel(tput(base), tput(cur)),
+		P99:        rel(p99Of(base), p99Of(cur)),
+		TPOT:       math.NaN(),
 		ErrorRate:  cur.ErrorRate() - base.ErrorRate(),
+	}
+	llm := base.LLM != nil && cur.LLM != nil
+	if llm {
+		ch.TPOT = rel(base.LLM.TPOT.P99, cur.LLM.TPOT.P99)
 	}
 	if len(base.Repeats) > 1 && len(cur.Repeats) > 1 {
 		ch.FromRepeats = true
-		ch.Band.Throughput = max(spread(base.Repeats, thr), spread(cur.Repeats, thr), def.Throughput/2)
-		ch.Band.P99 = max(spread(base.Repeats, p99), spread(cur.Repeats, p99), def.P99/2)
+		t, p := thr, p99
+		if llm {
+			t, p = tokensThr, ttftP99
+		}
+		ch.Band.Throughput = max(spread(base.Repeats, t), spread(cur.Repeats, t), def.Throughput/2)
+		ch.Band.P99 = max(spread(base.Repeats, p), spread(cur.Repeats, p), def.P99/2)
 	}
 	flagged := func() string {
 		var why []string
@@ -210,7 +221,7 @@ func judge(base, cur *record.Record, def Noise) Change {
 	}
 	bs, cs := succeeded(base), succeeded(cur)
 	if !bs || !cs {
-		ch.P99 = math.NaN() // no latencies on one side
+		ch.P99, ch.TPOT = math.NaN(), math.NaN() // no latencies on one side
 	}
 	switch {
 	case !bs && !cs:
@@ -227,17 +238,32 @@ func judge(base, cur *record.Record, def Noise) Change {
 		return ch
 	}
 	var worse []string
-	if ch.Throughput < -ch.Band.Throughput {
-		worse = append(worse, fmt.Sprintf("throughput %s beyond ±%.1f %%", pct(ch.Throughput), ch.Band.Throughput*100))
+	thrName, p99Name := "throughput", "p99"
+	if llm {
+		thrName, p99Name = "tokens/s", "TTFT p99"
 	}
-	_, baseHi := p99Interval(base)
-	curLo, _ := p99Interval(cur)
-	if least := rel(baseHi, curLo); least > ch.Band.P99 {
-		why := fmt.Sprintf("p99 %s beyond ±%.1f %%", pct(ch.P99), ch.Band.P99*100)
-		if least < ch.P99-0.0005 {
-			why += fmt.Sprintf(" (%s at the least, by the p99s' sampling)", pct(least))
+	if ch.Throughput < -ch.Band.Throughput {
+		worse = append(worse, fmt.Sprintf("%s %s beyond ±%.1f %%", thrName, pct(ch.Throughput), ch.Band.Throughput*100))
+	}
+	if llm {
+		if ch.P99 > ch.Band.P99 {
+			worse = append(worse, fmt.Sprintf("%s %s beyond ±%.1f %%", p99Name, pct(ch.P99), ch.Band.P99*100))
 		}
-		worse = append(worse, why)
+		if ch.TPOT > ch.Band.P99 {
+			worse = append(worse, fmt.Sprintf("TPOT p99 %s beyond ±%.1f %%", pct(ch.TPOT), ch.Band.P99*100))
+		}
+	} else {
+		// A p99 is worse only when the low end of its sampling interval
+		// is beyond the band above the baseline's high end.
+		_, baseHi := p99Interval(base)
+		curLo, _ := p99Interval(cur)
+		if least := rel(baseHi, curLo); least > ch.Band.P99 {
+			why := fmt.Sprintf("p99 %s beyond ±%.1f %%", pct(ch.P99), ch.Band.P99*100)
+			if least < ch.P99-0.0005 {
+				why += fmt.Sprintf(" (%s at the least, by the p99s' sampling)", pct(least))
+			}
+			worse = append(worse, why)
+		}
 	}
 	if ch.ErrorRate > ch.Band.ErrorRate {
 		worse = append(worse, fmt.Sprintf("error rate +%.1f points beyond %.1f", ch.ErrorRate*100, ch.Band.ErrorRate*100))
@@ -261,8 +287,10 @@ func rel(base, cur float64) float64 {
 	return (cur - base) / base
 }
 
-func thr(r record.Repeat) float64 { return r.Throughput }
-func p99(r record.Repeat) float64 { return r.P99.Ms() }
+func thr(r record.Repeat) float64       { return r.Throughput }
+func p99(r record.Repeat) float64       { return r.P99.Ms() }
+func tokensThr(r record.Repeat) float64 { return r.OutputTokensPerS }
+func ttftP99(r record.Repeat) float64   { return r.TTFTP99.Ms() }
 
 // spread returns (max − min) / mean of f over the repeats.
 func spread(reps []record.Repeat, f func(record.Repeat) float64) float64 {

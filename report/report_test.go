@@ -131,6 +131,10 @@ func TestWriteFixtures(t *testing.T) {
 		{run: "testdata/one-point", drawn: []string{"naive-vs-batched.png", "throughput-latency.png", "server-time.png"}},
 		{run: "testdata/failed", baseline: "testdata/sim", drawn: []string{"throughput.png", "naive-vs-batched.png", "throughput-latency.png", "server-time.png", "comparison.png"}, verdict: Regression},
 		{run: "testdata/policies", drawn: append(all, "policy.png"), full: true},
+		{run: "testdata/llm", drawn: llmChartFiles, full: true},
+		{run: "testdata/llm", baseline: "testdata/llm", drawn: append(slices.Clone(llmChartFiles), "comparison.png"), verdict: Pass},
+		{run: "testdata/llm-slow", baseline: "testdata/llm", drawn: append(slices.Clone(llmChartFiles), "comparison.png"), verdict: Regression},
+		{run: "testdata/llm-closed", drawn: []string{"llm-throughput.png", "llm-latency.png", "ttft-cdf.png", "timeline.png"}},
 	} {
 		t.Run(filepath.Base(tc.run)+"/"+filepath.Base(tc.baseline), func(t *testing.T) {
 			dir := t.TempDir()
@@ -275,6 +279,7 @@ func TestSummaryGolden(t *testing.T) {
 	for _, tc := range []struct{ run, baseline, golden string }{
 		{"testdata/sim", "testdata/sim-slow", "testdata/sim-vs-sim-slow.summary.md"},
 		{"testdata/policies", "", "testdata/policies.summary.md"},
+		{"testdata/llm-slow", "testdata/llm", "testdata/llm-slow-vs-llm.summary.md"},
 	} {
 		t.Run(filepath.Base(tc.golden), func(t *testing.T) {
 			res, err := Write(context.Background(), readRun(t, tc.run), readRun(t, tc.baseline), t.TempDir(), small)

@@ -20,7 +20,11 @@ func (v *view) summary(res *Result) string {
 	if name == "" {
 		name = filepath.Base(filepath.Clean(v.run.Dir))
 	}
-	fmt.Fprintf(&b, "# Bench report: %s\n\n", name)
+	title := fmt.Sprintf("# Bench report: %s\n\n", name)
+	if v.isLLM() {
+		return v.llmSummary(res, title)
+	}
+	b.WriteString(title)
 	if c := res.Comparison; c != nil {
 		fmt.Fprintf(&b, "**Against baseline `%s`: %s** (%s).\n\n", c.Baseline, strings.ToUpper(c.Verdict.String()), c.counts())
 	}
@@ -107,6 +111,17 @@ func sloText(s record.SLO) string {
 	if s.MinThroughput > 0 {
 		parts = append(parts, "throughput ≥ "+num(s.MinThroughput)+" req/s")
 	}
+	for _, d := range []struct {
+		name string
+		v    record.Duration
+	}{{"TTFT", s.TTFTP99}, {"TPOT", s.TPOTP99}, {"E2EL", s.E2ELP99}} {
+		if d.v > 0 {
+			parts = append(parts, d.name+" p99 ≤ "+fmtMs(d.v.Ms()))
+		}
+	}
+	if s.MinGoodput > 0 {
+		parts = append(parts, "goodput ≥ "+num(s.MinGoodput)+" req/s")
+	}
 	if len(parts) == 0 {
 		return "none set"
 	}
@@ -122,6 +137,8 @@ var warnings = []struct {
 	{record.FlagCoordinatedOmission, "Coordinated omission", "the generator sent less than 95 % of the target rate because the server held it back, so the latencies understate what clients at that rate would see"},
 	{record.FlagScheduleLag, "Behind schedule", "requests went out late against the open loop's schedule, enough that the p99 measured from their intended send passes the service time's by over 10 % and 10 ms, as when a stall holds sending back and a burst catches up: the average rate looks right, but the latencies (service times, from the actual send) understate what clients on schedule saw; the p99 from the intended send is given"},
 	{record.FlagGeneratorSaturated, "Load generator saturated", "the generator used (nearly) all the CPU it had, so the server may be faster than measured"},
+	{record.FlagNoUsage, "No usage", "some streams carried no usage chunk, so their output tokens (and TPOT, tokens/s) were counted by the client: with the model's tokenizer where known (GPT-2's), else one per content chunk, which may disagree with the server's count"},
+	{record.FlagNotStreamed, "Not streamed", "streaming was asked for but some answers came as one body, so their TTFT is their E2EL"},
 	{record.FlagErrors, "Errors", "some requests failed (429: the queue was full and admission refused; 503: not ready or draining; 504: deadline passed; error: no HTTP answer)"},
 }
 
@@ -182,6 +199,19 @@ func (v *view) writeWarnings(b *strings.Builder) {
 // "12.3 % failed: 429 ×110, error ×2".
 func statusText(r *record.Record) string {
 	var parts []string
+	if l := r.LLM; l != nil { // by cause: a stream that broke off had a 200
+		for _, k := range slices.Sorted(maps.Keys(l.Failures)) {
+			parts = append(parts, fmt.Sprintf("%s ×%d", k, l.Failures[k]))
+		}
+		text := pctAbs(r.ErrorRate()) + " failed"
+		if len(parts) > 0 {
+			text += ": " + strings.Join(parts, ", ")
+		}
+		if l.Unfinished > 0 {
+			text += fmt.Sprintf("; %d cut off at the drain", l.Unfinished)
+		}
+		return text
+	}
 	for _, k := range slices.Sorted(maps.Keys(r.Status)) {
 		if k != "200" {
 			parts = append(parts, fmt.Sprintf("%s ×%d", k, r.Status[k]))
@@ -190,16 +220,22 @@ func statusText(r *record.Record) string {
 	return fmt.Sprintf("%s failed: %s", pctAbs(r.ErrorRate()), strings.Join(parts, ", "))
 }
 
+// trustedCount counts the points with trusted measurements and a success.
+func (v *view) trustedCount() int {
+	n := 0
+	for _, r := range v.recs {
+		if trusted(r) && succeeded(r) {
+			n++
+		}
+	}
+	return n
+}
+
 func (v *view) writeBest(b *strings.Builder) {
 	slo := v.run.Manifest.SLO
 	b.WriteString("## Best configuration under the SLO\n\n")
 	ok := ranked(v.recs, slo)
-	trustedN := 0
-	for _, r := range v.recs {
-		if trusted(r) && succeeded(r) {
-			trustedN++
-		}
-	}
+	trustedN := v.trustedCount()
 	noSLO := slo == (record.SLO{})
 	if noSLO {
 		b.WriteString("The scenario sets no SLO, so every trusted point qualifies and the highest throughput wins.\n\n")
@@ -450,6 +486,9 @@ func loadMode(l record.Load) string {
 	if l.Mode == "closed" {
 		return "closed loop"
 	}
+	if l.Arrival != "" {
+		return "open loop, " + l.Arrival + " arrivals"
+	}
 	if l.Pacer != "" {
 		return "open loop, " + l.Pacer + " pacer"
 	}
@@ -509,20 +548,29 @@ func (v *view) writeOffline(b *strings.Builder) {
 func (v *view) writeComparison(b *strings.Builder, c *Comparison) {
 	b.WriteString("## Comparison with the baseline\n\n")
 	fmt.Fprintf(b, "Baseline `%s`. Verdict: **%s** (%s).\n\n", c.Baseline, strings.ToUpper(c.Verdict.String()), c.counts())
-	fmt.Fprintf(b, "A point regresses when its throughput falls, its p99 rises or its error rate rises beyond the noise band, on measurements that are not flagged; beyond the band on a flagged measurement it warns. The band is the repeats' spread where both runs have repeats (at least half the default), else ±%s %% throughput and ±%s %% p99, and a p99 must be worse beyond it even from the low end of its sampling interval to the high end of the baseline's (99 %% intervals from the latency histograms); the error rate may rise by %s percentage point(s). Points are matched by endpoint, batch, workers, max-latency, policy, buckets, items per request and load level.\n\n",
+	fmt.Fprintf(b, "A point regresses when its throughput falls, its p99 rises or its error rate rises beyond the noise band, on measurements that are not flagged; beyond the band on a flagged measurement it warns. The band is the repeats' spread where both runs have repeats (at least half the default), else ±%s %% throughput and ±%s %% p99, and an encoder point's p99 must be worse beyond it even from the low end of its sampling interval to the high end of the baseline's (99 %% intervals from the latency histograms; for LLM points tokens/s, TTFT p99 and TPOT p99 are compared); the error rate may rise by %s percentage point(s). Points are matched by endpoint, batch, workers, max-latency, policy, buckets, items per request and load level.\n\n",
 		num(c.Default.Throughput*100), num(c.Default.P99*100), num(c.Default.ErrorRate*100))
 	if len(c.Changes) > 0 {
 		changes := slices.Clone(c.Changes)
 		slices.SortStableFunc(changes, func(a, b Change) int { return -cmp.Compare(a.Verdict, b.Verdict) })
-		b.WriteString("| point | req/s base → now | Δ | p99 base → now | Δ | band (req/s, p99) | verdict | why |\n|---|--:|--:|--:|--:|--:|---|---|\n")
+		if v.isLLM() {
+			b.WriteString("For LLM points throughput is output tokens/s and p99 is TTFT's; TPOT's p99 is judged in the p99 band too; they are matched by endpoint, max-seqs, max-batched-tokens, max-latency and load level.\n\n")
+			b.WriteString("| point | tokens/s base → now | Δ | TTFT p99 base → now | Δ | TPOT p99 Δ | band (tokens/s, p99) | verdict | why |\n|---|--:|--:|--:|--:|--:|--:|---|---|\n")
+		} else {
+			b.WriteString("| point | req/s base → now | Δ | p99 base → now | Δ | band (req/s, p99) | verdict | why |\n|---|--:|--:|--:|--:|--:|---|---|\n")
+		}
 		for _, ch := range changes {
 			band := fmt.Sprintf("±%s %%, ±%s %%", num(ch.Band.Throughput*100), num(ch.Band.P99*100))
 			if ch.FromRepeats {
 				band += " (repeats)"
 			}
-			fmt.Fprintf(b, "| %s | %s → %s | %s | %s → %s | %s | %s | %s | %s |\n", v.pointLabel(ch.Cur),
-				num(ch.Base.Throughput), num(ch.Cur.Throughput), pct(ch.Throughput),
-				fmtDur(ch.Base.Latency.P99), fmtDur(ch.Cur.Latency.P99), pct(ch.P99), band, ch.Verdict, ch.Reason)
+			tpot := ""
+			if v.isLLM() {
+				tpot = " " + pct(ch.TPOT) + " |"
+			}
+			fmt.Fprintf(b, "| %s | %s → %s | %s | %s → %s | %s |%s %s | %s | %s |\n", v.pointLabel(ch.Cur),
+				num(tput(ch.Base)), num(tput(ch.Cur)), pct(ch.Throughput),
+				msOrDash(p99Of(ch.Base)), msOrDash(p99Of(ch.Cur)), pct(ch.P99), tpot, band, ch.Verdict, ch.Reason)
 		}
 		b.WriteString("\n")
 	}

@@ -19,11 +19,13 @@ type config struct {
 	Policy   string
 	Buckets  string // bucketsText of the point's buckets: "16,32,64", "" for none
 	Items    int
+	// A generation server's --max-seqs and --max-batched-tokens.
+	MaxSeqs, MaxBatchedTokens int
 }
 
 func configOf(p record.Point) config {
 	return config{Endpoint: p.Endpoint, Batch: p.Batch, Workers: p.Workers, Latency: p.Latency, Policy: p.Policy,
-		Buckets: bucketsText(p.Buckets), Items: p.Items}
+		Buckets: bucketsText(p.Buckets), Items: p.Items, MaxSeqs: p.MaxSeqs, MaxBatchedTokens: p.MaxBatchedTokens}
 }
 
 // bucketsText renders bucket bounds as a comparable key and label:
@@ -87,10 +89,31 @@ func compareLoad(a, b record.Load) int {
 	return cmp.Or(
 		cmp.Compare(a.Mode, b.Mode),
 		cmp.Compare(a.Pacer, b.Pacer),
+		cmp.Compare(a.Arrival, b.Arrival),
+		cmp.Compare(a.Burstiness, b.Burstiness),
 		cmp.Compare(a.Rate, b.Rate),
 		cmp.Compare(a.RampFrom, b.RampFrom),
 		cmp.Compare(a.Concurrency, b.Concurrency),
 	)
+}
+
+// tput is a point's throughput as its charts and verdicts weigh it:
+// output tokens per second for an LLM point, else successful requests per
+// second.
+func tput(r *record.Record) float64 {
+	if r.LLM != nil {
+		return r.LLM.OutputTokensPerS
+	}
+	return r.Throughput
+}
+
+// p99Of is a point's p99 latency in milliseconds as its verdicts weigh
+// it: TTFT's for an LLM point, else the service time's.
+func p99Of(r *record.Record) float64 {
+	if r.LLM != nil {
+		return r.LLM.TTFT.P99
+	}
+	return r.Latency.P99.Ms()
 }
 
 // loadLabel names a load level: "400 req/s", "ramp 10→400 req/s", "16 clients".
@@ -100,6 +123,10 @@ func loadLabel(l record.Load) string {
 		return plural(l.Concurrency, "client")
 	case l.Pacer == "ramp":
 		return fmt.Sprintf("ramp %s→%s req/s", num(l.RampFrom), num(l.Rate))
+	case l.Rate > 0 && l.Arrival == "poisson":
+		return num(l.Rate) + " req/s Poisson"
+	case l.Rate > 0 && l.Arrival == "gamma":
+		return fmt.Sprintf("%s req/s gamma(%s)", num(l.Rate), num(l.Burstiness))
 	case l.Rate > 0:
 		return num(l.Rate) + " req/s"
 	default:
@@ -228,6 +255,9 @@ func bucketsLabel(b string) string {
 // configLabel names a served configuration briefly: "b=32 w=4", with the
 // varying dimensions of seriesLabel.
 func (v *view) configLabel(r *record.Record) string {
+	if r.LLM != nil {
+		return v.llmLabel(llmSeriesOf(r.Point))
+	}
 	if isNaive(r) {
 		return "naive"
 	}
@@ -304,10 +334,10 @@ func better(a, b *record.Record) bool {
 	if trusted(a) != trusted(b) {
 		return trusted(a)
 	}
-	if a.Throughput != b.Throughput {
-		return a.Throughput > b.Throughput
+	if tput(a) != tput(b) {
+		return tput(a) > tput(b)
 	}
-	return a.Latency.P99 < b.Latency.P99
+	return p99Of(a) < p99Of(b)
 }
 
 // atLoad returns the points at load l.
@@ -390,11 +420,12 @@ func meetsSLO(r *record.Record, slo record.SLO) bool {
 	return trusted(r) && succeeded(r) &&
 		(slo.P99 == 0 || r.Latency.P99 <= slo.P99) &&
 		(slo.MaxErrorRate == 0 || r.ErrorRate() <= slo.MaxErrorRate) &&
-		(slo.MinThroughput == 0 || r.Throughput >= slo.MinThroughput)
+		(slo.MinThroughput == 0 || r.Throughput >= slo.MinThroughput) &&
+		(r.LLM == nil || len(slo.LLM().Misses(r.LLM)) == 0)
 }
 
-// ranked returns the points meeting slo, best first: highest throughput,
-// then lowest p99, then sweep order.
+// ranked returns the points meeting slo, best first: highest throughput
+// (output tokens/s for LLM points), then lowest p99, then sweep order.
 func ranked(recs []*record.Record, slo record.SLO) []*record.Record {
 	var ok []*record.Record
 	for _, r := range recs {
@@ -403,7 +434,7 @@ func ranked(recs []*record.Record, slo record.SLO) []*record.Record {
 		}
 	}
 	slices.SortStableFunc(ok, func(a, b *record.Record) int {
-		return cmp.Or(-cmp.Compare(a.Throughput, b.Throughput), cmp.Compare(a.Latency.P99, b.Latency.P99))
+		return cmp.Or(-cmp.Compare(tput(a), tput(b)), cmp.Compare(p99Of(a), p99Of(b)))
 	})
 	return ok
 }

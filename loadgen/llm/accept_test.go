@@ -3,19 +3,15 @@
 package llm_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
-	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -32,56 +28,13 @@ import (
 // lines. The figures hold on a quiet machine; the bars they are checked
 // against leave room for a loaded one.
 
-// serveEnv makes the test binary a fake server: its value is the
-// llmtest.Config as JSON; the address is printed on stdout.
-const serveEnv = "INFER_LLMTEST_SERVE"
-
 func TestMain(m *testing.M) {
-	if cfg := os.Getenv(serveEnv); cfg != "" {
-		os.Exit(serveFake(cfg))
-	}
+	llmtest.ServeChild()
 	os.Exit(m.Run())
 }
 
-func serveFake(cfgJSON string) int {
-	var cfg llmtest.Config
-	if err := json.Unmarshal([]byte(cfgJSON), &cfg); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	fmt.Println(l.Addr().String())
-	srv := &http.Server{Handler: llmtest.New(cfg), ReadHeaderTimeout: 10 * time.Second}
-	_ = srv.Serve(l) // until killed
-	return 0
-}
-
 // startFake runs a fake of cfg in a child process and returns its base URL.
-func startFake(t *testing.T, cfg llmtest.Config) string {
-	t.Helper()
-	b, _ := json.Marshal(cfg)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), serveEnv+"="+string(b))
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	addr, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		t.Fatalf("fake server: %v", err)
-	}
-	return "http://" + strings.TrimSpace(addr)
-}
+func startFake(t *testing.T, cfg llmtest.Config) string { return llmtest.StartChild(t, cfg) }
 
 func acceptOnly(t *testing.T) {
 	if os.Getenv("INFER_LLM_ACCEPT") != "1" {

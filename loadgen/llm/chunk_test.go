@@ -7,6 +7,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 )
 
@@ -224,4 +225,23 @@ func FuzzChunk(f *testing.F) {
 		}
 		_ = fmt.Sprint
 	})
+}
+
+func TestParseServerTiming(t *testing.T) {
+	for _, tc := range []struct {
+		h           string
+		queue, ttft time.Duration
+		ok          bool
+	}{
+		{"queue;dur=0.5, ttft;dur=41.25, batch;desc=8", 500 * time.Microsecond, 41250 * time.Microsecond, true},
+		{`ttft;desc="first";dur=3`, 0, 3 * time.Millisecond, true},
+		{"queue;dur=2, compute;dur=5", 2 * time.Millisecond, 0, false},
+		{"ttft;dur=-1, queue;dur=x", 0, 0, false},
+		{"", 0, 0, false},
+	} {
+		q, f, ok := parseServerTiming(tc.h)
+		if q != tc.queue || f != tc.ttft || ok != tc.ok {
+			t.Errorf("parseServerTiming(%q) = %v, %v, %v; want %v, %v, %v", tc.h, q, f, ok, tc.queue, tc.ttft, tc.ok)
+		}
+	}
 }

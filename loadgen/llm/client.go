@@ -186,6 +186,9 @@ func (c *Client) Do(ctx context.Context, req *Request, res *Result, live *atomic
 	}
 	defer resp.Body.Close()
 	res.Status = resp.StatusCode
+	if st := resp.Header.Get("Server-Timing"); st != "" {
+		res.ServerQueue, res.ServerTTFT, res.Timed = parseServerTiming(st)
+	}
 	if resp.StatusCode != http.StatusOK {
 		c.failStatus(resp, res)
 		return

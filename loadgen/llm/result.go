@@ -2,6 +2,7 @@ package llm
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -121,6 +122,11 @@ type Result struct {
 	// first content chunk: the chunk a naive client takes for the first
 	// token.
 	RoleFirst bool
+	// Timed is set when the answer's Server-Timing header gave the
+	// server's queue time and time to first token (infer serve's
+	// "queue;dur=…, ttft;dur=…").
+	Timed                   bool
+	ServerQueue, ServerTTFT time.Duration
 
 	text []byte // the output text, for the tokenizer
 }
@@ -190,4 +196,37 @@ func shorten(s string) string {
 // Counter counts the tokens of a text, as a model's tokenizer would.
 type Counter interface {
 	Count(text string) int
+}
+
+// parseServerTiming reads the queue and ttft metrics of a Server-Timing
+// header ("queue;dur=0.12, ttft;dur=41.3, batch;desc=8"; dur in
+// milliseconds). ok is false without a ttft metric.
+func parseServerTiming(h string) (queue, ttft time.Duration, ok bool) {
+	for h != "" {
+		var metric string
+		metric, h, _ = strings.Cut(h, ",")
+		name, params, _ := strings.Cut(strings.TrimSpace(metric), ";")
+		if name != "queue" && name != "ttft" {
+			continue
+		}
+		for params != "" {
+			var p string
+			p, params, _ = strings.Cut(params, ";")
+			k, v, _ := strings.Cut(strings.TrimSpace(p), "=")
+			if k != "dur" {
+				continue
+			}
+			ms, err := strconv.ParseFloat(strings.Trim(v, `"`), 64)
+			if err != nil || ms < 0 || ms > 1e9 {
+				break
+			}
+			d := time.Duration(ms * float64(time.Millisecond))
+			if name == "queue" {
+				queue = d
+			} else {
+				ttft, ok = d, true
+			}
+		}
+	}
+	return queue, ttft, ok
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,7 +50,11 @@ const (
 // RunConfig configures Run.
 type RunConfig struct {
 	Client *Client
-	Source Source
+	// Clients, when set, take Client's place: request i goes to
+	// Clients[i % len(Clients)], so that a load spreads over the frontends
+	// of one deployment.
+	Clients []*Client
+	Source  Source
 	// API, Stream and Model describe the requests, for the record.
 	API    API
 	Stream bool
@@ -115,7 +120,7 @@ func (c *RunConfig) check() error {
 		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
 	}
 	switch {
-	case c.Client == nil || c.Source == nil:
+	case (c.Client == nil && len(c.Clients) == 0) || c.Source == nil || slices.Contains(c.Clients, nil):
 		return bad("a client and a source are required")
 	case c.Duration <= 0:
 		return bad("duration %v: want > 0", c.Duration)
@@ -128,6 +133,9 @@ func (c *RunConfig) check() error {
 	}
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if len(c.Clients) == 0 {
+		c.Clients = []*Client{c.Client}
 	}
 	if c.Drain == 0 {
 		c.Drain = DefaultDrain
@@ -313,7 +321,7 @@ func (r *runner) openLoop(ctx context.Context, winEnd time.Time) {
 		}
 		res := r.pool.Get().(*Result)
 		res.Intended, res.Queued = intended, queued
-		r.launch(req, res, func() { <-slots })
+		r.launch(r.client(hits), req, res, func() { <-slots })
 	}
 }
 
@@ -337,7 +345,7 @@ func (r *runner) closedLoop(ctx context.Context, winEnd time.Time) {
 				res := r.pool.Get().(*Result)
 				res.Intended, res.Queued = now, 0
 				r.wg.Add(1)
-				r.stream(req, res)
+				r.stream(r.client(i), req, res)
 			}
 		}()
 	}
@@ -349,23 +357,28 @@ func (r *runner) closedLoop(ctx context.Context, winEnd time.Time) {
 	}
 }
 
+// client returns the client of request i.
+func (r *runner) client(i uint64) *Client {
+	return r.cfg.Clients[i%uint64(len(r.cfg.Clients))]
+}
+
 // launch runs one stream on a goroutine of its own.
-func (r *runner) launch(req *Request, res *Result, done func()) {
+func (r *runner) launch(c *Client, req *Request, res *Result, done func()) {
 	r.wg.Add(1)
 	go func() {
 		defer done()
-		r.stream(req, res)
+		r.stream(c, req, res)
 	}()
 }
 
 // stream sends one request and folds it into the stats; the caller has
 // done r.wg.Add(1).
-func (r *runner) stream(req *Request, res *Result) {
+func (r *runner) stream(c *Client, req *Request, res *Result) {
 	defer r.wg.Done()
 	defer r.recoverPanic()
 	r.open.Add(1)
 	r.sent.Add(1)
-	r.cfg.Client.Do(r.reqCtx, req, res, &r.tokens)
+	c.Do(r.reqCtx, req, res, &r.tokens)
 	r.open.Add(-1)
 	if res.OK() {
 		// The live count took a chunk for a token; usage says better.

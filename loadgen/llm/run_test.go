@@ -133,7 +133,7 @@ func TestRunKeepsSchedule(t *testing.T) {
 	if l.FromIntended.TTFT.P99 < 5000 || l.Lag.P99 < 5000 || l.Queue.P99 < 5000 {
 		t.Errorf("from intended: TTFT p99 %vms, lag p99 %vms, queue p99 %vms; want seconds", l.FromIntended.TTFT.P99, l.Lag.P99, l.Queue.P99)
 	}
-	for _, f := range []string{record.FlagCoordinatedOmission, record.FlagSendLag} {
+	for _, f := range []string{record.FlagCoordinatedOmission, record.FlagScheduleLag} {
 		if !slices.Contains(l.Flags, f) {
 			t.Errorf("flags %v: %s missing", l.Flags, f)
 		}
@@ -153,7 +153,7 @@ func TestRunClosedLoop(t *testing.T) {
 	if l.RequestsPerS != 20 {
 		t.Errorf("%v req/s, want 20 (40 answers in 2 s)", l.RequestsPerS)
 	}
-	if slices.Contains(l.Flags, record.FlagCoordinatedOmission) || slices.Contains(l.Flags, record.FlagSendLag) {
+	if slices.Contains(l.Flags, record.FlagCoordinatedOmission) || slices.Contains(l.Flags, record.FlagScheduleLag) {
 		t.Errorf("closed loop flagged %v", l.Flags)
 	}
 }
@@ -301,4 +301,33 @@ func TestRunConfigErrors(t *testing.T) {
 			t.Errorf("Run(%+v) = %v, want ErrConfig", cfg, err)
 		}
 	}
+}
+
+// TestRunClients spreads requests round-robin over several clients (the
+// frontends of one deployment).
+func TestRunClients(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var fakes []*llmtest.Server
+		var clients []*llm.Client
+		for range 2 {
+			f := llmtest.New(llmtest.Config{})
+			hc, url, stop := llmtest.ServePipe(f)
+			defer stop()
+			c, err := llm.NewClient(llm.ClientConfig{BaseURL: url, HTTP: hc})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fakes, clients = append(fakes, f), append(clients, c)
+		}
+		g, _ := llm.NewGenerator(stream20)
+		out, err := llm.Run(context.Background(), llm.RunConfig{Clients: clients, Source: g, API: llm.Chat, Stream: true,
+			Pacer: constant{10 * time.Millisecond}, Duration: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := fakes[0].Requests(), fakes[1].Requests()
+		if a+b != int64(out.LLM.Requests) || a-b > 1 || b-a > 1 {
+			t.Errorf("requests %d and %d of %d, want them split evenly", a, b, out.LLM.Requests)
+		}
+	})
 }

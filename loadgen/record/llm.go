@@ -97,9 +97,72 @@ type LLM struct {
 	Timeline []Span `json:"timeline,omitempty"`
 
 	SLO LLMSLO `json:"slo,omitzero"`
+	// Server is what an infer generation server's /metrics said over the
+	// window; nil for servers without them.
+	Server *LLMServer `json:"server,omitempty"`
+	// Timing is what the completed requests' Server-Timing headers said
+	// (infer serve's queue and ttft); nil when none carried one.
+	Timing *LLMTiming `json:"server_timing,omitempty"`
+	// Ideal is the steady-state ideal output tokens/s of a simulated
+	// model (sim-lm) at the point's slots, from the mean prompt and output
+	// tokens served (DESIGN.md: Lo / (Lo·(step/B + per_seq) +
+	// per_prefill_token·Lp)); 0 when unknown.
+	Ideal float64 `json:"ideal_tokens_per_s,omitempty"`
 	// Flags are the validity and data-quality flags (Flag* constants),
 	// to be merged into Record.Flags.
 	Flags []string `json:"flags,omitempty"`
+}
+
+// LLMServer is what an infer generation server (infer_gen_* metrics, for
+// the point's endpoint) said about the measured window: the deltas of its
+// counters and histograms, and its gauges sampled through the window.
+// Latencies are in milliseconds; the quantiles are interpolated within
+// the server's histogram buckets (a factor of 2 wide), the means exact.
+type LLMServer struct {
+	Requests     float64 `json:"requests"` // finished successfully
+	TTFTMean     float64 `json:"ttft_mean_ms"`
+	TTFTP50      float64 `json:"ttft_p50_ms"`
+	TTFTP99      float64 `json:"ttft_p99_ms"`
+	TPOTMean     float64 `json:"tpot_mean_ms"`
+	E2ELMean     float64 `json:"e2el_mean_ms"`
+	QueueMean    float64 `json:"queue_mean_ms"`
+	PromptTokens float64 `json:"prompt_tokens"`
+	// OutputTokensPerS is the tokens the engine generated per second.
+	OutputTokensPerS float64 `json:"output_tokens_per_s"`
+	Preemptions      float64 `json:"preemptions"`
+	StepBatch        float64 `json:"step_batch_mean"` // sequences per engine step
+	// Gauges sampled during the window: running and waiting sequences,
+	// the KV cache's used share (0 to 1).
+	Running Gauge `json:"running"`
+	Waiting Gauge `json:"waiting"`
+	KV      Gauge `json:"kv_usage"`
+	Samples int   `json:"samples"`
+	// Policy, MaxSeqs, MaxBatchedTokens, KVTokens: the engine's settings
+	// (the /v1 engine's from infer_gen_batching_info; static's and
+	// naive's are their own policy with the same bounds).
+	Policy           string `json:"policy,omitempty"`
+	MaxSeqs          int    `json:"max_seqs,omitempty"`
+	MaxBatchedTokens int    `json:"max_batched_tokens,omitempty"`
+	KVTokens         int    `json:"kv_tokens,omitempty"`
+	// Model and Params describe the model served (infer_gen_model_info).
+	Model  string `json:"model,omitempty"`
+	Params string `json:"params,omitempty"`
+}
+
+// LLMTiming sums up the Server-Timing headers of completed requests: how
+// many carried one, and the server's mean queue time and time to first
+// token by its own clock (from its read of the request to its write of
+// the first token), in milliseconds.
+type LLMTiming struct {
+	Timed     int     `json:"timed"`
+	QueueMean float64 `json:"queue_mean_ms"`
+	TTFTMean  float64 `json:"ttft_mean_ms"`
+}
+
+// Gauge is a gauge's mean and maximum over samples.
+type Gauge struct {
+	Mean float64 `json:"mean"`
+	Max  float64 `json:"max"`
 }
 
 // TokenSources counts completed requests by where their output token
@@ -125,12 +188,14 @@ type LLMHistograms struct {
 }
 
 // Span is one sampled request, its times from the window's start:
-// intended send, actual send, first and last content chunk (0 when none).
+// intended send, actual send, first and last content chunk (0 when none),
+// and the end of its answer (a failure's, or its cut-off's).
 type Span struct {
 	Intended     Duration `json:"intended"`
 	Sent         Duration `json:"sent"`
 	FirstToken   Duration `json:"first_token,omitzero"`
 	LastToken    Duration `json:"last_token,omitzero"`
+	End          Duration `json:"end,omitzero"`
 	OutputTokens int      `json:"output_tokens,omitempty"`
 	OK           bool     `json:"ok"`
 }
@@ -164,7 +229,7 @@ func (s LLMSLO) Misses(l *LLM) []string {
 		case m.N == 0:
 			out = append(out, name+" p99 unknown: no observation")
 		case m.P99 > bound.Ms():
-			out = append(out, fmt.Sprintf("%s p99 %.1fms > %v", name, m.P99, bound.D()))
+			out = append(out, fmt.Sprintf("%s p99 %v > %v", name, roundMs(m.P99), bound.D()))
 		}
 	}
 	p99("TTFT", l.TTFT, s.TTFT)
@@ -176,13 +241,11 @@ func (s LLMSLO) Misses(l *LLM) []string {
 	return out
 }
 
-// LLM flags, beyond FlagCoordinatedOmission, FlagGeneratorSaturated,
-// FlagErrors and FlagNoSuccess, which keep their meaning.
+// LLM flags, beyond FlagCoordinatedOmission, FlagScheduleLag (measured on
+// TTFT: from the intended send its p99 passes the one from the actual
+// send by over 10 % and the bound), FlagGeneratorSaturated, FlagErrors
+// and FlagNoSuccess, which keep their meaning.
 const (
-	// FlagSendLag: the open loop sent late, its p99 schedule lag over the
-	// bound, so latencies from the actual send under-state what users
-	// arriving on schedule saw (see FromIntended).
-	FlagSendLag = "schedule-lag"
 	// FlagNoUsage: some streams had no usage chunk; their output tokens
 	// were counted by the client (TokenSource says how), which may
 	// disagree with the server's tokenizer.
@@ -219,4 +282,16 @@ func MsStatsOf(h *Histogram) MsStats {
 		Max:  ms(h.Max()),
 		N:    h.Count(),
 	}
+}
+
+// roundMs renders milliseconds as a duration of about 3 significant
+// digits: 3.18s, 41.2ms.
+func roundMs(ms float64) time.Duration {
+	d := time.Duration(ms * float64(time.Millisecond))
+	for unit := time.Duration(1); unit < time.Hour; unit *= 10 {
+		if d < 1000*unit {
+			return d.Round(unit)
+		}
+	}
+	return d.Round(time.Second)
 }

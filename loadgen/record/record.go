@@ -54,6 +54,18 @@ type SLO struct {
 	P99           Duration `json:"p99,omitzero"`            // p99 latency at most
 	MaxErrorRate  float64  `json:"max_error_rate,omitzero"` // failed / sent at most (0.01 = 1 %)
 	MinThroughput float64  `json:"min_throughput,omitzero"` // successful requests per second at least
+	// The thresholds of streaming LLM points (LLMSLO): p99 TTFT, TPOT and
+	// E2EL at most (each also a per-request bound for goodput), goodput
+	// at least.
+	TTFTP99    Duration `json:"ttft_p99,omitzero"`
+	TPOTP99    Duration `json:"tpot_p99,omitzero"`
+	E2ELP99    Duration `json:"e2el_p99,omitzero"`
+	MinGoodput float64  `json:"min_goodput,omitzero"`
+}
+
+// LLM returns the thresholds of LLM points.
+func (s SLO) LLM() LLMSLO {
+	return LLMSLO{TTFT: s.TTFTP99, TPOT: s.TPOTP99, E2EL: s.E2ELP99, MinGoodput: s.MinGoodput}
 }
 
 // Point is the configuration of one sweep point.
@@ -68,8 +80,13 @@ type Point struct {
 	// Buckets are the server's --buckets (token-length bucket bounds), when
 	// the sweep set them; nil: none.
 	Buckets []int `json:"buckets,omitempty"`
-	Load    Load  `json:"load"`
-	Items   int   `json:"items_per_request"` // items in each request body
+	// MaxSeqs and MaxBatchedTokens are a generation server's --max-seqs
+	// and --max-batched-tokens (LLM points), when infer started or
+	// configured it, or as its /metrics said.
+	MaxSeqs          int  `json:"max_seqs,omitempty"`
+	MaxBatchedTokens int  `json:"max_batched_tokens,omitempty"`
+	Load             Load `json:"load"`
+	Items            int  `json:"items_per_request"` // items in each request body
 	// Expect is how 200 answers were checked: "status" (any body),
 	// "infer" (one output per item) or "kserve" (a KServe v2 answer).
 	Expect string `json:"expect,omitempty"`
@@ -82,6 +99,10 @@ type Load struct {
 	Rate        float64 `json:"rate,omitempty"`        // open loop: target requests/s (the ramp's end for "ramp")
 	RampFrom    float64 `json:"ramp_from,omitempty"`   // ramp: starting requests/s
 	Concurrency int     `json:"concurrency,omitempty"` // closed loop: clients
+	// Arrival is an LLM open loop's arrival process: "poisson" or "gamma"
+	// (of shape Burstiness); "" for constant gaps.
+	Arrival    string  `json:"arrival,omitempty"`
+	Burstiness float64 `json:"burstiness,omitempty"`
 }
 
 // Record is the result of one sweep point, over all its repeats.
@@ -135,6 +156,11 @@ type Record struct {
 	// Timeline is the first repeat's measured window second by second,
 	// by send time: how a ramp or an overload unfolded.
 	Timeline []Tick `json:"timeline,omitempty"`
+	// LLM holds what a streaming LLM point measured (TTFT, TPOT, ITL,
+	// tokens/s, goodput…); nil for other points. Such a record's Latency
+	// and Histogram are the requests' E2EL, and Throughput (and
+	// ItemsPerSec) their completions per second.
+	LLM *LLM `json:"llm,omitempty"`
 }
 
 // Injected is how the requests carrying an injected text (a fault the
@@ -255,6 +281,9 @@ type Repeat struct {
 	AchievedRate float64  `json:"achieved_rate"`
 	P50          Duration `json:"p50"`
 	P99          Duration `json:"p99"`
+	// LLM points: output tokens per second and the p99 TTFT.
+	OutputTokensPerS float64  `json:"output_tokens_per_s,omitempty"`
+	TTFTP99          Duration `json:"ttft_p99,omitzero"`
 }
 
 // Spread returns the smallest and largest throughput over the repeats, or
@@ -302,8 +331,16 @@ func (r *Record) MeanBatch() float64 {
 	return r.Server.Batch
 }
 
-// ErrorRate is the share of sent requests that did not succeed.
+// ErrorRate is the share of sent requests that did not succeed: for an
+// LLM point, of its window's requests that ended (a stream that broke off
+// after a 200 failed too).
 func (r *Record) ErrorRate() float64 {
+	if l := r.LLM; l != nil {
+		if l.Requests == 0 {
+			return 0
+		}
+		return float64(l.Failed) / float64(l.Requests)
+	}
 	if r.Sent == 0 {
 		return 0
 	}

@@ -30,6 +30,11 @@ func (l *Lines) Put(s loadgen.Snapshot) {
 		every = 5 * time.Second
 	}
 	for _, r := range s.Finished[min(l.finished, len(s.Finished)):] {
+		if g := r.LLMRow; g != nil {
+			fmt.Fprintf(l.W, "[%d/%d] done %s: %.2f req/s, %.0f tokens/s, TTFT p50 %s p99 %s, TPOT p99 %s, errors %.2f%%%s\n",
+				r.Index+1, s.Points, r.Name, g.RequestsPerS, g.OutputTokensPerS, fmtMs(g.TTFT.P50), fmtMs(g.TTFT.P99), fmtMs(g.TPOT.P99), 100*r.ErrorRate, notes(r))
+			continue
+		}
 		fmt.Fprintf(l.W, "[%d/%d] done %s: %.1f ok/s, %.1f items/s, p50 %s, p99 %s, errors %.2f%%%s\n",
 			r.Index+1, s.Points, r.Name, r.Throughput, r.ItemsPerSec, fmtLat(r.P50.D()), fmtLat(r.P99.D()), 100*r.ErrorRate, notes(r))
 	}
@@ -57,6 +62,21 @@ func (l *Lines) Put(s loadgen.Snapshot) {
 	line := fmt.Sprintf("[%d/%d] %s: %s", s.Index+1, s.Points, s.Point.Name, s.Phase)
 	if s.Repeats > 1 {
 		line += fmt.Sprintf(" (repeat %d/%d)", s.Repeat, s.Repeats)
+	}
+	if g := s.LLM; g != nil {
+		if s.PhaseTotal > 0 {
+			line += fmt.Sprintf(" %s of %s", fmtDur(s.PhaseElapsed), fmtDur(s.PhaseTotal))
+		}
+		line += fmt.Sprintf(" · %d open · %.0f tokens/s, %.2f req/s over %s · TTFT p50 %s p99 %s · TPOT p50 %s p99 %s",
+			g.Open, g.TokensPerS, g.RequestsPerS, fmtDur(g.Window), fmtLat(g.TTFT.P50), fmtLat(g.TTFT.P99), fmtLat(g.TPOT.P50), fmtLat(g.TPOT.P99))
+		if v := g.Server; v != nil {
+			line += fmt.Sprintf(" · server %.0f running, %.0f waiting, KV %.0f%%", v.Running, v.Waiting, 100*v.KV)
+		}
+		if g.Failed > 0 {
+			line += fmt.Sprintf(" · %d failed", g.Failed)
+		}
+		fmt.Fprintf(l.W, "%s · ETA %s\n", line, fmtDur(s.ETA))
+		return
 	}
 	line += fmt.Sprintf(" %s of %s · %.1f answers/s over %s", fmtDur(s.PhaseElapsed), fmtDur(s.PhaseTotal), s.RPS, fmtDur(s.Window))
 	if s.TargetRate > 0 {
@@ -94,3 +114,6 @@ func failures(status map[string]int) int {
 	}
 	return n
 }
+
+// fmtMs formats milliseconds like fmtLat.
+func fmtMs(ms float64) string { return fmtLat(time.Duration(ms * float64(time.Millisecond))) }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -20,6 +21,7 @@ import (
 	"github.com/charmbracelet/x/term"
 
 	"github.com/inferhq/infer/loadgen"
+	"github.com/inferhq/infer/loadgen/llm"
 )
 
 // IsTerminal reports whether f is a terminal.
@@ -196,6 +198,78 @@ func (m Model) View() string {
 func (m Model) live(s loadgen.Snapshot) string {
 	var b strings.Builder
 	line := func(label, text string) { b.WriteString("  " + labelStyle.Render(label) + text + "\n") }
+	if s.LLM != nil {
+		m.liveLLM(s, line)
+	} else {
+		m.liveAnswers(s, line)
+	}
+	if s.LastError != "" {
+		line("error", badStyle.Render(truncate(s.LastError, max(m.width-14, 20))))
+	}
+	for _, n := range s.Notices {
+		for i, l := range wrapWords(n, max(m.width-12, 20)) {
+			label := "note"
+			if i > 0 {
+				label = ""
+			}
+			line(label, warnStyle.Render(l))
+		}
+	}
+	return b.String()
+}
+
+// liveLLM renders an LLM point's live numbers: tokens/s and requests/s
+// over the last window, streams, TTFT, TPOT and ITL p50 and p99 since
+// the point began, and an infer generation server's gauges.
+func (m Model) liveLLM(s loadgen.Snapshot, line func(label, text string)) {
+	g := s.LLM
+	window := dimStyle.Render("last " + fmtDur(g.Window))
+	rate := fmt.Sprintf("%.0f tokens/s · %.2f req/s %s", g.TokensPerS, g.RequestsPerS, window)
+	if s.TargetRate > 0 {
+		rate += fmt.Sprintf(" · target %s/s", trimRate(s.TargetRate))
+	}
+	line("rate", rate)
+	streams := fmt.Sprintf("%d open · %d sent · %d done", g.Open, g.Sent, g.Completed)
+	if g.Failed > 0 {
+		streams += " · " + badStyle.Render(fmt.Sprintf("%d failed", g.Failed))
+	}
+	line("streams", streams)
+	since := dimStyle.Render("since the point began")
+	q := func(v llm.Quantiles) string { return fmt.Sprintf("p50 %-9s p99 %-9s", fmtLat(v.P50), fmtLat(v.P99)) }
+	line("TTFT", q(g.TTFT)+since)
+	line("TPOT", q(g.TPOT))
+	line("ITL", q(g.ITL))
+	if v := g.Server; v != nil {
+		run := fmt.Sprintf("%.0f", v.Running)
+		slots := s.Point.MaxSeqs // the sweep's, else the /v1 engine's
+		if slots == 0 && genLabel(s.Point.Endpoint) == "v1" {
+			slots = v.MaxSeqs
+		}
+		if slots > 0 {
+			run += fmt.Sprintf("/%d", slots)
+		}
+		line("server", fmt.Sprintf("%s running · %.0f waiting · KV %.0f%%", run, v.Waiting, 100*v.KV))
+	}
+	if g.LastError != "" {
+		line("error", badStyle.Render(truncate(g.LastError, max(m.width-14, 20))))
+	}
+}
+
+// genLabel tells the /v1 engine's endpoint, whose --max-seqs the gauges
+// know (infer_gen_batching_info is the /v1 engine's).
+func genLabel(endpoint string) string {
+	switch endpoint {
+	case loadgen.EndpointContinuous, loadgen.LLMDefaultEndpoint:
+		return "v1"
+	}
+	return ""
+}
+
+// trimRate formats a rate without trailing zeros: 2, 1.9.
+func trimRate(r float64) string { return strconv.FormatFloat(math.Round(r*100)/100, 'f', -1, 64) }
+
+// liveAnswers renders the live numbers of an encoder point.
+func (m Model) liveAnswers(s loadgen.Snapshot, line func(label, text string)) {
 	window := dimStyle.Render("last " + fmtDur(s.Window))
 	rate := fmt.Sprintf("%.1f answers/s %s", s.RPS, window)
 	if s.TargetRate > 0 {
@@ -225,19 +299,6 @@ func (m Model) live(s loadgen.Snapshot) string {
 	if len(s.Spark) > 0 {
 		line("p99", Sparkline(s.Spark, min(60, max(m.width-24, 10)))+dimStyle.Render(" max "+fmtLat(slices.Max(s.Spark))))
 	}
-	if s.LastError != "" {
-		line("error", badStyle.Render(truncate(s.LastError, max(m.width-14, 20))))
-	}
-	for _, n := range s.Notices {
-		for i, l := range wrapWords(n, max(m.width-12, 20)) {
-			label := "note"
-			if i > 0 {
-				label = ""
-			}
-			line(label, warnStyle.Render(l))
-		}
-	}
-	return b.String()
 }
 
 // sweepDone is the share of the sweep done, counting the current point's
@@ -296,7 +357,11 @@ func finishedTable(rows []loadgen.Row, width int) string {
 		nameW = max(nameW, len([]rune(r.Name)))
 	}
 	nameW = min(nameW, max(width-2-numbers-2, 12))
+	llmRows := slices.ContainsFunc(rows, func(r loadgen.Row) bool { return r.LLMRow != nil })
 	head := fmt.Sprintf("  %-*s %8s %8s %8s %7s", nameW, "POINT", "OK/s", "P50", "P99", "ERRORS")
+	if llmRows { // TOK/s, TTFT p99, TPOT p99 in the places of OK/s, P50, P99
+		head = fmt.Sprintf("  %-*s %8s %8s %8s %7s", nameW, "POINT", "TOK/s", "TTFT99", "TPOT99", "ERRORS")
+	}
 	if slices.ContainsFunc(rows[skipped:], func(r loadgen.Row) bool { return r.Notes() != "" }) {
 		head += "  NOTES"
 	}
@@ -304,6 +369,10 @@ func finishedTable(rows []loadgen.Row, width int) string {
 	for _, r := range rows[skipped:] {
 		line := fmt.Sprintf("  %-*s %8.1f %8s %8s %6.1f%%", nameW, truncate(r.Name, nameW), r.Throughput,
 			fmtLat(r.P50.D()), fmtLat(r.P99.D()), 100*r.ErrorRate)
+		if g := r.LLMRow; g != nil {
+			line = fmt.Sprintf("  %-*s %8.0f %8s %8s %6.1f%%", nameW, truncate(r.Name, nameW), g.OutputTokensPerS,
+				fmtMs(g.TTFT.P99), fmtMs(g.TPOT.P99), 100*r.ErrorRate)
+		}
 		if n := r.Notes(); n != "" {
 			if len([]rune(line))+2+len([]rune(n)) <= width {
 				line += "  " + n

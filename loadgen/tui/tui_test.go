@@ -11,6 +11,7 @@ import (
 	"github.com/muesli/termenv"
 
 	"github.com/inferhq/infer/loadgen"
+	"github.com/inferhq/infer/loadgen/llm"
 	"github.com/inferhq/infer/loadgen/record"
 )
 
@@ -217,5 +218,56 @@ stopping: finishing the current point and writing results…
 `
 	if b.String() != want {
 		t.Errorf("lines =\n%s\nwant\n%s", b.String(), want)
+	}
+}
+
+func runningLLM() loadgen.Snapshot {
+	s := loadgen.Snapshot{
+		Scenario: "llm-sim", Dir: "results/llm-sim-1", Points: 18, Done: 1, Elapsed: 40 * time.Second, ETA: 9 * time.Minute,
+		Phase: loadgen.PhaseMeasuring, Index: 1, Shared: "seqs=32",
+		Point:        record.Point{Name: "continuous rate=2/s", Endpoint: "continuous", Load: record.Load{Mode: "open", Rate: 2, Arrival: "poisson"}},
+		PointElapsed: 8 * time.Second, PointTotal: 18 * time.Second, PhaseElapsed: 5 * time.Second, PhaseTotal: 15 * time.Second,
+		TargetRate: 2,
+		LLM: &loadgen.LLMLive{
+			Snapshot: llm.Snapshot{Open: 12, Sent: 31, Completed: 19, Failed: 1, Window: 2 * time.Second, TokensPerS: 412.5, RequestsPerS: 2.5,
+				TTFT: llm.Quantiles{P50: ms(31.2), P99: ms(88)}, TPOT: llm.Quantiles{P50: ms(10.4), P99: ms(12.9)}, ITL: llm.Quantiles{P50: ms(10.1), P99: ms(18.3)},
+				LastError: "stream_error: upstream went away"},
+			Server: &loadgen.GenGauges{Running: 11, Waiting: 1, KV: 0.043, MaxSeqs: 32},
+		},
+		Finished: []loadgen.Row{{Index: 0, Name: "continuous rate=0.5/s", Throughput: 0.5, Valid: true,
+			LLMRow: &loadgen.LLMRow{OutputTokensPerS: 69.6, TTFT: record.MsStats{P99: 40.2}, TPOT: record.MsStats{P99: 10.9}}}},
+	}
+	return s
+}
+
+func TestViewLLM(t *testing.T) {
+	var tm tea.Model = New(NewFeed(), func() {})
+	tm, _ = tm.Update(tea.WindowSizeMsg{Width: 80, Height: 40})
+	tm, _ = tm.Update(snapshotMsg(runningLLM()))
+	view := tm.View()
+	for _, want := range []string{
+		"2/18 continuous rate=2/s", "412 tokens/s · 2.50 req/s last 2s · target 2/s",
+		"12 open · 31 sent · 19 done · 1 failed",
+		"TTFT     p50 31.2ms    p99 88ms", "TPOT     p50 10.4ms    p99 12.9ms", "ITL      p50 10.1ms    p99 18.3ms",
+		"11/32 running · 1 waiting · KV 4%", "stream_error: upstream went away",
+		"TOK/s", "TTFT99", "continuous rate=0.5/s", "70", "40.2ms",
+	} {
+		if !strings.Contains(view, want) {
+			t.Errorf("view lacks %q:\n%s", want, view)
+		}
+	}
+	for _, line := range strings.Split(view, "\n") {
+		if n := len([]rune(line)); n > 80 {
+			t.Errorf("line of %d columns: %q", n, line)
+		}
+	}
+	var b bytes.Buffer
+	l := &Lines{W: &b}
+	s := runningLLM()
+	l.Put(s)
+	s.Elapsed += 6 * time.Second
+	l.Put(s)
+	if !strings.Contains(b.String(), "12 open · 412 tokens/s, 2.50 req/s over 2s · TTFT p50 31.2ms p99 88ms") || !strings.Contains(b.String(), "server 11 running, 1 waiting, KV 4%") {
+		t.Errorf("progress lines:\n%s", b.String())
 	}
 }

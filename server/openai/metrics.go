@@ -121,7 +121,11 @@ func newMetrics(s *Service) *metrics {
 			gauge("infer_gen_kv_cache_usage_perc", "Fraction of the KV capacity in use (0 to 1).", func(g *generate.Engine) float64 { return g.KVUsage() }),
 		)
 	}
-	m.gauges = append(m.gauges, batchingCollector{s})
+	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "infer_gen_model_info",
+		Help:        "The generative model served and its settings (a simulated model's costs); always 1.",
+		ConstLabels: prometheus.Labels{"model": s.info.Name, "backend": s.info.Backend, "params": s.info.Params}})
+	info.Set(1)
+	m.gauges = append(m.gauges, batchingCollector{s}, info)
 	return m
 }
 

@@ -425,3 +425,11 @@ func TestSlowReaderIsCutWithoutStallingOthers(t *testing.T) {
 		return metric(t, ts.URL, `infer_gen_num_requests_running{endpoint="v1"}`) == "0"
 	})
 }
+
+func TestModelInfoMetric(t *testing.T) {
+	ts := startServer(t, simlm.Config{Step: 5 * time.Millisecond}, openai.Config{}, "")
+	want := `infer_gen_model_info{backend="sim",model="sim-lm",params="step=5ms per_seq=0s per_prefill_token=0s kv_tokens=65536 context=4096"}`
+	if got := metric(t, ts.URL, want); got != "1" {
+		t.Errorf("%s = %q, want 1", want, got)
+	}
+}

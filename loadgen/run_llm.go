@@ -1,0 +1,591 @@
+package loadgen
+
+// The points of streaming LLM scenarios (payload.api): each runs package
+// llm's client against an OpenAI-compatible endpoint and watches an infer
+// generation server's /metrics alongside.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/inferhq/infer/loadgen/llm"
+	"github.com/inferhq/infer/loadgen/record"
+)
+
+// llmSeed seeds the arrival pacers and the timeline's sample: each point
+// of a sweep gets the same arrival times.
+const llmSeed = 1
+
+// genProbeEvery is how often an LLM point reads the server's gauges
+// (running and waiting sequences, KV usage).
+const genProbeEvery = 500 * time.Millisecond
+
+// genProbed takes what target i's /metrics said (samples, or err) for an
+// LLM scenario: whether it is an infer generation server (infer_gen_
+// metrics); what it lacks is said once.
+func (r *runner) genProbed(i int, base string, samples []sample, err error) {
+	switch g := genInfoOf(samples); {
+	case err != nil:
+		r.notice("%s/metrics: %s: the server's running and waiting sequences, KV usage and own TTFT are not measured", base,
+			strings.TrimPrefix(err.Error(), "GET "+base+"/metrics: "))
+	case !g.ok:
+		r.notice("%s/metrics has no infer_gen_ metrics: the server's running and waiting sequences, KV usage and own TTFT are not measured", base)
+	case i == 0:
+		r.gen = g
+	}
+}
+
+// llmModel names the model to ask for when neither target.model nor
+// /readyz did: the first of the target's /v1/models.
+func (r *runner) llmModel(ctx context.Context) {
+	if r.model != "" {
+		return
+	}
+	if m, err := firstModel(ctx, r.client, r.bases[0]); err == nil && m != "" {
+		r.model = m
+		return
+	}
+	r.notice("%s: no model named (target.model) or listed (/v1/models): requests carry none, which some servers refuse", r.bases[0])
+}
+
+// firstModel returns the first model an OpenAI-compatible server lists at
+// /v1/models.
+func firstModel(ctx context.Context, client *http.Client, base string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/v1")+"/v1/models", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET /v1/models: %s", resp.Status)
+	}
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&list); err != nil {
+		return "", err
+	}
+	if len(list.Data) == 0 {
+		return "", nil
+	}
+	return list.Data[0].ID, nil
+}
+
+// checkGenServer makes sure a server infer started serves a generative
+// model: one that is not has no OpenAI endpoints to load.
+func (r *runner) checkGenServer(ctx context.Context) error {
+	samples, err := scrape(ctx, r.client, r.bases[0])
+	if err != nil {
+		return fmt.Errorf("read the server's /metrics: %w", err)
+	}
+	g := genInfoOf(samples)
+	if !g.ok {
+		return fmt.Errorf("server.model %s serves no generation endpoints (its /metrics has no infer_gen_batching_info): payload.api needs a generative model such as sim-lm", r.sc.Server.Model)
+	}
+	r.gen = g
+	return nil
+}
+
+// llmPoint runs every repeat of an LLM point and builds its record; nil
+// if it was stopped before measuring anything.
+func (r *runner) llmPoint(ctx context.Context, p Plan) (*record.Record, error) {
+	pt := p.Point
+	label := genLabel(pt.Endpoint)
+	if label != "" && r.gen.ok {
+		if samples, err := scrape(ctx, r.client, r.bases[0]); err == nil {
+			if g := genInfoOf(samples); g.ok {
+				r.gen = g
+			}
+		}
+	}
+	if pt.Endpoint != EndpointNaive && label != "naive" && r.gen.ok {
+		// What the sweep leaves to the server, as the server says.
+		if pt.MaxSeqs == 0 {
+			pt.MaxSeqs = r.gen.maxSeqs
+		}
+		if pt.MaxBatchedTokens == 0 {
+			pt.MaxBatchedTokens = r.gen.mbt
+		}
+		if !p.LatencySet {
+			pt.Latency = record.Duration(r.gen.maxLatency)
+		}
+	}
+	switch label {
+	case "v1":
+		if r.gen.ok {
+			pt.Policy = r.gen.policy
+			if pt.Endpoint == EndpointContinuous && r.gen.policy != EndpointContinuous {
+				r.notice("endpoint continuous: the server's /v1 schedules with policy %s (infer serve --gen-policy)", r.gen.policy)
+			}
+		}
+	case "static", "naive":
+		pt.Policy = label
+	}
+	lp := r.sc.Payload.LLM
+	if r.llmGen == nil || r.llmGenModel != r.model {
+		g, err := llm.NewGenerator(lp.Config(r.model))
+		if err != nil {
+			return nil, fmt.Errorf("point %q: payload: %w", pt.Name, err)
+		}
+		r.llmGen, r.llmGenModel = g, r.model
+	}
+	conns := pt.Load.Concurrency
+	if pt.Load.Mode == "open" {
+		conns = r.sc.Load.MaxInFlight
+	}
+	tr := llm.NewTransport(min(conns, 4096))
+	defer tr.CloseIdleConnections()
+	httpClient := &http.Client{Transport: tr}
+	var clients []*llm.Client
+	pt.Targets = nil
+	for _, base := range r.bases {
+		c, err := llm.NewClient(llm.ClientConfig{BaseURL: base + llmPrefix(pt.Endpoint), HTTP: httpClient,
+			Timeout: r.sc.Load.Timeout, Tokenizer: llm.KnownTokenizer(r.model)})
+		if err != nil {
+			return nil, fmt.Errorf("point %q: %w", pt.Name, err)
+		}
+		clients = append(clients, c)
+		pt.Targets = append(pt.Targets, c.URL(lp.API))
+	}
+	cfg := llm.RunConfig{
+		Clients: clients, Source: r.llmGen, API: lp.API, Stream: lp.Stream, Model: r.model,
+		Concurrency: pt.Load.Concurrency, MaxInFlight: r.sc.Load.MaxInFlight,
+		Warmup: r.sc.Load.Warmup, Duration: r.sc.Load.Duration, Drain: r.sc.Load.Drain,
+		SLO: r.sc.SLO.Record().LLM(), Seed: llmSeed, Histograms: true,
+		Progress: r.mon.llmLive, Cores: r.cfg.Cores,
+	}
+
+	var (
+		outs    []*llm.Outcome
+		servers []*record.LLMServer
+		cpu     time.Duration
+		cpuOK   = true
+		rss     int64
+		partial bool
+	)
+	for rep := 1; rep <= r.sc.Load.Repeats; rep++ {
+		if pt.Load.Mode == "open" {
+			pacer, err := r.llmPacer(pt.Load)
+			if err != nil {
+				return nil, fmt.Errorf("point %q: %w", pt.Name, err)
+			}
+			cfg.Pacer = pacer
+		}
+		r.mon.startAttack(rep, pt.Load, cfg.Warmup, cfg.Duration)
+		r.mon.setPhase(PhaseWarmup)
+		r.mon.llmLive(llm.Snapshot{Phase: llm.PhaseWarmup}) // an LLM view from the start
+		w := &genWatch{r: r, label: label, gen: r.gen.ok && label != ""}
+		done := make(chan struct{})
+		var wg sync.WaitGroup
+		start := time.Now()
+		wg.Go(func() { w.run(context.WithoutCancel(ctx), start, cfg.Warmup, cfg.Duration, done) })
+		out, err := llm.Run(ctx, cfg)
+		close(done)
+		wg.Wait()
+		if err != nil {
+			return nil, fmt.Errorf("point %q: %w", pt.Name, err)
+		}
+		if out.Window <= 0 {
+			partial = true
+			break
+		}
+		outs = append(outs, out)
+		servers = append(servers, w.server(out.Window))
+		cpu += w.cpu
+		cpuOK = cpuOK && w.cpuOK
+		rss = max(rss, w.rss)
+		if out.Stopped {
+			partial = true
+			break
+		}
+	}
+	if len(outs) == 0 {
+		return nil, nil
+	}
+	rec := buildLLMRecord(p.Index, pt, outs, servers)
+	rec.Partial = partial
+	if cpuOK && r.server != nil {
+		rec.Server.CPUSeconds = cpu.Seconds()
+	}
+	rec.Server.RSSBytes = rss
+	if l := rec.LLM; l.Server != nil {
+		r.ideal(pt, l)
+	}
+	r.llmNotices(pt, rec.LLM)
+	return rec, nil
+}
+
+// llmPacer returns the open loop's arrivals: constant (or a ramp), or
+// Poisson or gamma at the level's rate.
+func (r *runner) llmPacer(l record.Load) (llm.Pacer, error) {
+	switch l.Arrival {
+	case "poisson", "gamma":
+		return NewGammaPacer(l.Rate, l.Burstiness, llmSeed)
+	}
+	return attack{load: l, warmup: r.sc.Load.Warmup, duration: r.sc.Load.Duration}.pacer(), nil
+}
+
+// ideal sets l's ideal tokens/s when the server runs a simulated model
+// whose costs it tells (sim-lm's).
+func (r *runner) ideal(pt record.Point, l *record.LLM) {
+	step, perSeq, perPrefill, ok := simCosts(l.Server.Params)
+	if !ok || l.Completed == 0 {
+		return
+	}
+	slots := pt.MaxSeqs
+	if genLabel(pt.Endpoint) == "naive" {
+		slots = 1
+	}
+	lo, lp := float64(l.OutputTokens)/float64(l.Completed), float64(l.PromptTokens)/float64(l.Completed)
+	l.Ideal = math.Round(idealTokens(step, perSeq, perPrefill, slots, lo, lp)*10) / 10
+}
+
+// llmNotices says once what an LLM point found missing.
+func (r *runner) llmNotices(pt record.Point, l *record.LLM) {
+	if l.Completed == 0 {
+		return
+	}
+	if n := l.TokenSource.Tokenizer + l.TokenSource.Chunks; n > 0 {
+		how := "GPT-2's tokenizer over their text"
+		if l.TokenSource.Chunks > 0 {
+			how = "one token per content chunk (the model's tokenizer is unknown)"
+		}
+		r.notice("answers of %s carry no usage (stream_options.include_usage): output tokens counted with %s; flagged no-usage", pt.Endpoint, how)
+	}
+	if l.NotStreamed > 0 {
+		r.notice("answers of %s came as one JSON body though a stream was asked: their TTFT is their E2EL; flagged not-streamed", pt.Endpoint)
+	}
+	if l.Timing == nil {
+		r.notice("answers of %s carry no Server-Timing header: the server's own queue time and TTFT per request are not measured", pt.Endpoint)
+	}
+}
+
+// genWatch reads the server's side of one LLM repeat: its infer_gen_
+// counters at the window's edges, its gauges through the window (also
+// shown live), and its process's CPU and memory.
+type genWatch struct {
+	r     *runner
+	label string
+	gen   bool // the server has infer_gen_ metrics for label
+
+	mu                   sync.Mutex
+	begin, end           genCounters
+	haveBegin, haveEnd   bool
+	running, waiting, kv record.Gauge
+	samples              int
+	cpu                  time.Duration
+	cpuOK                bool
+	cpuBegin             time.Duration
+	rss                  int64
+}
+
+// run probes until done: the window's start and end, and the gauges every
+// genProbeEvery.
+func (w *genWatch) run(ctx context.Context, start time.Time, warmup, duration time.Duration, done <-chan struct{}) {
+	winStart, winEnd := start.Add(warmup), start.Add(warmup+duration)
+	begin := time.NewTimer(time.Until(winStart))
+	end := time.NewTimer(time.Until(winEnd))
+	tick := time.NewTicker(genProbeEvery)
+	defer begin.Stop()
+	defer end.Stop()
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			if w.haveBegin && !w.haveEnd { // stopped inside the window
+				w.edge(ctx, false)
+			}
+			return
+		case <-begin.C:
+			w.edge(ctx, true)
+		case <-end.C:
+			w.edge(ctx, false)
+		case now := <-tick.C:
+			if c, ok := w.read(ctx); ok {
+				w.r.mon.genLive(GenGauges{Running: c.running, Waiting: c.waiting, KV: c.kv / float64(len(w.r.bases)), MaxSeqs: w.r.gen.maxSeqs})
+				if now.After(winStart) && now.Before(winEnd) {
+					w.gauge(c)
+				}
+			}
+		}
+	}
+}
+
+// read scrapes the targets' counters for the label.
+func (w *genWatch) read(ctx context.Context) (genCounters, bool) {
+	if !w.gen {
+		return genCounters{}, false
+	}
+	var sum genCounters
+	for _, base := range w.r.bases {
+		samples, err := scrape(ctx, w.r.client, base)
+		if err != nil {
+			w.r.notice("%s/metrics: %v: the server's side of the points measured then is missing", base, err)
+			return genCounters{}, false
+		}
+		c, ok := genOf(samples, w.label)
+		if !ok {
+			return genCounters{}, false
+		}
+		sum.add(c)
+	}
+	return sum, true
+}
+
+func (w *genWatch) gauge(c genCounters) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := float64(w.samples)
+	for _, g := range []struct {
+		g *record.Gauge
+		v float64
+	}{{&w.running, c.running}, {&w.waiting, c.waiting}, {&w.kv, c.kv / float64(len(w.r.bases))}} {
+		g.g.Mean = (g.g.Mean*n + g.v) / (n + 1)
+		g.g.Max = max(g.g.Max, g.v)
+	}
+	w.samples++
+}
+
+// edge reads the window's start (first) or end.
+func (w *genWatch) edge(ctx context.Context, first bool) {
+	c, ok := w.read(ctx)
+	var cpu time.Duration
+	cpuOK := false
+	var rss int64
+	if srv := w.r.server; srv != nil && srv.PID() > 0 {
+		var err error
+		cpu, err = procCPU(srv.PID())
+		cpuOK = err == nil
+		rss, _ = procRSS(srv.PID())
+	}
+	if first && ok {
+		w.gauge(c)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if first {
+		w.begin, w.haveBegin = c, ok
+		w.cpuBegin, w.cpuOK = cpu, cpuOK
+		return
+	}
+	w.end, w.haveEnd = c, ok && w.haveBegin
+	w.cpuOK = w.cpuOK && cpuOK
+	w.cpu = cpu - w.cpuBegin
+	w.rss = rss
+}
+
+// server returns the server's side of a window of that length; nil
+// without infer_gen_ metrics.
+func (w *genWatch) server(window time.Duration) *record.LLMServer {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.haveBegin || !w.haveEnd {
+		return nil
+	}
+	s := genDelta(w.begin, w.end, window)
+	s.Running, s.Waiting, s.KV, s.Samples = w.running, w.waiting, w.kv, w.samples
+	g := w.r.gen
+	s.Policy, s.MaxSeqs, s.MaxBatchedTokens, s.KVTokens = g.policy, g.maxSeqs, g.mbt, g.kvTokens
+	if w.label != "v1" {
+		s.Policy = w.label
+	}
+	if w.label == "naive" {
+		s.MaxSeqs = 1
+	}
+	s.Model, s.Params = g.model, g.params
+	return s
+}
+
+// buildLLMRecord turns an LLM point's repeats into its record.
+func buildLLMRecord(index int, pt record.Point, outs []*llm.Outcome, servers []*record.LLMServer) *record.Record {
+	first := outs[0]
+	l := mergeLLM(outs, servers)
+	if len(l.Errors) > 0 { // a server's texts
+		errs := make(map[string]int, len(l.Errors))
+		for k, n := range l.Errors {
+			errs[printable(k)] += n
+		}
+		l.Errors = errs
+	}
+	var window time.Duration
+	sent := 0
+	status := map[string]int{}
+	cpu, cpuOK := 0.0, true
+	for _, o := range outs {
+		window += o.Window
+		sent += o.Sent
+		for k, n := range o.Status {
+			status[k] += n
+		}
+		if o.ClientCPU < 0 {
+			cpuOK = false
+		}
+		cpu += o.ClientCPU * o.Window.Seconds()
+	}
+	secs := window.Seconds()
+	rec := &record.Record{
+		Index: index, Point: pt, Start: first.Start, Duration: record.Duration(window),
+		Sent: sent, AchievedRate: float64(sent) / secs,
+		Throughput: l.RequestsPerS, ItemsPerSec: l.RequestsPerS,
+		Status: status, Errors: l.Errors, LLM: l,
+	}
+	if cpuOK {
+		rec.GeneratorCPU = cpu / secs
+	}
+	if l.E2EL.N > 0 {
+		rec.Latency = *msPercentiles(l.E2EL)
+	}
+	if pt.Load.Mode == "open" {
+		// What the schedule asked in the window: with random arrivals,
+		// the draws' rate rather than the level's.
+		var scheduled int
+		for _, o := range outs {
+			scheduled += o.LLM.Scheduled
+		}
+		rec.TargetRate = float64(scheduled) / secs
+		if l.Lag.N > 0 {
+			rec.ScheduleLag = msPercentiles(l.Lag)
+		}
+		if l.FromIntended.E2EL.N > 0 {
+			rec.FromSchedule = msPercentiles(l.FromIntended.E2EL)
+		}
+	}
+	if len(outs) > 1 {
+		for _, o := range outs {
+			rec.Repeats = append(rec.Repeats, record.Repeat{
+				Throughput: o.LLM.RequestsPerS, AchievedRate: o.AchievedRate,
+				P50: msDuration(o.LLM.E2EL.P50), P99: msDuration(o.LLM.E2EL.P99),
+				OutputTokensPerS: o.LLM.OutputTokensPerS, TTFTP99: msDuration(o.LLM.TTFT.P99),
+			})
+		}
+	}
+	rec.Flags = slices.Clone(l.Flags)
+	rec.Valid = true
+	for _, f := range rec.Flags {
+		switch f {
+		case record.FlagErrors, record.FlagNoUsage, record.FlagNotStreamed:
+		default:
+			rec.Valid = false
+		}
+	}
+	return rec
+}
+
+func msDuration(ms float64) record.Duration { return record.Duration(ms * float64(time.Millisecond)) }
+
+func msPercentiles(m record.MsStats) *record.Percentiles {
+	return &record.Percentiles{Mean: msDuration(m.Mean), P50: msDuration(m.P50), P90: msDuration(m.P90),
+		P99: msDuration(m.P99), P999: msDuration(m.P999), Max: msDuration(m.Max)}
+}
+
+// mergeLLM merges the repeats of a point: counts add up, rates are over
+// the summed windows, the four latency distributions merge exactly (as
+// histograms, to 1 %); the client's queue and schedule lag, the latencies
+// from the intended send and the server's side are the worst repeat's
+// (by p99 TTFT from the intended send); the timeline is the first
+// repeat's. One repeat is returned as it is.
+func mergeLLM(outs []*llm.Outcome, servers []*record.LLMServer) *record.LLM {
+	if len(outs) == 1 {
+		l := outs[0].LLM
+		l.Server = servers[0]
+		return &l
+	}
+	m := outs[0].LLM
+	m.Failures, m.Errors = addCounts(nil, m.Failures), addCounts(nil, m.Errors)
+	m.Flags = slices.Clone(m.Flags)
+	worst := 0
+	var secs float64
+	rates := [5]float64{}
+	for i, o := range outs {
+		l := &o.LLM
+		w := o.Window.Seconds()
+		secs += w
+		for j, v := range []float64{l.RequestsPerS, l.OutputTokensPerS, l.TotalTokensPerS, l.GoodputPerS, l.ChunksPerS} {
+			rates[j] += v * w
+		}
+		if i == 0 {
+			continue
+		}
+		m.Scheduled += l.Scheduled
+		m.Requests += l.Requests
+		m.Completed += l.Completed
+		m.Failed += l.Failed
+		m.Unfinished += l.Unfinished
+		m.Good += l.Good
+		m.PromptTokens += l.PromptTokens
+		m.OutputTokens += l.OutputTokens
+		m.TokenSource.Usage += l.TokenSource.Usage
+		m.TokenSource.Tokenizer += l.TokenSource.Tokenizer
+		m.TokenSource.Chunks += l.TokenSource.Chunks
+		m.NotStreamed += l.NotStreamed
+		m.NoDone += l.NoDone
+		m.Failures = addCounts(m.Failures, l.Failures)
+		m.Errors = addCounts(m.Errors, l.Errors)
+		for _, f := range l.Flags {
+			if !slices.Contains(m.Flags, f) {
+				m.Flags = append(m.Flags, f)
+			}
+		}
+		if l.FromIntended.TTFT.P99 > outs[worst].LLM.FromIntended.TTFT.P99 {
+			worst = i
+		}
+		if t := l.Timing; t != nil {
+			if m.Timing == nil {
+				m.Timing = &record.LLMTiming{}
+			}
+			n := float64(m.Timing.Timed + t.Timed)
+			m.Timing.QueueMean = round3((m.Timing.QueueMean*float64(m.Timing.Timed) + t.QueueMean*float64(t.Timed)) / n)
+			m.Timing.TTFTMean = round3((m.Timing.TTFTMean*float64(m.Timing.Timed) + t.TTFTMean*float64(t.Timed)) / n)
+			m.Timing.Timed += t.Timed
+		}
+	}
+	if secs > 0 {
+		m.RequestsPerS, m.OutputTokensPerS, m.TotalTokensPerS, m.GoodputPerS, m.ChunksPerS =
+			rates[0]/secs, rates[1]/secs, rates[2]/secs, rates[3]/secs, rates[4]/secs
+	}
+	h := &record.LLMHistograms{TTFT: &record.Histogram{}, TPOT: &record.Histogram{}, ITL: &record.Histogram{}, E2EL: &record.Histogram{}}
+	for _, o := range outs {
+		if oh := o.LLM.Histograms; oh != nil {
+			h.TTFT.Merge(oh.TTFT)
+			h.TPOT.Merge(oh.TPOT)
+			h.ITL.Merge(oh.ITL)
+			h.E2EL.Merge(oh.E2EL)
+		}
+	}
+	m.Histograms = h
+	m.TTFT, m.TPOT, m.ITL, m.E2EL = record.MsStatsOf(h.TTFT), record.MsStatsOf(h.TPOT), record.MsStatsOf(h.ITL), record.MsStatsOf(h.E2EL)
+	w := &outs[worst].LLM
+	m.Queue, m.Lag, m.FromIntended = w.Queue, w.Lag, w.FromIntended
+	m.Server = servers[worst]
+	return &m
+}
+
+// addCounts adds b's counts into a (a new map when a is nil).
+func addCounts(a, b map[string]int) map[string]int {
+	if len(b) == 0 {
+		return a
+	}
+	if a == nil {
+		a = make(map[string]int, len(b))
+	}
+	for k, n := range b {
+		a[k] += n
+	}
+	return a
+}
