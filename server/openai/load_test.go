@@ -23,6 +23,8 @@ import (
 //	INFER_LOAD_STREAMS        closed-loop streams (default 32)
 //	INFER_LOAD_WARMUP         sent but not measured (default 5s)
 //	INFER_LOAD_DURATION       the measured window (default 20s)
+//	INFER_LOAD_DRAIN          how long the window's streams may finish after
+//	                          it (default 2m)
 //	INFER_LOAD_PROMPT_WORDS   prompts of MIN-MAX words, uniform (default 8-128)
 //	INFER_LOAD_PROMPT_TOKENS  instead, prompts of this many GPT-2 tokens: a
 //	                          count or a distribution in JSON
@@ -88,7 +90,7 @@ func TestLoad(t *testing.T) {
 	}
 	out, err := llm.Run(t.Context(), llm.RunConfig{
 		Client: client, Source: gen, API: llm.Completions, Stream: true, Concurrency: streams,
-		Warmup: dur("INFER_LOAD_WARMUP", "5s"), Duration: dur("INFER_LOAD_DURATION", "20s"),
+		Warmup: dur("INFER_LOAD_WARMUP", "5s"), Duration: dur("INFER_LOAD_DURATION", "20s"), Drain: dur("INFER_LOAD_DRAIN", "2m"),
 	})
 	if err != nil {
 		t.Fatal(err)
