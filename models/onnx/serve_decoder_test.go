@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -53,27 +52,7 @@ func serveTiny(t *testing.T, kvTokens int, ecfg generate.Config, wrap func(model
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve() = %v", err)
-		}
-	})
-	for !srv.Ready() {
-		select {
-		case err := <-done:
-			t.Fatalf("Serve() = %v before ready", err)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	return "http://" + ln.Addr().String()
+	return listen(t, srv)
 }
 
 // completion is one request's parameters.

@@ -63,6 +63,13 @@ func serveBuiltin(t *testing.T, cache string, task bert.Task, rejectLong bool) s
 	if err != nil {
 		t.Fatal(err)
 	}
+	return listen(t, srv)
+}
+
+// listen serves srv on a loopback port until the test ends and returns its
+// URL once it is ready.
+func listen(t *testing.T, srv *server.Server) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
