@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -22,26 +23,31 @@ type genOptions struct {
 
 func (o *genOptions) bind(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.IntVar(&o.MaxSeqs, "max-seqs", 32, "decoder models: most sequences running at once (the batch's rows)")
-	f.IntVar(&o.MaxBatchedTokens, "max-batched-tokens", 2048, "decoder models: per-step token budget; decodes go first, prompt chunks fill the rest (chunked prefill)")
-	f.IntVar(&o.KVTokens, "kv-tokens", 0, "decoder models: KV capacity in tokens per model instance (0: the model's; sets sim-lm's simulated capacity, default 65536)")
+	f.IntVar(&o.MaxSeqs, "max-seqs", 0, fmt.Sprintf("decoder models: most sequences running at once, the batch's rows (0: %d for sim-lm, %d for ONNX Runtime decoders, sized for a CPU)", accelDefaults.maxSeqs, cpuDefaults.maxSeqs))
+	f.IntVar(&o.MaxBatchedTokens, "max-batched-tokens", 0, fmt.Sprintf("decoder models: per-step token budget; decodes go first, prompt chunks fill the rest (chunked prefill) (0: %d for sim-lm, %d for ONNX Runtime decoders)", accelDefaults.maxBatchedTokens, cpuDefaults.maxBatchedTokens))
+	f.IntVar(&o.KVTokens, "kv-tokens", 0, "decoder models: KV capacity in tokens per model instance, at least the context (0: the model's: sim-lm simulates 65536, an ONNX Runtime decoder holds 16 contexts, 16384 for GPT-2)")
 	f.StringVar(&o.Policy, "gen-policy", string(generate.Continuous), fmt.Sprintf("decoder models: scheduling of /v1: %v (/static/v1 and /naive/v1 always serve their own)", generate.Policies()))
 	f.DurationVar(&o.SimStep, "sim-step", 8*time.Millisecond, "sim-lm: fixed cost of an engine step")
 	f.DurationVar(&o.SimPerSeq, "sim-per-seq", 250*time.Microsecond, "sim-lm: added cost per decoding sequence in a step")
 	f.DurationVar(&o.SimPerPrefillToken, "sim-per-prefill-token", 20*time.Microsecond, "sim-lm: added cost per prompt token prefilled in a step")
 }
 
-// engine returns the engine configuration, or a usage error.
-func (o *genOptions) engine(maxLatency time.Duration, queueCap int, admitLate bool) (generate.Config, error) {
+// engine returns the engine configuration, with the model's defaults d for
+// the settings left at 0, or a usage error.
+func (o *genOptions) engine(d engineDefaults, maxLatency time.Duration, queueCap int, admitLate bool) (generate.Config, error) {
 	policy, err := generate.ParsePolicy(o.Policy)
 	if err != nil {
 		return generate.Config{}, usageErrorf("--gen-policy: %v", err)
 	}
+	maxSeqs, maxBatched := cmp.Or(o.MaxSeqs, d.maxSeqs), o.MaxBatchedTokens
+	if maxBatched == 0 {
+		maxBatched = max(d.maxBatchedTokens, maxSeqs)
+	}
 	switch {
-	case o.MaxSeqs < 1 || o.MaxSeqs > generate.MaxMaxSeqs:
+	case maxSeqs < 1 || maxSeqs > generate.MaxMaxSeqs:
 		return generate.Config{}, usageErrorf("--max-seqs %d: want 1 to %d", o.MaxSeqs, generate.MaxMaxSeqs)
-	case o.MaxBatchedTokens < o.MaxSeqs || o.MaxBatchedTokens > generate.MaxMaxBatchedTokens:
-		return generate.Config{}, usageErrorf("--max-batched-tokens %d: want --max-seqs (%d) to %d: every running sequence needs a token each step", o.MaxBatchedTokens, o.MaxSeqs, generate.MaxMaxBatchedTokens)
+	case maxBatched < maxSeqs || maxBatched > generate.MaxMaxBatchedTokens:
+		return generate.Config{}, usageErrorf("--max-batched-tokens %d: want --max-seqs (%d) to %d: every running sequence needs a token each step", maxBatched, maxSeqs, generate.MaxMaxBatchedTokens)
 	case o.KVTokens < 0:
 		return generate.Config{}, usageErrorf("--kv-tokens %d: must not be negative", o.KVTokens)
 	case queueCap > generate.MaxQueueCap:
@@ -49,8 +55,8 @@ func (o *genOptions) engine(maxLatency time.Duration, queueCap int, admitLate bo
 	}
 	cfg := generate.Config{
 		Policy:           policy,
-		MaxSeqs:          o.MaxSeqs,
-		MaxBatchedTokens: o.MaxBatchedTokens,
+		MaxSeqs:          maxSeqs,
+		MaxBatchedTokens: maxBatched,
 		KVTokens:         o.KVTokens,
 		MaxLatency:       maxLatency,
 		QueueCap:         queueCap,

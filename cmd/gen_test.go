@@ -1,15 +1,22 @@
 package cmd
 
 import (
+	"cmp"
 	"context"
+	"errors"
+	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/inferhq/infer/models/bert"
+	"github.com/inferhq/infer/models/onnx"
 	"github.com/inferhq/infer/server/generate"
 )
 
 func TestServeDecoderFlags(t *testing.T) {
+	t.Setenv(bert.CacheDirEnv, t.TempDir()) // gpt2-tiny is generated there
 	for _, tc := range []struct {
 		args    []string
 		check   func(t *testing.T, o *serveOptions, cfg generate.Config)
@@ -22,12 +29,18 @@ func TestServeDecoderFlags(t *testing.T) {
 			if o.Gen.SimStep != 8*time.Millisecond || o.Gen.SimPerSeq != 250*time.Microsecond || o.Gen.SimPerPrefillToken != 20*time.Microsecond {
 				t.Errorf("sim-lm defaults = %+v", o.Gen)
 			}
-			f, err := decoderFactory("sim-lm", &o.Gen)
+			f, err := decoderFactory(&o.Model, &o.Gen, nil)
 			if err != nil || f == nil || f.Info().Name != "sim-lm" || f.Decoder().KVTokens != 65536 {
 				t.Errorf("decoderFactory(sim-lm) = %v, %v", f, err)
 			}
-			if f, err := decoderFactory("bert-mini", &o.Gen); f != nil || err != nil {
-				t.Errorf("decoderFactory(bert-mini) = %v, %v; want nil, nil (an encoder)", f, err)
+			for _, name := range []string{"bert-mini", "sim", "no-such-model", "testdata/infer.help"} {
+				if f, err := decoderFactory(&modelOptions{Model: name}, &o.Gen, nil); f != nil || err != nil {
+					t.Errorf("decoderFactory(%s) = %v, %v; want nil, nil (not a decoder)", name, f, err)
+				}
+			}
+			// Only decoders come in directories: one that holds no export is an error.
+			if f, err := decoderFactory(&modelOptions{Model: "testdata"}, &o.Gen, nil); f != nil || err == nil || !strings.Contains(err.Error(), "holds none of") {
+				t.Errorf("decoderFactory(testdata) = %v, %v; want the files it lacks", f, err)
 			}
 		}},
 		{args: []string{"--model", "sim-lm", "--max-seqs", "64", "--max-batched-tokens", "512", "--kv-tokens", "8192", "--gen-policy", "static",
@@ -36,12 +49,13 @@ func TestServeDecoderFlags(t *testing.T) {
 				if cfg.Policy != generate.Static || cfg.MaxSeqs != 64 || cfg.MaxBatchedTokens != 512 || cfg.KVTokens != 8192 || cfg.MaxLatency != 20*time.Millisecond || cfg.QueueCap != 100 {
 					t.Errorf("engine = %+v", cfg)
 				}
-				f, _ := decoderFactory("sim-lm", &o.Gen)
+				f, _ := decoderFactory(&o.Model, &o.Gen, nil)
 				if f.Decoder().KVTokens != 8192 || !strings.Contains(f.Info().Params, "step=4ms per_seq=100µs per_prefill_token=10µs") {
 					t.Errorf("sim-lm = %s, %+v", f.Info().Params, f.Decoder())
 				}
 			}},
-		{args: []string{"--model", "sim-lm", "--max-seqs", "0"}, wantErr: "--max-seqs 0"},
+		{args: []string{"--model", "sim-lm", "--max-seqs", "-1"}, wantErr: "--max-seqs -1"},
+		{args: []string{"--model", "sim-lm", "--max-batched-tokens", "-1"}, wantErr: "--max-batched-tokens -1"},
 		{args: []string{"--model", "sim-lm", "--max-seqs", "100000"}, wantErr: "--max-seqs 100000"},
 		{args: []string{"--model", "sim-lm", "--max-seqs", "64", "--max-batched-tokens", "32"}, wantErr: "--max-batched-tokens 32"},
 		{args: []string{"--model", "sim-lm", "--gen-policy", "eager"}, wantErr: "unknown generation policy"},
@@ -49,25 +63,51 @@ func TestServeDecoderFlags(t *testing.T) {
 		{args: []string{"--model", "sim-lm", "--queue-cap", "1000000"}, wantErr: "--queue-cap 1000000"},
 		{args: []string{"--model", "sim-lm", "--sim-step", "-1ms"}, wantErr: "negative cost"},
 		{args: []string{"--model", "sim-lm", "--kv-tokens", "100"}, wantErr: "less than the context"},
+		// GPT-2 on ONNX Runtime: the CPU defaults, the KV bound shared by
+		// the decoder and its engines.
+		{args: []string{"--model", "gpt2-tiny"}, check: func(t *testing.T, o *serveOptions, cfg generate.Config) {
+			if cfg.MaxSeqs != 16 || cfg.MaxBatchedTokens != 256 || cfg.KVTokens != 0 {
+				t.Errorf("engine = %+v, want the CPU defaults", cfg)
+			}
+		}},
+		{args: []string{"--model", "gpt2-tiny", "--max-seqs", "300", "--kv-tokens", "4096"}, check: func(t *testing.T, o *serveOptions, cfg generate.Config) {
+			if cfg.MaxSeqs != 300 || cfg.MaxBatchedTokens != 300 || cfg.KVTokens != 4096 {
+				t.Errorf("engine = %+v", cfg)
+			}
+		}},
+		{args: []string{"--model", "gpt2-tiny", "--kv-tokens", "512"}, wantErr: "--kv-tokens 512: less than the context of gpt2-tiny (1024 tokens)"},
+		{args: []string{"--model", "gpt2-tiny", "--kv-tokens", "-5"}, wantErr: "--kv-tokens -5"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			var got *serveOptions
 			var ecfg generate.Config
+			var noRuntime error
 			cmd := newCmdServe(func(_ context.Context, o *serveOptions) error {
 				got = o
 				if _, err := o.config(); err != nil {
 					return err
 				}
-				var err error
-				if ecfg, err = o.Gen.engine(o.Batching.MaxLatency, o.QueueCap, o.AdmitLate); err != nil {
+				f, err := decoderFactory(&o.Model, &o.Gen, nil)
+				if errors.Is(err, onnx.ErrNoRuntime) {
+					noRuntime = err
+					return nil
+				}
+				if err != nil {
 					return err
 				}
-				_, err = decoderFactory(o.Model.Model, &o.Gen)
+				defer f.Close()
+				if o.Model.Model == "gpt2-tiny" {
+					if d, ok := f.(*onnx.DecoderFactory); !ok || d.Decoder().KVTokens != cmp.Or(o.Gen.KVTokens, 16384) || d.Threads() != runtime.NumCPU() {
+						return fmt.Errorf("decoderFactory(gpt2-tiny) = %T %+v", f, f.Decoder())
+					}
+				}
+				ecfg, err = o.decoderEngine(f)
 				return err
 			})
 			if !execFlags(t, cmd, tc.args, tc.wantErr) {
 				return
 			}
+			skipWithoutRuntime(t, noRuntime)
 			tc.check(t, got, ecfg)
 		})
 	}

@@ -128,7 +128,8 @@ func (o *modelOptions) modelFile(log *slog.Logger) (path, name string, err error
 	}
 	arch, err := bert.Lookup(o.Model)
 	if err != nil {
-		return "", "", usageErrorf("--model %q: unknown model; want sim, a built-in %s, or a path to an .onnx file", o.Model, builtinNames())
+		return "", "", usageErrorf("--model %q: unknown model; want sim, a built-in %s or %s (infer serve: also sim-lm), or a path to an .onnx file or a decoder export directory",
+			o.Model, builtinNames(), strings.Join(decoderNames(), "|"))
 	}
 	task, err := bert.ParseTask(o.Task)
 	if err != nil {
@@ -151,16 +152,44 @@ func describe(info models.Info) string {
 }
 
 // decoderFactory returns the factory of the generative model named by
-// --model, or nil when the name is not a decoder model (then it names an
-// encoder). Add decoder models here.
-func decoderFactory(name string, o *genOptions) (models.DecoderFactory, error) {
-	switch name {
-	case "sim-lm":
+// --model: sim-lm, a built-in GPT-2 decoder (generated into the cache on
+// first use) or a decoder export by path, opened with --kv-tokens as its
+// KV bound. It returns nil when --model is not a decoder model (then it
+// names an encoder, or nothing). Add decoder models here.
+func decoderFactory(m *modelOptions, o *genOptions, log *slog.Logger) (models.DecoderFactory, error) {
+	if m.Model == "sim-lm" {
 		f, err := simlm.New(simlm.Config{Step: o.SimStep, PerSeq: o.SimPerSeq, PerPrefillToken: o.SimPerPrefillToken, KVTokens: o.KVTokens})
 		if err != nil {
 			return nil, usageErrorf("%v", err)
 		}
 		return f, nil
 	}
-	return nil, nil
+	// The engines of infer serve's three paths share one session per
+	// device, and one path computes at a time in the common case: each
+	// session gets all the threads.
+	f, ok, err := m.openDecoder(o.KVTokens, 1, log)
+	if !ok || err != nil {
+		return nil, err // no typed nil: a non-decoder is a nil interface
+	}
+	return f, nil
+}
+
+// Engine settings left at 0 (--max-seqs, --max-batched-tokens) take their
+// model's defaults: an accelerator's for sim-lm, which simulates one, and
+// for ONNX Runtime decoders a CPU's, where a step's cost grows with its rows
+// and a long prompt chunk stalls every stream of the step (measured with
+// scripts/accept-gpt2.sh serve-defaults; see the README).
+type engineDefaults struct{ maxSeqs, maxBatchedTokens int }
+
+var (
+	accelDefaults = engineDefaults{maxSeqs: 32, maxBatchedTokens: 2048}
+	cpuDefaults   = engineDefaults{maxSeqs: 16, maxBatchedTokens: 256}
+)
+
+// defaultsFor returns the engine defaults of the model f makes.
+func defaultsFor(f models.DecoderFactory) engineDefaults {
+	if _, ok := f.(*onnx.DecoderFactory); ok {
+		return cpuDefaults
+	}
+	return accelDefaults
 }

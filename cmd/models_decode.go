@@ -78,10 +78,14 @@ func decoderFile(model string, log *slog.Logger) (path, name string, ok bool, er
 		}
 		return path, arch.String(), true, nil
 	}
-	if _, err := os.Stat(model); err != nil {
+	st, err := os.Stat(model)
+	if err != nil {
 		return "", "", false, nil
 	}
 	dec, err := onnx.IsDecoder(model)
+	if err != nil && st.IsDir() {
+		return "", "", true, usageErrorf("--model: %v", err) // only decoders come in directories
+	}
 	if err != nil || !dec {
 		return "", "", false, nil // not a decoder: the BERT path reports what is wrong
 	}

@@ -1,10 +1,12 @@
 package cmd
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -12,6 +14,7 @@ import (
 	"github.com/inferhq/infer/models"
 	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/batch"
+	"github.com/inferhq/infer/server/generate"
 	"github.com/inferhq/infer/server/openai"
 )
 
@@ -67,9 +70,10 @@ On SIGINT/SIGTERM the server drains: /readyz turns 503, every answer carries
 Connection: close, admitted requests finish within --drain-timeout. A second
 signal exits at once.
 
-A generative (decoder) model, such as --model sim-lm, is served instead
-through an OpenAI-compatible API, so that any OpenAI client or LLM benchmark
-works by base URL (http://ADDR/v1):
+A generative (decoder) model, --model sim-lm, a built-in GPT-2 decoder
+(gpt2-tiny, gpt2-mini, gpt2-small on ONNX Runtime) or a decoder export by
+path, is served instead through an OpenAI-compatible API, so that any OpenAI
+client or LLM benchmark works by base URL (http://ADDR/v1):
 
   POST /v1/completions, /v1/chat/completions   continuous batching (--gen-policy)
   POST /static/v1/…   static batching: a batch forms within --max-latency, up
@@ -94,7 +98,10 @@ encoder models only.`,
 
   infer serve --model sim-lm --max-seqs 32
   curl -N 127.0.0.1:8080/v1/completions -d '{"prompt": "Once upon a time", "max_tokens": 32, "stream": true}'
-  curl 127.0.0.1:8080/static/v1/chat/completions -d '{"messages": [{"role": "user", "content": "Hi"}]}'`,
+  curl 127.0.0.1:8080/static/v1/chat/completions -d '{"messages": [{"role": "user", "content": "Hi"}]}'
+
+  infer serve --model gpt2-tiny --kv-tokens 8192
+  infer serve --model ./gpt2-onnx/   # optimum-cli export onnx --model gpt2 gpt2-onnx/`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Stderr = cmd.ErrOrStderr()
@@ -121,7 +128,8 @@ encoder models only.`,
 	f.DurationVar(&opts.CacheTTL, "cache-ttl", 0, "how long a cached result stays valid (0: until evicted)")
 	f.StringVar(&opts.Broker, "broker", "", "Redis URL (redis://[user:pass@]host:port/db, rediss://…): /batched admits into its stream for infer worker processes (--queue-cap bounds the stream)")
 	opts.Model.bind(cmd)
-	f.Lookup("model").Usage = "model: sim (simulated accelerator), sim-lm (simulated generative model, served through the OpenAI API), a built-in " + builtinNames() + ", or a path to an .onnx file"
+	f.Lookup("model").Usage = "model: sim (simulated accelerator), a built-in encoder " + builtinNames() + ", a generative model served through the OpenAI API: sim-lm (simulated) or a built-in decoder " +
+		strings.Join(decoderNames(), "|") + ", or a path: an .onnx file (an encoder, or a decoder with a KV cache) or a decoder export directory"
 	opts.Gen.bind(cmd)
 	opts.Log.bind(cmd)
 	return cmd
@@ -185,7 +193,7 @@ func runServe(ctx context.Context, opts *serveOptions) error {
 	if cfg.Logger, err = opts.Log.logger(opts.Stderr); err != nil {
 		return err
 	}
-	if df, err := decoderFactory(opts.Model.Model, &opts.Gen); err != nil || df != nil {
+	if df, err := decoderFactory(&opts.Model, &opts.Gen, cfg.Logger); err != nil || df != nil {
 		if err != nil {
 			return err
 		}
@@ -212,12 +220,9 @@ func serveDecoder(ctx context.Context, opts *serveOptions, cfg server.Config, f 
 	if opts.Broker != "" {
 		return usageErrorf("--broker: distributed mode serves encoder models only, not %s", opts.Model.Model)
 	}
-	ecfg, err := opts.Gen.engine(opts.Batching.MaxLatency, opts.QueueCap, opts.AdmitLate)
+	ecfg, err := opts.decoderEngine(f)
 	if err != nil {
 		return err
-	}
-	if kv := f.Decoder().KVTokens; ecfg.KVTokens > kv {
-		return usageErrorf("--kv-tokens %d: the model instance holds %d", ecfg.KVTokens, kv)
 	}
 	cfg.Logger.Info("model", "name", describe(f.Info()))
 	svc, err := openai.New(openai.Config{Engine: ecfg, MaxBody: cfg.MaxBody, Timeout: cfg.Timeout, Logger: cfg.Logger}, f)
@@ -231,4 +236,22 @@ func serveDecoder(ctx context.Context, opts *serveOptions, cfg server.Config, f 
 		return usageErrorf("%v", err)
 	}
 	return srv.Run(ctx)
+}
+
+// decoderEngine returns the engine configuration for the decoder model f:
+// the flags, with f's defaults for those left at 0, within f's KV.
+func (opts *serveOptions) decoderEngine(f models.DecoderFactory) (generate.Config, error) {
+	ecfg, err := opts.Gen.engine(defaultsFor(f), opts.Batching.MaxLatency, opts.QueueCap, opts.AdmitLate)
+	if err != nil {
+		return generate.Config{}, err
+	}
+	d := f.Decoder()
+	switch kv := cmp.Or(ecfg.KVTokens, d.KVTokens); {
+	case kv > d.KVTokens:
+		return generate.Config{}, usageErrorf("--kv-tokens %d: the model instance holds %d", kv, d.KVTokens)
+	case kv < d.Context:
+		return generate.Config{}, usageErrorf("--kv-tokens %d: less than the context of %s (%d tokens), so a long sequence could never run",
+			kv, f.Info().Name, d.Context)
+	}
+	return ecfg, nil
 }

@@ -443,12 +443,16 @@ func (f *DecoderFactory) KVBytesPerToken() int64 { return f.sig.shape().KVBytesP
 // padding of batches of mixed lengths (see Decoder).
 func (f *DecoderFactory) KVBytes() int64 { return int64(f.info.KVTokens) * f.KVBytesPerToken() }
 
-// New returns an instance for worker number worker, on its device, with an
-// empty KV cache. As for Factory.New, each worker number has one session,
-// shared by its instances; each instance owns its KV cache.
+// New returns an instance for engine number worker, on its device
+// (round-robin), with an empty KV cache. The instances on one device share
+// one session, so the weights are loaded once however many engines serve
+// the model (infer serve runs three, one per scheduling path): ONNX Runtime
+// runs a session from several threads at once, and each instance owns its
+// KV cache.
 func (f *DecoderFactory) New(_ context.Context, worker int) (models.Decoder, error) {
-	s, err := f.sessions.get(worker, func() (*ort.DynamicAdvancedSession, error) {
-		return newSession(f.cfg.Path, f.sig.inputs, f.sig.outputs, models.ForWorker(f.devices, worker), f.threads, f.cfg.Spin)
+	dev := worker % len(f.devices)
+	s, err := f.sessions.get(dev, func() (*ort.DynamicAdvancedSession, error) {
+		return newSession(f.cfg.Path, f.sig.inputs, f.sig.outputs, f.devices[dev], f.threads, f.cfg.Spin)
 	})
 	if err != nil {
 		return nil, err

@@ -200,6 +200,8 @@ func TestBadInputGetsItsErrorWhileAValidLoadRuns(t *testing.T) {
 	}{
 		{"non-JSON", "/v1/completions", `not json`, 400, "malformed_json"},
 		{"missing prompt", "/v1/completions", `{"model":"sim-lm"}`, 422, "missing_prompt"},
+		{"empty prompt array", "/v1/completions", `{"prompt":[]}`, 422, "empty_prompt"},
+		{"invalid UTF-8", "/v1/completions", "{\"prompt\":\"caf\xe9\"}", 400, "invalid_utf8"},
 		{"negative max_tokens", "/v1/completions", `{"prompt":"x","max_tokens":-1}`, 422, "invalid_value"},
 		{"huge max_tokens", "/v1/completions", `{"prompt":"x","max_tokens":100000000}`, 422, "invalid_value"},
 		{"wrong type", "/v1/completions", `{"prompt":"x","max_tokens":"ten"}`, 422, "invalid_type"},

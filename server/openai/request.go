@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/inferhq/infer/models"
 	"github.com/inferhq/infer/server/generate"
@@ -76,6 +77,11 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 
 // parse decodes and validates a body.
 func (h *handler) parse(body []byte, chat bool) (*parsed, error) {
+	if !utf8.Valid(body) {
+		// JSON text must be UTF-8 (RFC 8259); Go's decoder would turn the
+		// bytes into U+FFFD and the model would answer another prompt.
+		return nil, invalid(http.StatusBadRequest, "", "invalid_utf8", "request body is not valid UTF-8")
+	}
 	var req request
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&req); err != nil {
@@ -193,6 +199,9 @@ func (h *handler) completionPrompt(raw json.RawMessage, msgs []message) ([]int32
 	}
 	var texts []string
 	if err := json.Unmarshal(raw, &texts); err == nil {
+		if len(texts) == 0 {
+			return nil, nil // an empty array: no tokens (refused by parse)
+		}
 		if len(texts) != 1 {
 			return nil, invalid(http.StatusUnprocessableEntity, "prompt", "unsupported", "%d prompts: only one prompt per request is supported", len(texts))
 		}
