@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"strings"
 	"testing"
@@ -87,6 +88,13 @@ func TestServeDecoderFlags(t *testing.T) {
 				if _, err := o.config(); err != nil {
 					return err
 				}
+				d, context, ok, err := o.Model.generative()
+				if err != nil || !ok {
+					return fmt.Errorf("generative() = %v, %v, want a generative model", ok, err)
+				}
+				if ecfg, err = o.decoderEngine(d, context); err != nil {
+					return err
+				}
 				f, err := decoderFactory(&o.Model, &o.Gen, nil)
 				if errors.Is(err, onnx.ErrNoRuntime) {
 					noRuntime = err
@@ -101,14 +109,44 @@ func TestServeDecoderFlags(t *testing.T) {
 						return fmt.Errorf("decoderFactory(gpt2-tiny) = %T %+v", f, f.Decoder())
 					}
 				}
-				ecfg, err = o.decoderEngine(f)
-				return err
+				return fitKV(ecfg, f)
 			})
 			if !execFlags(t, cmd, tc.args, tc.wantErr) {
 				return
 			}
 			skipWithoutRuntime(t, noRuntime)
 			tc.check(t, got, ecfg)
+		})
+	}
+}
+
+// Every flag is checked before the model is loaded: a built-in decoder is
+// not generated when a flag is wrong.
+func TestServeChecksFlagsBeforeLoading(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv(bert.CacheDirEnv, cache)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // should a check be missed, the server stops at once
+	for _, tc := range []struct {
+		args    []string
+		wantErr string
+	}{
+		{[]string{"--model", "gpt2-tiny", "--max-seqs", "-1"}, "--max-seqs -1"},
+		{[]string{"--model", "gpt2-tiny", "--max-seqs", "8", "--max-batched-tokens", "4"}, "--max-batched-tokens 4"},
+		{[]string{"--model", "gpt2-tiny", "--gen-policy", "eager"}, "unknown generation policy"},
+		{[]string{"--model", "gpt2-tiny", "--queue-cap", "1000000"}, "--queue-cap 1000000"},
+		{[]string{"--model", "gpt2-tiny", "--kv-tokens", "512"}, "--kv-tokens 512: less than the context of gpt2-tiny (1024 tokens)"},
+		{[]string{"--model", "gpt2-tiny", "--devices", "tpu"}, "--devices"},
+		{[]string{"--model", "gpt2-tiny", "--broker", "redis://127.0.0.1:1/0"}, "--broker: distributed mode serves encoder models only"},
+		{[]string{"--model", "bert-mini", "--broker", "http://127.0.0.1:1"}, "--broker: broker url"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			cmd := newCmdServe(nil)
+			cmd.SetContext(ctx)
+			execFlags(t, cmd, append([]string{"--addr", "127.0.0.1:0", "--log-level", "error"}, tc.args...), tc.wantErr)
+			if files, _ := os.ReadDir(cache); len(files) > 0 {
+				t.Errorf("the model cache holds %v: a model was generated before the flags were checked", files)
+			}
 		})
 	}
 }

@@ -186,10 +186,16 @@ var (
 	cpuDefaults   = engineDefaults{maxSeqs: 16, maxBatchedTokens: 256}
 )
 
-// defaultsFor returns the engine defaults of the model f makes.
-func defaultsFor(f models.DecoderFactory) engineDefaults {
-	if _, ok := f.(*onnx.DecoderFactory); ok {
-		return cpuDefaults
+// generative says, without loading anything, whether --model names a
+// generative model, with the engine defaults of its backend and its context
+// when that is known before loading (a built-in GPT-2's; else 0).
+func (o *modelOptions) generative() (d engineDefaults, context int, ok bool, err error) {
+	if o.Model == "sim-lm" {
+		return accelDefaults, 0, true, nil
 	}
-	return accelDefaults
+	ref, ok, err := lookupDecoder(o.Model)
+	if !ok || err != nil {
+		return engineDefaults{}, 0, ok, err
+	}
+	return cpuDefaults, ref.context(), true, nil
 }

@@ -60,43 +60,66 @@ var (
 	calibrateBatches = []int{1, 4, 8, 16, 32}
 )
 
-// decoderFile resolves a model name for decoders: a built-in gpt2-* name,
-// generated into the cache on first use, or a path to a decoder export (an
-// .onnx file whose graph has past_key_values inputs, or an optimum export
-// directory). ok is false for anything else: a BERT model, sim, or a name no
-// model has.
-func decoderFile(model string, log *slog.Logger) (path, name string, ok bool, err error) {
+// decoderRef is a decoder model named on the command line, resolved without
+// loading or generating anything: a built-in GPT-2 decoder or a path to a
+// decoder export.
+type decoderRef struct {
+	arch    gpt2.Arch // a built-in's shape
+	builtin bool
+	path    string // a path, as given
+}
+
+// lookupDecoder resolves a model name for decoders: a built-in gpt2-* name,
+// or a path to a decoder export (an .onnx file whose graph has
+// past_key_values inputs, or an optimum export directory). It reads at most
+// the graph's description. ok is false for anything else: a BERT model, sim,
+// or a name no model has.
+func lookupDecoder(model string) (ref decoderRef, ok bool, err error) {
 	if gpt2.IsBuiltin(model) {
 		arch, _ := gpt2.Lookup(model)
-		start := time.Now()
-		path, err := gpt2.Ensure(onnxgraph.DefaultCacheDir(), gpt2.Spec{Arch: arch})
-		if err != nil {
-			return "", "", true, fmt.Errorf("built-in model %s: %w", arch, err)
-		}
-		if log != nil {
-			log.Info("built-in model", "name", arch.String(), "path", path, "took", time.Since(start).Round(time.Millisecond))
-		}
-		return path, arch.String(), true, nil
+		return decoderRef{arch: arch, builtin: true}, true, nil
 	}
 	st, err := os.Stat(model)
 	if err != nil {
-		return "", "", false, nil
+		return decoderRef{}, false, nil
 	}
 	dec, err := onnx.IsDecoder(model)
 	if err != nil && st.IsDir() {
-		return "", "", true, usageErrorf("--model: %v", err) // only decoders come in directories
+		return decoderRef{}, true, usageErrorf("--model: %v", err) // only decoders come in directories
 	}
 	if err != nil || !dec {
-		return "", "", false, nil // not a decoder: the BERT path reports what is wrong
+		return decoderRef{}, false, nil // not a decoder: the BERT path reports what is wrong
 	}
-	return model, "", true, nil
+	return decoderRef{path: model}, true, nil
+}
+
+// context is the model's context when it is known before loading (a
+// built-in's), else 0.
+func (r decoderRef) context() int { return r.arch.Context }
+
+// file returns the model's path and the name to serve it as ("" for a
+// path: the factory names it): a built-in is generated into the cache on
+// first use.
+func (r decoderRef) file(log *slog.Logger) (path, name string, err error) {
+	if !r.builtin {
+		return r.path, "", nil
+	}
+	start := time.Now()
+	path, err = gpt2.Ensure(onnxgraph.DefaultCacheDir(), gpt2.Spec{Arch: r.arch})
+	if err != nil {
+		return "", "", fmt.Errorf("built-in model %s: %w", r.arch, err)
+	}
+	if log != nil {
+		log.Info("built-in model", "name", r.arch.String(), "path", path, "took", time.Since(start).Round(time.Millisecond))
+	}
+	return path, r.arch.String(), nil
 }
 
 // openDecoder opens o.Model as a decoder with a KV bound of kvTokens (0: the
 // model's default), sized for workers engines computing at once; ok is false
 // when o.Model is not a decoder.
 func (o *modelOptions) openDecoder(kvTokens, workers int, log *slog.Logger) (f *onnx.DecoderFactory, ok bool, err error) {
-	path, name, ok, err := decoderFile(o.Model, log)
+	ref, ok, err := lookupDecoder(o.Model)
 	if !ok || err != nil {
 		return nil, ok, err
 	}
@@ -109,6 +132,10 @@ func (o *modelOptions) openDecoder(kvTokens, workers int, log *slog.Logger) (f *
 	}
 	if kvTokens < 0 {
 		return nil, true, usageErrorf("--kv-tokens %d: must not be negative", kvTokens)
+	}
+	path, name, err := ref.file(log)
+	if err != nil {
+		return nil, true, err
 	}
 	f, err = onnx.OpenDecoder(onnx.DecoderConfig{
 		Path: path, Name: name, KVTokens: kvTokens,
@@ -211,14 +238,8 @@ func (opts *modelsBenchOptions) openBenchDecoder(kvTokens int) (*onnx.DecoderFac
 // isDecoderModel reports whether the bench's model is a decoder, without
 // loading it.
 func (opts *modelsBenchOptions) isDecoderModel() bool {
-	if gpt2.IsBuiltin(opts.Model.Model) {
-		return true
-	}
-	if _, err := os.Stat(opts.Model.Model); err != nil {
-		return false
-	}
-	ok, err := onnx.IsDecoder(opts.Model.Model)
-	return ok && err == nil
+	_, ok, _ := lookupDecoder(opts.Model.Model)
+	return ok
 }
 
 func runDecodeBench(ctx context.Context, opts *modelsBenchOptions) error {

@@ -14,6 +14,7 @@ import (
 	"github.com/inferhq/infer/models"
 	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/batch"
+	"github.com/inferhq/infer/server/broker"
 	"github.com/inferhq/infer/server/generate"
 	"github.com/inferhq/infer/server/openai"
 )
@@ -158,6 +159,11 @@ func (o *serveOptions) config() (server.Config, error) {
 	case o.CacheSize < 0 || o.CacheTTL < 0:
 		return server.Config{}, usageErrorf("--cache-size and --cache-ttl must not be negative")
 	}
+	if o.Broker != "" {
+		if err := (broker.Config{URL: o.Broker}).Validate(); err != nil {
+			return server.Config{}, usageErrorf("--broker: %v", err)
+		}
+	}
 	bcfg.QueueCap, bcfg.AdmitLate = o.QueueCap, o.AdmitLate
 	adminToken := o.AdminToken
 	if adminToken == "" {
@@ -193,12 +199,11 @@ func runServe(ctx context.Context, opts *serveOptions) error {
 	if cfg.Logger, err = opts.Log.logger(opts.Stderr); err != nil {
 		return err
 	}
-	if df, err := decoderFactory(&opts.Model, &opts.Gen, cfg.Logger); err != nil || df != nil {
+	if d, context, ok, err := opts.Model.generative(); err != nil || ok {
 		if err != nil {
 			return err
 		}
-		defer df.Close()
-		return serveDecoder(ctx, opts, cfg, df)
+		return serveDecoder(ctx, opts, cfg, d, context)
 	}
 	factory, err := opts.Model.open(opts.Workers, cfg.Logger)
 	if err != nil {
@@ -216,12 +221,23 @@ func runServe(ctx context.Context, opts *serveOptions) error {
 }
 
 // serveDecoder serves a generative model through the OpenAI-compatible API.
-func serveDecoder(ctx context.Context, opts *serveOptions, cfg server.Config, f models.DecoderFactory) error {
+// d and context are the model's engine defaults and its context, if known
+// before loading (see generative): every flag is checked before the model
+// is loaded, or generated on first use.
+func serveDecoder(ctx context.Context, opts *serveOptions, cfg server.Config, d engineDefaults, context int) error {
 	if opts.Broker != "" {
 		return usageErrorf("--broker: distributed mode serves encoder models only, not %s", opts.Model.Model)
 	}
-	ecfg, err := opts.decoderEngine(f)
+	ecfg, err := opts.decoderEngine(d, context)
 	if err != nil {
+		return err
+	}
+	f, err := decoderFactory(&opts.Model, &opts.Gen, cfg.Logger)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := fitKV(ecfg, f); err != nil {
 		return err
 	}
 	cfg.Logger.Info("model", "name", describe(f.Info()))
@@ -238,20 +254,32 @@ func serveDecoder(ctx context.Context, opts *serveOptions, cfg server.Config, f 
 	return srv.Run(ctx)
 }
 
-// decoderEngine returns the engine configuration for the decoder model f:
-// the flags, with f's defaults for those left at 0, within f's KV.
-func (opts *serveOptions) decoderEngine(f models.DecoderFactory) (generate.Config, error) {
-	ecfg, err := opts.Gen.engine(defaultsFor(f), opts.Batching.MaxLatency, opts.QueueCap, opts.AdmitLate)
+// decoderEngine returns the engine configuration of the flags, with the
+// model's defaults d for those left at 0. A context known before loading
+// (0: not known) bounds --kv-tokens from below.
+func (opts *serveOptions) decoderEngine(d engineDefaults, context int) (generate.Config, error) {
+	ecfg, err := opts.Gen.engine(d, opts.Batching.MaxLatency, opts.QueueCap, opts.AdmitLate)
 	if err != nil {
 		return generate.Config{}, err
 	}
+	if ecfg.KVTokens > 0 && ecfg.KVTokens < context {
+		return generate.Config{}, kvBelowContext(ecfg.KVTokens, opts.Model.Model, context)
+	}
+	return ecfg, nil
+}
+
+// fitKV checks the engine's KV bound against the model instances of f.
+func fitKV(ecfg generate.Config, f models.DecoderFactory) error {
 	d := f.Decoder()
 	switch kv := cmp.Or(ecfg.KVTokens, d.KVTokens); {
 	case kv > d.KVTokens:
-		return generate.Config{}, usageErrorf("--kv-tokens %d: the model instance holds %d", kv, d.KVTokens)
+		return usageErrorf("--kv-tokens %d: the model instance holds %d", kv, d.KVTokens)
 	case kv < d.Context:
-		return generate.Config{}, usageErrorf("--kv-tokens %d: less than the context of %s (%d tokens), so a long sequence could never run",
-			kv, f.Info().Name, d.Context)
+		return kvBelowContext(kv, f.Info().Name, d.Context)
 	}
-	return ecfg, nil
+	return nil
+}
+
+func kvBelowContext(kv int, model string, context int) error {
+	return usageErrorf("--kv-tokens %d: less than the context of %s (%d tokens), so a long sequence could never run", kv, model, context)
 }

@@ -99,6 +99,9 @@ func (o *workerOptions) config() (broker.WorkerConfig, error) {
 	case o.Visibility <= 0:
 		return broker.WorkerConfig{}, usageErrorf("--visibility-timeout %v: must be positive", o.Visibility)
 	}
+	if err := (broker.Config{URL: o.Broker}).Validate(); err != nil {
+		return broker.WorkerConfig{}, usageErrorf("--broker: %v", err)
+	}
 	return broker.WorkerConfig{
 		Config:      broker.Config{URL: o.Broker},
 		Batch:       bcfg,

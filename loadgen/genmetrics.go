@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/inferhq/infer/loadgen/record"
+	"github.com/inferhq/infer/server/metric"
 )
 
 // An infer generation server's metrics (infer_gen_*, vLLM's with
@@ -19,7 +20,7 @@ type genCounters struct {
 	ttft                                    histo
 	tpot, e2e, queue                        sumCount
 	success, prompt, generated, preemptions float64
-	stepBatch                               sumCount
+	stepBatch, stepDur                      sumCount
 	running, waiting, kv                    float64
 }
 
@@ -42,61 +43,50 @@ func (h *histo) add(o histo) {
 	}
 }
 
+// fields maps the names of the samples genOf sums to where they go in c.
+func (c *genCounters) fields() map[string]*float64 {
+	m := map[string]*float64{
+		"infer_gen_request_success_total":   &c.success,
+		"infer_gen_prompt_tokens_total":     &c.prompt,
+		"infer_gen_generation_tokens_total": &c.generated,
+		"infer_gen_num_preemptions_total":   &c.preemptions,
+		"infer_gen_num_requests_running":    &c.running,
+		"infer_gen_num_requests_waiting":    &c.waiting,
+		"infer_gen_kv_cache_usage_perc":     &c.kv,
+	}
+	for name, sc := range map[string]*sumCount{
+		"infer_gen_time_to_first_token_seconds":   &c.ttft.sumCount,
+		"infer_gen_time_per_output_token_seconds": &c.tpot,
+		"infer_gen_e2e_request_latency_seconds":   &c.e2e,
+		"infer_gen_request_queue_time_seconds":    &c.queue,
+		"infer_gen_step_batch_size":               &c.stepBatch,
+		"infer_gen_step_duration_seconds":         &c.stepDur,
+	} {
+		m[name+metric.Sum], m[name+metric.Count] = &sc.sum, &sc.count
+	}
+	return m
+}
+
 // genOf picks the endpoint's infer_gen_* samples; ok is false when there
 // are none.
 func genOf(samples []sample, label string) (c genCounters, ok bool) {
+	fields := c.fields()
 	for _, s := range samples {
 		if !strings.HasPrefix(s.name, "infer_gen_") || s.labels["endpoint"] != label {
 			continue
 		}
 		ok = true
-		switch s.name {
-		case "infer_gen_time_to_first_token_seconds_bucket":
-			le, err := strconv.ParseFloat(s.labels["le"], 64)
-			if err != nil && s.labels["le"] != "+Inf" {
+		if s.name == "infer_gen_time_to_first_token_seconds_bucket" {
+			le, err := strconv.ParseFloat(s.labels["le"], 64) // "+Inf" parses as +Inf
+			if err != nil {
 				continue
-			}
-			if s.labels["le"] == "+Inf" {
-				le = math.Inf(1)
 			}
 			if c.ttft.le == nil {
 				c.ttft.le = make(map[float64]float64)
 			}
 			c.ttft.le[le] += s.value
-		case "infer_gen_time_to_first_token_seconds_sum":
-			c.ttft.sum += s.value
-		case "infer_gen_time_to_first_token_seconds_count":
-			c.ttft.count += s.value
-		case "infer_gen_time_per_output_token_seconds_sum":
-			c.tpot.sum += s.value
-		case "infer_gen_time_per_output_token_seconds_count":
-			c.tpot.count += s.value
-		case "infer_gen_e2e_request_latency_seconds_sum":
-			c.e2e.sum += s.value
-		case "infer_gen_e2e_request_latency_seconds_count":
-			c.e2e.count += s.value
-		case "infer_gen_request_queue_time_seconds_sum":
-			c.queue.sum += s.value
-		case "infer_gen_request_queue_time_seconds_count":
-			c.queue.count += s.value
-		case "infer_gen_request_success_total":
-			c.success += s.value
-		case "infer_gen_prompt_tokens_total":
-			c.prompt += s.value
-		case "infer_gen_generation_tokens_total":
-			c.generated += s.value
-		case "infer_gen_num_preemptions_total":
-			c.preemptions += s.value
-		case "infer_gen_step_batch_size_sum":
-			c.stepBatch.sum += s.value
-		case "infer_gen_step_batch_size_count":
-			c.stepBatch.count += s.value
-		case "infer_gen_num_requests_running":
-			c.running += s.value
-		case "infer_gen_num_requests_waiting":
-			c.waiting += s.value
-		case "infer_gen_kv_cache_usage_perc":
-			c.kv += s.value
+		} else if f := fields[s.name]; f != nil {
+			*f += s.value
 		}
 	}
 	return c, ok
@@ -106,7 +96,7 @@ func genOf(samples []sample, label string) (c genCounters, ok bool) {
 // a share, is averaged by the caller.
 func (c *genCounters) add(o genCounters) {
 	c.ttft.add(o.ttft)
-	for _, p := range []struct{ a, b *sumCount }{{&c.tpot, &o.tpot}, {&c.e2e, &o.e2e}, {&c.queue, &o.queue}, {&c.stepBatch, &o.stepBatch}} {
+	for _, p := range []struct{ a, b *sumCount }{{&c.tpot, &o.tpot}, {&c.e2e, &o.e2e}, {&c.queue, &o.queue}, {&c.stepBatch, &o.stepBatch}, {&c.stepDur, &o.stepDur}} {
 		p.a.sum += p.b.sum
 		p.a.count += p.b.count
 	}
@@ -144,8 +134,11 @@ func genDelta(begin, end genCounters, window time.Duration) *record.LLMServer {
 	if sum, n := d(func(c genCounters) sumCount { return c.stepBatch }); n > 0 {
 		s.StepBatch = round3(sum / n)
 	}
+	s.StepMean = ms(d(func(c genCounters) sumCount { return c.stepDur }))
 	if secs := window.Seconds(); secs > 0 {
 		s.OutputTokensPerS = round3((end.generated - begin.generated) / secs)
+		stepSecs, _ := d(func(c genCounters) sumCount { return c.stepDur })
+		s.StepBusy = round3(stepSecs / secs)
 	}
 	buckets := make(map[float64]float64, len(end.ttft.le))
 	for le, n := range end.ttft.le {

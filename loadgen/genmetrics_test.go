@@ -39,6 +39,8 @@ infer_gen_generation_tokens_total{endpoint="v1"} %[3]v
 infer_gen_request_success_total{endpoint="v1",finished_reason="length"} %[1]v
 infer_gen_num_requests_running{endpoint="v1"} 7
 infer_gen_kv_cache_usage_perc{endpoint="v1"} 0.25
+infer_gen_step_duration_seconds_sum{endpoint="v1"} %[2]v
+infer_gen_step_duration_seconds_count{endpoint="v1"} %[1]v
 `
 
 func genSamples(t *testing.T, n, sum, tokens float64) []sample {
@@ -74,6 +76,9 @@ func TestGenMetrics(t *testing.T) {
 	d := genDelta(a, b, 2*time.Second)
 	if d.Requests != 20 || d.TTFTMean != 1.5 || d.OutputTokensPerS != 200 || d.TTFTP50 != 1.5 {
 		t.Errorf("delta = %+v; want 20 requests, TTFT mean 1.5ms, p50 1.5ms (mid-bucket), 200 tokens/s", d)
+	}
+	if d.StepMean != 1.5 || d.StepBusy != 0.015 { // 20 steps of 1.5 ms in 2 s
+		t.Errorf("steps: mean %v ms, busy %v; want 1.5 ms, 0.015", d.StepMean, d.StepBusy)
 	}
 	// The acceptance load's ideal (DESIGN.md): about 1,850 tokens/s.
 	if got := idealTokens(step, perSeq, perPrefill, 32, 138, 272); math.Abs(got-1850) > 10 {

@@ -98,7 +98,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		}
 		writeJSON(w, e.Status, map[string]string{"status": e.Code, "reason": e.Message})
 	default:
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "model": s.info.Name})
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready", "model": s.modelNames()})
 	}
 }
 

@@ -135,47 +135,52 @@ func newMetrics(s *Server) *metrics {
 			m.v2 = e
 		}
 	}
-	queueDepth := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "infer_queue_depth", Help: "Items admitted and not yet taken by a model instance.",
-		ConstLabels: prometheus.Labels{"endpoint": endpointBatched},
-	}, func() float64 {
-		if b := s.batched.Load(); b != nil {
-			return float64(b.Len())
-		}
-		return 0
-	})
-	naiveDepth := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "infer_queue_depth", Help: "Items admitted and not yet taken by a model instance.",
-		ConstLabels: prometheus.Labels{"endpoint": endpointNaive},
-	}, func() float64 {
-		if n := s.naive.Load(); n != nil {
-			return float64(n.Len())
-		}
-		return 0
-	})
+	depth := func(ep string, n func() int) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "infer_queue_depth", Help: "Items admitted and not yet taken by a model instance.",
+			ConstLabels: prometheus.Labels{"endpoint": ep},
+		}, func() float64 { return float64(n()) })
+	}
 	ready := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "infer_ready", Help: "1 when the model is loaded and warm, the server is not draining and its batched scheduler can serve.",
+		Name: "infer_ready", Help: "1 when the models are loaded and warm, the server is not draining and its batched scheduler (if any) can serve.",
 	}, func() float64 {
 		if s.serving() {
 			return 1
 		}
 		return 0
 	})
-	info := prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: metric.ModelInfo, Help: "The model served; always 1.",
-		ConstLabels: prometheus.Labels{"model": s.info.Name, "task": s.info.Task, "backend": s.info.Backend},
-	})
-	info.Set(1)
+	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: metric.ModelInfo, Help: "The models served; always 1.",
+	}, []string{"model", "task", "backend"})
+	for _, mi := range s.served() {
+		info.WithLabelValues(mi.Name, mi.Task, mi.Backend).Set(1)
+	}
+	// The lifecycle's metrics, whatever the server serves.
+	m.reg.MustRegister(ready, info, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reg.MustRegister(s.conns.collectors()...)
+	m.reg.MustRegister(s.cfg.Collectors...)
+	if s.factory == nil {
+		return m // no encoder endpoints
+	}
 	m.reg.MustRegister(m.requests, m.duration, m.inFlight, m.queueDur, m.batch, m.compute,
-		m.items, m.dropped, m.failed, m.padding, m.calls, m.refused, queueDepth, naiveDepth, ready, info,
-		batchingCollector{s}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.items, m.dropped, m.failed, m.padding, m.calls, m.refused, batchingCollector{s},
+		depth(endpointBatched, func() int {
+			if b := s.batched.Load(); b != nil {
+				return b.Len()
+			}
+			return 0
+		}),
+		depth(endpointNaive, func() int {
+			if n := s.naive.Load(); n != nil {
+				return n.Len()
+			}
+			return 0
+		}))
 	if s.cache != nil {
 		m.reg.MustRegister(m.cacheHits, m.cacheMisses, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "infer_cache_entries", Help: "Results held in the result cache.",
 		}, func() float64 { return float64(s.cache.len()) }))
 	}
-	m.reg.MustRegister(s.conns.collectors()...)
-	m.reg.MustRegister(s.cfg.Collectors...)
 	return m
 }
 

@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -195,6 +197,9 @@ type Service interface {
 	// Mount registers the service's handlers on mux; New calls it once.
 	// Its patterns must not collide with the server's own.
 	Mount(mux *http.ServeMux)
+	// Info describes the model the service serves: the server's
+	// infer_model_info, /readyz and logs name it.
+	Info() models.Info
 	// Run loads what the service needs, calls ready once it can serve, and
 	// serves until ctx is done. ctx ending is the drain: the service then
 	// refuses new work, finishes what it admitted, and returns. An error
@@ -259,6 +264,30 @@ func New(cfg Config, factory models.Factory) (*Server, error) {
 	return s, nil
 }
 
+// served describes the models served: the encoder endpoints' (if any), then
+// each service's.
+func (s *Server) served() []models.Info {
+	var ms []models.Info
+	if s.factory != nil {
+		ms = append(ms, s.info)
+	}
+	for _, svc := range s.cfg.Services {
+		ms = append(ms, svc.Info())
+	}
+	return ms
+}
+
+// modelNames names the models served, for logs and /readyz.
+func (s *Server) modelNames() string {
+	var names []string
+	for _, m := range s.served() {
+		if !slices.Contains(names, m.Name) {
+			names = append(names, m.Name)
+		}
+	}
+	return strings.Join(names, ",")
+}
+
 // Handler returns the server's HTTP handler. Inference endpoints answer 503
 // until Serve has loaded and warmed the model.
 func (s *Server) Handler() http.Handler { return s.handler }
@@ -300,7 +329,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	cl := s.conns.listen(ln)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(cl) }()
-	s.log.Info("listening", "addr", ln.Addr().String(), "model", s.info.Name, "max_conns", s.cfg.MaxConns)
+	s.log.Info("listening", "addr", ln.Addr().String(), "model", s.modelNames(), "max_conns", s.cfg.MaxConns)
 
 	// What runs admitted work (the batcher, the services) stops admitting
 	// when workCtx ends, and returns once its work is done.

@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/inferhq/infer/models"
 	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/servertest"
 )
@@ -25,6 +26,8 @@ func (h *hello) Mount(mux *http.ServeMux) {
 		w.Write([]byte("hi"))
 	})
 }
+
+func (h *hello) Info() models.Info { return models.Info{Name: "hello", Task: "greet", Backend: "test"} }
 
 func (h *hello) Run(ctx context.Context, ready func()) error {
 	<-h.load
@@ -54,8 +57,21 @@ func TestServiceSharesTheLifecycle(t *testing.T) {
 		if r := do(t, ts, "POST", "/batched", "text/plain", "x"); r.status != 404 {
 			t.Errorf("no model: /batched = %d, want 404", r.status)
 		}
-		if m := do(t, ts, "GET", "/metrics", "", "").raw; !strings.Contains(m, "infer_connections_open") {
-			t.Error("/metrics lacks the lifecycle's metrics")
+		if r := do(t, ts, "GET", "/readyz", "", ""); r.status != 200 || !strings.Contains(r.raw, `"model":"hello"`) {
+			t.Errorf("readyz = %d %s, want 200 naming the service's model", r.status, r.raw)
+		}
+		// Only what applies: the lifecycle's metrics and the service's
+		// model, none of the encoder endpoints'.
+		m := do(t, ts, "GET", "/metrics", "", "").raw
+		for _, want := range []string{"infer_connections_open", "infer_ready 1", `infer_model_info{backend="test",model="hello",task="greet"} 1`} {
+			if !strings.Contains(m, want) {
+				t.Errorf("/metrics lacks %s", want)
+			}
+		}
+		for _, unwanted := range []string{"infer_batch_size", "infer_batching_info", "infer_requests_total", "infer_queue_depth", `model=""`} {
+			if strings.Contains(m, unwanted) {
+				t.Errorf("/metrics of a server without an encoder model has %s", unwanted)
+			}
 		}
 		if err := ts.Stop(); err != nil {
 			t.Errorf("Stop() = %v", err)

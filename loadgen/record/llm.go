@@ -131,6 +131,11 @@ type LLMServer struct {
 	OutputTokensPerS float64 `json:"output_tokens_per_s"`
 	Preemptions      float64 `json:"preemptions"`
 	StepBatch        float64 `json:"step_batch_mean"` // sequences per engine step
+	// StepMean is the model's mean time on one engine step, and StepBusy
+	// the share of the window the model spent in steps (the rest is the
+	// engine's time between steps: HTTP, streaming, scheduling).
+	StepMean float64 `json:"step_mean_ms,omitempty"`
+	StepBusy float64 `json:"step_busy,omitempty"`
 	// Gauges sampled during the window: running and waiting sequences,
 	// the KV cache's used share (0 to 1).
 	Running Gauge `json:"running"`

@@ -92,13 +92,12 @@ type decoderSig struct {
 // DecoderFactory loads a decoder graph and makes instances of it. It is a
 // models.DecoderFactory.
 type DecoderFactory struct {
-	cfg      DecoderConfig
-	log      *slog.Logger
-	sig      decoderSig
-	info     models.DecoderInfo
-	tok      models.Tokenizer
-	devices  []models.Device
-	threads  int
+	cfg  DecoderConfig
+	log  *slog.Logger
+	sig  decoderSig
+	info models.DecoderInfo
+	tok  models.Tokenizer
+	placement
 	sessions sessions
 }
 
@@ -180,12 +179,6 @@ func OpenDecoder(cfg DecoderConfig) (*DecoderFactory, error) {
 		dirName = filepath.Base(filepath.Clean(cfg.Path))
 	}
 	cfg.Path = file
-	if cfg.Workers <= 0 {
-		cfg.Workers = 1
-	}
-	if len(cfg.Devices) == 0 {
-		cfg.Devices = []models.Device{{Kind: "cpu"}}
-	}
 	if cfg.KVTokens < 0 || cfg.Context < 0 {
 		return nil, fmt.Errorf("onnx: KV tokens %d, context %d: must not be negative", cfg.KVTokens, cfg.Context)
 	}
@@ -207,22 +200,16 @@ func OpenDecoder(cfg DecoderConfig) (*DecoderFactory, error) {
 	if err := f.describe(*info, hf, dirName); err != nil {
 		return nil, fmt.Errorf("onnx: %s: %w", file, err)
 	}
-	lib, err := loadRuntime(cfg.Library)
-	if err != nil {
+	if f.placement, err = place(cfg.Library, cfg.Devices, cfg.Threads, cfg.Workers, f.log); err != nil {
 		return nil, err
 	}
-	if f.devices, err = resolveDevices(cfg.Devices, f.log); err != nil {
-		return nil, err
-	}
-	f.threads = threadsPerSession(cfg.Threads, cfg.Workers)
 	if !f.sig.positions {
 		f.log.Warn("decoder graph has no position_ids input: only sequences of equal lengths share a run, "+
 			"so batches are small; re-export with position_ids (optimum does for gpt2)", "path", file)
 	}
-	f.log.Info("onnx decoder", "path", file, "layers", f.sig.layers, "heads", f.sig.heads, "head_dim", f.sig.headDim,
+	f.log.Info("onnx decoder", append([]any{"path", file, "layers", f.sig.layers, "heads", f.sig.heads, "head_dim", f.sig.headDim,
 		"vocab", f.sig.vocab, "context", f.info.Context, "kv_tokens", f.info.KVTokens,
-		"kv_mib", f.KVBytes()>>20, "merged", f.sig.cacheBranch, "runtime", RuntimeVersion(), "library", lib,
-		"threads", f.threads, "devices", devicesString(f.devices))
+		"kv_mib", f.KVBytes() >> 20, "merged", f.sig.cacheBranch}, f.logAttrs()...)...)
 	return f, nil
 }
 
@@ -417,8 +404,7 @@ func (f *DecoderFactory) Info() models.Info {
 		Name:    f.cfg.Name,
 		Task:    TaskTextGeneration,
 		Backend: "onnx",
-		Params: fmt.Sprintf("onnxruntime=%s devices=%s threads=%d context=%d kv_tokens=%d",
-			RuntimeVersion(), devicesString(f.devices), f.threads, f.info.Context, f.info.KVTokens),
+		Params:  fmt.Sprintf("%s context=%d kv_tokens=%d", f.params(), f.info.Context, f.info.KVTokens),
 	}
 }
 

@@ -32,6 +32,42 @@ func noCUDA(err error) error {
 		"point --ort-lib at a CUDA build of libonnxruntime with its provider libraries, or use --devices cpu): %w", err)
 }
 
+// placement is where a factory's sessions run: the ONNX Runtime library it
+// loaded, its devices (auto replaced by what it chose) and the intra-op
+// threads of each session.
+type placement struct {
+	library string
+	devices []models.Device
+	threads int
+}
+
+// place loads the runtime from library (once per process), resolves devices
+// (none: the CPU) and sets the threads of each session (threadsPerSession).
+func place(library string, devices []models.Device, threads, workers int, log *slog.Logger) (placement, error) {
+	lib, err := loadRuntime(library)
+	if err != nil {
+		return placement{}, err
+	}
+	if len(devices) == 0 {
+		devices = []models.Device{{Kind: "cpu"}}
+	}
+	ds, err := resolveDevices(devices, log)
+	if err != nil {
+		return placement{}, err
+	}
+	return placement{library: lib, devices: ds, threads: threadsPerSession(threads, workers)}, nil
+}
+
+// logAttrs are the placement's fields for a factory's start-up log line.
+func (p placement) logAttrs() []any {
+	return []any{"runtime", RuntimeVersion(), "library", p.library, "threads", p.threads, "devices", devicesString(p.devices)}
+}
+
+// params is the placement's part of a factory's models.Info.Params.
+func (p placement) params() string {
+	return fmt.Sprintf("onnxruntime=%s devices=%s threads=%d", RuntimeVersion(), devicesString(p.devices), p.threads)
+}
+
 // resolveDevices checks that each CUDA device can be used, at start-up rather
 // than at the first session, and replaces auto by cuda:0 when the runtime
 // can use it, else by the CPU.

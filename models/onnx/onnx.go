@@ -99,12 +99,11 @@ type Config struct {
 // Factory loads one ONNX graph and makes model instances of it. It is a
 // models.Factory.
 type Factory struct {
-	cfg     Config
-	log     *slog.Logger
-	sig     signature
-	dec     decoder
-	devices []models.Device // resolved: auto is replaced by what it chose
-	threads int
+	cfg Config
+	log *slog.Logger
+	sig signature
+	dec decoder
+	placement
 
 	sessions sessions
 
@@ -131,12 +130,6 @@ func New(cfg Config) (*Factory, error) {
 	if cfg.MaxSeqLen < 3 {
 		return nil, fmt.Errorf("onnx: max sequence length %d: want at least 3 ([CLS], a token, [SEP])", cfg.MaxSeqLen)
 	}
-	if cfg.Workers <= 0 {
-		cfg.Workers = 1
-	}
-	if len(cfg.Devices) == 0 {
-		cfg.Devices = []models.Device{{Kind: "cpu"}}
-	}
 	f := &Factory{cfg: cfg, log: cfg.Logger}
 	if f.log == nil {
 		f.log = slog.New(slog.DiscardHandler)
@@ -144,14 +137,10 @@ func New(cfg Config) (*Factory, error) {
 	if _, err := os.Stat(cfg.Path); err != nil {
 		return nil, fmt.Errorf("onnx: model: %w", err)
 	}
-	lib, err := loadRuntime(cfg.Library)
-	if err != nil {
+	var err error
+	if f.placement, err = place(cfg.Library, cfg.Devices, cfg.Threads, cfg.Workers, f.log); err != nil {
 		return nil, err
 	}
-	if f.devices, err = resolveDevices(cfg.Devices, f.log); err != nil {
-		return nil, err
-	}
-	f.threads = threadsPerSession(cfg.Threads, cfg.Workers)
 	ins, outs, err := ort.GetInputOutputInfo(cfg.Path)
 	trimHeap()
 	if err != nil {
@@ -168,8 +157,8 @@ func New(cfg Config) (*Factory, error) {
 		}
 		f.dec.maskID = id
 	}
-	f.log.Info("onnx model", "path", cfg.Path, "task", f.sig.head.task(), "outputs", strings.Join(f.sig.outputs, ","),
-		"runtime", RuntimeVersion(), "library", lib, "threads", f.threads, "devices", devicesString(f.devices))
+	f.log.Info("onnx model", append([]any{"path", cfg.Path, "task", f.sig.head.task(), "outputs", strings.Join(f.sig.outputs, ",")},
+		f.logAttrs()...)...)
 	return f, nil
 }
 
@@ -179,8 +168,7 @@ func (f *Factory) Info() models.Info {
 		Name:    f.cfg.Name,
 		Task:    f.sig.head.task(),
 		Backend: "onnx",
-		Params: fmt.Sprintf("onnxruntime=%s devices=%s threads=%d max_seq_len=%d",
-			RuntimeVersion(), devicesString(f.devices), f.threads, f.cfg.MaxSeqLen),
+		Params:  fmt.Sprintf("%s max_seq_len=%d", f.params(), f.cfg.MaxSeqLen),
 	}
 }
 

@@ -122,6 +122,13 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// Validate reports a URL that does not parse, before anything is loaded or
+// connected. (NewFrontend and NewWorker check it too.)
+func (c Config) Validate() error {
+	_, err := c.withDefaults().options()
+	return err
+}
+
 const group = "workers"
 
 // expiry is how long an announcement lives without renewal.
@@ -146,6 +153,15 @@ func (c Config) cancelChannel(m models.Info) string { return c.Prefix + ":" + mo
 
 // client returns a Redis client for c.URL. It does not connect yet.
 func (c Config) client() (*redis.Client, error) {
+	opt, err := c.options()
+	if err != nil {
+		return nil, err
+	}
+	return redis.NewClient(opt), nil
+}
+
+// options are the Redis client's options for c.URL.
+func (c Config) options() (*redis.Options, error) {
 	opt, err := redis.ParseURL(c.URL)
 	if err != nil {
 		return nil, fmt.Errorf("broker url: %w", err)
@@ -160,7 +176,7 @@ func (c Config) client() (*redis.Client, error) {
 	opt.ContextTimeoutEnabled = true
 	opt.DisableIdentity = true
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-	return redis.NewClient(opt), nil
+	return opt, nil
 }
 
 // LogClientTo sends the log lines of the Redis client library to logger at

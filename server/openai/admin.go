@@ -26,6 +26,11 @@ type batching struct {
 	MaxLatency       string          `json:"max_latency"`
 }
 
+// logAttrs are b's fields for a log line.
+func (b batching) logAttrs() []any {
+	return []any{"policy", b.Policy, "max_seqs", b.MaxSeqs, "max_batched_tokens", b.MaxBatchedTokens, "kv_tokens", b.KVTokens, "max_latency", b.MaxLatency}
+}
+
 type batchingPatch struct {
 	Policy           *string `json:"policy"`
 	MaxSeqs          *int    `json:"max_seqs"`
@@ -110,6 +115,6 @@ func (s *Service) patchBatching(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := s.batching()
-	s.log.Info("batching changed", "policy", st.Policy, "max_seqs", st.MaxSeqs, "max_batched_tokens", st.MaxBatchedTokens, "max_latency", st.MaxLatency)
+	s.log.Info("batching changed", st.logAttrs()...)
 	writeJSON(w, http.StatusOK, st)
 }

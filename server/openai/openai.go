@@ -180,6 +180,7 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 	}
 	s.ready.Store(true)
 	ready()
+	s.log.Info("ready", append([]any{"model", s.info.Name, "paths", "/v1, /static/v1, /naive/v1"}, s.batching().logAttrs()...)...)
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		<-ctx.Done()

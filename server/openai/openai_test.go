@@ -430,8 +430,23 @@ func TestSlowReaderIsCutWithoutStallingOthers(t *testing.T) {
 
 func TestModelInfoMetric(t *testing.T) {
 	ts := startServer(t, simlm.Config{Step: 5 * time.Millisecond}, openai.Config{}, "")
-	want := `infer_gen_model_info{backend="sim",model="sim-lm",params="step=5ms per_seq=0s per_prefill_token=0s kv_tokens=65536 context=4096"}`
-	if got := metric(t, ts.URL, want); got != "1" {
-		t.Errorf("%s = %q, want 1", want, got)
+	for _, want := range []string{
+		`infer_gen_model_info{backend="sim",model="sim-lm",params="step=5ms per_seq=0s per_prefill_token=0s kv_tokens=65536 context=4096"}`,
+		`infer_model_info{backend="sim",model="sim-lm",task="generate"}`, // the server's, for the service's model
+	} {
+		if got := metric(t, ts.URL, want); got != "1" {
+			t.Errorf("%s = %q, want 1", want, got)
+		}
+	}
+	// The server has no encoder model: none of the encoder endpoints' metrics.
+	resp, err := http.Get(ts.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := readAll(t, resp)
+	for _, name := range []string{"infer_batching_info{", "infer_batch_size_", "infer_queue_depth{", "infer_requests_total{"} {
+		if strings.Contains(m, name) {
+			t.Errorf("/metrics has %s, want no such metric", name)
+		}
 	}
 }

@@ -1,0 +1,95 @@
+# What the scripts/accept-*.sh scripts share; they source it from the
+# repository root. The caller sets BIN (the infer binary), URL (the
+# http://127.0.0.1:PORT its servers listen on) and TMP (a scratch directory
+# it removes), and stops its server on exit (stop_server).
+
+SERVER= # the pid of the server serve started
+
+# serve ARGS...: (re)start `$BIN serve` on $URL with --log-level warn and
+# ARGS, its output in $TMP/serve.log, and wait until /readyz answers: for up
+# to READY_TIMEOUT seconds (default 120: a built-in model is generated on
+# first use), failing at once if the server exits. SERVE_ENV, if set,
+# prefixes the command (e.g. "env GOMAXPROCS=1").
+serve() {
+	stop_server
+	${SERVE_ENV:-} "$BIN" serve --addr "${URL#http://}" --log-level warn "$@" >"$TMP/serve.log" 2>&1 &
+	SERVER=$!
+	local deadline=$((SECONDS + ${READY_TIMEOUT:-120}))
+	while ((SECONDS < deadline)); do
+		curl -fsS "$URL/readyz" >/dev/null 2>&1 && return 0
+		kill -0 "$SERVER" 2>/dev/null || break
+		sleep 0.05
+	done
+	echo "infer serve $* did not become ready; its log:"
+	cat "$TMP/serve.log"
+	exit 1
+}
+
+# stop_server: drain the server serve started (SIGINT) and wait for it.
+stop_server() {
+	if [[ -n $SERVER ]]; then
+		kill -INT "$SERVER" 2>/dev/null || true
+		wait "$SERVER" 2>/dev/null || true
+		SERVER=
+	fi
+}
+
+# metric NAME [BASE]: the value of the sample NAME, labels included as
+# /metrics writes them (infer_items_total{endpoint="batched"}), of the
+# server at BASE (default $URL); 0 when there is none.
+metric() { curl -fsS "${2:-$URL}/metrics" | awk -v m="$1" '$1 == m {v = $2} END {print v + 0}'; }
+
+# section NAME: whether NAME is one of the SECTIONS asked for.
+section() { [[ " ${SECTIONS[*]} " == *" $1 "* ]]; }
+
+# vegeta_install: the vegeta command, at the version the project's library
+# is, into $TMP; sets VEGETA.
+vegeta_install() {
+	GOBIN="$TMP" go install github.com/tsenart/vegeta/v12@v12.13.0
+	VEGETA=$TMP/vegeta
+}
+
+# statuses FILE: a vegeta result file as its requests per status (and
+# error), each with its p50, p99 and longest latency, then their total.
+statuses() {
+	"$VEGETA" encode --to csv <"$1" | python3 -c '
+import csv, sys, collections
+lat = collections.defaultdict(list)
+for row in csv.reader(sys.stdin):
+    lat[(int(row[1]), row[5][:70])].append(int(row[2]) / 1e6)
+for (code, err), ls in sorted(lat.items()):
+    ls.sort()
+    p = lambda q: ls[min(len(ls) - 1, int(q * len(ls)))]
+    what = f"{code} ({err})" if err else str(code)
+    print(f"  status {what}: {len(ls)} requests, p50 {p(.5):.2f} ms, p99 {p(.99):.2f} ms, max {ls[-1]:.2f} ms")
+print(f"  total {sum(map(len, lat.values()))} requests")
+'
+}
+
+# bench BIN SCENARIO OUT [FLAGS...]: `BIN bench` of SCENARIO (a file, or a
+# name in scenarios/) into the run directory OUT, without the live view or
+# the report; its output in OUT.log.
+bench() {
+	local bin=$1 sc=$2 out=$3
+	shift 3
+	[ -f "$sc" ] || sc="scenarios/$sc.yaml"
+	"$bin" bench -s "$sc" --no-tui --report=false -o "$out" "$@" >"$out.log" 2>&1 ||
+		{ echo "bench $sc failed (exit $?), see $out.log" >&2; return 1; }
+}
+
+# accept_tests PACKAGE ENV TIMEOUT TEST...: run the env-gated acceptance
+# tests (ENV=1 enables them) of PACKAGE, print their "ACCEPT" lines, and on
+# failure the end of the log; returns go test's status.
+accept_tests() {
+	local pkg=$1 env=$2 timeout=$3 log status=0
+	shift 3
+	log=$(mktemp -t infer-accept.XXXXXX)
+	env "$env=1" go test -count=1 -timeout "$timeout" -v -run "^($(IFS='|'; echo "$*"))\$" "$pkg" >"$log" 2>&1 || status=$?
+	grep -E '^ACCEPT' "$log" || true
+	if [[ $status -ne 0 ]]; then
+		echo "== FAILED; the test log:"
+		grep -v -E '^ACCEPT|^=== RUN' "$log" | tail -40
+	fi
+	rm -f "$log"
+	return $status
+}
