@@ -14,11 +14,12 @@
 # load need the LLM bench (infer bench); the engine's own figures on the sim,
 # in virtual time, come from: go test -run Sim -v ./server/generate
 # Needs curl and python3. Every load is bounded in time and count.
-# Usage: scripts/accept-gen.sh [section...] (default: all).
+# Usage: scripts/accept-gen.sh [section...] (default: all). BIN=path runs
+# another build of infer (e.g. to compare two builds in turn).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-make -s build
-BIN=bin/infer
+if [ -z "${BIN:-}" ]; then make -s build; fi
+BIN=${BIN:-bin/infer}
 PORT=${PORT:-23100}
 ADDR=127.0.0.1:$PORT
 URL=http://$ADDR
