@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/inferhq/infer/server/generate"
+	"github.com/inferhq/infer/server/openai"
 )
 
 // genOptions are infer serve's flags for a generative (decoder) model.
@@ -16,6 +17,7 @@ type genOptions struct {
 	MaxBatchedTokens   int
 	KVTokens           int
 	Policy             string
+	StreamInterval     int
 	SimStep            time.Duration
 	SimPerSeq          time.Duration
 	SimPerPrefillToken time.Duration
@@ -27,6 +29,7 @@ func (o *genOptions) bind(cmd *cobra.Command) {
 	f.IntVar(&o.MaxBatchedTokens, "max-batched-tokens", 0, fmt.Sprintf("decoder models: per-step token budget; decodes go first, prompt chunks fill the rest (chunked prefill) (0: %d for sim-lm, %d for ONNX Runtime decoders)", accelDefaults.maxBatchedTokens, cpuDefaults.maxBatchedTokens))
 	f.IntVar(&o.KVTokens, "kv-tokens", 0, "decoder models: KV capacity in tokens per model instance, at least the context (0: the model's: sim-lm simulates 65536, an ONNX Runtime decoder holds 16 contexts, 16384 for GPT-2)")
 	f.StringVar(&o.Policy, "gen-policy", string(generate.Continuous), fmt.Sprintf("decoder models: scheduling of /v1: %v (/static/v1 and /naive/v1 always serve their own)", generate.Policies()))
+	f.IntVar(&o.StreamInterval, "stream-interval", 1, fmt.Sprintf("decoder models: tokens a stream gathers into one write after its first, which goes out at once (1 to %d; n > 1 spaces a client's tokens n steps apart and saves the server n-1 writes in n)", openai.MaxStreamInterval))
 	f.DurationVar(&o.SimStep, "sim-step", 8*time.Millisecond, "sim-lm: fixed cost of an engine step")
 	f.DurationVar(&o.SimPerSeq, "sim-per-seq", 250*time.Microsecond, "sim-lm: added cost per decoding sequence in a step")
 	f.DurationVar(&o.SimPerPrefillToken, "sim-per-prefill-token", 20*time.Microsecond, "sim-lm: added cost per prompt token prefilled in a step")
@@ -50,6 +53,8 @@ func (o *genOptions) engine(d engineDefaults, maxLatency time.Duration, queueCap
 		return generate.Config{}, usageErrorf("--max-batched-tokens %d: want --max-seqs (%d) to %d: every running sequence needs a token each step", maxBatched, maxSeqs, generate.MaxMaxBatchedTokens)
 	case o.KVTokens < 0:
 		return generate.Config{}, usageErrorf("--kv-tokens %d: must not be negative", o.KVTokens)
+	case o.StreamInterval < 1 || o.StreamInterval > openai.MaxStreamInterval:
+		return generate.Config{}, usageErrorf("--stream-interval %d: want 1 to %d tokens", o.StreamInterval, openai.MaxStreamInterval)
 	case queueCap > generate.MaxQueueCap:
 		return generate.Config{}, usageErrorf("--queue-cap %d: a decoder model's queue holds at most %d requests", queueCap, generate.MaxQueueCap)
 	}

@@ -241,7 +241,7 @@ func serveDecoder(ctx context.Context, opts *serveOptions, cfg server.Config, d 
 		return err
 	}
 	cfg.Logger.Info("model", "name", describe(f.Info()))
-	svc, err := openai.New(openai.Config{Engine: ecfg, MaxBody: cfg.MaxBody, Timeout: cfg.Timeout, Logger: cfg.Logger}, f)
+	svc, err := openai.New(openai.Config{Engine: ecfg, MaxBody: cfg.MaxBody, Timeout: cfg.Timeout, StreamInterval: opts.Gen.StreamInterval, Logger: cfg.Logger}, f)
 	if err != nil {
 		return usageErrorf("%v", err)
 	}

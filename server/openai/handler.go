@@ -227,6 +227,10 @@ func (a *answer) stream(ctx context.Context, w http.ResponseWriter, s *generate.
 	var err error
 	for {
 		toks, err = s.Next(ctx, toks[:0])
+		// After the first write, gather StreamInterval tokens a write.
+		for ttft != 0 && err == nil && len(toks) < a.h.s.cfg.StreamInterval {
+			toks, err = s.Next(ctx, toks)
+		}
 		if !started && len(toks) == 0 && err != nil {
 			e := a.h.toAPIError(err)
 			writeError(w, e)

@@ -51,9 +51,19 @@ type Config struct {
 	// that stops reading is cut after it (and after the engine's stream
 	// buffer fills). Default 10s.
 	WriteTimeout time.Duration
+	// StreamInterval is how many tokens a stream gathers into one write
+	// after its first, which goes out at once (vLLM's --stream-interval):
+	// 1 (the default) writes each token as it is decoded; n > 1 makes a
+	// client's inter-token gaps n steps apart and costs the server one
+	// write, and one network send, per n tokens. 1 to MaxStreamInterval.
+	StreamInterval int
 	// Logger receives lifecycle events; nil discards them.
 	Logger *slog.Logger
 }
+
+// MaxStreamInterval bounds Config.StreamInterval well below the engine's
+// stream buffer, which cuts a reader that far behind.
+const MaxStreamInterval = 64
 
 // Service is the OpenAI-compatible API over one generative model.
 type Service struct {
@@ -104,6 +114,15 @@ func New(cfg Config, f models.DecoderFactory) (*Service, error) {
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 10 * time.Second
+	}
+	if cfg.StreamInterval == 0 {
+		cfg.StreamInterval = 1
+	}
+	if cfg.StreamInterval < 1 || cfg.StreamInterval > MaxStreamInterval {
+		return nil, fmt.Errorf("stream interval %d: want 1 to %d tokens", cfg.StreamInterval, MaxStreamInterval)
+	}
+	if b := cfg.Engine.StreamBuffer; b > 0 && cfg.StreamInterval >= b {
+		return nil, fmt.Errorf("stream interval %d: want fewer tokens than the engine's stream buffer (%d)", cfg.StreamInterval, b)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

@@ -450,3 +450,73 @@ func TestModelInfoMetric(t *testing.T) {
 		}
 	}
 }
+
+// With a stream interval, the first token goes out at once, and every
+// later write (one HTTP chunk: the server flushes each) carries the
+// interval's tokens, up to the last.
+func TestStreamIntervalGathersTokensAfterTheFirst(t *testing.T) {
+	for _, interval := range []int{1, 4} {
+		t.Run(fmt.Sprint(interval), func(t *testing.T) {
+			// 20 ms steps: the reader keeps up with each token.
+			ts := startServer(t, simlm.Config{Step: 20 * time.Millisecond}, openai.Config{StreamInterval: interval}, "")
+			conn, err := net.Dial("tcp", strings.TrimPrefix(ts.URL, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			body := `{"prompt":"Once upon a time","max_tokens":10,"ignore_eos":true,"stream":true}`
+			fmt.Fprintf(conn, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+			br := bufio.NewReader(conn)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil || resp.StatusCode != http.StatusOK || resp.TransferEncoding == nil {
+				t.Fatalf("response %v, %v: want a 200 in chunks", resp, err)
+			}
+			// Read the chunked body by hand: one chunk per write.
+			var chunks []int // token events per chunk
+			done := false
+			for !done {
+				var n int
+				line, err := br.ReadString('\n')
+				if _, serr := fmt.Sscanf(line, "%x", &n); err != nil || serr != nil {
+					t.Fatalf("chunk header %q: %v %v", line, err, serr)
+				}
+				if n == 0 {
+					break
+				}
+				data := make([]byte, n+2)
+				if _, err := io.ReadFull(br, data); err != nil {
+					t.Fatal(err)
+				}
+				events := strings.Count(string(data), `"text":`)
+				done = strings.Contains(string(data), "[DONE]")
+				chunks = append(chunks, events)
+			}
+			// 10 tokens: the first, then 9 in writes of at least the
+			// interval's (a token whose text is held back, e.g. inside a
+			// UTF-8 character, has its event with the next).
+			switch {
+			case chunks[0] >= max(interval, 2):
+				t.Errorf("chunks %v: the first token must go out at once", chunks)
+			case interval == 4 && len(chunks) > 4:
+				t.Errorf("chunks %v: want at most 4 writes of 10 tokens at interval 4", chunks)
+			case interval == 1 && len(chunks) < 6:
+				t.Errorf("chunks %v: with interval 1 the tokens go out as they come", chunks)
+			}
+		})
+	}
+}
+
+func TestStreamIntervalBounds(t *testing.T) {
+	f, err := simlm.New(simlm.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{-1, openai.MaxStreamInterval + 1} {
+		if _, err := openai.New(openai.Config{StreamInterval: n}, f); err == nil {
+			t.Errorf("stream interval %d accepted", n)
+		}
+	}
+	if _, err := openai.New(openai.Config{StreamInterval: 8, Engine: generate.Config{StreamBuffer: 8}}, f); err == nil {
+		t.Error("a stream interval of the whole stream buffer accepted")
+	}
+}
