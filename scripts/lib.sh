@@ -9,35 +9,60 @@ SERVER= # the pid of the server serve started
 # ARGS, its output in $TMP/serve.log, and wait until /readyz answers: for up
 # to READY_TIMEOUT seconds (default 120: a built-in model is generated on
 # first use), failing at once if the server exits. SERVE_ENV, if set,
-# prefixes the command (e.g. "env GOMAXPROCS=1").
+# prefixes the command (e.g. "env GOMAXPROCS=1"). Fails at once if another
+# process already answers on $URL.
 serve() {
 	stop_server
+	port_free "$URL"
 	${SERVE_ENV:-} "$BIN" serve --addr "${URL#http://}" --log-level warn "$@" >"$TMP/serve.log" 2>&1 &
 	SERVER=$!
-	local deadline=$((SECONDS + ${READY_TIMEOUT:-120}))
-	while ((SECONDS < deadline)); do
-		curl -fsS "$URL/readyz" >/dev/null 2>&1 && return 0
-		kill -0 "$SERVER" 2>/dev/null || break
-		sleep 0.05
-	done
+	await_ready "$URL" "$SERVER" && return 0
 	echo "infer serve $* did not become ready; its log:"
 	cat "$TMP/serve.log"
 	exit 1
 }
 
-# stop_server: drain the server serve started (SIGINT) and wait for it.
+# stop_server: drain the server serve started (with STOP_SIGNAL, default
+# INT) and wait for it.
 stop_server() {
 	if [[ -n $SERVER ]]; then
-		kill -INT "$SERVER" 2>/dev/null || true
+		kill -"${STOP_SIGNAL:-INT}" "$SERVER" 2>/dev/null || true
 		wait "$SERVER" 2>/dev/null || true
 		SERVER=
 	fi
 }
 
+# await_ready URL [PID [SECONDS]]: poll URL/readyz every 50 ms until it
+# answers 2xx, for up to SECONDS (default READY_TIMEOUT, else 120); returns 1
+# when the time is up or the process PID (if given) has exited.
+await_ready() {
+	local deadline=$((SECONDS + ${3:-${READY_TIMEOUT:-120}}))
+	while ((SECONDS < deadline)); do
+		curl -fsS "$1/readyz" >/dev/null 2>&1 && return 0
+		[[ -z ${2:-} ]] || kill -0 "$2" 2>/dev/null || return 1
+		sleep 0.05
+	done
+	return 1
+}
+
+# port_free URL: exit 1, saying so, if some process already answers on URL
+# (a measurement would go to it).
+port_free() {
+	if curl -s -o /dev/null "$1/healthz"; then echo "$1 is in use by another process"; exit 1; fi
+}
+
+# rss_kib [FIELD [PID]]: the FIELD (default VmRSS; VmHWM: the peak) of
+# /proc/PID/status (default: the server serve started), in KiB.
+rss_kib() { awk -v k="${1:-VmRSS}:" '$1 == k {print $2}' "/proc/${2:-$SERVER}/status"; }
+
+# cpu_ticks [PID]: the user + system CPU time of PID (default: the server
+# serve started) in clock ticks (getconf CLK_TCK a second).
+cpu_ticks() { awk '{print $14 + $15}' "/proc/${1:-$SERVER}/stat"; }
+
 # metric NAME [BASE]: the value of the sample NAME, labels included as
 # /metrics writes them (infer_items_total{endpoint="batched"}), of the
-# server at BASE (default $URL); 0 when there is none.
-metric() { curl -fsS "${2:-$URL}/metrics" | awk -v m="$1" '$1 == m {v = $2} END {print v + 0}'; }
+# server at BASE (default $URL), as /metrics writes it; 0 when there is none.
+metric() { curl -fsS "${2:-$URL}/metrics" | awk -v m="$1" '$1 == m {v = $2} END {print (v == "" ? 0 : v)}'; }
 
 # section NAME: whether NAME is one of the SECTIONS asked for.
 section() { [[ " ${SECTIONS[*]} " == *" $1 "* ]]; }
