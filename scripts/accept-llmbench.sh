@@ -20,6 +20,7 @@
 # (1000), LLMBENCH_ACCEPT_RATE (100). Usage: scripts/accept-llmbench.sh [section...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib.sh
 
 declare -A TESTS=([accuracy]=TestAcceptBenchAccuracy [simlm]=TestAcceptBenchSimLM [foreign]=TestAcceptBenchForeign [cost]=TestAcceptBenchCost)
 SECTIONS=("$@")
@@ -33,16 +34,8 @@ for s in "${SECTIONS[@]}"; do
 done
 status=0
 if [[ ${#run[@]} -gt 0 ]]; then
-	pattern="^($(IFS='|'; echo "${run[*]}"))\$"
 	echo "== through infer bench: ${run[*]}"
-	LOG=$(mktemp -t accept-llmbench.XXXXXX)
-	trap 'rm -f "$LOG"' EXIT
-	INFER_LLMBENCH_ACCEPT=1 go test -count=1 -timeout 30m -v -run "$pattern" ./cmd >"$LOG" 2>&1 || status=$?
-	grep -E '^ACCEPT' "$LOG" || true
-	if [[ $status -ne 0 ]]; then
-		echo "== FAILED; the test log:"
-		grep -v -E '^ACCEPT|^=== RUN' "$LOG" | tail -40
-	fi
+	accept_tests ./cmd INFER_LLMBENCH_ACCEPT 30m "${run[@]}" || status=$?
 fi
 if [[ $reports -eq 1 ]]; then
 	make build >/dev/null
