@@ -45,9 +45,9 @@ fi
 if section cpu; then
 	echo "== fast accelerator: sim 4ms + 0.1ms, batch 64, max-latency 10ms (ceiling 6154/s)"
 	serve --model sim --sim-fixed 4ms --sim-per-item 0.1ms --batch 64 --max-latency 10ms
-	t0=$(cpu_ticks); r0=$(metric 'infer_items_total{endpoint="batched"}')
+	t0=$(cpu_ticks "$SERVER"); r0=$(metric 'infer_items_total{endpoint="batched"}')
 	rps=$(wrk_rps -t2 -c512 -d15s "$URL/batched")
-	t1=$(cpu_ticks); r1=$(metric 'infer_items_total{endpoint="batched"}')
+	t1=$(cpu_ticks "$SERVER"); r1=$(metric 'infer_items_total{endpoint="batched"}')
 	hz=$(getconf CLK_TCK)
 	echo "1 worker, 512 connections: $rps req/s; server CPU $(awk -v t=$((t1 - t0)) -v hz="$hz" -v n="$(awk -v a="$r0" -v b="$r1" 'BEGIN{print b-a}')" 'BEGIN{printf "%.3f ms per request (%d requests, %.2f s CPU)", t/hz*1000/n, n, t/hz}')"
 	stop_server
