@@ -32,6 +32,19 @@ stop_server() {
 	fi
 }
 
+# drain_server: SIGTERM the server serve started and wait for it; sets
+# DRAIN_EXIT (its exit status) and DRAIN_SECONDS (how long it took, 0.00 s).
+# shellcheck disable=SC2034 # both are the caller's
+drain_server() {
+	local t0 t1
+	t0=$(date +%s.%N)
+	kill -TERM "$SERVER"
+	wait "$SERVER" && DRAIN_EXIT=0 || DRAIN_EXIT=$?
+	t1=$(date +%s.%N)
+	SERVER=
+	DRAIN_SECONDS=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f", b - a}')
+}
+
 # await_ready URL [PID [SECONDS]]: poll URL/readyz every 50 ms until it
 # answers 2xx, for up to SECONDS (default READY_TIMEOUT, else 120); returns 1
 # when the time is up or the process PID (if given) has exited.
