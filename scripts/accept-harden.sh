@@ -35,11 +35,7 @@ if section drain; then
 		$VEGETA attack -targets "$TMP/targets" -rate 300/s -duration 3s -timeout 10s -keepalive=true >"$TMP/drain.bin" &
 		ATTACK=$!
 		sleep 1.5
-		t0=$(date +%s.%N)
-		kill -TERM "$SERVER"
-		set +e; wait "$SERVER"; code=$?; set -e
-		t1=$(date +%s.%N)
-		SERVER=
+		drain_server
 		wait "$ATTACK"
 		line=$($VEGETA encode --to csv <"$TMP/drain.bin" | python3 -c '
 import csv, sys, collections
@@ -55,7 +51,7 @@ for row in csv.reader(sys.stdin):
 print(" ".join(f"{k}:{v}" for k, v in sorted(n.items())), *(f"[{e}]" for e in seen.values()), n["EOF/reset"] + n["other error"])')
 		bad=${line##* }
 		total_bad=$((total_bad + bad))
-		printf '  run %2d: exit %d after %.2fs; %s\n' "$run" "$code" "$(awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}')" "${line% *}"
+		printf '  run %2d: exit %d after %ss; %s\n' "$run" "$DRAIN_EXIT" "$DRAIN_SECONDS" "${line% *}"
 	done
 	echo "drain: $total_bad EOF/reset/other errors over ${DRAIN_RUNS:-10} runs (want 0; 'refused' = new connections after the listener closed, nothing sent)"
 fi

@@ -87,13 +87,9 @@ if section sigterm; then
 	$VEGETA attack -targets "$TMP/targets" -rate 300/s -duration 6s -timeout 20s >"$TMP/term.bin" &
 	ATTACK=$!
 	sleep 3
-	t0=$(date +%s.%N)
-	kill -TERM "$SERVER"
-	set +e; wait "$SERVER"; code=$?; set -e
-	t1=$(date +%s.%N)
-	SERVER=
+	drain_server
 	wait "$ATTACK"
-	echo "server exit code $code, $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", b-a}')s after SIGTERM"
+	echo "server exit code $DRAIN_EXIT, ${DRAIN_SECONDS}s after SIGTERM"
 	$VEGETA encode --to csv <"$TMP/term.bin" | python3 -c '
 import csv, sys, collections
 n = collections.Counter()
