@@ -115,6 +115,20 @@ bench() {
 		{ echo "bench $sc failed (exit $?), see $out.log" >&2; return 1; }
 }
 
+# section_tests SECTION...: the test functions that the associative array
+# TESTS (section → test) names for the SECTIONs, into RUN; exits 2, naming
+# the sections there are (and OTHER_SECTIONS, those the caller handles
+# itself), on a section TESTS lacks.
+# shellcheck disable=SC2034 # RUN is the caller's
+section_tests() {
+	RUN=()
+	local s
+	for s; do
+		[[ -n "${TESTS[$s]:-}" ]] || { echo "unknown section $s (want: ${!TESTS[*]}${OTHER_SECTIONS:+ $OTHER_SECTIONS})"; exit 2; }
+		RUN+=("${TESTS[$s]}")
+	done
+}
+
 # accept_tests PACKAGE ENV TIMEOUT TEST...: run the env-gated acceptance
 # tests (ENV=1 enables them) of PACKAGE, print their "ACCEPT" lines, and on
 # failure the end of the log; returns go test's status.
