@@ -23,13 +23,9 @@ source scripts/lib.sh
 declare -A TESTS=([accuracy]=TestAcceptAccuracy [foreign]=TestAcceptForeign [cost]=TestAcceptCost [schedule]=TestAcceptSchedule)
 SECTIONS=("$@")
 if [[ ${#SECTIONS[@]} -eq 0 ]]; then SECTIONS=(accuracy foreign cost schedule); fi
-run=()
-for s in "${SECTIONS[@]}"; do
-	[[ -n "${TESTS[$s]:-}" ]] || { echo "unknown section $s (want: ${!TESTS[*]})"; exit 2; }
-	run+=("${TESTS[$s]}")
-done
+section_tests "${SECTIONS[@]}"
 echo "== the exact-timing checks (synctest, virtual clock): go test ./loadgen/llm/... -run 'Accuracy|Run'"
 go test -count=1 -run 'TestAccuracy|TestRun' ./loadgen/llm/...
 
 echo "== acceptance over real sockets: ${SECTIONS[*]}"
-accept_tests ./loadgen/llm INFER_LLM_ACCEPT 15m "${run[@]}"
+accept_tests ./loadgen/llm INFER_LLM_ACCEPT 15m "${RUN[@]}"
