@@ -25,17 +25,16 @@ source scripts/lib.sh
 declare -A TESTS=([accuracy]=TestAcceptBenchAccuracy [simlm]=TestAcceptBenchSimLM [foreign]=TestAcceptBenchForeign [cost]=TestAcceptBenchCost)
 SECTIONS=("$@")
 if [[ ${#SECTIONS[@]} -eq 0 ]]; then SECTIONS=(accuracy simlm foreign cost); fi
-run=()
 reports=0
+tests=()
 for s in "${SECTIONS[@]}"; do
-	if [[ $s == reports ]]; then reports=1; continue; fi
-	[[ -n "${TESTS[$s]:-}" ]] || { echo "unknown section $s (want: ${!TESTS[*]} reports)"; exit 2; }
-	run+=("${TESTS[$s]}")
+	if [[ $s == reports ]]; then reports=1; else tests+=("$s"); fi
 done
+OTHER_SECTIONS=reports section_tests "${tests[@]}"
 status=0
-if [[ ${#run[@]} -gt 0 ]]; then
-	echo "== through infer bench: ${run[*]}"
-	accept_tests ./cmd INFER_LLMBENCH_ACCEPT 30m "${run[@]}" || status=$?
+if [[ ${#RUN[@]} -gt 0 ]]; then
+	echo "== through infer bench: ${RUN[*]}"
+	accept_tests ./cmd INFER_LLMBENCH_ACCEPT 30m "${RUN[@]}" || status=$?
 fi
 if [[ $reports -eq 1 ]]; then
 	make build >/dev/null
