@@ -15,6 +15,7 @@
 #            works on a port of its own; pointed at PORT it fails loudly
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib.sh
 checks=("$@")
 [[ ${#checks[@]} -gt 0 ]] || checks=(stall foreign batch try)
 
@@ -40,7 +41,7 @@ for c in "${checks[@]}"; do
 		"$BIN" serve --model sim --sim-fixed 1ms --addr "127.0.0.1:$PORT" >/dev/null 2>&1 &
 		other=$!
 		trap 'kill -INT $other 2>/dev/null || true; wait $other 2>/dev/null || true' EXIT
-		for _ in $(seq 1 50); do curl -fsS "http://127.0.0.1:$PORT/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
+		await_ready "http://127.0.0.1:$PORT" "$other" 5 || true
 		if ./scripts/try.sh --model sim --sim-fixed 1ms >/dev/null 2>&1; then
 			echo "make try on its own port: exit 0 (passed)"
 		else

@@ -19,7 +19,7 @@
 # Usage: scripts/accept-broker.sh [section...] (default: all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-section() { [[ " ${SECTIONS[*]} " == *" $1 "* ]]; }
+source scripts/lib.sh
 SECTIONS=("$@")
 if [[ ${#SECTIONS[@]} -eq 0 ]]; then SECTIONS=(throughput overhead kill9 restart mismatch redis-down); fi
 make -s build
@@ -30,11 +30,7 @@ if section throughput || section overhead; then TOOLS+=(wrk); fi
 for tool in "${TOOLS[@]}"; do
 	command -v $tool >/dev/null || { echo "$tool missing: apt-get install -y redis-server wrk curl"; exit 1; }
 done
-if section kill9 || section restart; then
-	# The vegeta command, at the version the project's library is.
-	GOBIN="$TMP" go install github.com/tsenart/vegeta/v12@v12.13.0
-fi
-VEGETA="$TMP/vegeta"
+if section kill9 || section restart; then vegeta_install; fi
 
 BASE=${INFER_ACCEPT_PORT_BASE:-27000} # ports: Redis BASE+379, frontends BASE+81.., workers BASE+101..
 REDIS_PORT=$((BASE + 379))
@@ -51,27 +47,31 @@ redis_start() {
 	echo "redis-server did not start"; cat "$TMP/redis.log"; exit 1
 }
 redis_kill() { kill -9 "$REDIS" 2>/dev/null || true; wait "$REDIS" 2>/dev/null || true; REDIS=; }
-port_free() { # URL: fail if something already answers there
-	if curl -s -o /dev/null "$1/healthz"; then echo "$1 is in use by another process"; exit 1; fi
+wait_ready() { # URL [PID]: wait up to 15 s for URL/readyz, or fail
+	await_ready "$1" "${2:-}" 15 || { echo "$1 did not become ready"; tail -20 "$TMP"/*.log; exit 1; }
 }
-wait_ready() { # URL
-	for _ in $(seq 1 300); do curl -fsS "$1/readyz" >/dev/null 2>&1 && return 0; sleep 0.05; done
-	echo "$1 did not become ready"; tail -20 "$TMP"/*.log; exit 1
+# spawn URL LOG COMMAND...: start COMMAND, its output in $TMP/LOG, once
+# nothing answers on URL, and wait until URL/readyz answers; its pid in
+# SPAWNED and PIDS.
+spawn() {
+	local url=$1 log=$2
+	shift 2
+	port_free "$url"
+	"$@" >"$TMP/$log" 2>&1 &
+	SPAWNED=$!
+	PIDS+=("$SPAWNED")
+	wait_ready "$url" "$SPAWNED"
 }
 worker() { # N EXTRA...: start worker N with its metrics on 127.0.0.1:2710N
 	local n=$1; shift
-	port_free "http://127.0.0.1:$((BASE + 100 + n))"
-	"$BIN" worker --broker "$BROKER" "${SIM[@]}" "${BATCH[@]}" --metrics-addr "127.0.0.1:$((BASE + 100 + n))" --log-level warn "$@" >"$TMP/worker$n.log" 2>&1 &
-	PIDS+=($!)
-	eval "WORKER$n=$!"
-	wait_ready "http://127.0.0.1:$((BASE + 100 + n))"
+	spawn "http://127.0.0.1:$((BASE + 100 + n))" "worker$n.log" \
+		"$BIN" worker --broker "$BROKER" "${SIM[@]}" "${BATCH[@]}" --metrics-addr "127.0.0.1:$((BASE + 100 + n))" --log-level warn "$@"
+	eval "WORKER$n=$SPAWNED"
 }
 frontend() { # N EXTRA...: start frontend N on 127.0.0.1:2708N
 	local n=$1; shift
-	port_free "http://127.0.0.1:$((BASE + 80 + n))"
-	"$BIN" serve --addr "127.0.0.1:$((BASE + 80 + n))" --broker "$BROKER" "${SIM[@]}" --log-level warn "$@" >"$TMP/frontend$n.log" 2>&1 &
-	PIDS+=($!)
-	wait_ready "http://127.0.0.1:$((BASE + 80 + n))"
+	spawn "http://127.0.0.1:$((BASE + 80 + n))" "frontend$n.log" \
+		"$BIN" serve --addr "127.0.0.1:$((BASE + 80 + n))" --broker "$BROKER" "${SIM[@]}" --log-level warn "$@"
 }
 stop_all() {
 	for p in "${PIDS[@]}"; do kill -INT "$p" 2>/dev/null || true; done
@@ -80,7 +80,6 @@ stop_all() {
 	redis_kill
 }
 trap 'stop_all; rm -rf "$TMP"' EXIT
-metric() { curl -fsS "$1/metrics" | awk -v m="$2" '$1 == m {print $2}'; }
 
 cat >"$TMP/post.lua" <<'LUA'
 wrk.method = "POST"
@@ -93,21 +92,6 @@ printf 'POST http://127.0.0.1:%s/batched\nContent-Type: application/json\n@%s\n\
 
 # wrk_line FILE: "N req/s, p50 X, p99 Y" from wrk --latency output.
 wrk_line() { awk '/Requests\/sec/ {r=$2} $1=="50%" {p50=$2} $1=="99%" {p99=$2} /Non-2xx/ {bad=$NF} END {printf "%s req/s, p50 %s, p99 %s, non-2xx %d", r, p50, p99, bad}' "$1"; }
-# statuses: a vegeta result file as counts per status and error, with latencies.
-statuses() {
-	"$VEGETA" encode --to csv <"$1" | python3 -c '
-import csv, sys, collections
-n = collections.defaultdict(list)
-for row in csv.reader(sys.stdin):
-    n[(row[1], row[5][:70])].append(int(row[2]) / 1e6)
-total = sum(len(v) for v in n.values())
-for (code, err), ls in sorted(n.items()):
-    ls.sort()
-    print(f"  status {code} {err}: {len(ls)} requests, p50 {ls[len(ls)//2]:.1f} ms, max {ls[-1]:.1f} ms")
-print(f"  total {total} requests sent, {total} answered")
-'
-}
-
 now() { date +%s.%N; }
 ms_since() { awk -v a="$1" -v b="$(now)" 'BEGIN {printf "%.0f ms", (b - a) * 1000}'; }
 # post URL TIMEOUT: one /batched request; prints "status code seconds".
@@ -146,7 +130,7 @@ if section throughput; then
 	echo "  frontend 2: $(wrk_line "$TMP/wrk2.out")"
 	total=$(cat "$TMP/wrk1.out" "$TMP/wrk2.out" | awk '/Requests\/sec/ {s += $2} END {printf "%.0f", s}')
 	for n in 1 2; do
-		sum=$(metric http://127.0.0.1:$((BASE + 100 + n)) infer_batch_size_sum); cnt=$(metric http://127.0.0.1:$((BASE + 100 + n)) infer_batch_size_count)
+		sum=$(metric infer_batch_size_sum http://127.0.0.1:$((BASE + 100 + n))); cnt=$(metric infer_batch_size_count http://127.0.0.1:$((BASE + 100 + n)))
 		echo "  worker $n: mean batch $(awk -v s="$sum" -v c="$cnt" 'BEGIN{printf "%.1f", s/c}')"
 	done
 	echo "  total $total req/s = $(awk -v t="$total" 'BEGIN{printf "%.3f", t/846}') x 2 x 423"
@@ -155,10 +139,7 @@ if section throughput; then
 	echo "  light load, 4 connections: $(wrk_line "$TMP/wrk.light")"
 	stop_all
 
-	port_free http://127.0.0.1:$((BASE + 81))
-	"$BIN" serve --addr 127.0.0.1:$((BASE + 81)) "${SIM[@]}" "${BATCH[@]}" --workers 2 --log-level warn >"$TMP/inproc.log" 2>&1 &
-	PIDS+=($!)
-	wait_ready http://127.0.0.1:$((BASE + 81))
+	spawn http://127.0.0.1:$((BASE + 81)) inproc.log "$BIN" serve --addr 127.0.0.1:$((BASE + 81)) "${SIM[@]}" "${BATCH[@]}" --workers 2 --log-level warn
 	wrk -t2 -c512 -d15s --latency -s "$TMP/post.lua" http://127.0.0.1:$((BASE + 81))/batched >"$TMP/wrk.inproc"
 	echo "in-process, 2 workers, 512 connections: $(wrk_line "$TMP/wrk.inproc")"
 	sleep 1 # let the entries of the closed connections drain
@@ -171,21 +152,12 @@ if section overhead; then
 	echo "== added latency: sim 1ms per batch, no batching wait (--policy immediate), one connection, 8s each"
 	FAST=(--model sim --sim-fixed 1ms --sim-per-item 0s --policy immediate)
 	redis_start
-	port_free http://127.0.0.1:$((BASE + 101))
-	"$BIN" worker --broker "$BROKER" "${FAST[@]}" --metrics-addr 127.0.0.1:$((BASE + 101)) --log-level warn >"$TMP/worker1.log" 2>&1 &
-	PIDS+=($!)
-	wait_ready http://127.0.0.1:$((BASE + 101))
-	port_free http://127.0.0.1:$((BASE + 81))
-	"$BIN" serve --addr 127.0.0.1:$((BASE + 81)) --broker "$BROKER" "${FAST[@]}" --log-level warn >"$TMP/frontend1.log" 2>&1 &
-	PIDS+=($!)
-	wait_ready http://127.0.0.1:$((BASE + 81))
+	spawn http://127.0.0.1:$((BASE + 101)) worker1.log "$BIN" worker --broker "$BROKER" "${FAST[@]}" --metrics-addr 127.0.0.1:$((BASE + 101)) --log-level warn
+	spawn http://127.0.0.1:$((BASE + 81)) frontend1.log "$BIN" serve --addr 127.0.0.1:$((BASE + 81)) --broker "$BROKER" "${FAST[@]}" --log-level warn
 	wrk -t1 -c1 -d8s --latency -s "$TMP/post.lua" http://127.0.0.1:$((BASE + 81))/batched >"$TMP/wrk.broker"
 	echo "broker:     $(wrk_line "$TMP/wrk.broker")"
 	stop_all
-	port_free http://127.0.0.1:$((BASE + 81))
-	"$BIN" serve --addr 127.0.0.1:$((BASE + 81)) "${FAST[@]}" --log-level warn >"$TMP/inproc.log" 2>&1 &
-	PIDS+=($!)
-	wait_ready http://127.0.0.1:$((BASE + 81))
+	spawn http://127.0.0.1:$((BASE + 81)) inproc.log "$BIN" serve --addr 127.0.0.1:$((BASE + 81)) "${FAST[@]}" --log-level warn
 	wrk -t1 -c1 -d8s --latency -s "$TMP/post.lua" http://127.0.0.1:$((BASE + 81))/batched >"$TMP/wrk.inproc"
 	echo "in-process: $(wrk_line "$TMP/wrk.inproc")"
 	stop_all
@@ -204,7 +176,7 @@ if section kill9; then
 	echo "killed worker 1 (pid $WORKER1) holding ${held:-0} unacknowledged entries"
 	wait $ATTACK
 	statuses "$TMP/kill.bin"
-	echo "  worker 2 claimed $(metric http://127.0.0.1:$((BASE + 102)) infer_broker_claims_total) entries; backlog now $(redis-cli -p $REDIS_PORT xlen infer:sim:classify:requests)"
+	echo "  worker 2 claimed $(metric infer_broker_claims_total http://127.0.0.1:$((BASE + 102))) entries; backlog now $(redis-cli -p $REDIS_PORT xlen infer:sim:classify:requests)"
 	stop_all
 fi
 
@@ -239,10 +211,7 @@ if section mismatch; then
 	echo "== mismatch: frontend --model sim, its only worker --model bert-mini (request timeout 30s)"
 	redis_start
 	F=http://127.0.0.1:$((BASE + 81))
-	port_free "http://127.0.0.1:$((BASE + 101))"
-	"$BIN" worker --broker "$BROKER" --model bert-mini --metrics-addr "127.0.0.1:$((BASE + 101))" >"$TMP/worker1.log" 2>&1 &
-	PIDS+=($!)
-	wait_ready "http://127.0.0.1:$((BASE + 101))"
+	spawn "http://127.0.0.1:$((BASE + 101))" worker1.log "$BIN" worker --broker "$BROKER" --model bert-mini --metrics-addr "127.0.0.1:$((BASE + 101))"
 	port_free "$F"
 	"$BIN" serve --addr "${F#http://}" --broker "$BROKER" "${SIM[@]}" >"$TMP/frontend1.log" 2>&1 &
 	PIDS+=($!)
@@ -258,11 +227,9 @@ if section mismatch; then
 	echo "  worker log:   $(grep -m1 'no live frontend' "$TMP/worker1.log" | cut -c1-320)"
 
 	echo "== the last worker of the frontend's model killed with kill -9 while a request waits for it (sim 3 s per batch)"
-	port_free "http://127.0.0.1:$((BASE + 102))"
-	"$BIN" worker --broker "$BROKER" --model sim --sim-fixed 3s --sim-per-item 0s --batch 1 --metrics-addr "127.0.0.1:$((BASE + 102))" --log-level warn >"$TMP/worker2.log" 2>&1 &
-	VICTIM=$!
-	PIDS+=($VICTIM)
-	wait_ready "http://127.0.0.1:$((BASE + 102))"
+	spawn "http://127.0.0.1:$((BASE + 102))" worker2.log \
+		"$BIN" worker --broker "$BROKER" --model sim --sim-fixed 3s --sim-per-item 0s --batch 1 --metrics-addr "127.0.0.1:$((BASE + 102))" --log-level warn
+	VICTIM=$SPAWNED
 	echo "  frontend ready $(wait_readyz "$F" 200) after the worker"
 	post "$F" 30s >"$TMP/waiting" &
 	WAITING=$!
@@ -274,11 +241,9 @@ if section mismatch; then
 	echo "  /readyz 503 no_workers $(wait_readyz "$F" 503 no_workers "$t0") after the kill; a new request: $(post "$F" 30s)"
 
 	echo "== the last worker of the frontend's model stopped (SIGINT)"
-	port_free "http://127.0.0.1:$((BASE + 103))"
-	"$BIN" worker --broker "$BROKER" --model sim --sim-fixed 1ms --metrics-addr "127.0.0.1:$((BASE + 103))" --log-level warn >"$TMP/worker3.log" 2>&1 &
-	STOPPED=$!
-	PIDS+=($STOPPED)
-	wait_ready "http://127.0.0.1:$((BASE + 103))"
+	spawn "http://127.0.0.1:$((BASE + 103))" worker3.log \
+		"$BIN" worker --broker "$BROKER" --model sim --sim-fixed 1ms --metrics-addr "127.0.0.1:$((BASE + 103))" --log-level warn
+	STOPPED=$SPAWNED
 	wait_readyz "$F" 200 >/dev/null
 	t0=$(now)
 	kill -INT $STOPPED

@@ -18,36 +18,28 @@
 # another build of infer (e.g. to compare two builds in turn).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib.sh
 if [ -z "${BIN:-}" ]; then make -s build; fi
 BIN=${BIN:-bin/infer}
 PORT=${PORT:-23100}
-ADDR=127.0.0.1:$PORT
-URL=http://$ADDR
+URL=http://127.0.0.1:$PORT
 DURATION=${DURATION:-30}
 CONCURRENCY=${CONCURRENCY:-64}
 STREAMS=${STREAMS:-1000}
 SERVE_ENV=${SERVE_ENV:-} # e.g. "env GOMAXPROCS=1", before the server command
+STOP_SIGNAL=TERM
 TMP=$(mktemp -d -t infer-gen.XXXXXX)
-SERVER=
 command -v python3 >/dev/null || { echo "python3 missing"; exit 1; }
 
 cleanup() {
-	[ -n "$SERVER" ] && kill "$SERVER" 2>/dev/null && wait "$SERVER" 2>/dev/null
+	stop_server
 	jobs -p | xargs -r kill 2>/dev/null || true
 	rm -rf "$TMP"
 }
 trap cleanup EXIT
 
-serve() { # serve ARGS...: (re)start the server and wait until it is ready
-	if [ -n "$SERVER" ]; then kill "$SERVER"; wait "$SERVER" 2>/dev/null || true; fi
-	$SERVE_ENV "$BIN" serve --model sim-lm --addr "$ADDR" --log-level warn "$@" 2>"$TMP/server.log" &
-	SERVER=$!
-	for _ in $(seq 200); do curl -sf "$URL/readyz" >/dev/null && return; sleep 0.05; done
-	echo "server not ready"; cat "$TMP/server.log"; exit 1
-}
-metric() { curl -s "$URL/metrics" | awk -v k="$1" '$1==k {print $2}'; }
-cpu_s() { awk '{print ($14+$15)/100}' "/proc/$SERVER/stat"; }
-rss_mib() { awk '/VmRSS/ {printf "%.0f", $2/1024}' "/proc/$SERVER/status"; }
+cpu_s() { awk -v t="$(cpu_ticks "$SERVER")" 'BEGIN {print t / 100}'; }
+rss_mib() { awk -v k="$(rss_kib VmRSS)" 'BEGIN {printf "%.0f", k / 1024}'; }
 # 256 request bodies like the acceptance load: prompts of 32–512 words,
 # max_tokens lognormal (median 100, sigma 0.8, at most 1024), ignore_eos.
 python3 - "$TMP" <<'PY'
@@ -74,7 +66,7 @@ stream_loop() {
 
 section_cpu() {
 	echo "== server CPU per streamed token: $CONCURRENCY closed-loop streams for ${DURATION}s"
-	serve
+	serve --model sim-lm
 	local t0 c0 c1 g0 g1
 	g0=$(metric 'infer_gen_generation_tokens_total{endpoint="v1"}')
 	c0=$(cpu_s)
@@ -147,7 +139,7 @@ PY
 
 section_streams() {
 	echo "== $STREAMS concurrent streams held"
-	serve --max-seqs "$STREAMS" --max-batched-tokens 4096 --kv-tokens 1048576 --queue-cap "$STREAMS" --timeout 10m
+	serve --model sim-lm --max-seqs "$STREAMS" --max-batched-tokens 4096 --kv-tokens 1048576 --queue-cap "$STREAMS" --timeout 10m
 	local before
 	before=$(rss_mib)
 	python3 "$TMP/hold.py" 127.0.0.1 "$PORT" "$STREAMS" hold 400 >"$TMP/hold.out" &
@@ -163,20 +155,20 @@ section_slow() {
 	echo "   (the kernel's socket buffers absorb up to tcp_wmem's max, $(awk '{print $3}' /proc/sys/net/ipv4/tcp_wmem) bytes, on the server: a sim-lm answer"
 	echo "   of at most 4,096 tokens fits, so the stalled stream ends there; past them the write deadline or the stream buffer cuts it,"
 	echo "   see TestSlowReaderIsCutWithoutStallingOthers in server/openai)"
-	serve --timeout 10m
+	serve --model sim-lm --timeout 10m
 	python3 "$TMP/hold.py" 127.0.0.1 "$PORT" 9 slow 4000 20 >"$TMP/slow.out" &
 	local py=$!
 	for _ in $(seq 1200); do grep -q OTHERS "$TMP/slow.out" 2>/dev/null && break; sleep 0.1; done
 	grep "other streams" "$TMP/slow.out" || true
 	echo "while the slow client still reads nothing: running $(metric 'infer_gen_num_requests_running{endpoint="v1"}')," \
-		"cut $(metric 'infer_gen_requests_aborted_total{endpoint="v1",reason="slow_reader"}')$(metric 'infer_gen_requests_aborted_total{endpoint="v1",reason="write_failed"}')," \
+		"cut $(($(metric 'infer_gen_requests_aborted_total{endpoint="v1",reason="slow_reader"}') + $(metric 'infer_gen_requests_aborted_total{endpoint="v1",reason="write_failed"}')))," \
 		"finished $(metric 'infer_gen_request_success_total{endpoint="v1",finished_reason="length"}'), server RSS $(rss_mib) MiB"
 	wait "$py" 2>/dev/null || true
 }
 
 section_disconnect() {
 	echo "== a client that leaves mid-stream"
-	serve --sim-step 20ms
+	serve --model sim-lm --sim-step 20ms
 	python3 "$TMP/hold.py" 127.0.0.1 "$PORT" 2 disconnect 1000 >"$TMP/disc.out" &
 	local py=$! t0
 	for _ in $(seq 100); do [ "$(metric 'infer_gen_requests_aborted_total{endpoint="v1",reason="client_gone"}')" = 1 ] && break; sleep 0.01; done
@@ -189,7 +181,7 @@ section_disconnect() {
 
 section_badinput() {
 	echo "== bad input while a valid load runs"
-	serve
+	serve --model sim-lm
 	for c in $(seq 8); do stream_loop "$c" 10 & done
 	sleep 1
 	bad() { # bad NAME WANT_STATUS CURL_ARGS...

@@ -56,7 +56,6 @@ TMP=$(mktemp -d -t infer-gpt2.XXXXXX)
 RESULTS=results/accept-gpt2-$(date -u +%Y%m%dT%H%M%S)
 trap 'stop_server; rm -rf "$TMP"' EXIT
 
-rss_kib() { awk -v k="$1:" '$1==k {print $2}' "/proc/$SERVER/status"; }
 # ratios LABEL A1 B1 A2 B2...: each A / B, and their min, median and max.
 ratios() {
 	python3 - "$@" <<'PY'

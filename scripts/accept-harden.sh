@@ -13,32 +13,15 @@
 # (default: all). PORT (default 20080) sets the port; BIN another binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib.sh
 # BIN=path runs another build (e.g. the one before the fixes) instead.
 if [[ -z ${BIN:-} ]]; then make -s build; BIN=$PWD/bin/infer; fi
 PORT=${PORT:-20080}
-ADDR=127.0.0.1:$PORT
-URL=http://$ADDR
+URL=http://127.0.0.1:$PORT
 TMP=$(mktemp -d -t infer-harden.XXXXXX)
-GOBIN="$TMP" go install github.com/tsenart/vegeta/v12@v12.13.0
-VEGETA="$TMP/vegeta"
+trap 'stop_server; rm -rf "$TMP"' EXIT
+vegeta_install
 
-PID=
-start() { # start ARGS...: serve and wait for /readyz
-	"$BIN" serve --addr "$ADDR" --log-level warn "$@" >"$TMP/serve.log" 2>&1 &
-	PID=$!
-	for _ in $(seq 1 600); do
-		curl -fsS "$URL/readyz" >/dev/null 2>&1 && return 0
-		kill -0 "$PID" 2>/dev/null || break
-		sleep 0.05
-	done
-	echo "server did not become ready"; cat "$TMP/serve.log"; exit 1
-}
-stop() { [[ -n $PID ]] && { kill -INT "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; }; PID=; }
-trap 'stop; rm -rf "$TMP"' EXIT
-metric() { curl -fsS "$URL/metrics" | awk -v m="$1" '$1 == m {v = $2} END {print v + 0}'; }
-rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
-
-section() { [[ $# -eq 0 || " ${SECTIONS[*]} " == *" $1 "* ]]; }
 SECTIONS=("$@")
 if [[ ${#SECTIONS[@]} -eq 0 ]]; then SECTIONS=(drain conns deadline admin naive); fi
 
@@ -48,15 +31,11 @@ if section drain; then
 	printf 'POST %s\nContent-Type: text/plain\n@%s\n' "$URL/batched" "$TMP/body" >"$TMP/targets"
 	total_bad=0
 	for run in $(seq 1 ${DRAIN_RUNS:-10}); do
-		start --model sim --sim-fixed 77ms --sim-per-item 1.16ms --drain-timeout 10s
+		serve --model sim --sim-fixed 77ms --sim-per-item 1.16ms --drain-timeout 10s
 		$VEGETA attack -targets "$TMP/targets" -rate 300/s -duration 3s -timeout 10s -keepalive=true >"$TMP/drain.bin" &
 		ATTACK=$!
 		sleep 1.5
-		t0=$(date +%s.%N)
-		kill -TERM "$PID"
-		set +e; wait "$PID"; code=$?; set -e
-		t1=$(date +%s.%N)
-		PID=
+		drain_server
 		wait "$ATTACK"
 		line=$($VEGETA encode --to csv <"$TMP/drain.bin" | python3 -c '
 import csv, sys, collections
@@ -72,14 +51,14 @@ for row in csv.reader(sys.stdin):
 print(" ".join(f"{k}:{v}" for k, v in sorted(n.items())), *(f"[{e}]" for e in seen.values()), n["EOF/reset"] + n["other error"])')
 		bad=${line##* }
 		total_bad=$((total_bad + bad))
-		printf '  run %2d: exit %d after %.2fs; %s\n' "$run" "$code" "$(awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}')" "${line% *}"
+		printf '  run %2d: exit %d after %ss; %s\n' "$run" "$DRAIN_EXIT" "$DRAIN_SECONDS" "${line% *}"
 	done
 	echo "drain: $total_bad EOF/reset/other errors over ${DRAIN_RUNS:-10} runs (want 0; 'refused' = new connections after the listener closed, nothing sent)"
 fi
 
 if section conns; then
 	echo "== conns: 20,000 idle keep-alive connections from this host (2 processes × 10,000), /healthz timed"
-	start --model sim --sim-fixed 4ms --sim-per-item 0.1ms
+	serve --model sim --sim-fixed 4ms --sim-per-item 0.1ms
 	cat >"$TMP/hold.py" <<'PY'
 import socket, sys, time
 port, n, hold = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
@@ -118,36 +97,27 @@ PY
 	sed 's/^/  client: /' "$TMP/hold1.out" "$TMP/hold2.out"
 	sort -n "$TMP/healthz" | awk '{a[NR]=$1} END {printf "  /healthz while the connections were opened and held: %d probes, p50 %.1f ms, max %.1f ms\n", NR, a[int(NR/2)+1]*1000, a[NR]*1000}'
 	echo "  server: open $(metric infer_connections_open), idle closed at the cap $(metric 'infer_connections_closed_total{reason="idle_evicted"}'), refused $(metric 'infer_connections_closed_total{reason="over_cap"}'), accept errors $(metric infer_accept_errors_total)"
-	stop
+	stop_server
 fi
 
 if section deadline; then
 	echo "== deadline: sim 200ms, 200 req/s for 5 s, X-Request-Timeout: 250ms"
-	start --model sim --sim-fixed 200ms --sim-per-item 0
+	serve --model sim --sim-fixed 200ms --sim-per-item 0
 	echo -n 'Paris is the [MASK] of France.' >"$TMP/body"
 	printf 'POST %s\nContent-Type: text/plain\nX-Request-Timeout: 250ms\n@%s\n' "$URL/batched" "$TMP/body" >"$TMP/targets"
 	items0=$(metric 'infer_items_total{endpoint="batched"}')
 	$VEGETA attack -targets "$TMP/targets" -rate 200/s -duration 5s -timeout 5s >"$TMP/deadline.bin"
 	sleep 0.5
 	items1=$(metric 'infer_items_total{endpoint="batched"}')
-	$VEGETA encode --to csv <"$TMP/deadline.bin" | python3 -c '
-import csv, sys, collections
-lat = collections.defaultdict(list)
-for row in csv.reader(sys.stdin):
-    lat[row[1]].append(int(row[2]) / 1e6)
-for code, ls in sorted(lat.items()):
-    ls.sort()
-    p = lambda q: ls[min(len(ls) - 1, int(q * len(ls)))]
-    print(f"  status {code}: {len(ls)}, p50 {p(.5):.1f} ms, p99 {p(.99):.1f} ms, max {ls[-1]:.1f} ms")
-ok = len(lat["200"])
-print(ok, file=sys.stderr)' 2>"$TMP/ok"
-	echo "  items computed: $(awk -v a="$items0" -v b="$items1" 'BEGIN{print b-a}') (want = the 200s: $(cat "$TMP/ok")); dropped before compute: $(metric 'infer_dropped_items_total{endpoint="batched"}')"
-	stop
+	statuses "$TMP/deadline.bin" | tee "$TMP/statuses"
+	ok=$(awk '$2 == "200:" {print $3}' "$TMP/statuses")
+	echo "  items computed: $(awk -v a="$items0" -v b="$items1" 'BEGIN{print b-a}') (want = the 200s: ${ok:-0}); dropped before compute: $(metric 'infer_dropped_items_total{endpoint="batched"}')"
+	stop_server
 fi
 
 if section admin; then
 	echo "== admin: huge values, and a PATCH cancelled after 0.3 s (3 workers, busy 1 s model)"
-	start --model sim --sim-fixed 1s --sim-per-item 0 --workers 3 --batch 1 --policy immediate --admin-token T
+	serve --model sim --sim-fixed 1s --sim-per-item 0 --workers 3 --batch 1 --policy immediate --admin-token T
 	patch() { curl -s -o "$TMP/patch.out" -w '%{http_code}' -X PATCH -H 'Authorization: Bearer T' -d "$1" "${@:2}" "$URL/admin/batching"; }
 	for body in '{"batch": 9223372036854775807}' '{"workers": 9223372036854775807}' '{"workers": 1000}' '{"max_latency": "1000h"}'; do
 		printf '  PATCH %-34s → %s %s\n' "$body" "$(patch "$body")" "$(head -c 120 "$TMP/patch.out")"
@@ -159,7 +129,7 @@ if section admin; then
 	echo "  GET after the cancelled PATCH to 1: $(curl -s -H 'Authorization: Bearer T' "$URL/admin/batching")"
 	wait "${busy[@]}"
 	for n in 3 1 2; do echo "  PATCH workers $n → $(patch "{\"workers\": $n}") $(cat "$TMP/patch.out")"; done # new workers warm up: 3 s each
-	stop
+	stop_server
 fi
 
 if section naive; then
@@ -171,14 +141,14 @@ words = "the of and to in is was for on that with as by at from his her an which
 items = ["[MASK] " + " ".join(random.choice(words) for _ in range(699)) for _ in range(256)]
 print(json.dumps({"inputs": items}))' >"$TMP/big.json"
 	for ep in naive batched; do
-		start --max-body 8MiB
-		before=$(rss_kib "$PID")
-		( peak=0; while kill -0 "$PID" 2>/dev/null; do r=$(rss_kib "$PID" 2>/dev/null || echo 0); ((r > peak)) && peak=$r; echo "$peak" >"$TMP/peak"; sleep 0.1; done ) &
+		serve --max-body 8MiB
+		before=$(rss_kib VmRSS)
+		( peak=0; while kill -0 "$SERVER" 2>/dev/null; do r=$(rss_kib VmRSS 2>/dev/null || echo 0); ((r > peak)) && peak=$r; echo "$peak" >"$TMP/peak"; sleep 0.1; done ) &
 		MON=$!
 		code=$(curl -s -o /dev/null -w '%{http_code}' -m 300 -H 'Content-Type: application/json' --data-binary @"$TMP/big.json" "$URL/$ep")
 		sleep 0.3
 		kill "$MON" 2>/dev/null || true; wait "$MON" 2>/dev/null || true
 		echo "  /$ep: status $code; RSS before $((before / 1024)) MiB, peak $(($(cat "$TMP/peak") / 1024)) MiB"
-		stop
+		stop_server
 	done
 fi

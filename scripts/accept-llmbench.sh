@@ -20,29 +20,21 @@
 # (1000), LLMBENCH_ACCEPT_RATE (100). Usage: scripts/accept-llmbench.sh [section...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib.sh
 
 declare -A TESTS=([accuracy]=TestAcceptBenchAccuracy [simlm]=TestAcceptBenchSimLM [foreign]=TestAcceptBenchForeign [cost]=TestAcceptBenchCost)
 SECTIONS=("$@")
 if [[ ${#SECTIONS[@]} -eq 0 ]]; then SECTIONS=(accuracy simlm foreign cost); fi
-run=()
 reports=0
+tests=()
 for s in "${SECTIONS[@]}"; do
-	if [[ $s == reports ]]; then reports=1; continue; fi
-	[[ -n "${TESTS[$s]:-}" ]] || { echo "unknown section $s (want: ${!TESTS[*]} reports)"; exit 2; }
-	run+=("${TESTS[$s]}")
+	if [[ $s == reports ]]; then reports=1; else tests+=("$s"); fi
 done
+OTHER_SECTIONS=reports section_tests "${tests[@]}"
 status=0
-if [[ ${#run[@]} -gt 0 ]]; then
-	pattern="^($(IFS='|'; echo "${run[*]}"))\$"
-	echo "== through infer bench: ${run[*]}"
-	LOG=$(mktemp -t accept-llmbench.XXXXXX)
-	trap 'rm -f "$LOG"' EXIT
-	INFER_LLMBENCH_ACCEPT=1 go test -count=1 -timeout 30m -v -run "$pattern" ./cmd >"$LOG" 2>&1 || status=$?
-	grep -E '^ACCEPT' "$LOG" || true
-	if [[ $status -ne 0 ]]; then
-		echo "== FAILED; the test log:"
-		grep -v -E '^ACCEPT|^=== RUN' "$LOG" | tail -40
-	fi
+if [[ ${#RUN[@]} -gt 0 ]]; then
+	echo "== through infer bench: ${RUN[*]}"
+	accept_tests ./cmd INFER_LLMBENCH_ACCEPT 30m "${RUN[@]}" || status=$?
 fi
 if [[ $reports -eq 1 ]]; then
 	make build >/dev/null

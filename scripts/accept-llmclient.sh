@@ -18,28 +18,14 @@
 # LLM_ACCEPT_SECONDS (window: 8 for cost, 10 for schedule). Usage: scripts/accept-llmclient.sh [section...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib.sh
 
 declare -A TESTS=([accuracy]=TestAcceptAccuracy [foreign]=TestAcceptForeign [cost]=TestAcceptCost [schedule]=TestAcceptSchedule)
 SECTIONS=("$@")
 if [[ ${#SECTIONS[@]} -eq 0 ]]; then SECTIONS=(accuracy foreign cost schedule); fi
-run=()
-for s in "${SECTIONS[@]}"; do
-	[[ -n "${TESTS[$s]:-}" ]] || { echo "unknown section $s (want: ${!TESTS[*]})"; exit 2; }
-	run+=("${TESTS[$s]}")
-done
-pattern="^($(IFS='|'; echo "${run[*]}"))\$"
-
+section_tests "${SECTIONS[@]}"
 echo "== the exact-timing checks (synctest, virtual clock): go test ./loadgen/llm/... -run 'Accuracy|Run'"
 go test -count=1 -run 'TestAccuracy|TestRun' ./loadgen/llm/...
 
 echo "== acceptance over real sockets: ${SECTIONS[*]}"
-LOG=$(mktemp -t accept-llmclient.XXXXXX)
-trap 'rm -f "$LOG"' EXIT
-status=0
-INFER_LLM_ACCEPT=1 go test -count=1 -timeout 15m -v -run "$pattern" ./loadgen/llm >"$LOG" 2>&1 || status=$?
-grep -E '^ACCEPT' "$LOG" || true
-if [[ $status -ne 0 ]]; then
-	echo "== FAILED; the test log:"
-	grep -v -E '^ACCEPT|^=== RUN' "$LOG" | tail -40
-fi
-exit $status
+accept_tests ./loadgen/llm INFER_LLM_ACCEPT 15m "${RUN[@]}"

@@ -12,6 +12,7 @@
 # adds flags to the served model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib.sh
 make -s setup build
 BIN=bin/infer
 MODEL=${MODEL:-bert-mini}
@@ -19,9 +20,9 @@ BATCH=${BATCH:-64}
 DURATION=${DURATION:-6s}
 ROUNDS=${ROUNDS:-5}
 SERVE_ARGS=${SERVE_ARGS---buckets none}
-ADDR=127.0.0.1:18081
-URL=http://$ADDR
+URL=http://127.0.0.1:18081
 TMP=$(mktemp -d -t infer-onnx.XXXXXX)
+trap 'stop_server; rm -rf "$TMP"' EXIT
 CORPUS=loadgen/corpus/masked.txt
 command -v wrk >/dev/null || { echo "wrk missing: apt-get install -y wrk"; exit 1; }
 
@@ -38,20 +39,6 @@ function request()
 end
 LUA
 
-PID=
-start() { # start ARGS...: serve and wait for /readyz
-	"$BIN" serve --addr "$ADDR" --log-level warn "$@" >"$TMP/serve.log" 2>&1 &
-	PID=$!
-	for _ in $(seq 1 1200); do
-		curl -fsS "$URL/readyz" >/dev/null 2>&1 && return 0
-		kill -0 "$PID" 2>/dev/null || break
-		sleep 0.1
-	done
-	echo "server did not become ready"; cat "$TMP/serve.log"; exit 1
-}
-stop() { [[ -z $PID ]] || { kill -INT "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; PID=; }; }
-trap 'stop; rm -rf "$TMP"' EXIT
-metric() { curl -fsS "$URL/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
 load() { # load ENDPOINT CONNECTIONS: requests/s of a closed-loop wrk run
 	wrk -t1 -c"$2" -d"$DURATION" --latency -s "$TMP/corpus.lua" "$URL$1" -- "$PWD/$CORPUS" >"$TMP/wrk.out"
 	if grep -q 'Non-2xx' "$TMP/wrk.out"; then grep 'Non-2xx' "$TMP/wrk.out" >&2; fi
@@ -62,8 +49,8 @@ ceiling() { # ceiling BATCHES: the offline items/s of the last batch size
 	python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["points"][-1]["items_per_sec"])' "$TMP/ceiling.json"
 }
 
-section() { [[ ${#SECTIONS[@]} -eq 0 || " ${SECTIONS[*]} " == *" $1 "* ]]; }
 SECTIONS=("$@")
+if [[ ${#SECTIONS[@]} -eq 0 ]]; then SECTIONS=(ceiling served memory); fi
 
 if section ceiling; then
 	echo "== offline ceiling of $MODEL (the model alone, corpus sentences)"
@@ -75,7 +62,7 @@ if section served; then
 	# Short rounds alternate the two, and the median round counts, so that
 	# other work on the machine in bursts hits both sides or only one round.
 	# shellcheck disable=SC2086 # SERVE_ARGS is a list of flags
-	start --model "$MODEL" --batch "$BATCH" --max-latency 100ms $SERVE_ARGS
+	serve --model "$MODEL" --batch "$BATCH" --max-latency 100ms $SERVE_ARGS
 	echo "(serve flags: ${SERVE_ARGS:-none added})"
 	ratios=()
 	for r in $(seq 1 "$ROUNDS"); do
@@ -88,7 +75,7 @@ if section served; then
 	done
 	sum=$(metric 'infer_batch_size_sum{endpoint="batched"}'); cnt=$(metric 'infer_batch_size_count{endpoint="batched"}')
 	naive=$(load /naive 8)
-	stop
+	stop_server
 	median=$(printf '%s\n' "${ratios[@]}" | sort -n | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}')
 	echo "/batched over the offline ceiling: median $median of $ROUNDS rounds (mean batch $(awk -v s="$sum" -v c="$cnt" 'BEGIN {printf "%.1f", s / c}'))"
 	awk -v n="$naive" -v b="$b" 'BEGIN {printf "/naive (8 connections): %.1f items/s; last /batched round over /naive: %.2f\n", n, b / n}'
@@ -97,12 +84,12 @@ fi
 if section memory; then
 	echo "== resident memory of serve --model bert-base (after warm-up and a few requests)"
 	for w in 1 2; do
-		start --model bert-base --workers "$w" --batch 32
+		serve --model bert-base --workers "$w" --batch 32
 		for _ in 1 2 3; do
 			curl -fsS -d 'Paris is the [MASK] of France.' "$URL/batched" >/dev/null
 			curl -fsS -d 'Paris is the [MASK] of France.' "$URL/naive" >/dev/null
 		done
-		awk -v w="$w" '/^VmRSS/ {rss=$2} /^VmHWM/ {hwm=$2} END {printf "--workers %d: RSS %d MiB (peak %d MiB)\n", w, rss/1024, hwm/1024}' "/proc/$PID/status"
-		stop
+		echo "--workers $w: RSS $(($(rss_kib VmRSS) / 1024)) MiB (peak $(($(rss_kib VmHWM) / 1024)) MiB)"
+		stop_server
 	done
 fi

@@ -36,6 +36,7 @@
 # every figure; rerun on a quiet machine before quoting one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib.sh
 command -v jq >/dev/null || { echo "jq missing: apt-get install -y jq" >&2; exit 2; }
 
 # jq: a record's figures, with Go durations ("1m2.5s", "850µs") in ms.
@@ -98,14 +99,6 @@ report() {
 	' "${files[@]}" >"$out" || return 1
 	cat "$out"
 	! grep -q MISSED "$out"
-}
-
-bench() { # bench BIN SCENARIO OUT [FLAGS...]; SCENARIO: a name in scenarios/ or a file
-	local bin=$1 sc=$2 out=$3
-	shift 3
-	[ -f "$sc" ] || sc="scenarios/$sc.yaml"
-	"$bin" bench -s "$sc" --no-tui --report=false -o "$out" "$@" >"$out.log" 2>&1 ||
-		{ echo "bench $sc failed (exit $?), see $out.log" >&2; return 1; }
 }
 
 case ${1:-} in

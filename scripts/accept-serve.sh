@@ -7,14 +7,13 @@
 # Sections: throughput cpu overload sigterm badinput (default: all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib.sh
 make -s build
 BIN=bin/infer
-ADDR=127.0.0.1:18080
-URL=http://$ADDR
+URL=http://127.0.0.1:18080
 TMP=$(mktemp -d -t infer-accept.XXXXXX)
-# The vegeta command, at the version the project's library is.
-GOBIN="$TMP" go install github.com/tsenart/vegeta/v12@v12.13.0
-VEGETA="$TMP/vegeta"
+trap 'stop_server; rm -rf "$TMP"' EXIT
+vegeta_install
 command -v wrk >/dev/null || { echo "wrk missing: apt-get install -y wrk"; exit 1; }
 
 cat >"$TMP/post.lua" <<'LUA'
@@ -23,59 +22,44 @@ wrk.body   = '{"inputs":["Paris is the [MASK] of France."]}'
 wrk.headers["Content-Type"] = "application/json"
 LUA
 
-PID=
-start() { # start ARGS...: serve and wait for /readyz
-	"$BIN" serve --addr "$ADDR" --log-level warn --model sim "$@" >"$TMP/serve.log" 2>&1 &
-	PID=$!
-	for _ in $(seq 1 300); do
-		curl -fsS "$URL/readyz" >/dev/null 2>&1 && return 0
-		sleep 0.05
-	done
-	echo "server did not become ready"; cat "$TMP/serve.log"; exit 1
-}
-stop() { kill -INT "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; PID=; }
-trap 'stop; rm -rf "$TMP"' EXIT
-metric() { curl -fsS "$URL/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
 wrk_rps() { wrk "$@" -s "$TMP/post.lua" | tee "$TMP/wrk.out" | awk '/Requests\/sec/ {print $2}'; }
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
-section() { [[ $# -eq 0 || " ${SECTIONS[*]} " == *" $1 "* ]]; }
 SECTIONS=("$@")
 if [[ ${#SECTIONS[@]} -eq 0 ]]; then SECTIONS=(throughput cpu overload sigterm badinput); fi
 
 if section throughput; then
 	echo "== throughput: sim 77ms + 1.16ms, batch 64, max-latency 100ms (ceiling 423/s per worker)"
-	start --sim-fixed 77ms --sim-per-item 1.16ms --batch 64 --max-latency 100ms
+	serve --model sim --sim-fixed 77ms --sim-per-item 1.16ms --batch 64 --max-latency 100ms
 	rps=$(wrk_rps -t2 -c128 -d15s "$URL/batched")
 	sum=$(metric 'infer_batch_size_sum{endpoint="batched"}'); cnt=$(metric 'infer_batch_size_count{endpoint="batched"}')
 	echo "1 worker, 128 connections, /batched: $rps req/s, mean batch $(awk -v s="$sum" -v c="$cnt" 'BEGIN{printf "%.1f", s/c}')"
 	rps=$(wrk_rps -t1 -c128 -d10s "$URL/naive")
 	echo "1 worker, 128 connections, /naive:   $rps req/s (ceiling 12.8)"
-	stop
-	start --sim-fixed 77ms --sim-per-item 1.16ms --batch 64 --max-latency 100ms --workers 4
+	stop_server
+	serve --model sim --sim-fixed 77ms --sim-per-item 1.16ms --batch 64 --max-latency 100ms --workers 4
 	rps=$(wrk_rps -t2 -c512 -d15s "$URL/batched")
 	echo "4 workers, 512 connections, /batched: $rps req/s (ceiling 1693)"
-	stop
+	stop_server
 fi
 
 if section cpu; then
 	echo "== fast accelerator: sim 4ms + 0.1ms, batch 64, max-latency 10ms (ceiling 6154/s)"
-	start --sim-fixed 4ms --sim-per-item 0.1ms --batch 64 --max-latency 10ms
-	t0=$(cpu_ticks "$PID"); r0=$(metric 'infer_items_total{endpoint="batched"}')
+	serve --model sim --sim-fixed 4ms --sim-per-item 0.1ms --batch 64 --max-latency 10ms
+	t0=$(cpu_ticks "$SERVER"); r0=$(metric 'infer_items_total{endpoint="batched"}')
 	rps=$(wrk_rps -t2 -c512 -d15s "$URL/batched")
-	t1=$(cpu_ticks "$PID"); r1=$(metric 'infer_items_total{endpoint="batched"}')
+	t1=$(cpu_ticks "$SERVER"); r1=$(metric 'infer_items_total{endpoint="batched"}')
 	hz=$(getconf CLK_TCK)
 	echo "1 worker, 512 connections: $rps req/s; server CPU $(awk -v t=$((t1 - t0)) -v hz="$hz" -v n="$(awk -v a="$r0" -v b="$r1" 'BEGIN{print b-a}')" 'BEGIN{printf "%.3f ms per request (%d requests, %.2f s CPU)", t/hz*1000/n, n, t/hz}')"
-	stop
+	stop_server
 fi
 
 if section overload; then
 	echo "== overload: queue-cap 256, 3x capacity (1270 req/s offered, open loop) for 20s"
-	start --sim-fixed 77ms --sim-per-item 1.16ms --batch 64 --max-latency 100ms --queue-cap 256
+	serve --model sim --sim-fixed 77ms --sim-per-item 1.16ms --batch 64 --max-latency 100ms --queue-cap 256
 
 	echo -n 'Paris is the [MASK] of France.' >"$TMP/body"
 	printf 'POST %s\nContent-Type: text/plain\n@%s\n' "$URL/batched" "$TMP/body" >"$TMP/targets"
-	( while kill -0 "$PID" 2>/dev/null; do awk '/VmRSS/ {print $2}' "/proc/$PID/status"; sleep 1; done ) >"$TMP/rss" 2>/dev/null &
+	( while kill -0 "$SERVER" 2>/dev/null; do rss_kib VmRSS; sleep 1; done ) >"$TMP/rss" 2>/dev/null &
 	RSSMON=$!
 	$VEGETA attack -targets "$TMP/targets" -rate 1270/s -duration 20s -timeout 30s -max-workers 4000 >"$TMP/overload.bin"
 	# After the overload: how long until a lone request is served normally again?
@@ -91,34 +75,21 @@ if section overload; then
 	done
 	kill "$RSSMON" 2>/dev/null || true
 	echo "server RSS during overload: max $(sort -n "$TMP/rss" | tail -1) KiB, first $(head -1 "$TMP/rss") KiB"
-	$VEGETA encode --to csv <"$TMP/overload.bin" | python3 -c '
-import csv, sys, collections
-lat = collections.defaultdict(list)
-for row in csv.reader(sys.stdin):
-    lat[row[1]].append(int(row[2]) / 1e6)
-for code, ls in sorted(lat.items()):
-    ls.sort()
-    p = lambda q: ls[min(len(ls) - 1, int(q * len(ls)))]
-    print(f"  status {code}: {len(ls)} requests, p50 {p(.5):.2f} ms, p99 {p(.99):.2f} ms, max {ls[-1]:.2f} ms")
-'
-	stop
+	statuses "$TMP/overload.bin"
+	stop_server
 fi
 
 if section sigterm; then
 	echo "== SIGTERM in the middle of a load (drain-timeout 10s)"
-	start --sim-fixed 77ms --sim-per-item 1.16ms --batch 64 --max-latency 100ms --drain-timeout 10s
+	serve --model sim --sim-fixed 77ms --sim-per-item 1.16ms --batch 64 --max-latency 100ms --drain-timeout 10s
 	printf 'POST %s\nContent-Type: text/plain\n@%s\n' "$URL/batched" "$TMP/body" >"$TMP/targets"
 	echo -n 'Paris is the [MASK] of France.' >"$TMP/body"
 	$VEGETA attack -targets "$TMP/targets" -rate 300/s -duration 6s -timeout 20s >"$TMP/term.bin" &
 	ATTACK=$!
 	sleep 3
-	t0=$(date +%s.%N)
-	kill -TERM "$PID"
-	set +e; wait "$PID"; code=$?; set -e
-	t1=$(date +%s.%N)
-	PID=
+	drain_server
 	wait "$ATTACK"
-	echo "server exit code $code, $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", b-a}')s after SIGTERM"
+	echo "server exit code $DRAIN_EXIT, ${DRAIN_SECONDS}s after SIGTERM"
 	$VEGETA encode --to csv <"$TMP/term.bin" | python3 -c '
 import csv, sys, collections
 n = collections.Counter()
@@ -133,7 +104,7 @@ fi
 
 if section badinput; then
 	echo "== bad input while a valid load runs"
-	start --sim-fixed 4ms --sim-per-item 0.1ms --batch 64 --max-latency 10ms --max-body 64KiB --max-items 8
+	serve --model sim --sim-fixed 4ms --sim-per-item 0.1ms --batch 64 --max-latency 10ms --max-body 64KiB --max-items 8
 	wrk -t1 -c64 -d8s -s "$TMP/post.lua" "$URL/batched" >"$TMP/wrk.out" &
 	WRK=$!
 	sleep 1
@@ -160,5 +131,5 @@ if section badinput; then
 	echo "bad requests answered other than documented: $bad of 35"
 	grep -E "requests in|Non-2xx|Socket errors" "$TMP/wrk.out" | sed 's/^/  valid load: /'
 	grep -q "Non-2xx" "$TMP/wrk.out" && echo "  VALID LOAD SAW ERRORS" || echo "  valid load saw no errors"
-	stop
+	stop_server
 fi

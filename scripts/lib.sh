@@ -9,35 +9,73 @@ SERVER= # the pid of the server serve started
 # ARGS, its output in $TMP/serve.log, and wait until /readyz answers: for up
 # to READY_TIMEOUT seconds (default 120: a built-in model is generated on
 # first use), failing at once if the server exits. SERVE_ENV, if set,
-# prefixes the command (e.g. "env GOMAXPROCS=1").
+# prefixes the command (e.g. "env GOMAXPROCS=1"). Fails at once if another
+# process already answers on $URL.
 serve() {
 	stop_server
+	port_free "$URL"
 	${SERVE_ENV:-} "$BIN" serve --addr "${URL#http://}" --log-level warn "$@" >"$TMP/serve.log" 2>&1 &
 	SERVER=$!
-	local deadline=$((SECONDS + ${READY_TIMEOUT:-120}))
-	while ((SECONDS < deadline)); do
-		curl -fsS "$URL/readyz" >/dev/null 2>&1 && return 0
-		kill -0 "$SERVER" 2>/dev/null || break
-		sleep 0.05
-	done
+	await_ready "$URL" "$SERVER" && return 0
 	echo "infer serve $* did not become ready; its log:"
 	cat "$TMP/serve.log"
 	exit 1
 }
 
-# stop_server: drain the server serve started (SIGINT) and wait for it.
+# stop_server: drain the server serve started (with STOP_SIGNAL, default
+# INT) and wait for it.
 stop_server() {
 	if [[ -n $SERVER ]]; then
-		kill -INT "$SERVER" 2>/dev/null || true
+		kill -"${STOP_SIGNAL:-INT}" "$SERVER" 2>/dev/null || true
 		wait "$SERVER" 2>/dev/null || true
 		SERVER=
 	fi
 }
 
+# drain_server: SIGTERM the server serve started and wait for it; sets
+# DRAIN_EXIT (its exit status) and DRAIN_SECONDS (how long it took, 0.00 s).
+# shellcheck disable=SC2034 # both are the caller's
+drain_server() {
+	local t0 t1
+	t0=$(date +%s.%N)
+	kill -TERM "$SERVER"
+	wait "$SERVER" && DRAIN_EXIT=0 || DRAIN_EXIT=$?
+	t1=$(date +%s.%N)
+	SERVER=
+	DRAIN_SECONDS=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f", b - a}')
+}
+
+# await_ready URL [PID [SECONDS]]: poll URL/readyz every 50 ms until it
+# answers 2xx, for up to SECONDS (default READY_TIMEOUT, else 120); returns 1
+# when the time is up or the process PID (if given) has exited.
+await_ready() {
+	local deadline=$((SECONDS + ${3:-${READY_TIMEOUT:-120}}))
+	while ((SECONDS < deadline)); do
+		curl -fsS "$1/readyz" >/dev/null 2>&1 && return 0
+		[[ -z ${2:-} ]] || kill -0 "$2" 2>/dev/null || return 1
+		sleep 0.05
+	done
+	return 1
+}
+
+# port_free URL: exit 1, saying so, if some process already answers on URL
+# (a measurement would go to it).
+port_free() {
+	if curl -s -o /dev/null "$1/healthz"; then echo "$1 is in use by another process"; exit 1; fi
+}
+
+# rss_kib [FIELD [PID]]: the FIELD (default VmRSS; VmHWM: the peak) of
+# /proc/PID/status (default: the server serve started), in KiB.
+rss_kib() { awk -v k="${1:-VmRSS}:" '$1 == k {print $2}' "/proc/${2:-$SERVER}/status"; }
+
+# cpu_ticks [PID]: the user + system CPU time of PID (default: the server
+# serve started) in clock ticks (getconf CLK_TCK a second).
+cpu_ticks() { awk '{print $14 + $15}' "/proc/${1:-$SERVER}/stat"; }
+
 # metric NAME [BASE]: the value of the sample NAME, labels included as
 # /metrics writes them (infer_items_total{endpoint="batched"}), of the
-# server at BASE (default $URL); 0 when there is none.
-metric() { curl -fsS "${2:-$URL}/metrics" | awk -v m="$1" '$1 == m {v = $2} END {print v + 0}'; }
+# server at BASE (default $URL), as /metrics writes it; 0 when there is none.
+metric() { curl -fsS "${2:-$URL}/metrics" | awk -v m="$1" '$1 == m {v = $2} END {print (v == "" ? 0 : v)}'; }
 
 # section NAME: whether NAME is one of the SECTIONS asked for.
 section() { [[ " ${SECTIONS[*]} " == *" $1 "* ]]; }
@@ -75,6 +113,20 @@ bench() {
 	[ -f "$sc" ] || sc="scenarios/$sc.yaml"
 	"$bin" bench -s "$sc" --no-tui --report=false -o "$out" "$@" >"$out.log" 2>&1 ||
 		{ echo "bench $sc failed (exit $?), see $out.log" >&2; return 1; }
+}
+
+# section_tests SECTION...: the test functions that the associative array
+# TESTS (section → test) names for the SECTIONs, into RUN; exits 2, naming
+# the sections there are (and OTHER_SECTIONS, those the caller handles
+# itself), on a section TESTS lacks.
+# shellcheck disable=SC2034 # RUN is the caller's
+section_tests() {
+	RUN=()
+	local s
+	for s; do
+		[[ -n "${TESTS[$s]:-}" ]] || { echo "unknown section $s (want: ${!TESTS[*]}${OTHER_SECTIONS:+ $OTHER_SECTIONS})"; exit 2; }
+		RUN+=("${TESTS[$s]}")
+	done
 }
 
 # accept_tests PACKAGE ENV TIMEOUT TEST...: run the env-gated acceptance
