@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -265,8 +266,16 @@ func prepareDir(dir string) error {
 
 func (r *runner) probeTargets(ctx context.Context) error {
 	r.bases = r.sc.Targets
+	if r.sc.Payload.LLM != nil {
+		// An OpenAI base URL (http://host:8000/v1) names its server:
+		// /readyz, /metrics and the admin API are at the server's root.
+		r.bases = make([]string, len(r.sc.Targets))
+		for i, t := range r.sc.Targets {
+			r.bases[i] = strings.TrimSuffix(t, "/v1")
+		}
+	}
 	r.model = r.sc.Model
-	for i, base := range r.sc.Targets {
+	for i, base := range r.bases {
 		model, noReady, err := probeTarget(ctx, r.client, base, 30*time.Second)
 		if err != nil {
 			return err

@@ -158,7 +158,9 @@ load:
 }
 
 // TestRunLLMAdminSweep sweeps max_seqs on an existing sim-lm server
-// through its admin API, and puts its own setting back at the end.
+// through its admin API, and puts its own setting back at the end. The
+// target is named by its OpenAI base URL (…/v1), as OpenAI clients name it:
+// the admin API and /metrics are found at the server's root.
 func TestRunLLMAdminSweep(t *testing.T) {
 	srv, err := testLauncher().Launch(context.Background(), []string{"--model", "sim-lm", "--admin-token", "tok", "--max-seqs", "4"}, nil)
 	if err != nil {
@@ -170,7 +172,7 @@ func TestRunLLMAdminSweep(t *testing.T) {
 	}
 	sc := mustParse(t, `
 target:
-  urls: [`+srv.URL()+`]
+  urls: [`+srv.URL()+`/v1]
 payload:
   api: completions
   output_tokens: 8
