@@ -203,39 +203,29 @@ func msOrDash(ms float64) string {
 
 func (v *view) writeLLMBest(b *strings.Builder) {
 	slo := v.run.Manifest.SLO
-	b.WriteString("## Best configuration under the SLO\n\n")
-	ok := ranked(v.recs, slo)
-	trustedN := v.trustedCount()
-	if slo == (record.SLO{}) {
-		b.WriteString("The scenario sets no SLO, so every trusted point qualifies and the most output tokens/s wins; goodput counts every completed request.\n\n")
-	} else {
-		fmt.Fprintf(b, "SLO: %s. A request is good when it meets each latency bound; goodput is good requests per second.\n\n", sloText(slo))
-	}
-	if len(ok) == 0 {
-		if trustedN == 0 {
-			b.WriteString("No point qualifies: none has a trusted measurement with a completed request.\n\n")
-			return
-		}
-		fmt.Fprintf(b, "**No point meets the SLO** (of %s with trusted measurements).", plural(trustedN, "point"))
-		var closest *record.Record
-		for _, r := range v.recs {
-			if trusted(r) && succeeded(r) && r.LLM != nil && (closest == nil || r.LLM.GoodputPerS > closest.LLM.GoodputPerS) {
-				closest = r
+	ok, more := v.writeBestIntro(b, bestIntro{
+		noSLO:   "The scenario sets no SLO, so every trusted point qualifies and the most output tokens/s wins; goodput counts every completed request.",
+		withSLO: "SLO: %s. A request is good when it meets each latency bound; goodput is good requests per second.",
+		none:    "No point qualifies: none has a trusted measurement with a completed request.",
+		closest: func() string {
+			var closest *record.Record
+			for _, r := range v.recs {
+				if trusted(r) && succeeded(r) && r.LLM != nil && (closest == nil || r.LLM.GoodputPerS > closest.LLM.GoodputPerS) {
+					closest = r
+				}
 			}
-		}
-		if closest != nil {
-			fmt.Fprintf(b, " The most goodput was at %s: %s; it missed %s.", v.pointLabel(closest), llmFigures(closest),
+			if closest == nil {
+				return ""
+			}
+			return fmt.Sprintf(" The most goodput was at %s: %s; it missed %s.", v.pointLabel(closest), llmFigures(closest),
 				strings.Join(slo.LLM().Misses(closest.LLM), ", "))
-		}
-		b.WriteString("\n\n")
+		},
+	})
+	if len(ok) == 0 {
 		return
 	}
 	best := ok[0]
 	fmt.Fprintf(b, "**%s** at %s: %s.\n\n", v.llmConfig(best), loadLabel(best.Point.Load), llmFigures(best))
-	var more []string
-	if slo != (record.SLO{}) {
-		more = append(more, fmt.Sprintf("%d of %s with trusted measurements meet the SLO.", len(ok), plural(trustedN, "point")))
-	}
 	// Against each other endpoint's best.
 	_, groups := v.llmGroups()
 	bestOf := map[string]*record.Record{}
