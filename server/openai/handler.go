@@ -24,18 +24,11 @@ type handler struct {
 
 // only answers 405 with Allow for any method but m (and HEAD for GET).
 func (h *handler) only(m string, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != m && !(m == http.MethodGet && r.Method == http.MethodHead) {
-			allow := m
-			if m == http.MethodGet {
-				allow = "GET, HEAD"
-			}
-			w.Header().Set("Allow", allow)
-			writeError(w, invalid(http.StatusMethodNotAllowed, "", "method_not_allowed", "%s %s: use %s", r.Method, r.URL.Path, m))
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+	return server.Methods(map[string]http.Handler{m: next}, refuseMethod)
+}
+
+func refuseMethod(w http.ResponseWriter, msg string) {
+	writeError(w, invalid(http.StatusMethodNotAllowed, "", "method_not_allowed", "%s", msg))
 }
 
 type modelCard struct {
