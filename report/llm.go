@@ -34,18 +34,7 @@ func llmSeriesOf(p record.Point) llmSeries {
 // llmGroups groups the LLM points by series, in the order: continuous,
 // static, naive, other endpoints; then max-seqs.
 func (v *view) llmGroups() ([]llmSeries, map[llmSeries][]*record.Record) {
-	groups := map[llmSeries][]*record.Record{}
-	var order []llmSeries
-	for _, r := range v.recs {
-		if r.LLM == nil {
-			continue
-		}
-		s := llmSeriesOf(r.Point)
-		if _, ok := groups[s]; !ok {
-			order = append(order, s)
-		}
-		groups[s] = append(groups[s], r)
-	}
+	order, groups := groupBy(v.recs, func(r *record.Record) (llmSeries, bool) { return llmSeriesOf(r.Point), r.LLM != nil })
 	slices.SortStableFunc(order, func(a, b llmSeries) int {
 		return cmp.Or(cmp.Compare(endpointRank(a.Endpoint), endpointRank(b.Endpoint)), cmp.Compare(a.Endpoint, b.Endpoint),
 			cmp.Compare(a.MaxSeqs, b.MaxSeqs), cmp.Compare(a.MBT, b.MBT), cmp.Compare(a.Latency, b.Latency))

@@ -285,21 +285,28 @@ func (v *view) pointLabel(r *record.Record) string {
 	return v.configLabel(r) + " @ " + loadLabel(r.Point.Load)
 }
 
+// groupBy groups the records that key keeps by their key, and returns the
+// keys in the order of their first record.
+func groupBy[K comparable](recs []*record.Record, key func(*record.Record) (K, bool)) ([]K, map[K][]*record.Record) {
+	groups := map[K][]*record.Record{}
+	var order []K
+	for _, r := range recs {
+		k, ok := key(r)
+		if !ok {
+			continue
+		}
+		if _, seen := groups[k]; !seen {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], r)
+	}
+	return order, groups
+}
+
 // bySeries groups the served points with a known batch size into series,
 // ordered by worker count then variant.
 func (v *view) bySeries() ([]series, map[series][]*record.Record) {
-	groups := map[series][]*record.Record{}
-	var order []series
-	for _, r := range v.served {
-		if r.Point.Batch <= 0 {
-			continue
-		}
-		s := seriesOf(r.Point)
-		if _, ok := groups[s]; !ok {
-			order = append(order, s)
-		}
-		groups[s] = append(groups[s], r)
-	}
+	order, groups := groupBy(v.served, func(r *record.Record) (series, bool) { return seriesOf(r.Point), r.Point.Batch > 0 })
 	slices.SortFunc(order, func(a, b series) int {
 		return cmp.Or(cmp.Compare(a.Workers, b.Workers), cmp.Compare(slices.Index(v.vars, a.variant()), slices.Index(v.vars, b.variant())))
 	})
