@@ -135,14 +135,7 @@ func newID(chat bool) string {
 // serverTiming is the Server-Timing header: queue time, time to first
 // token, and the step batch size at the first token.
 func serverTiming(t generate.Timing) string {
-	b := make([]byte, 0, 64)
-	b = append(b, "queue;dur="...)
-	b = strconv.AppendFloat(b, float64(t.Queue.Microseconds())/1000, 'f', 3, 64)
-	b = append(b, ", ttft;dur="...)
-	b = strconv.AppendFloat(b, float64(t.FirstToken.Microseconds())/1000, 'f', 3, 64)
-	b = append(b, ", batch;desc="...)
-	b = strconv.AppendInt(b, int64(t.Batch), 10)
-	return string(b)
+	return string(server.AppendTiming(make([]byte, 0, 64), "queue", t.Queue, "ttft", t.FirstToken, t.Batch))
 }
 
 // answer is one response being written.
