@@ -287,12 +287,7 @@ func (v *view) writeEndpoints(b *strings.Builder) {
 // next to the model's steady-state ideal at their slots, from the mean
 // prompt and output tokens they were served.
 func (v *view) writeIdeal(b *strings.Builder) {
-	var recs []*record.Record
-	for _, r := range v.recs {
-		if r.LLM != nil && r.LLM.Ideal > 0 {
-			recs = append(recs, r)
-		}
-	}
+	recs := keep(v.recs, func(r *record.Record) bool { return r.LLM != nil && r.LLM.Ideal > 0 })
 	if len(recs) == 0 {
 		return
 	}
@@ -319,12 +314,7 @@ func (v *view) writeIdeal(b *strings.Builder) {
 // writeServerSide sets the client's TTFT next to the server's own, and
 // the server's gauges, when the server told them.
 func (v *view) writeServerSide(b *strings.Builder) {
-	var recs []*record.Record
-	for _, r := range v.recs {
-		if r.LLM != nil && (r.LLM.Server != nil || r.LLM.Timing != nil) {
-			recs = append(recs, r)
-		}
-	}
+	recs := keep(v.recs, func(r *record.Record) bool { return r.LLM != nil && (r.LLM.Server != nil || r.LLM.Timing != nil) })
 	if len(recs) == 0 {
 		return
 	}

@@ -352,12 +352,7 @@ func (v *view) longConfig(r *record.Record) string {
 // payload.inject, how the requests carrying the text fared against the
 // others.
 func (v *view) writeInjected(b *strings.Builder) {
-	var recs []*record.Record
-	for _, r := range v.recs {
-		if r.Injected != nil {
-			recs = append(recs, r)
-		}
-	}
+	recs := keep(v.recs, func(r *record.Record) bool { return r.Injected != nil })
 	if len(recs) == 0 {
 		return
 	}

@@ -347,15 +347,21 @@ func better(a, b *record.Record) bool {
 	return p99Of(a) < p99Of(b)
 }
 
-// atLoad returns the points at load l.
-func atLoad(recs []*record.Record, l record.Load) []*record.Record {
+// keep returns, in a slice of their own, the records of recs that ok
+// keeps (nil for none).
+func keep(recs []*record.Record, ok func(*record.Record) bool) []*record.Record {
 	var out []*record.Record
 	for _, r := range recs {
-		if r.Point.Load == l {
+		if ok(r) {
 			out = append(out, r)
 		}
 	}
 	return out
+}
+
+// atLoad returns the points at load l.
+func atLoad(recs []*record.Record, l record.Load) []*record.Record {
+	return keep(recs, func(r *record.Record) bool { return r.Point.Load == l })
 }
 
 // panelLoads picks at most n load levels to draw one panel each: all of
@@ -375,12 +381,7 @@ func panelLoads(loads []record.Load, n int) []record.Load {
 // frontier returns the trusted points that no other trusted point beats on
 // both throughput and p99 latency, by increasing throughput.
 func frontier(recs []*record.Record) []*record.Record {
-	var cand []*record.Record
-	for _, r := range recs {
-		if trusted(r) && succeeded(r) && r.Latency.P99 > 0 {
-			cand = append(cand, r)
-		}
-	}
+	cand := keep(recs, func(r *record.Record) bool { return trusted(r) && succeeded(r) && r.Latency.P99 > 0 })
 	slices.SortFunc(cand, func(a, b *record.Record) int {
 		return cmp.Or(-cmp.Compare(a.Throughput, b.Throughput), cmp.Compare(a.Latency.P99, b.Latency.P99))
 	})
