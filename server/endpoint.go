@@ -35,21 +35,33 @@ type endpoint struct {
 }
 
 func (s *Server) inferHandler(ep *endpoint) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return s.answer(ep, writeError, func(r *http.Request, arrived time.Time) (any, timing, error) {
+		outs, st, err := s.infer(r, ep, arrived)
+		return inferResponse{Model: s.info.Name, Outputs: outs}, st, err
+	})
+}
+
+// answer serves the inference requests of ep, of either API: run computes
+// one and returns the body of its answer, writeErr writes a failure in the
+// API's shape. It counts the request in ep's metrics, in flight and
+// answered, and sets Server-Timing on a success.
+func (s *Server) answer(ep *endpoint, writeErr func(http.ResponseWriter, *apiError),
+	run func(r *http.Request, arrived time.Time) (any, timing, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
 		arrived := time.Now()
 		ep.metrics.inFlight.Inc()
 		defer ep.metrics.inFlight.Dec()
-		outs, st, err := s.infer(r, ep, arrived)
+		body, st, err := run(r, arrived)
 		if err != nil {
 			e := s.toAPIError(err)
-			writeError(w, e)
+			writeErr(w, e)
 			ep.metrics.answered(e, time.Since(arrived))
 			return
 		}
 		w.Header().Set("Server-Timing", serverTiming(st))
-		writeJSON(w, http.StatusOK, inferResponse{Model: s.info.Name, Outputs: outs})
+		writeJSON(w, http.StatusOK, body)
 		ep.metrics.request(http.StatusOK, time.Since(arrived))
-	})
+	}
 }
 
 // infer runs a request of /naive or /batched: its body holds the items.
