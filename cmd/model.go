@@ -109,11 +109,7 @@ func (o *modelOptions) factory(workers int, log *slog.Logger) (models.Factory, e
 		Tokenizer:  wordpiece.BertBaseUncased(),
 		MaxSeqLen:  o.MaxSeqLen,
 		RejectLong: !o.Truncate,
-		Devices:    devices,
-		Workers:    workers,
-		Threads:    o.Threads,
-		Library:    o.OrtLib,
-		Logger:     log,
+		Runtime:    onnx.Runtime{Devices: devices, Workers: workers, Threads: o.Threads, Library: o.OrtLib, Logger: log},
 	})
 }
 

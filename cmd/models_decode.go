@@ -139,7 +139,7 @@ func (o *modelOptions) openDecoder(kvTokens, workers int, log *slog.Logger) (f *
 	}
 	f, err = onnx.OpenDecoder(onnx.DecoderConfig{
 		Path: path, Name: name, KVTokens: kvTokens,
-		Devices: devices, Workers: workers, Threads: o.Threads, Library: o.OrtLib, Logger: log,
+		Runtime: onnx.Runtime{Devices: devices, Workers: workers, Threads: o.Threads, Library: o.OrtLib, Logger: log},
 	})
 	return f, true, err
 }

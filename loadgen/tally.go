@@ -21,9 +21,6 @@ const (
 	StatusInvalid = "invalid"
 )
 
-// maxErrorKinds bounds the distinct error texts kept per point.
-const maxErrorKinds = 20
-
 // outcome is one request, classified.
 type outcome struct {
 	sent time.Time
@@ -92,7 +89,7 @@ func (t *tally) add(o *outcome) {
 		t.lag.Record(lag)
 	}
 	if !o.ok() {
-		t.addError(o.errText, 1)
+		t.errors = record.CountError(t.errors, o.errText, 1)
 		return
 	}
 	t.ok++
@@ -115,19 +112,6 @@ func (t *tally) add(o *outcome) {
 	}
 }
 
-func (t *tally) addError(text string, n int) {
-	if text == "" {
-		return
-	}
-	if t.errors == nil {
-		t.errors = make(map[string]int)
-	}
-	if _, ok := t.errors[text]; !ok && len(t.errors) >= maxErrorKinds {
-		text = "other errors"
-	}
-	t.errors[text] += n
-}
-
 func (t *tally) merge(o *tally) {
 	t.sent += o.sent
 	t.ok += o.ok
@@ -141,7 +125,7 @@ func (t *tally) merge(o *tally) {
 		t.status[k] += v
 	}
 	for k, v := range o.errors {
-		t.addError(k, v)
+		t.errors = record.CountError(t.errors, k, v)
 	}
 	t.timed += o.timed
 	t.queue += o.queue

@@ -164,11 +164,11 @@ func TestTally(t *testing.T) {
 	}
 	// Distinct error texts are bounded.
 	var c tally
-	for i := range maxErrorKinds + 5 {
+	for i := range record.MaxErrorKinds + 5 {
 		c.add(&outcome{status: StatusError, errText: fmt.Sprintf("error %d", i)})
 	}
-	if len(c.errors) != maxErrorKinds+1 || c.errors["other errors"] != 5 {
-		t.Errorf("errors kept = %d, other = %d; want %d and 5", len(c.errors), c.errors["other errors"], maxErrorKinds+1)
+	if len(c.errors) != record.MaxErrorKinds+1 || c.errors["other errors"] != 5 {
+		t.Errorf("errors kept = %d, other = %d; want %d and 5", len(c.errors), c.errors["other errors"], record.MaxErrorKinds+1)
 	}
 }
 

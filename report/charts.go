@@ -180,12 +180,7 @@ func (v *view) latencyChart() (*figure, string) {
 	for _, l := range loads {
 		p := newPlot("at "+loadLabel(l), "max batch size (--batch, log scale)", "latency (ms)")
 		for _, s := range order {
-			var recs []*record.Record
-			for _, r := range atLoad(groups[s], l) {
-				if succeeded(r) && r.Latency.P99 > 0 {
-					recs = append(recs, r)
-				}
-			}
+			recs := keep(atLoad(groups[s], l), func(r *record.Record) bool { return succeeded(r) && r.Latency.P99 > 0 })
 			slices.SortFunc(recs, func(a, b *record.Record) int { return cmp.Compare(a.Point.Batch, b.Point.Batch) })
 			if len(recs) == 0 {
 				continue

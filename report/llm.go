@@ -34,18 +34,7 @@ func llmSeriesOf(p record.Point) llmSeries {
 // llmGroups groups the LLM points by series, in the order: continuous,
 // static, naive, other endpoints; then max-seqs.
 func (v *view) llmGroups() ([]llmSeries, map[llmSeries][]*record.Record) {
-	groups := map[llmSeries][]*record.Record{}
-	var order []llmSeries
-	for _, r := range v.recs {
-		if r.LLM == nil {
-			continue
-		}
-		s := llmSeriesOf(r.Point)
-		if _, ok := groups[s]; !ok {
-			order = append(order, s)
-		}
-		groups[s] = append(groups[s], r)
-	}
+	order, groups := groupBy(v.recs, func(r *record.Record) (llmSeries, bool) { return llmSeriesOf(r.Point), r.LLM != nil })
 	slices.SortStableFunc(order, func(a, b llmSeries) int {
 		return cmp.Or(cmp.Compare(endpointRank(a.Endpoint), endpointRank(b.Endpoint)), cmp.Compare(a.Endpoint, b.Endpoint),
 			cmp.Compare(a.MaxSeqs, b.MaxSeqs), cmp.Compare(a.MBT, b.MBT), cmp.Compare(a.Latency, b.Latency))
@@ -203,39 +192,29 @@ func msOrDash(ms float64) string {
 
 func (v *view) writeLLMBest(b *strings.Builder) {
 	slo := v.run.Manifest.SLO
-	b.WriteString("## Best configuration under the SLO\n\n")
-	ok := ranked(v.recs, slo)
-	trustedN := v.trustedCount()
-	if slo == (record.SLO{}) {
-		b.WriteString("The scenario sets no SLO, so every trusted point qualifies and the most output tokens/s wins; goodput counts every completed request.\n\n")
-	} else {
-		fmt.Fprintf(b, "SLO: %s. A request is good when it meets each latency bound; goodput is good requests per second.\n\n", sloText(slo))
-	}
-	if len(ok) == 0 {
-		if trustedN == 0 {
-			b.WriteString("No point qualifies: none has a trusted measurement with a completed request.\n\n")
-			return
-		}
-		fmt.Fprintf(b, "**No point meets the SLO** (of %s with trusted measurements).", plural(trustedN, "point"))
-		var closest *record.Record
-		for _, r := range v.recs {
-			if trusted(r) && succeeded(r) && r.LLM != nil && (closest == nil || r.LLM.GoodputPerS > closest.LLM.GoodputPerS) {
-				closest = r
+	ok, more := v.writeBestIntro(b, bestIntro{
+		noSLO:   "The scenario sets no SLO, so every trusted point qualifies and the most output tokens/s wins; goodput counts every completed request.",
+		withSLO: "SLO: %s. A request is good when it meets each latency bound; goodput is good requests per second.",
+		none:    "No point qualifies: none has a trusted measurement with a completed request.",
+		closest: func() string {
+			var closest *record.Record
+			for _, r := range v.recs {
+				if trusted(r) && succeeded(r) && r.LLM != nil && (closest == nil || r.LLM.GoodputPerS > closest.LLM.GoodputPerS) {
+					closest = r
+				}
 			}
-		}
-		if closest != nil {
-			fmt.Fprintf(b, " The most goodput was at %s: %s; it missed %s.", v.pointLabel(closest), llmFigures(closest),
+			if closest == nil {
+				return ""
+			}
+			return fmt.Sprintf(" The most goodput was at %s: %s; it missed %s.", v.pointLabel(closest), llmFigures(closest),
 				strings.Join(slo.LLM().Misses(closest.LLM), ", "))
-		}
-		b.WriteString("\n\n")
+		},
+	})
+	if len(ok) == 0 {
 		return
 	}
 	best := ok[0]
 	fmt.Fprintf(b, "**%s** at %s: %s.\n\n", v.llmConfig(best), loadLabel(best.Point.Load), llmFigures(best))
-	var more []string
-	if slo != (record.SLO{}) {
-		more = append(more, fmt.Sprintf("%d of %s with trusted measurements meet the SLO.", len(ok), plural(trustedN, "point")))
-	}
 	// Against each other endpoint's best.
 	_, groups := v.llmGroups()
 	bestOf := map[string]*record.Record{}
@@ -308,12 +287,7 @@ func (v *view) writeEndpoints(b *strings.Builder) {
 // next to the model's steady-state ideal at their slots, from the mean
 // prompt and output tokens they were served.
 func (v *view) writeIdeal(b *strings.Builder) {
-	var recs []*record.Record
-	for _, r := range v.recs {
-		if r.LLM != nil && r.LLM.Ideal > 0 {
-			recs = append(recs, r)
-		}
-	}
+	recs := keep(v.recs, func(r *record.Record) bool { return r.LLM != nil && r.LLM.Ideal > 0 })
 	if len(recs) == 0 {
 		return
 	}
@@ -340,12 +314,7 @@ func (v *view) writeIdeal(b *strings.Builder) {
 // writeServerSide sets the client's TTFT next to the server's own, and
 // the server's gauges, when the server told them.
 func (v *view) writeServerSide(b *strings.Builder) {
-	var recs []*record.Record
-	for _, r := range v.recs {
-		if r.LLM != nil && (r.LLM.Server != nil || r.LLM.Timing != nil) {
-			recs = append(recs, r)
-		}
-	}
+	recs := keep(v.recs, func(r *record.Record) bool { return r.LLM != nil && (r.LLM.Server != nil || r.LLM.Timing != nil) })
 	if len(recs) == 0 {
 		return
 	}

@@ -231,40 +231,68 @@ func (v *view) trustedCount() int {
 	return n
 }
 
-func (v *view) writeBest(b *strings.Builder) {
+// bestIntro is what the two "Best configuration" sections (request and
+// LLM runs) say in their own words around the shared opening.
+type bestIntro struct {
+	noSLO   string // the paragraph when the scenario sets no SLO
+	withSLO string // the paragraph's format, given the SLO's text
+	none    string // the paragraph when no point has a trusted, successful measurement
+	// closest, when no point meets the SLO, is the sentence on the point that came
+	// closest, with a leading space ("" for none).
+	closest func() string
+}
+
+// writeBestIntro writes the opening of a "Best configuration" section: the
+// heading, the SLO, and, when no point meets it, why not (then it returns no
+// points). Otherwise it returns the qualifying points, best first, and the
+// first sentences to say after the best point's line.
+func (v *view) writeBestIntro(b *strings.Builder, t bestIntro) (ok []*record.Record, more []string) {
 	slo := v.run.Manifest.SLO
 	b.WriteString("## Best configuration under the SLO\n\n")
-	ok := ranked(v.recs, slo)
+	ok = ranked(v.recs, slo)
 	trustedN := v.trustedCount()
 	noSLO := slo == (record.SLO{})
 	if noSLO {
-		b.WriteString("The scenario sets no SLO, so every trusted point qualifies and the highest throughput wins.\n\n")
+		b.WriteString(t.noSLO + "\n\n")
 	} else {
-		fmt.Fprintf(b, "SLO: %s.\n\n", sloText(slo))
+		fmt.Fprintf(b, t.withSLO+"\n\n", sloText(slo))
 	}
 	if len(ok) == 0 {
 		if trustedN == 0 {
-			b.WriteString("No point qualifies: none has a trusted measurement with a successful request.\n\n")
-			return
+			b.WriteString(t.none + "\n\n")
+			return nil, nil
 		}
-		fmt.Fprintf(b, "**No point meets the SLO** (of %s with trusted measurements).", plural(trustedN, "point"))
-		var closest *record.Record
-		for _, r := range v.recs {
-			if trusted(r) && succeeded(r) && (closest == nil || r.Latency.P99 < closest.Latency.P99) {
-				closest = r
+		fmt.Fprintf(b, "**No point meets the SLO** (of %s with trusted measurements).%s\n\n", plural(trustedN, "point"), t.closest())
+		return nil, nil
+	}
+	if !noSLO {
+		more = append(more, fmt.Sprintf("%d of %s with trusted measurements meet the SLO.", len(ok), plural(trustedN, "point")))
+	}
+	return ok, more
+}
+
+func (v *view) writeBest(b *strings.Builder) {
+	ok, more := v.writeBestIntro(b, bestIntro{
+		noSLO:   "The scenario sets no SLO, so every trusted point qualifies and the highest throughput wins.",
+		withSLO: "SLO: %s.",
+		none:    "No point qualifies: none has a trusted measurement with a successful request.",
+		closest: func() string {
+			var closest *record.Record
+			for _, r := range v.recs {
+				if trusted(r) && succeeded(r) && (closest == nil || r.Latency.P99 < closest.Latency.P99) {
+					closest = r
+				}
 			}
-		}
-		fmt.Fprintf(b, " The lowest p99 was %s at %s (%s req/s, %s errors).\n\n", fmtMs(closest.Latency.P99.Ms()), v.pointLabel(closest), num(closest.Throughput), pctAbs(closest.ErrorRate()))
+			return fmt.Sprintf(" The lowest p99 was %s at %s (%s req/s, %s errors).", fmtMs(closest.Latency.P99.Ms()), v.pointLabel(closest), num(closest.Throughput), pctAbs(closest.ErrorRate()))
+		},
+	})
+	if len(ok) == 0 {
 		return
 	}
 	best := ok[0]
 	fmt.Fprintf(b, "**%s** at %s: %s req/s (%s items/s), p50 %s, p99 %s, errors %s.\n\n",
 		v.longConfig(best), loadLabel(best.Point.Load), num(best.Throughput), num(best.ItemsPerSec),
 		fmtMs(best.Latency.P50.Ms()), fmtMs(best.Latency.P99.Ms()), pctAbs(best.ErrorRate()))
-	var more []string
-	if !noSLO {
-		more = append(more, fmt.Sprintf("%d of %s with trusted measurements meet the SLO.", len(ok), plural(trustedN, "point")))
-	}
 	if nb := v.bestNaive(); nb != nil && !isNaive(best) && nb.Throughput > 0 {
 		more = append(more, fmt.Sprintf("That is %.1f× the naive endpoint's best throughput (%s req/s).", best.Throughput/nb.Throughput, num(nb.Throughput)))
 	}
@@ -324,12 +352,7 @@ func (v *view) longConfig(r *record.Record) string {
 // payload.inject, how the requests carrying the text fared against the
 // others.
 func (v *view) writeInjected(b *strings.Builder) {
-	var recs []*record.Record
-	for _, r := range v.recs {
-		if r.Injected != nil {
-			recs = append(recs, r)
-		}
-	}
+	recs := keep(v.recs, func(r *record.Record) bool { return r.Injected != nil })
 	if len(recs) == 0 {
 		return
 	}

@@ -285,21 +285,28 @@ func (v *view) pointLabel(r *record.Record) string {
 	return v.configLabel(r) + " @ " + loadLabel(r.Point.Load)
 }
 
+// groupBy groups the records that key keeps by their key, and returns the
+// keys in the order of their first record.
+func groupBy[K comparable](recs []*record.Record, key func(*record.Record) (K, bool)) ([]K, map[K][]*record.Record) {
+	groups := map[K][]*record.Record{}
+	var order []K
+	for _, r := range recs {
+		k, ok := key(r)
+		if !ok {
+			continue
+		}
+		if _, seen := groups[k]; !seen {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], r)
+	}
+	return order, groups
+}
+
 // bySeries groups the served points with a known batch size into series,
 // ordered by worker count then variant.
 func (v *view) bySeries() ([]series, map[series][]*record.Record) {
-	groups := map[series][]*record.Record{}
-	var order []series
-	for _, r := range v.served {
-		if r.Point.Batch <= 0 {
-			continue
-		}
-		s := seriesOf(r.Point)
-		if _, ok := groups[s]; !ok {
-			order = append(order, s)
-		}
-		groups[s] = append(groups[s], r)
-	}
+	order, groups := groupBy(v.served, func(r *record.Record) (series, bool) { return seriesOf(r.Point), r.Point.Batch > 0 })
 	slices.SortFunc(order, func(a, b series) int {
 		return cmp.Or(cmp.Compare(a.Workers, b.Workers), cmp.Compare(slices.Index(v.vars, a.variant()), slices.Index(v.vars, b.variant())))
 	})
@@ -340,15 +347,21 @@ func better(a, b *record.Record) bool {
 	return p99Of(a) < p99Of(b)
 }
 
-// atLoad returns the points at load l.
-func atLoad(recs []*record.Record, l record.Load) []*record.Record {
+// keep returns, in a slice of their own, the records of recs that ok
+// keeps (nil for none).
+func keep(recs []*record.Record, ok func(*record.Record) bool) []*record.Record {
 	var out []*record.Record
 	for _, r := range recs {
-		if r.Point.Load == l {
+		if ok(r) {
 			out = append(out, r)
 		}
 	}
 	return out
+}
+
+// atLoad returns the points at load l.
+func atLoad(recs []*record.Record, l record.Load) []*record.Record {
+	return keep(recs, func(r *record.Record) bool { return r.Point.Load == l })
 }
 
 // panelLoads picks at most n load levels to draw one panel each: all of
@@ -368,12 +381,7 @@ func panelLoads(loads []record.Load, n int) []record.Load {
 // frontier returns the trusted points that no other trusted point beats on
 // both throughput and p99 latency, by increasing throughput.
 func frontier(recs []*record.Record) []*record.Record {
-	var cand []*record.Record
-	for _, r := range recs {
-		if trusted(r) && succeeded(r) && r.Latency.P99 > 0 {
-			cand = append(cand, r)
-		}
-	}
+	cand := keep(recs, func(r *record.Record) bool { return trusted(r) && succeeded(r) && r.Latency.P99 > 0 })
 	slices.SortFunc(cand, func(a, b *record.Record) int {
 		return cmp.Or(-cmp.Compare(a.Throughput, b.Throughput), cmp.Compare(a.Latency.P99, b.Latency.P99))
 	})

@@ -57,17 +57,12 @@ func (s *Server) adminRoutes(mux *http.ServeMux) {
 	if s.cfg.AdminToken == "" {
 		return
 	}
-	mux.Handle("/admin/batching", s.authorized(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.Method {
-		case http.MethodGet, http.MethodHead:
+	mux.Handle("/admin/batching", s.authorized(Methods(map[string]http.Handler{
+		http.MethodGet: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusOK, s.batching())
-		case http.MethodPatch:
-			s.patchBatching(w, r)
-		default:
-			w.Header().Set("Allow", "GET, HEAD, PATCH")
-			writeError(w, errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s /admin/batching: use GET or PATCH", r.Method))
-		}
-	})))
+		}),
+		http.MethodPatch: http.HandlerFunc(s.patchBatching),
+	}, refuseMethod)))
 }
 
 // authorized checks the bearer token in constant time.

@@ -35,21 +35,33 @@ type endpoint struct {
 }
 
 func (s *Server) inferHandler(ep *endpoint) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return s.answer(ep, writeError, func(r *http.Request, arrived time.Time) (any, timing, error) {
+		outs, st, err := s.infer(r, ep, arrived)
+		return inferResponse{Model: s.info.Name, Outputs: outs}, st, err
+	})
+}
+
+// answer serves the inference requests of ep, of either API: run computes
+// one and returns the body of its answer, writeErr writes a failure in the
+// API's shape. It counts the request in ep's metrics, in flight and
+// answered, and sets Server-Timing on a success.
+func (s *Server) answer(ep *endpoint, writeErr func(http.ResponseWriter, *apiError),
+	run func(r *http.Request, arrived time.Time) (any, timing, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
 		arrived := time.Now()
 		ep.metrics.inFlight.Inc()
 		defer ep.metrics.inFlight.Dec()
-		outs, st, err := s.infer(r, ep, arrived)
+		body, st, err := run(r, arrived)
 		if err != nil {
 			e := s.toAPIError(err)
-			writeError(w, e)
+			writeErr(w, e)
 			ep.metrics.answered(e, time.Since(arrived))
 			return
 		}
 		w.Header().Set("Server-Timing", serverTiming(st))
-		writeJSON(w, http.StatusOK, inferResponse{Model: s.info.Name, Outputs: outs})
+		writeJSON(w, http.StatusOK, body)
 		ep.metrics.request(http.StatusOK, time.Since(arrived))
-	})
+	}
 }
 
 // infer runs a request of /naive or /batched: its body holds the items.
@@ -233,18 +245,28 @@ func RequestTimeout(r *http.Request, def time.Duration) (time.Duration, error) {
 	return min(d, def), nil
 }
 
+// AppendTiming appends the start of a Server-Timing header value to b: two
+// durations, in milliseconds to the microsecond, and the size of the batch,
+// "queue;dur=1.250, compute;dur=3.000, batch;desc=8". The server's answers
+// and server/openai's begin so.
+func AppendTiming(b []byte, name1 string, d1 time.Duration, name2 string, d2 time.Duration, batch int) []byte {
+	b = append(b, name1...)
+	b = append(b, ";dur="...)
+	b = strconv.AppendFloat(b, float64(d1.Microseconds())/1000, 'f', 3, 64)
+	b = append(b, ", "...)
+	b = append(b, name2...)
+	b = append(b, ";dur="...)
+	b = strconv.AppendFloat(b, float64(d2.Microseconds())/1000, 'f', 3, 64)
+	b = append(b, ", batch;desc="...)
+	return strconv.AppendInt(b, int64(batch), 10)
+}
+
 // serverTiming renders st as a Server-Timing header value: queue and compute
 // in milliseconds, the size of the batch the request ran in, its padding
 // (batch × longest item ÷ real tokens, for token models) and the number of
 // items answered from the cache.
 func serverTiming(st timing) string {
-	b := make([]byte, 0, 64)
-	b = append(b, "queue;dur="...)
-	b = strconv.AppendFloat(b, float64(st.Queue.Microseconds())/1000, 'f', 3, 64)
-	b = append(b, ", compute;dur="...)
-	b = strconv.AppendFloat(b, float64(st.Compute.Microseconds())/1000, 'f', 3, 64)
-	b = append(b, ", batch;desc="...)
-	b = strconv.AppendInt(b, int64(st.BatchSize), 10)
+	b := AppendTiming(make([]byte, 0, 64), "queue", st.Queue, "compute", st.Compute, st.BatchSize)
 	if st.Padding > 0 {
 		b = append(b, ", pad;desc="...)
 		b = strconv.AppendFloat(b, st.Padding, 'f', 2, 64)

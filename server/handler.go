@@ -2,7 +2,11 @@ package server
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"net/http"
+	"slices"
+	"strings"
 
 	"github.com/inferhq/infer/models"
 	"github.com/inferhq/infer/server/batch"
@@ -55,14 +59,36 @@ func (s *Server) routes() http.Handler {
 
 // only answers 405 with Allow for any method but m (and HEAD for GET).
 func only(m string, h http.Handler) http.Handler {
+	return Methods(map[string]http.Handler{m: h}, refuseMethod)
+}
+
+func refuseMethod(w http.ResponseWriter, msg string) {
+	writeError(w, errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s", msg))
+}
+
+// Methods serves each request with the handler of its method in hs (HEAD
+// with GET's, unless hs has one for HEAD) and answers any other method 405
+// with Allow, the refusal written by refuse with its message. It is the one
+// method check of the server's routes and of the APIs mounted on it
+// (server/openai), whose errors each have their own shape.
+func Methods(hs map[string]http.Handler, refuse func(w http.ResponseWriter, msg string)) http.Handler {
+	methods := slices.Sorted(maps.Keys(hs))
+	var allow []string
+	for _, m := range methods {
+		allow = append(allow, m)
+		if m == http.MethodGet && hs[http.MethodHead] == nil {
+			allow = append(allow, http.MethodHead)
+		}
+	}
+	allowHeader, use := strings.Join(allow, ", "), strings.Join(methods, " or ")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != m && !(m == http.MethodGet && r.Method == http.MethodHead) {
-			allow := m
-			if m == http.MethodGet {
-				allow = "GET, HEAD"
-			}
-			w.Header().Set("Allow", allow)
-			writeError(w, errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s %s: use %s", r.Method, r.URL.Path, m))
+		h := hs[r.Method]
+		if h == nil && r.Method == http.MethodHead {
+			h = hs[http.MethodGet]
+		}
+		if h == nil {
+			w.Header().Set("Allow", allowHeader)
+			refuse(w, fmt.Sprintf("%s %s: use %s", r.Method, r.URL.Path, use))
 			return
 		}
 		h.ServeHTTP(w, r)

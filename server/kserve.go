@@ -108,26 +108,13 @@ type v2Response struct {
 }
 
 func (s *Server) v2Infer(ep *endpoint) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		arrived := time.Now()
-		ep.metrics.inFlight.Inc()
-		defer ep.metrics.inFlight.Dec()
+	return s.answer(ep, writeV2Error, func(r *http.Request, arrived time.Time) (any, timing, error) {
 		id, outs, st, err := s.inferV2(r, ep, arrived)
 		if err != nil {
-			e := s.toAPIError(err)
-			writeV2Error(w, e)
-			ep.metrics.answered(e, time.Since(arrived))
-			return
+			return nil, st, err
 		}
-		w.Header().Set("Server-Timing", serverTiming(st))
-		writeJSON(w, http.StatusOK, v2Response{
-			ModelName:    s.info.Name,
-			ModelVersion: v2ModelVersion,
-			ID:           id,
-			Outputs:      []v2Output{s.v2Tensor(outs)},
-		})
-		ep.metrics.request(http.StatusOK, time.Since(arrived))
-	}
+		return v2Response{ModelName: s.info.Name, ModelVersion: v2ModelVersion, ID: id, Outputs: []v2Output{s.v2Tensor(outs)}}, st, nil
+	})
 }
 
 // inferV2 runs a v2 inference request and returns its id with the outputs.

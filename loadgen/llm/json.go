@@ -49,19 +49,7 @@ func (s *scanner) peek() byte {
 // and must consume the value. The key is valid until field reads a value
 // (it is decoded into a buffer all levels share).
 func (s *scanner) object(field func(key []byte) error) error {
-	if s.peek() != '{' {
-		return errJSON
-	}
-	if s.depth++; s.depth > maxDepth {
-		return errJSON
-	}
-	s.i++
-	if s.peek() == '}' {
-		s.i++
-		s.depth--
-		return nil
-	}
-	for {
+	return s.container('{', '}', func() error {
 		if s.peek() != '"' {
 			return errJSON
 		}
@@ -74,44 +62,38 @@ func (s *scanner) object(field func(key []byte) error) error {
 			return errJSON
 		}
 		s.i++
-		if err := field(s.key); err != nil {
-			return err
-		}
-		switch s.peek() {
-		case ',':
-			s.i++
-		case '}':
-			s.i++
-			s.depth--
-			return nil
-		default:
-			return errJSON
-		}
-	}
+		return field(s.key)
+	})
 }
 
 // array walks an array whose '[' is next; elem must consume each element.
 func (s *scanner) array(elem func() error) error {
-	if s.peek() != '[' {
+	return s.container('[', ']', elem)
+}
+
+// container walks an object or array that opening (next) and closing delimit,
+// no deeper than maxDepth; member must consume each member.
+func (s *scanner) container(opening, closing byte, member func() error) error {
+	if s.peek() != opening {
 		return errJSON
 	}
 	if s.depth++; s.depth > maxDepth {
 		return errJSON
 	}
 	s.i++
-	if s.peek() == ']' {
+	if s.peek() == closing {
 		s.i++
 		s.depth--
 		return nil
 	}
 	for {
-		if err := elem(); err != nil {
+		if err := member(); err != nil {
 			return err
 		}
 		switch s.peek() {
 		case ',':
 			s.i++
-		case ']':
+		case closing:
 			s.i++
 			s.depth--
 			return nil

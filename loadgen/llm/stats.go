@@ -24,8 +24,6 @@ const (
 	// minAchieved is today's bench's bound: an open loop that sent less
 	// than this share of its schedule in the window was held back.
 	minAchieved = 0.95
-	// maxErrorKinds bounds the distinct error texts kept.
-	maxErrorKinds = 20
 )
 
 // StatsConfig describes the measured window and what to judge it by.
@@ -153,7 +151,7 @@ func (s *Stats) Add(r *Result) {
 			s.failures = make(map[string]int)
 		}
 		s.failures[string(r.Cause)]++
-		s.addError(r.Err)
+		s.errors = record.CountError(s.errors, r.Err, 1)
 		return
 	}
 	s.completed++
@@ -200,19 +198,6 @@ func (s *Stats) countStatus(r *Result) {
 		key = strconv.Itoa(r.Status)
 	}
 	s.status[key]++
-}
-
-func (s *Stats) addError(text string) {
-	if text == "" {
-		return
-	}
-	if s.errors == nil {
-		s.errors = make(map[string]int)
-	}
-	if _, ok := s.errors[text]; !ok && len(s.errors) >= maxErrorKinds {
-		text = "other errors"
-	}
-	s.errors[text]++
 }
 
 // sample keeps a uniform sample of the window's requests (reservoir

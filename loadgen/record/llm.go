@@ -272,21 +272,15 @@ type MsStats struct {
 	N    uint64  `json:"n"`
 }
 
-// MsStatsOf summarises h (all zero when h is empty).
+// MsStatsOf summarises h as Percentiles does, in milliseconds (all zero
+// when h is empty).
 func MsStatsOf(h *Histogram) MsStats {
 	if h == nil || h.Count() == 0 {
 		return MsStats{}
 	}
-	ms := func(d time.Duration) float64 { return math.Round(float64(d)/1e3) / 1e3 }
-	return MsStats{
-		Mean: ms(h.Mean()),
-		P50:  ms(h.Quantile(0.50)),
-		P90:  ms(h.Quantile(0.90)),
-		P99:  ms(h.Quantile(0.99)),
-		P999: ms(h.Quantile(0.999)),
-		Max:  ms(h.Max()),
-		N:    h.Count(),
-	}
+	p := h.Percentiles()
+	ms := func(d Duration) float64 { return math.Round(float64(d)/1e3) / 1e3 }
+	return MsStats{Mean: ms(p.Mean), P50: ms(p.P50), P90: ms(p.P90), P99: ms(p.P99), P999: ms(p.P999), Max: ms(p.Max), N: h.Count()}
 }
 
 // roundMs renders milliseconds as a duration of about 3 significant

@@ -210,6 +210,27 @@ const (
 	FlagNoSuccess = "no-success"
 )
 
+// MaxErrorKinds bounds the distinct error texts a record keeps (Errors);
+// the requests failing with any other text count under "other errors".
+const MaxErrorKinds = 20
+
+// CountError adds n requests that failed with text to errs, which it
+// allocates when nil, keeping at most MaxErrorKinds texts, and returns errs.
+// An empty text counts nothing.
+func CountError(errs map[string]int, text string, n int) map[string]int {
+	if text == "" {
+		return errs
+	}
+	if errs == nil {
+		errs = make(map[string]int)
+	}
+	if _, ok := errs[text]; !ok && len(errs) >= MaxErrorKinds {
+		text = "other errors"
+	}
+	errs[text] += n
+	return errs
+}
+
 // Percentiles of a latency distribution.
 type Percentiles struct {
 	Mean Duration `json:"mean"`

@@ -7,8 +7,9 @@ package bert
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
+
+	"github.com/inferhq/infer/models/onnxgraph"
 )
 
 // Arch is the shape of a BERT model.
@@ -70,7 +71,7 @@ func (a Arch) String() string { return "bert-" + a.Name }
 // Shape returns the architecture in the notation of the BERT miniatures,
 // e.g. "L4/H256/A4".
 func (a Arch) Shape() string {
-	return "L" + strconv.Itoa(a.Layers) + "/H" + strconv.Itoa(a.Hidden) + "/A" + strconv.Itoa(a.Heads)
+	return onnxgraph.LayerShape(a.Layers, a.Hidden, a.Heads)
 }
 
 // Task is what the generated model's head computes.
@@ -148,16 +149,5 @@ func (a Arch) PretrainingParams() int64 {
 
 // validate reports a shape Generate cannot build.
 func (a Arch) validate() error {
-	switch {
-	case a.Name == "" || strings.ContainsFunc(a.Name, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.')
-	}):
-		return fmt.Errorf("architecture name %q: want lower-case letters, digits, '-', '_' or '.'", a.Name)
-	case a.Layers < 1 || a.Hidden < 1 || a.Heads < 1 || a.Intermediate < 1 ||
-		a.Vocab < 1 || a.MaxPositions < 1 || a.TypeVocab < 1:
-		return fmt.Errorf("architecture %s: every size must be at least 1", a.Name)
-	case a.Hidden%a.Heads != 0:
-		return fmt.Errorf("architecture %s: %d heads do not divide hidden size %d", a.Name, a.Heads, a.Hidden)
-	}
-	return nil
+	return onnxgraph.CheckArch(a.Name, a.Hidden, a.Heads, a.Layers, a.Intermediate, a.Vocab, a.MaxPositions, a.TypeVocab)
 }

@@ -155,34 +155,26 @@ func (b *builder) op(op string, attrs []onnxgraph.Attr, inputs ...string) string
 	return b.Node(op, inputs, attrs...)
 }
 
-func (b *builder) add(x, y string) string    { return b.op("Add", nil, x, y) }
-func (b *builder) mul(x, y string) string    { return b.op("Mul", nil, x, y) }
-func (b *builder) div(x, y string) string    { return b.op("Div", nil, x, y) }
-func (b *builder) matmul(x, y string) string { return b.op("MatMul", nil, x, y) }
+func (b *builder) div(x, y string) string { return b.op("Div", nil, x, y) }
 
 // dense is x·W + b with W of shape [in, out] (the transpose of PyTorch's
 // Linear weight, as exporters store it for MatMul).
 func (b *builder) dense(prefix, x string, in, out int) string {
 	w := b.weight(prefix+".weight", int64(in), int64(out))
-	return b.add(b.matmul(x, w), b.bias(prefix+".bias", int64(out)))
+	return b.Add(b.MatMul(x, w), b.bias(prefix+".bias", int64(out)))
 }
 
 // layerNorm normalises over the last axis with a learned scale (1) and
 // shift (0).
 func (b *builder) layerNorm(prefix, x string) string {
-	h := int64(b.s.Arch.Hidden)
-	gamma := b.Weight(prefix+".weight", []int64{h}, onnxgraph.Fill(1))
-	beta := b.bias(prefix+".bias", h)
-	return b.op("LayerNormalization", []onnxgraph.Attr{
-		onnxgraph.Int("axis", -1), onnxgraph.Float("epsilon", layerNorm),
-	}, x, gamma, beta)
+	return b.LayerNorm(prefix, x, int64(b.s.Arch.Hidden), layerNorm)
 }
 
 // gelu is the exact GELU, x·½·(1 + erf(x/√2)), in the node pattern of
 // PyTorch exports, which ONNX Runtime fuses into one kernel.
 func (b *builder) gelu(x string) string {
 	erf := b.op("Erf", nil, b.div(x, b.sqrt2))
-	return b.mul(b.mul(x, b.add(erf, b.one)), b.half)
+	return b.Mul(b.Mul(x, b.Add(erf, b.one)), b.half)
 }
 
 // build returns the graph of a valid spec.
@@ -199,7 +191,7 @@ func build(s Spec, name string) *onnxgraph.Graph {
 	// Additive attention mask: 0 where attended, -10000 at padding, as
 	// [batch, 1, 1, sequence] to broadcast over heads and query positions.
 	maskF := b.op("Cast", []onnxgraph.Attr{onnxgraph.Int("to", int64(onnxgraph.Float32))}, mask)
-	additive := b.mul(b.op("Sub", nil, b.one, maskF), b.Scalar(maskBias))
+	additive := b.Mul(b.op("Sub", nil, b.one, maskF), b.Scalar(maskBias))
 	additive = b.op("Unsqueeze", nil, additive, b.Int64s(1, 2))
 	for i := range a.Layers {
 		h = b.layer(fmt.Sprintf("encoder.layer.%d", i), h, additive)
@@ -224,8 +216,8 @@ func (b *builder) embeddings(ids, types string) string {
 
 	seqLen := b.op("Gather", []onnxgraph.Attr{onnxgraph.Int("axis", 0)}, b.op("Shape", nil, ids), b.Int64(1))
 	positionIDs := b.op("Range", nil, b.Int64(0), seqLen, b.Int64(1))
-	x := b.add(b.op("Gather", nil, words, ids), b.op("Gather", nil, typeTable, types))
-	x = b.add(x, b.op("Gather", nil, positions, positionIDs))
+	x := b.Add(b.op("Gather", nil, words, ids), b.op("Gather", nil, typeTable, types))
+	x = b.Add(x, b.op("Gather", nil, positions, positionIDs))
 	return b.layerNorm("embeddings.LayerNorm", x)
 }
 
@@ -243,16 +235,16 @@ func (b *builder) layer(prefix, x, additive string) string {
 	q := heads("query", 0, 2, 1, 3) // [batch, heads, sequence, head size]
 	k := heads("key", 0, 2, 3, 1)   // [batch, heads, head size, sequence]
 	v := heads("value", 0, 2, 1, 3)
-	scores := b.div(b.matmul(q, k), b.Scalar(float32(math.Sqrt(float64(headSize)))))
-	probs := b.op("Softmax", []onnxgraph.Attr{onnxgraph.Int("axis", -1)}, b.add(scores, additive))
-	context := b.op("Transpose", []onnxgraph.Attr{onnxgraph.Ints("perm", 0, 2, 1, 3)}, b.matmul(probs, v))
+	scores := b.div(b.MatMul(q, k), b.Scalar(float32(math.Sqrt(float64(headSize)))))
+	probs := b.op("Softmax", []onnxgraph.Attr{onnxgraph.Int("axis", -1)}, b.Add(scores, additive))
+	context := b.op("Transpose", []onnxgraph.Attr{onnxgraph.Ints("perm", 0, 2, 1, 3)}, b.MatMul(probs, v))
 	context = b.op("Reshape", nil, context, b.Int64s(0, 0, int64(hidden)))
 	attended := b.dense(prefix+".attention.output.dense", context, hidden, hidden)
-	x = b.layerNorm(prefix+".attention.output.LayerNorm", b.add(attended, x))
+	x = b.layerNorm(prefix+".attention.output.LayerNorm", b.Add(attended, x))
 
 	inner := b.gelu(b.dense(prefix+".intermediate.dense", x, hidden, a.Intermediate))
 	out := b.dense(prefix+".output.dense", inner, a.Intermediate, hidden)
-	return b.layerNorm(prefix+".output.LayerNorm", b.add(out, x))
+	return b.layerNorm(prefix+".output.LayerNorm", b.Add(out, x))
 }
 
 // fillMaskHead runs the masked-LM head at the [MASK] positions only and
@@ -297,7 +289,7 @@ func (b *builder) embedHead(maskF, h string) {
 	weights := b.op("Unsqueeze", nil, maskF, b.Int64s(2)) // [batch, sequence, 1]
 	axis := b.Int64s(1)
 	keep0 := []onnxgraph.Attr{onnxgraph.Int("keepdims", 0)}
-	sum := b.op("ReduceSum", keep0, b.mul(h, weights), axis)
+	sum := b.op("ReduceSum", keep0, b.Mul(h, weights), axis)
 	count := b.op("Max", nil, b.op("ReduceSum", keep0, weights, axis), b.Scalar(1e-9))
 	mean := b.div(sum, count)
 	norm := b.op("ReduceL2", []onnxgraph.Attr{onnxgraph.Ints("axes", -1), onnxgraph.Int("keepdims", 1)}, mean)

@@ -29,7 +29,7 @@ type session struct {
 // Runtime cannot be found (see onnx.FindLibrary).
 func newSession(tb testing.TB, path string, task Task, threads int) *session {
 	tb.Helper()
-	f, err := onnx.New(onnx.Config{Path: path, Tokenizer: wordpiece.BertBaseUncased(), Threads: threads})
+	f, err := onnx.New(onnx.Config{Path: path, Tokenizer: wordpiece.BertBaseUncased(), Runtime: onnx.Runtime{Threads: threads}})
 	if errors.Is(err, onnx.ErrNoRuntime) && os.Getenv("INFER_REQUIRE_ORT") != "1" {
 		tb.Skipf("no ONNX Runtime (run scripts/setup-ort.sh): %v", err)
 	}

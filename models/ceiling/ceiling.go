@@ -133,26 +133,45 @@ func Measure(ctx context.Context, f models.Factory, texts []string, cfg Config, 
 				return res, fmt.Errorf("batch %d: %w", n, err)
 			}
 		}
-		var lat []time.Duration
-		var total time.Duration
-		for total < cfg.Duration || len(lat) < cfg.MinRuns {
-			if err := ctx.Err(); err != nil {
-				return res, err
-			}
+		p, err := measure(ctx, n, cfg.Duration, cfg.MinRuns, func(int) (time.Duration, bool, error) {
 			d, err := run(n)
 			if err != nil {
-				return res, fmt.Errorf("batch %d: %w", n, err)
+				return 0, false, fmt.Errorf("batch %d: %w", n, err)
 			}
-			lat = append(lat, d)
-			total += d
+			return d, true, nil
+		})
+		if err != nil {
+			return res, err
 		}
-		p := point(n, lat, total)
 		res.Points = append(res.Points, p)
 		if onPoint != nil {
 			onPoint(p)
 		}
 	}
 	return res, nil
+}
+
+// measure times run until the runs it counts take dur in all and number at
+// least minRuns, and returns their point, of batch size n. run(i) makes the
+// i-th run, from 0, and says how long it took and whether that counts. An
+// error of run's, or ctx's, ends the measure.
+func measure(ctx context.Context, n int, dur time.Duration, minRuns int, run func(i int) (time.Duration, bool, error)) (Point, error) {
+	var lat []time.Duration
+	var total time.Duration
+	for i := 0; total < dur || len(lat) < minRuns; i++ {
+		if err := ctx.Err(); err != nil {
+			return Point{}, err
+		}
+		d, count, err := run(i)
+		if err != nil {
+			return Point{}, err
+		}
+		if count {
+			lat = append(lat, d)
+			total += d
+		}
+	}
+	return point(n, lat, total), nil
 }
 
 func point(n int, lat []time.Duration, total time.Duration) Point {

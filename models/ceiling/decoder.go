@@ -148,22 +148,17 @@ func MeasureDecode(ctx context.Context, f models.DecoderFactory, cfg DecodeConfi
 			}
 			return nil
 		}
-		var lat []time.Duration
-		var total time.Duration
-		for steps := 0; total < cfg.Duration || len(lat) < cfg.MinRuns; steps++ {
-			if err := ctx.Err(); err != nil {
-				return res, err
-			}
+		p, err := measure(ctx, n, cfg.Duration, cfg.MinRuns, func(steps int) (time.Duration, bool, error) {
 			if steps%cfg.Window == 0 {
 				if err := refill(); err != nil {
-					return res, fmt.Errorf("batch %d: %w", n, err)
+					return 0, false, fmt.Errorf("batch %d: %w", n, err)
 				}
 			}
 			t0 := time.Now()
 			err := d.Step(ctx, seqs, next)
 			dt := time.Since(t0)
 			if err != nil {
-				return res, fmt.Errorf("batch %d: %w", n, err)
+				return 0, false, fmt.Errorf("batch %d: %w", n, err)
 			}
 			for i := range seqs {
 				seqs[i].Past++
@@ -171,28 +166,22 @@ func MeasureDecode(ctx context.Context, f models.DecoderFactory, cfg DecodeConfi
 			}
 			// The first step after a refill joins the new sequences: it
 			// assembles the batch's cache, which a steady batch does not.
-			if steps%cfg.Window != 0 {
-				lat = append(lat, dt)
-				total += dt
-			}
+			return dt, steps%cfg.Window != 0, nil
+		})
+		if err != nil {
+			return res, err
 		}
 		for i := range seqs {
 			d.Free(seqs[i].ID)
 		}
-		p := point(n, lat, total)
 		res.Decode = append(res.Decode, p)
 		if onDecode != nil {
 			onDecode(p)
 		}
 	}
 	for _, n := range cfg.Prompts {
-		var lat []time.Duration
-		var total time.Duration
 		next := make([]int32, 1)
-		for i := 0; total < cfg.Duration || len(lat) < cfg.MinRuns; i++ {
-			if err := ctx.Err(); err != nil {
-				return res, err
-			}
+		p, err := measure(ctx, n, cfg.Duration, cfg.MinRuns, func(i int) (time.Duration, bool, error) {
 			id++
 			seq := []models.StepSeq{{ID: id, Tokens: tokens(n), PromptLen: n, Sample: true}}
 			t0 := time.Now()
@@ -200,14 +189,13 @@ func MeasureDecode(ctx context.Context, f models.DecoderFactory, cfg DecodeConfi
 			dt := time.Since(t0)
 			d.Free(id)
 			if err != nil {
-				return res, fmt.Errorf("prefill %d: %w", n, err)
+				return 0, false, fmt.Errorf("prefill %d: %w", n, err)
 			}
-			if i > 0 { // the first is a warm-up
-				lat = append(lat, dt)
-				total += dt
-			}
+			return dt, i > 0, nil // the first is a warm-up
+		})
+		if err != nil {
+			return res, err
 		}
-		p := point(n, lat, total)
 		pp := PrefillPoint{PromptLen: n, Runs: p.Runs, TokensPerSec: p.ItemsPerSec, MeanMs: p.MeanMs, P50Ms: p.P50Ms, P99Ms: p.P99Ms}
 		res.Prefill = append(res.Prefill, pp)
 		if onPrefill != nil {

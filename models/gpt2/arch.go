@@ -11,8 +11,9 @@ package gpt2
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
+
+	"github.com/inferhq/infer/models/onnxgraph"
 )
 
 // Arch is the shape of a GPT-2 model.
@@ -72,7 +73,7 @@ func (a Arch) String() string { return "gpt2-" + a.Name }
 
 // Shape returns the architecture as "L2/H128/A2".
 func (a Arch) Shape() string {
-	return "L" + strconv.Itoa(a.Layers) + "/H" + strconv.Itoa(a.Hidden) + "/A" + strconv.Itoa(a.Heads)
+	return onnxgraph.LayerShape(a.Layers, a.Hidden, a.Heads)
 }
 
 // EOS is the id of the end-of-text token: the last of the vocabulary, as
@@ -103,15 +104,5 @@ func (a Arch) Params() int64 {
 
 // validate reports a shape Generate cannot build.
 func (a Arch) validate() error {
-	switch {
-	case a.Name == "" || strings.ContainsFunc(a.Name, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.')
-	}):
-		return fmt.Errorf("architecture name %q: want lower-case letters, digits, '-', '_' or '.'", a.Name)
-	case a.Layers < 1 || a.Hidden < 1 || a.Heads < 1 || a.Vocab < 1 || a.Context < 1:
-		return fmt.Errorf("architecture %s: every size must be at least 1", a.Name)
-	case a.Hidden%a.Heads != 0:
-		return fmt.Errorf("architecture %s: %d heads do not divide hidden size %d", a.Name, a.Heads, a.Hidden)
-	}
-	return nil
+	return onnxgraph.CheckArch(a.Name, a.Hidden, a.Heads, a.Layers, a.Vocab, a.Context)
 }

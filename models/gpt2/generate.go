@@ -155,10 +155,6 @@ func (b *builder) op(op string, attrs []onnxgraph.Attr, inputs ...string) string
 	return b.Node(op, inputs, attrs...)
 }
 
-func (b *builder) add(x, y string) string    { return b.op("Add", nil, x, y) }
-func (b *builder) mul(x, y string) string    { return b.op("Mul", nil, x, y) }
-func (b *builder) matmul(x, y string) string { return b.op("MatMul", nil, x, y) }
-
 // dim returns dimension i of x's shape as an int64 scalar.
 func (b *builder) dim(x string, i int64) string {
 	return b.op("Gather", []onnxgraph.Attr{onnxgraph.Int("axis", 0)}, b.op("Shape", nil, x), b.Int64(i))
@@ -169,26 +165,21 @@ func (b *builder) dim(x string, i int64) string {
 func (b *builder) conv1D(prefix, x string, in, out int, std float64) string {
 	w := b.Weight(prefix+".weight", []int64{int64(in), int64(out)}, onnxgraph.Normal(b.s.Seed, prefix+".weight", std))
 	bias := b.Weight(prefix+".bias", []int64{int64(out)}, onnxgraph.Fill(0))
-	return b.add(b.matmul(x, w), bias)
+	return b.Add(b.MatMul(x, w), bias)
 }
 
 // layerNorm normalises over the last axis with a learned scale (1) and
 // shift (0).
 func (b *builder) layerNorm(prefix, x string) string {
-	h := int64(b.s.Arch.Hidden)
-	gamma := b.Weight(prefix+".weight", []int64{h}, onnxgraph.Fill(1))
-	beta := b.Weight(prefix+".bias", []int64{h}, onnxgraph.Fill(0))
-	return b.op("LayerNormalization", []onnxgraph.Attr{
-		onnxgraph.Int("axis", -1), onnxgraph.Float("epsilon", layerNorm),
-	}, x, gamma, beta)
+	return b.LayerNorm(prefix, x, int64(b.s.Arch.Hidden), layerNorm)
 }
 
 // gelu is GPT-2's activation ("gelu_new"), the tanh approximation
 // ½·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
 func (b *builder) gelu(x string) string {
-	cube := b.mul(b.mul(x, x), x)
-	inner := b.mul(b.add(x, b.mul(cube, b.Scalar(0.044715))), b.Scalar(float32(math.Sqrt(2/math.Pi))))
-	return b.mul(b.mul(x, b.add(b.op("Tanh", nil, inner), b.Scalar(1))), b.Scalar(0.5))
+	cube := b.Mul(b.Mul(x, x), x)
+	inner := b.Mul(b.Add(x, b.Mul(cube, b.Scalar(0.044715))), b.Scalar(float32(math.Sqrt(2/math.Pi))))
+	return b.Mul(b.Mul(x, b.Add(b.op("Tanh", nil, inner), b.Scalar(1))), b.Scalar(0.5))
 }
 
 // build returns the graph of a valid spec: embeddings, the blocks, the final
@@ -222,7 +213,7 @@ func build(s Spec) *onnxgraph.Graph {
 	h := int64(a.Hidden)
 	wte := b.Weight("transformer.wte.weight", []int64{int64(a.Vocab), h}, onnxgraph.Normal(s.Seed, "transformer.wte.weight", initStd))
 	wpe := b.Weight("transformer.wpe.weight", []int64{int64(a.Context), h}, onnxgraph.Normal(s.Seed, "transformer.wpe.weight", initStd))
-	x := b.add(b.op("Gather", nil, wte, ids), b.op("Gather", nil, wpe, positions))
+	x := b.Add(b.op("Gather", nil, wte, ids), b.op("Gather", nil, wpe, positions))
 
 	bias := b.attentionBias(ids, mask)
 	for i := range a.Layers {
@@ -285,13 +276,13 @@ func (b *builder) block(i int, x, bias string) string {
 	b.NodeOut("Concat", []string{PastKey(i), heads(k)}, []string{PresentKey(i)}, concat...)
 	b.NodeOut("Concat", []string{PastValue(i), heads(v)}, []string{PresentValue(i)}, concat...)
 
-	query := b.mul(heads(q), b.Scalar(float32(1/math.Sqrt(float64(d)))))
+	query := b.Mul(heads(q), b.Scalar(float32(1/math.Sqrt(float64(d)))))
 	keyT := b.op("Transpose", []onnxgraph.Attr{onnxgraph.Ints("perm", 0, 1, 3, 2)}, PresentKey(i))
-	probs := b.op("Softmax", []onnxgraph.Attr{onnxgraph.Int("axis", -1)}, b.add(b.matmul(query, keyT), bias))
-	ctx := b.op("Transpose", []onnxgraph.Attr{onnxgraph.Ints("perm", 0, 2, 1, 3)}, b.matmul(probs, PresentValue(i)))
+	probs := b.op("Softmax", []onnxgraph.Attr{onnxgraph.Int("axis", -1)}, b.Add(b.MatMul(query, keyT), bias))
+	ctx := b.op("Transpose", []onnxgraph.Attr{onnxgraph.Ints("perm", 0, 2, 1, 3)}, b.MatMul(probs, PresentValue(i)))
 	ctx = b.op("Reshape", nil, ctx, b.Int64s(0, 0, int64(hidden)))
-	x = b.add(x, b.conv1D(prefix+".attn.c_proj", ctx, hidden, hidden, std))
+	x = b.Add(x, b.conv1D(prefix+".attn.c_proj", ctx, hidden, hidden, std))
 
 	inner := b.gelu(b.conv1D(prefix+".mlp.c_fc", b.layerNorm(prefix+".ln_2", x), hidden, 4*hidden, std))
-	return b.add(x, b.conv1D(prefix+".mlp.c_proj", inner, 4*hidden, hidden, std))
+	return b.Add(x, b.conv1D(prefix+".mlp.c_proj", inner, 4*hidden, hidden, std))
 }

@@ -34,7 +34,7 @@ func BenchmarkPredict(b *testing.B) {
 	}
 	texts := corpus.Masked()
 	for _, spin := range []bool{false, true} {
-		f := newFactory(b, Config{Path: path, Spin: spin})
+		f := newFactory(b, Config{Path: path, Runtime: Runtime{Spin: spin}})
 		ins := make([]models.Input, len(texts))
 		for i, s := range texts {
 			if ins[i], err = f.Prepare(s); err != nil {

@@ -72,13 +72,7 @@ type DecoderConfig struct {
 	// Tokenizer converts text and ids. Default: GPT-2's byte-level BPE,
 	// which needs a vocabulary of at least its 50,257 tokens.
 	Tokenizer models.Tokenizer
-	// Devices, Workers, Threads, Spin, Library and Logger are as in Config.
-	Devices []models.Device
-	Workers int
-	Threads int
-	Spin    bool
-	Library string
-	Logger  *slog.Logger
+	Runtime
 }
 
 // decoderSig is what a decoder graph takes and gives.

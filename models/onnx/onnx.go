@@ -73,6 +73,12 @@ type Config struct {
 	// models.ErrInputTooLong (HTTP 413). Default false: such items are
 	// truncated to their first MaxSeqLen-1 tokens and [SEP].
 	RejectLong bool
+	Runtime
+}
+
+// Runtime is how a factory's instances run, the same for Config and
+// DecoderConfig. Every field has a documented default for its zero value.
+type Runtime struct {
 	// Devices are where instances run; the instance of worker i runs on
 	// models.ForWorker(Devices, i). A cuda device needs a runtime built
 	// with CUDA; auto takes cuda:0 if the runtime can use it, else the CPU.

@@ -225,7 +225,7 @@ func TestBadInput(t *testing.T) {
 
 // TestSessions: one session per worker number, shared by its instances.
 func TestSessions(t *testing.T) {
-	f := newFactory(t, Config{Path: toyGraph{outputs: []string{"logits"}}.build(t, t.TempDir(), "logits"), Workers: 2})
+	f := newFactory(t, Config{Path: toyGraph{outputs: []string{"logits"}}.build(t, t.TempDir(), "logits"), Runtime: Runtime{Workers: 2}})
 	var ms []*Model
 	for _, w := range []int{0, 0, 1} {
 		m, err := f.New(context.Background(), w)
@@ -258,7 +258,7 @@ func TestSessions(t *testing.T) {
 // TestSessionReleasedWithItsLastInstance: closing a worker's instances gives
 // its session's memory back (a removed worker must not keep it until exit).
 func TestSessionReleasedWithItsLastInstance(t *testing.T) {
-	f := newFactory(t, Config{Path: toyGraph{outputs: []string{"logits"}}.build(t, t.TempDir(), "logits"), Workers: 2})
+	f := newFactory(t, Config{Path: toyGraph{outputs: []string{"logits"}}.build(t, t.TempDir(), "logits"), Runtime: Runtime{Workers: 2}})
 	sessions := func() int {
 		f.sessions.mu.Lock()
 		defer f.sessions.mu.Unlock()
@@ -295,11 +295,11 @@ func TestDevices(t *testing.T) {
 	if err := probeCUDA(0); err == nil {
 		t.Skip("this runtime has CUDA; the test covers a CPU-only runtime")
 	}
-	_, err := New(Config{Path: path, Tokenizer: testTokenizer(t), Devices: []models.Device{{Kind: "cuda", Index: 1}}})
+	_, err := New(Config{Path: path, Tokenizer: testTokenizer(t), Runtime: Runtime{Devices: []models.Device{{Kind: "cuda", Index: 1}}}})
 	if err == nil || !strings.Contains(err.Error(), "cuda:1") || !strings.Contains(err.Error(), "cannot use CUDA") {
 		t.Errorf("New(cuda:1) error = %v, want one saying the runtime cannot use CUDA", err)
 	}
-	f := newFactory(t, Config{Path: path, Devices: []models.Device{{Kind: "auto"}}})
+	f := newFactory(t, Config{Path: path, Runtime: Runtime{Devices: []models.Device{{Kind: "auto"}}}})
 	if got := devicesString(f.devices); got != "cpu" {
 		t.Errorf("auto resolved to %s, want cpu", got)
 	}

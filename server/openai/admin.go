@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/generate"
 )
 
@@ -51,17 +52,12 @@ func (s *Service) batching() batching {
 
 // Admin handles GET and PATCH /admin/batching.
 func (s *Service) Admin() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.Method {
-		case http.MethodGet, http.MethodHead:
+	return server.Methods(map[string]http.Handler{
+		http.MethodGet: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusOK, s.batching())
-		case http.MethodPatch:
-			s.patchBatching(w, r)
-		default:
-			w.Header().Set("Allow", "GET, HEAD, PATCH")
-			writeError(w, invalid(http.StatusMethodNotAllowed, "", "method_not_allowed", "%s /admin/batching: use GET or PATCH", r.Method))
-		}
-	})
+		}),
+		http.MethodPatch: http.HandlerFunc(s.patchBatching),
+	}, refuseMethod)
 }
 
 func (s *Service) patchBatching(w http.ResponseWriter, r *http.Request) {

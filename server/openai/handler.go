@@ -24,18 +24,11 @@ type handler struct {
 
 // only answers 405 with Allow for any method but m (and HEAD for GET).
 func (h *handler) only(m string, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != m && !(m == http.MethodGet && r.Method == http.MethodHead) {
-			allow := m
-			if m == http.MethodGet {
-				allow = "GET, HEAD"
-			}
-			w.Header().Set("Allow", allow)
-			writeError(w, invalid(http.StatusMethodNotAllowed, "", "method_not_allowed", "%s %s: use %s", r.Method, r.URL.Path, m))
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+	return server.Methods(map[string]http.Handler{m: next}, refuseMethod)
+}
+
+func refuseMethod(w http.ResponseWriter, msg string) {
+	writeError(w, invalid(http.StatusMethodNotAllowed, "", "method_not_allowed", "%s", msg))
 }
 
 type modelCard struct {
@@ -142,14 +135,7 @@ func newID(chat bool) string {
 // serverTiming is the Server-Timing header: queue time, time to first
 // token, and the step batch size at the first token.
 func serverTiming(t generate.Timing) string {
-	b := make([]byte, 0, 64)
-	b = append(b, "queue;dur="...)
-	b = strconv.AppendFloat(b, float64(t.Queue.Microseconds())/1000, 'f', 3, 64)
-	b = append(b, ", ttft;dur="...)
-	b = strconv.AppendFloat(b, float64(t.FirstToken.Microseconds())/1000, 'f', 3, 64)
-	b = append(b, ", batch;desc="...)
-	b = strconv.AppendInt(b, int64(t.Batch), 10)
-	return string(b)
+	return string(server.AppendTiming(make([]byte, 0, 64), "queue", t.Queue, "ttft", t.FirstToken, t.Batch))
 }
 
 // answer is one response being written.

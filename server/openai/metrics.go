@@ -61,35 +61,42 @@ var (
 
 func newMetrics(s *Service) *metrics {
 	ep := []string{"endpoint"}
+	// counter and hist define the vectors by endpoint (and more labels).
+	counter := func(name, help string, more ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, append([]string{"endpoint"}, more...))
+	}
+	hist := func(name, help string, buckets []float64) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, ep)
+	}
 	m := &metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "infer_gen_requests_total",
-			Help: "Generation requests by endpoint and HTTP status (499: the client went away)."}, []string{"endpoint", "code"}),
-		success: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "infer_gen_request_success_total",
-			Help: "Requests that finished, by finish reason (stop, length)."}, []string{"endpoint", "finished_reason"}),
-		aborted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "infer_gen_requests_aborted_total",
-			Help: "Requests that ended before finishing, by reason (client_gone, deadline, slow_reader, write_failed, model_error)."}, []string{"endpoint", "reason"}),
+		requests: counter("infer_gen_requests_total",
+			"Generation requests by endpoint and HTTP status (499: the client went away).", "code"),
+		success: counter("infer_gen_request_success_total",
+			"Requests that finished, by finish reason (stop, length).", "finished_reason"),
+		aborted: counter("infer_gen_requests_aborted_total",
+			"Requests that ended before finishing, by reason (client_gone, deadline, slow_reader, write_failed, model_error).", "reason"),
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "infer_gen_in_flight_requests",
 			Help: "Generation requests being handled."}, ep),
-		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "infer_gen_time_to_first_token_seconds",
-			Help: "Time from a request's arrival to its first token (first event written, for a stream).", Buckets: latencyBuckets}, ep),
-		tpot: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "infer_gen_time_per_output_token_seconds",
-			Help: "Per request: (e2e latency - time to first token) / (output tokens - 1).", Buckets: tokenBuckets}, ep),
-		e2e: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "infer_gen_e2e_request_latency_seconds",
-			Help: "Time from a request's arrival to its last token.", Buckets: latencyBuckets}, ep),
-		queue: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "infer_gen_request_queue_time_seconds",
-			Help: "Time a request waited before its first step.", Buckets: latencyBuckets}, ep),
-		promptTokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "infer_gen_prompt_tokens_total",
-			Help: "Prompt tokens of admitted requests."}, ep),
-		genTokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "infer_gen_generation_tokens_total",
-			Help: "Tokens generated."}, ep),
-		preemptions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "infer_gen_num_preemptions_total",
-			Help: "Sequences preempted (their KV freed, to be recomputed) to make room."}, ep),
-		stepDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "infer_gen_step_duration_seconds",
-			Help: "Time the model spent on one engine step.", Buckets: stepBuckets}, ep),
-		stepBatch: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "infer_gen_step_batch_size",
-			Help: "Sequences in one engine step (a static batch's finished rows included).", Buckets: batchBuckets}, ep),
-		stepTokens: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "infer_gen_iteration_tokens_total",
-			Help: "Tokens fed to the model in one engine step (decodes plus prefill).", Buckets: tokensBuckets}, ep),
+		ttft: hist("infer_gen_time_to_first_token_seconds",
+			"Time from a request's arrival to its first token (first event written, for a stream).", latencyBuckets),
+		tpot: hist("infer_gen_time_per_output_token_seconds",
+			"Per request: (e2e latency - time to first token) / (output tokens - 1).", tokenBuckets),
+		e2e: hist("infer_gen_e2e_request_latency_seconds",
+			"Time from a request's arrival to its last token.", latencyBuckets),
+		queue: hist("infer_gen_request_queue_time_seconds",
+			"Time a request waited before its first step.", latencyBuckets),
+		promptTokens: counter("infer_gen_prompt_tokens_total",
+			"Prompt tokens of admitted requests."),
+		genTokens: counter("infer_gen_generation_tokens_total",
+			"Tokens generated."),
+		preemptions: counter("infer_gen_num_preemptions_total",
+			"Sequences preempted (their KV freed, to be recomputed) to make room."),
+		stepDur: hist("infer_gen_step_duration_seconds",
+			"Time the model spent on one engine step.", stepBuckets),
+		stepBatch: hist("infer_gen_step_batch_size",
+			"Sequences in one engine step (a static batch's finished rows included).", batchBuckets),
+		stepTokens: hist("infer_gen_iteration_tokens_total",
+			"Tokens fed to the model in one engine step (decodes plus prefill).", tokensBuckets),
 	}
 	for _, e := range s.eps {
 		e.m = &epMetrics{

@@ -8,14 +8,13 @@ package servertest
 
 import (
 	"context"
-	"errors"
 	"net"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/inferhq/infer/internal/pipenet"
 	"github.com/inferhq/infer/models"
 	"github.com/inferhq/infer/server"
 )
@@ -68,9 +67,9 @@ func StartWith(t testing.TB, cfg server.Config, f models.Factory, o Options) *Se
 	s := &Server{Server: srv, done: make(chan struct{})}
 	var ln net.Listener
 	if o.InMemory {
-		pl := newPipeListener()
+		pl := pipenet.Listen()
 		ln, s.URL = pl, "http://servertest.invalid"
-		s.Client = &http.Client{Transport: &http.Transport{DialContext: pl.dial}}
+		s.Client = &http.Client{Transport: &http.Transport{DialContext: pl.Dial}}
 	} else {
 		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
 			t.Fatal(err)
@@ -127,48 +126,3 @@ func (s *Server) stop() error {
 	s.Client.CloseIdleConnections()
 	return s.err
 }
-
-// pipeListener is a net.Listener whose connections are net.Pipe pairs.
-type pipeListener struct {
-	conns  chan net.Conn
-	closed chan struct{}
-	once   sync.Once
-}
-
-func newPipeListener() *pipeListener {
-	return &pipeListener{conns: make(chan net.Conn), closed: make(chan struct{})}
-}
-
-func (l *pipeListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.closed:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *pipeListener) Close() error {
-	l.once.Do(func() { close(l.closed) })
-	return nil
-}
-
-func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
-
-// dial is the client side: it hands the server end to Accept.
-func (l *pipeListener) dial(ctx context.Context, _, _ string) (net.Conn, error) {
-	srv, cli := net.Pipe()
-	select {
-	case l.conns <- srv:
-		return cli, nil
-	case <-l.closed:
-		return nil, &net.OpError{Op: "dial", Net: "pipe", Err: errors.New("connection refused")}
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-type pipeAddr struct{}
-
-func (pipeAddr) Network() string { return "pipe" }
-func (pipeAddr) String() string  { return "servertest.invalid:80" }
