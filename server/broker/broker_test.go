@@ -178,9 +178,11 @@ func TestRedisRestart(t *testing.T) {
 	if counts[http.StatusServiceUnavailable] == 0 {
 		t.Error("no 503 while Redis was away")
 	}
-	// Service is back: the last second of the load was all 200.
-	if end := time.Unix(0, up.Load()).Add(500 * time.Millisecond); lastFailure.After(end) {
-		t.Errorf("503s until %v after Redis was back, want service within 500ms",
+	// Service is back within a second (about 150 ms on a quiet machine,
+	// 543 ms seen under -race with the whole tree's tests beside it), and
+	// the rest of the load, 0.5 s, was all 200.
+	if end := time.Unix(0, up.Load()).Add(time.Second); lastFailure.After(end) {
+		t.Errorf("503s until %v after Redis was back, want service within 1s",
 			lastFailure.Sub(time.Unix(0, up.Load())))
 	}
 	ok := 0
