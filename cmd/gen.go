@@ -28,7 +28,7 @@ func (o *genOptions) bind(cmd *cobra.Command) {
 	f.IntVar(&o.MaxSeqs, "max-seqs", 0, fmt.Sprintf("decoder models: most sequences running at once, the batch's rows (0: %d for sim-lm, %d for ONNX Runtime decoders, sized for a CPU)", accelDefaults.maxSeqs, cpuDefaults.maxSeqs))
 	f.IntVar(&o.MaxBatchedTokens, "max-batched-tokens", 0, fmt.Sprintf("decoder models: per-step token budget; decodes go first, prompt chunks fill the rest (chunked prefill) (0: %d for sim-lm, %d for ONNX Runtime decoders)", accelDefaults.maxBatchedTokens, cpuDefaults.maxBatchedTokens))
 	f.IntVar(&o.KVTokens, "kv-tokens", 0, "decoder models: KV capacity in tokens per model instance, at least the context (0: the model's: sim-lm simulates 65536, an ONNX Runtime decoder holds 16 contexts, 16384 for GPT-2)")
-	f.StringVar(&o.Policy, "gen-policy", string(generate.Continuous), fmt.Sprintf("decoder models: scheduling of /v1: %v (/static/v1 and /naive/v1 always serve their own)", generate.Policies()))
+	f.StringVar(&o.Policy, "gen-policy", string(generate.Continuous), "decoder models: scheduling of /v1: "+generate.PolicyNames()+" (/static/v1 and /naive/v1 always serve their own)")
 	f.IntVar(&o.StreamInterval, "stream-interval", 1, fmt.Sprintf("decoder models: tokens a stream gathers into one write after its first, which goes out at once (1 to %d; n > 1 spaces a client's tokens n steps apart and saves the server n-1 writes in n)", openai.MaxStreamInterval))
 	f.DurationVar(&o.SimStep, "sim-step", 8*time.Millisecond, "sim-lm: fixed cost of an engine step")
 	f.DurationVar(&o.SimPerSeq, "sim-per-seq", 250*time.Microsecond, "sim-lm: added cost per decoding sequence in a step")

@@ -215,7 +215,7 @@ func (v *validator) payload(p *filePayload, dir string) Payload {
 		p = &filePayload{}
 	}
 	out := Payload{Corpus: p.Corpus, N: 1, Format: p.Format}
-	for _, k := range []string{"stream", "prompt_tokens", "output_tokens", "ignore_eos", "prompts"} {
+	for _, k := range []string{"stream", "prompt_tokens", "output_tokens", "ignore_eos", "temperature", "prompts"} {
 		if v.ast != nil && find(v.ast.Docs[0].Body, "$.payload."+k) != nil {
 			v.errorf("$.payload."+k, "payload.%s applies to LLM loads: set payload.api (completions or chat)", k)
 		}
@@ -419,7 +419,7 @@ func (v *validator) sweep(s *fileSweep, server, gen bool) Sweep {
 	v.maxLatencies(s, &out)
 	for i, p := range s.Policy {
 		if p == "" {
-			v.errorf(fmt.Sprintf("$.sweep.policy[%d]", i), "sweep.policy: empty; want one of %v", batch.Policies())
+			v.errorf(fmt.Sprintf("$.sweep.policy[%d]", i), "sweep.policy: empty; want %s", batch.PolicyNames())
 			continue
 		}
 		v.batching(fmt.Sprintf("$.sweep.policy[%d]", i), "sweep.policy", batch.Config{Policy: batch.Policy(p)}, "")

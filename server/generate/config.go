@@ -29,6 +29,10 @@ const (
 // Policies lists the accepted policy names.
 func Policies() []Policy { return []Policy{Continuous, Static, Naive} }
 
+// PolicyNames lists the policies for a help text: "continuous, static or
+// naive".
+func PolicyNames() string { return fmt.Sprintf("%s, %s or %s", Continuous, Static, Naive) }
+
 // ParsePolicy returns the policy with that name.
 func ParsePolicy(s string) (Policy, error) {
 	for _, p := range Policies() {
@@ -36,7 +40,7 @@ func ParsePolicy(s string) (Policy, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("unknown generation policy %q (want one of %v)", s, Policies())
+	return "", fmt.Errorf("unknown generation policy %q (want %s)", s, PolicyNames())
 }
 
 // Limits on the knobs: beyond them a setting is refused, since each one
