@@ -91,6 +91,9 @@ type LLMPayload struct {
 	// takes the output length from the prompt set (llm.PayloadConfig).
 	PromptTokens, OutputTokens llm.Length
 	IgnoreEOS                  bool
+	// Temperature is sent with every request: 0 (the default, as vLLM's
+	// benchmark) asks for greedy decoding.
+	Temperature float64
 	// Prompts is "builtin" or the prompt file as written; Set holds its
 	// prompts (nil: the built-in corpus), Skipped those it skipped.
 	Prompts string
@@ -101,7 +104,8 @@ type LLMPayload struct {
 // Config returns the payload generator's configuration for model.
 func (p *LLMPayload) Config(model string) llm.PayloadConfig {
 	return llm.PayloadConfig{API: p.API, Model: model, Stream: p.Stream, PromptTokens: p.PromptTokens,
-		OutputTokens: p.OutputTokens, IgnoreEOS: p.IgnoreEOS, Prompts: p.Set, Seed: payloadSeed}
+		OutputTokens: p.OutputTokens, IgnoreEOS: p.IgnoreEOS, Prompts: p.Set, Seed: payloadSeed,
+		Extra: map[string]any{"temperature": p.Temperature}}
 }
 
 // payloadSeed seeds every point's payload, so that the points of a sweep

@@ -53,6 +53,7 @@ type (
 		PromptTokens *located[llm.Length] `yaml:"prompt_tokens"`
 		OutputTokens *located[llm.Length] `yaml:"output_tokens"`
 		IgnoreEOS    bool                 `yaml:"ignore_eos"`
+		Temperature  *float64             `yaml:"temperature"`
 		Prompts      string               `yaml:"prompts"`
 	}
 	fileInject struct {

@@ -69,6 +69,9 @@ func decoderHint(model string) bool {
 	return model == "sim-lm" || strings.HasPrefix(model, "gpt2") || strings.HasPrefix(model, "distilgpt2")
 }
 
+// maxTemperature bounds payload.temperature, as OpenAI's API does.
+const maxTemperature = 2
+
 // encoderPayloadKeys are the payload keys of encoder endpoints.
 var encoderPayloadKeys = []string{"corpus", "items", "format", "expect", "inject"}
 
@@ -82,13 +85,19 @@ func (v *validator) llmPayload(p *filePayload, dir string) Payload {
 	lp.API = api
 	for _, k := range encoderPayloadKeys {
 		if find(v.ast.Docs[0].Body, "$.payload."+k) != nil {
-			v.errorf("$.payload."+k, "payload.%s is for encoder endpoints; an LLM load (payload.api) takes prompts, prompt_tokens, output_tokens, ignore_eos and stream", k)
+			v.errorf("$.payload."+k, "payload.%s is for encoder endpoints; an LLM load (payload.api) takes prompts, prompt_tokens, output_tokens, ignore_eos, temperature and stream", k)
 		}
 	}
 	if p.Stream != nil {
 		lp.Stream = *p.Stream
 	}
 	lp.IgnoreEOS = p.IgnoreEOS
+	if t := p.Temperature; t != nil {
+		if !(*t >= 0 && *t <= maxTemperature) {
+			v.errorf("$.payload.temperature", "payload.temperature %v: want 0 (greedy) to %v", *t, maxTemperature)
+		}
+		lp.Temperature = *t
+	}
 	lp.PromptTokens = v.length("$.payload.prompt_tokens", p.PromptTokens)
 	lp.OutputTokens = v.length("$.payload.output_tokens", p.OutputTokens)
 	switch p.Prompts {

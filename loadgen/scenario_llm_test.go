@@ -30,6 +30,9 @@ func TestParseLLMDefaults(t *testing.T) {
 	if lp == nil || lp.API != llm.Completions || !lp.Stream || lp.Prompts != "builtin" || lp.Set != nil || !lp.PromptTokens.IsZero() {
 		t.Fatalf("payload = %+v", lp)
 	}
+	if c := lp.Config("m"); c.Extra["temperature"] != 0.0 {
+		t.Errorf("requests carry %v, want temperature 0 (greedy, as vLLM's benchmark)", c.Extra)
+	}
 	if l := sc.Load; l.Timeout != llm.DefaultTimeout || l.Drain != llm.DefaultDrain || l.Arrival != "constant" || l.MaxInFlight != llm.DefaultMaxInFlight {
 		t.Errorf("load = %+v", l)
 	}
@@ -67,6 +70,7 @@ payload:
   prompt_tokens: {dist: uniform, min: 32, max: 512}
   output_tokens: {dist: lognormal, median: 100, sigma: 0.8, max: 1024}
   ignore_eos: true
+  temperature: 0.7
   prompts: p.jsonl
 load:
   rate: [1, 2.5]
@@ -93,6 +97,9 @@ slo:
 	lp := sc.Payload.LLM
 	if lp.API != llm.Chat || lp.Stream || !lp.IgnoreEOS || len(lp.Set) != 2 || lp.Prompts != "p.jsonl" {
 		t.Errorf("payload = %+v", lp)
+	}
+	if c := lp.Config("m"); c.Extra["temperature"] != 0.7 {
+		t.Errorf("requests carry %v, want temperature 0.7", c.Extra)
 	}
 	if lp.PromptTokens != (llm.Length{Dist: "uniform", Min: 32, Max: 512}) || lp.OutputTokens != (llm.Length{Dist: "lognormal", Median: 100, Sigma: 0.8, Max: 1024}) {
 		t.Errorf("lengths %+v, %+v", lp.PromptTokens, lp.OutputTokens)
@@ -172,6 +179,9 @@ func TestParseLLMErrors(t *testing.T) {
 		{"ttft on encoder", "server:\n  model: sim\n" + loadC + "slo:\n  ttft_p99: 1s\n", 6, "slo.ttft_p99 applies to LLM loads"},
 		{"negative goodput", head + loadC + "slo:\n  min_goodput: -1\n", 8, "slo.min_goodput -1"},
 		{"missing prompts", head + "  prompts: nowhere.jsonl\n" + loadC, 5, "payload.prompts: no such file"},
+		{"temperature over 2", head + "  temperature: 3\n" + loadC, 5, "payload.temperature 3: want 0 (greedy) to 2"},
+		{"negative temperature", head + "  temperature: -0.5\n" + loadC, 5, "payload.temperature -0.5"},
+		{"temperature on encoder", "server:\n  model: sim\npayload:\n  temperature: 0\n" + loadC, 4, "set payload.api"},
 		{"per worker", head + "load:\n  concurrency: 4\n  per_worker: true\n", 7, "no workers to scale by"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
