@@ -42,6 +42,9 @@ func (o *genOptions) engine(d engineDefaults, maxLatency time.Duration, queueCap
 	if err != nil {
 		return generate.Config{}, usageErrorf("--gen-policy: %v", err)
 	}
+	if err := openai.CheckStreamInterval(o.StreamInterval); err != nil {
+		return generate.Config{}, usageErrorf("--stream-interval %v", err)
+	}
 	maxSeqs, maxBatched := cmp.Or(o.MaxSeqs, d.maxSeqs), o.MaxBatchedTokens
 	if maxBatched == 0 {
 		maxBatched = max(d.maxBatchedTokens, maxSeqs)
@@ -53,8 +56,6 @@ func (o *genOptions) engine(d engineDefaults, maxLatency time.Duration, queueCap
 		return generate.Config{}, usageErrorf("--max-batched-tokens %d: want --max-seqs (%d) to %d: every running sequence needs a token each step", maxBatched, maxSeqs, generate.MaxMaxBatchedTokens)
 	case o.KVTokens < 0:
 		return generate.Config{}, usageErrorf("--kv-tokens %d: must not be negative", o.KVTokens)
-	case o.StreamInterval < 1 || o.StreamInterval > openai.MaxStreamInterval:
-		return generate.Config{}, usageErrorf("--stream-interval %d: want 1 to %d tokens", o.StreamInterval, openai.MaxStreamInterval)
 	case queueCap > generate.MaxQueueCap:
 		return generate.Config{}, usageErrorf("--queue-cap %d: a decoder model's queue holds at most %d requests", queueCap, generate.MaxQueueCap)
 	}

@@ -57,11 +57,12 @@ func (r *runner) llmModel(ctx context.Context) {
 }
 
 // firstModel returns the first model an OpenAI-compatible server lists at
-// /v1/models.
+// /v1/models; base is the server's root (probeTargets drops a trailing
+// /v1).
 func firstModel(ctx context.Context, client *http.Client, base string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/v1")+"/v1/models", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/models", nil)
 	if err != nil {
 		return "", err
 	}

@@ -65,6 +65,15 @@ type Config struct {
 // stream buffer, which cuts a reader that far behind.
 const MaxStreamInterval = 64
 
+// CheckStreamInterval says whether n is a valid Config.StreamInterval (not
+// 0, which New takes for the default).
+func CheckStreamInterval(n int) error {
+	if n < 1 || n > MaxStreamInterval {
+		return fmt.Errorf("%d: want 1 to %d tokens", n, MaxStreamInterval)
+	}
+	return nil
+}
+
 // Service is the OpenAI-compatible API over one generative model.
 type Service struct {
 	cfg     Config
@@ -118,8 +127,8 @@ func New(cfg Config, f models.DecoderFactory) (*Service, error) {
 	if cfg.StreamInterval == 0 {
 		cfg.StreamInterval = 1
 	}
-	if cfg.StreamInterval < 1 || cfg.StreamInterval > MaxStreamInterval {
-		return nil, fmt.Errorf("stream interval %d: want 1 to %d tokens", cfg.StreamInterval, MaxStreamInterval)
+	if err := CheckStreamInterval(cfg.StreamInterval); err != nil {
+		return nil, fmt.Errorf("stream interval %w", err)
 	}
 	if b := cfg.Engine.StreamBuffer; b > 0 && cfg.StreamInterval >= b {
 		return nil, fmt.Errorf("stream interval %d: want fewer tokens than the engine's stream buffer (%d)", cfg.StreamInterval, b)
