@@ -16,7 +16,14 @@ const (
 	InputIDs      = "input_ids"      // int64 [batch, sequence]
 	AttentionMask = "attention_mask" // int64 [batch, past + sequence]; 1 = token, 0 = padding or hole
 	PositionIDs   = "position_ids"   // int64 [batch, sequence]
-	Logits        = "logits"         // float32 [batch, sequence, vocab]
+	Logits        = "logits"         // float32 [batch, kept positions, vocab]
+	// LogitsToKeep is int64 [1]: the LM head runs on the last k positions
+	// of each row (0: all of them), as transformers' logits_to_keep
+	// argument of forward. Prefill needs the logits of one position only,
+	// and for GPT-2's vocabulary the LM head is most of a position's
+	// compute (94 % of gpt2-tiny's); optimum's exports lack the input and
+	// compute logits everywhere.
+	LogitsToKeep = "logits_to_keep"
 	// UseCacheBranch is the input of optimum's merged decoder that chooses
 	// between its without-past and with-past subgraphs; bool [1].
 	UseCacheBranch = "use_cache_branch"
@@ -51,7 +58,7 @@ const (
 	// generatorVersion changes whenever the same Spec would produce a
 	// different file, so that cached files of older generators are not
 	// reused.
-	generatorVersion = "1"
+	generatorVersion = "2"
 
 	initStd   = 0.02 // GPT-2's initializer_range, for the embeddings
 	layerNorm = 1e-5 // GPT-2's layer_norm_epsilon
@@ -79,6 +86,9 @@ type Spec struct {
 	// (decoder_model_merged.onnx). Its two subgraphs compute the same, so
 	// this graph ignores the input.
 	CacheBranch bool
+	// AllLogits leaves out logits_to_keep: logits at every position, as
+	// in optimum's exports.
+	AllLogits bool
 }
 
 func (s Spec) withDefaults() Spec {
@@ -94,8 +104,8 @@ func (s Spec) withDefaults() Spec {
 func (s Spec) FileName() string {
 	s = s.withDefaults()
 	a := s.Arch
-	key := fmt.Sprintf("generator=%s name=%s L=%d H=%d A=%d V=%d C=%d seed=%d nopos=%v branch=%v",
-		generatorVersion, a.Name, a.Layers, a.Hidden, a.Heads, a.Vocab, a.Context, s.Seed, s.NoPositionIDs, s.CacheBranch)
+	key := fmt.Sprintf("generator=%s name=%s L=%d H=%d A=%d V=%d C=%d seed=%d nopos=%v branch=%v all-logits=%v",
+		generatorVersion, a.Name, a.Layers, a.Hidden, a.Heads, a.Vocab, a.Context, s.Seed, s.NoPositionIDs, s.CacheBranch, s.AllLogits)
 	sum := sha256.Sum256([]byte(key))
 	return fmt.Sprintf("%s-%s.onnx", a, hex.EncodeToString(sum[:6]))
 }
@@ -203,6 +213,10 @@ func build(s Spec) *onnxgraph.Graph {
 	if s.CacheBranch {
 		b.Input(UseCacheBranch, onnxgraph.Bool, onnxgraph.Fixed(1))
 	}
+	var keep string
+	if !s.AllLogits {
+		keep = b.Input(LogitsToKeep, onnxgraph.Int64, onnxgraph.Fixed(1))
+	}
 	if s.NoPositionIDs {
 		// [1, sequence]: past .. past+sequence-1, the same for every row.
 		total := b.dim(mask, 1)
@@ -220,16 +234,25 @@ func build(s Spec) *onnxgraph.Graph {
 		x = b.block(i, x, bias)
 	}
 	x = b.layerNorm("transformer.ln_f", x)
+	kept := seq
+	if keep != "" {
+		// The last logits_to_keep positions: Slice from -k, which is 0,
+		// every position, for k = 0 (and clamps to 0 for k past the
+		// sequence).
+		x = b.op("Slice", nil, x, b.op("Neg", nil, keep), b.Int64s(math.MaxInt64), b.Int64s(1))
+		kept = onnxgraph.Sym("kept_length")
+	}
 
 	// The LM head is x·wteᵀ. Gemm reads the embedding table transposed in
 	// place, where a Transpose node would make ONNX Runtime fold a second
 	// copy of it (a third of gpt2-small's weights) into the session.
 	flat := b.op("Reshape", nil, x, b.Int64s(-1, h))
 	logits := b.op("Gemm", []onnxgraph.Attr{onnxgraph.Int("transB", 1)}, flat, wte)
-	shape := b.op("Concat", []onnxgraph.Attr{onnxgraph.Int("axis", 0)}, b.op("Shape", nil, ids), b.Int64s(int64(a.Vocab)))
+	rows := b.op("Shape", []onnxgraph.Attr{onnxgraph.Int("start", 0), onnxgraph.Int("end", 2)}, x) // [batch, kept]
+	shape := b.op("Concat", []onnxgraph.Attr{onnxgraph.Int("axis", 0)}, rows, b.Int64s(int64(a.Vocab)))
 	b.NodeOut("Reshape", []string{logits, shape}, []string{Logits})
 
-	b.Output(Logits, onnxgraph.Float32, batch, seq, onnxgraph.Fixed(int64(a.Vocab)))
+	b.Output(Logits, onnxgraph.Float32, batch, kept, onnxgraph.Fixed(int64(a.Vocab)))
 	for i := range a.Layers {
 		b.Output(PresentKey(i), onnxgraph.Float32, batch, heads, total, headDim)
 		b.Output(PresentValue(i), onnxgraph.Float32, batch, heads, total, headDim)

@@ -65,11 +65,12 @@ func TestGenerate(t *testing.T) {
 		t.Error("seeds 1 and 2 wrote the same file")
 	}
 	names := map[string]bool{}
-	for _, v := range []Spec{s, {Arch: micro, Seed: 2}, {Arch: micro, NoPositionIDs: true}, {Arch: micro, CacheBranch: true}} {
+	specs := []Spec{s, {Arch: micro, Seed: 2}, {Arch: micro, NoPositionIDs: true}, {Arch: micro, CacheBranch: true}, {Arch: micro, AllLogits: true}}
+	for _, v := range specs {
 		names[v.FileName()] = true
 	}
-	if len(names) != 4 {
-		t.Errorf("FileName gives %d names to 4 different specs: %v", len(names), names)
+	if len(names) != len(specs) {
+		t.Errorf("FileName gives %d names to %d different specs: %v", len(names), len(specs), names)
 	}
 	if err := Generate(&c, Spec{Arch: Arch{Name: "Bad Name", Layers: 1, Hidden: 2, Heads: 1, Vocab: 2, Context: 2}}); err == nil {
 		t.Error("Generate accepted the name \"Bad Name\"")
@@ -106,9 +107,10 @@ func TestInspect(t *testing.T) {
 		"past_key_values.0.value float32 [batch_size, 2, past_sequence_length, 64]",
 		"past_key_values.1.key float32 [batch_size, 2, past_sequence_length, 64]",
 		"past_key_values.1.value float32 [batch_size, 2, past_sequence_length, 64]",
+		"logits_to_keep int64 [1]",
 	}
 	wantOuts := []string{
-		"logits float32 [batch_size, sequence_length, 50257]",
+		"logits float32 [batch_size, kept_length, 50257]",
 		"present.0.key float32 [batch_size, 2, past_sequence_length + sequence_length, 64]",
 		"present.0.value float32 [batch_size, 2, past_sequence_length + sequence_length, 64]",
 		"present.1.key float32 [batch_size, 2, past_sequence_length + sequence_length, 64]",
@@ -128,9 +130,14 @@ func TestInspect(t *testing.T) {
 // reference at every position.
 func TestORTReference(t *testing.T) {
 	tiny, _ := Lookup("gpt2-tiny")
-	for _, a := range []Arch{micro, tiny} {
-		t.Run(a.Name, func(t *testing.T) {
-			path, err := Ensure(t.TempDir(), Spec{Arch: a})
+	for _, spec := range []Spec{{Arch: micro}, {Arch: tiny}, {Arch: micro, AllLogits: true}} {
+		a := spec.Arch
+		name := a.Name
+		if spec.AllLogits {
+			name += "/all-logits"
+		}
+		t.Run(name, func(t *testing.T) {
+			path, err := Ensure(t.TempDir(), spec)
 			if err != nil {
 				t.Fatal(err)
 			}

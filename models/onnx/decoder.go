@@ -31,7 +31,8 @@ const TaskTextGeneration = "text-generation"
 const (
 	positionIDs     = "position_ids"     // int64 [batch, sequence]; optional
 	useCacheBranch  = "use_cache_branch" // bool [1]; only in merged decoders
-	logitsOutput    = "logits"           // float32 [batch, sequence, vocab]
+	logitsToKeep    = "logits_to_keep"   // int64 [1]; optional: logits for the last k positions (0: all)
+	logitsOutput    = "logits"           // float32 [batch, sequence or k, vocab]
 	defaultContext  = 1024               // GPT-2's n_positions
 	defaultKVPerCtx = 16                 // default KVTokens: this many full-context sequences
 )
@@ -80,6 +81,7 @@ type decoderSig struct {
 	layers, heads, headDim, vocab int
 	positions                     bool // the graph takes position_ids
 	cacheBranch                   bool // the graph takes use_cache_branch (a merged decoder)
+	keepLast                      bool // the graph takes logits_to_keep (models/gpt2's graphs)
 	inputs, outputs               []string
 }
 
@@ -318,6 +320,10 @@ func readDecoderSig(info onnxgraph.Info) (decoderSig, error) {
 			if in.Type != "bool" {
 				return sig, fmt.Errorf("graph input %s: want bool [1]", in)
 			}
+		case in.Name == logitsToKeep:
+			if in.Type != "int64" || len(in.Shape) > 1 {
+				return sig, fmt.Errorf("graph input %s: want int64 [1]", in)
+			}
 		case m != nil:
 			l, err := layer(m)
 			if err != nil {
@@ -329,9 +335,9 @@ func readDecoderSig(info onnxgraph.Info) (decoderSig, error) {
 				l.value = in
 			}
 		default:
-			return sig, fmt.Errorf("unsupported graph input %s; a decoder takes %s, %s, optionally %s and %s, "+
+			return sig, fmt.Errorf("unsupported graph input %s; a decoder takes %s, %s, optionally %s, %s and %s, "+
 				"and past_key_values.{i}.key|value; its inputs: %s", in, inputIDs, attentionMask, positionIDs,
-				useCacheBranch, listTensors(info.Inputs))
+				useCacheBranch, logitsToKeep, listTensors(info.Inputs))
 		}
 		have[in.Name] = true
 	}
@@ -340,7 +346,7 @@ func readDecoderSig(info onnxgraph.Info) (decoderSig, error) {
 			return sig, fmt.Errorf("graph has no %s input; its inputs: %s", name, listTensors(info.Inputs))
 		}
 	}
-	sig.positions, sig.cacheBranch, sig.layers = have[positionIDs], have[useCacheBranch], len(past)
+	sig.positions, sig.cacheBranch, sig.keepLast, sig.layers = have[positionIDs], have[useCacheBranch], have[logitsToKeep], len(past)
 	sig.heads, sig.headDim = -1, -1
 	for i, l := range past {
 		for _, t := range []*onnxgraph.Tensor{l.key, l.value} {
@@ -386,6 +392,9 @@ func readDecoderSig(info onnxgraph.Info) (decoderSig, error) {
 	}
 	if sig.cacheBranch {
 		sig.inputs = append(sig.inputs, useCacheBranch)
+	}
+	if sig.keepLast {
+		sig.inputs = append(sig.inputs, logitsToKeep)
 	}
 	return sig, nil
 }

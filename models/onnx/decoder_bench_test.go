@@ -46,7 +46,7 @@ func splitComma(s string) []string {
 
 // fill starts n sequences of ctxLen tokens each and returns their decode
 // step (one token each, greedy).
-func fill(b *testing.B, d *Decoder, n, ctxLen int) []models.StepSeq {
+func fill(b testing.TB, d *Decoder, n, ctxLen int) []models.StepSeq {
 	seqs := make([]models.StepSeq, n)
 	for i := range seqs {
 		seqs[i] = models.StepSeq{ID: models.SeqID(i), Tokens: prompt(uint64(i), ctxLen), Sample: true}

@@ -34,6 +34,10 @@ func tinySpec(variant ...func(*gpt2.Spec)) gpt2.Spec {
 func noPositionIDs(s *gpt2.Spec) { s.NoPositionIDs = true }
 func merged(s *gpt2.Spec)        { s.CacheBranch = true }
 
+// allLogits leaves out logits_to_keep, as optimum's exports do: logits at
+// every position, rows padded on the right.
+func allLogits(s *gpt2.Spec) { s.AllLogits = true }
+
 // testModels is where the tests' generated models are kept, each generated
 // once per test binary (gpt2-tiny takes seconds under the race detector).
 var testModels string
@@ -150,18 +154,18 @@ func decodeAlone(t testing.TB, d *Decoder, id models.SeqID, p []int32, steps int
 
 func TestDecoderSignature(t *testing.T) {
 	for _, tc := range []struct {
-		name            string
-		spec            gpt2.Spec
-		positions, cach bool
+		name                  string
+		spec                  gpt2.Spec
+		positions, cach, keep bool
 	}{
-		{"gpt2-tiny", tinySpec(), true, false},
-		{"no position_ids", tinySpec(noPositionIDs), false, false},
-		{"merged", tinySpec(merged), true, true},
+		{"gpt2-tiny", tinySpec(), true, false, true},
+		{"no position_ids", tinySpec(noPositionIDs, allLogits), false, false, false},
+		{"merged", tinySpec(merged, allLogits), true, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, _ := openTestDecoder(t, tc.spec, DecoderConfig{})
 			if f.sig.layers != 2 || f.sig.heads != 2 || f.sig.headDim != 64 || f.sig.vocab != 50257 ||
-				f.sig.positions != tc.positions || f.sig.cacheBranch != tc.cach {
+				f.sig.positions != tc.positions || f.sig.cacheBranch != tc.cach || f.sig.keepLast != tc.keep {
 				t.Errorf("signature = %+v", f.sig)
 			}
 			want := models.DecoderInfo{Context: 1024, EOS: 50256, Vocab: 50257, KVTokens: 16 * 1024}
@@ -209,7 +213,7 @@ func TestDecoderExportDir(t *testing.T) {
 	requireRuntime(t)
 	export := t.TempDir() + "/gpt2-export"
 	config := `{"model_type": "gpt2", "n_positions": 512, "eos_token_id": [50256], "vocab_size": 50257}`
-	if err := errors.Join(os.Mkdir(export, 0o755), os.Symlink(testModel(t, tinySpec(merged)), export+"/decoder_model_merged.onnx"),
+	if err := errors.Join(os.Mkdir(export, 0o755), os.Symlink(testModel(t, tinySpec(merged, allLogits)), export+"/decoder_model_merged.onnx"),
 		os.WriteFile(export+"/config.json", []byte(config), 0o644)); err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +248,8 @@ func TestDecoderIncremental(t *testing.T) {
 	for _, variant := range []struct {
 		name string
 		spec gpt2.Spec
-	}{{"position_ids", tinySpec()}, {"no position_ids", tinySpec(noPositionIDs)}, {"merged", tinySpec(merged)}} {
+	}{{"position_ids", tinySpec()}, {"all logits", tinySpec(allLogits)}, {"no position_ids", tinySpec(noPositionIDs, allLogits)},
+		{"merged", tinySpec(merged, allLogits)}} {
 		t.Run(variant.name, func(t *testing.T) {
 			_, d := openTestDecoder(t, variant.spec, DecoderConfig{})
 			p := prompt(1, 9)
@@ -358,7 +363,7 @@ func TestDecoderBatchComposition(t *testing.T) {
 		name      string
 		spec      gpt2.Spec
 		schedules uint64
-	}{{"position_ids", tinySpec(), 2}, {"no position_ids", tinySpec(noPositionIDs), 1}} {
+	}{{"position_ids", tinySpec(), 2}, {"all logits", tinySpec(allLogits), 1}, {"no position_ids", tinySpec(noPositionIDs, allLogits), 1}} {
 		t.Run(variant.name, func(t *testing.T) {
 			_, d := openTestDecoder(t, variant.spec, DecoderConfig{})
 			target := prompt(5, 23)
@@ -384,6 +389,73 @@ func TestDecoderBatchComposition(t *testing.T) {
 				t.Errorf("Used() = %d after freeing every sequence, want 0", d.Used())
 			}
 		})
+	}
+}
+
+// TestDecoderJoinInPlace checks that in a batch of 16, a sequence that joins
+// takes the row of one that left without assembling the batch's cache anew,
+// and decodes what it decodes alone; and that the batch is assembled again
+// once more than one row in eight would stay empty.
+func TestDecoderJoinInPlace(t *testing.T) {
+	_, d := openTestDecoder(t, tinySpec(), DecoderConfig{})
+	target := prompt(3, 20)
+	const steps = 6
+	alone := decodeAlone(t, d, 100, target, steps, models.Sampling{})
+	d.Free(100)
+
+	seqs := fill(t, d, 16, 30)
+	decodeStep := func(seqs []models.StepSeq) []int32 {
+		next, _ := step(t, d, seqs...)
+		for i := range seqs {
+			seqs[i].Past += len(seqs[i].Tokens)
+			seqs[i].Tokens = next[i : i+1]
+		}
+		return next
+	}
+	decodeStep(seqs) // the batch's buffer, assembled from the 16 prefills
+	before := d.pool.assembled
+
+	// Sequence 3 leaves as the target joins: its prefill runs alone, then
+	// it takes row 3 of the batch.
+	d.Free(seqs[3].ID)
+	seqs = slices.Delete(seqs, 3, 4)
+	seqs = append(seqs, models.StepSeq{ID: 100, Tokens: target, PromptLen: len(target), Sample: true})
+	var got trace
+	for k := 0; k <= steps; k++ {
+		next, logits := step(t, d, seqs...)
+		got.tokens, got.logits = append(got.tokens, next[15]), append(got.logits, logits[15])
+		for i := range seqs {
+			seqs[i].Past += len(seqs[i].Tokens)
+			seqs[i].Tokens = next[i : i+1]
+		}
+	}
+	if n := d.pool.assembled - before; n != 0 {
+		t.Errorf("a leave and a join assembled the batch %d times, want 0 (in place)", n)
+	}
+	for k := range alone.tokens {
+		if diff := maxDiff(alone.logits[k], got.logits[k]); diff > 1e-4 || alone.tokens[k] != got.tokens[k] {
+			t.Fatalf("token %d: alone %d, joined in place %d; logits differ by %g", k, alone.tokens[k], got.tokens[k], diff)
+		}
+	}
+	if st := d.seqs[100]; st.kv.rows != 16 || st.row != 3 {
+		t.Errorf("the target is in row %d of %d, want row 3 of 16", st.row, st.kv.rows)
+	}
+
+	// Two rows may stay empty (16/8); a third leave assembles the 13 left.
+	for _, n := range []int{1, 2, 3} {
+		d.Free(seqs[0].ID)
+		seqs = seqs[1:]
+		decodeStep(seqs)
+		want := 0
+		if n == 3 {
+			want = 1
+		}
+		if got := d.pool.assembled - before; got != want {
+			t.Errorf("after %d leaves: assembled %d times, want %d", n, got, want)
+		}
+	}
+	if rows := d.seqs[100].kv.rows; rows != 13 {
+		t.Errorf("the batch has %d rows after compaction, want 13", rows)
 	}
 }
 

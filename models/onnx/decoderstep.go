@@ -30,7 +30,10 @@ const maxRunLogits = 8 << 20
 // run, and those that feed several (prefill chunks) in runs of their own, so
 // that a decode row is never padded to a prompt's length. Every run pads its
 // rows on the left of their past to the longest one and feeds per-row
-// position ids and an attention mask over past and current positions.
+// position ids and an attention mask over past and current positions. A
+// graph with logits_to_keep (models/gpt2's) computes logits at each row's
+// last position only, a prefill's one sample; an export without it computes
+// them at every position fed.
 // Sequences that hold a cache but are not part of a step keep their row in
 // the decode run, with a masked position (a hole) instead of a token, so that
 // the batch's buffer carries on unchanged; holes are packed away whenever the
@@ -257,14 +260,16 @@ func (d *Decoder) byLength(jobs []job, next []int32) error {
 	return nil
 }
 
-// past returns the buffer that is the past of a run of jobs, with jobs in
-// its row order. An existing buffer serves as it is when its rows are
-// exactly the jobs' and holes do not waste much of it; otherwise the jobs'
-// caches are assembled into a new one.
-func (d *Decoder) past(jobs []job) (*kvBuf, error) {
+// past returns the buffer that is the past of a run of jobs, and the jobs
+// in its row order. An existing buffer serves as it is when its rows are
+// exactly the jobs' and holes do not waste much of it. For the decode run
+// it also serves when the jobs it lacks can move into rows that sequences
+// left (see joinable); a row left empty is fed as a hole, a job with no
+// sequence. Otherwise the jobs' caches are assembled into a new one.
+func (d *Decoder) past(jobs []job, decode bool) (*kvBuf, []job, error) {
 	if !slices.ContainsFunc(jobs, func(j job) bool { return j.st.kv != nil }) {
 		// New sequences only: an empty past.
-		return &kvBuf{rows: len(jobs)}, nil
+		return &kvBuf{rows: len(jobs)}, jobs, nil
 	}
 	b := jobs[0].st.kv
 	longest := 0
@@ -274,15 +279,85 @@ func (d *Decoder) past(jobs []job) (*kvBuf, error) {
 		}
 		longest = max(longest, j.st.n)
 	}
-	if b != nil && b.rows == len(jobs) && b.live == len(jobs) && b.t-longest <= max(16, b.t/4) {
+	if b != nil && b.rows == len(jobs) && b.live == len(jobs) && d.fits(b, longest) {
 		slices.SortFunc(jobs, func(x, y job) int { return cmp.Compare(x.st.row, y.st.row) })
-		return b, nil
+		return b, jobs, nil
+	}
+	if decode {
+		if b, joining := d.joinable(jobs, longest); b != nil {
+			for _, j := range joining {
+				r := slices.Index(b.seqs, nil)
+				d.pool.joinInPlace(d.dims, b, r, j.st)
+			}
+			byRow := make([]job, b.rows)
+			for _, j := range jobs {
+				byRow[j.st.row] = j
+			}
+			for r := range byRow {
+				if b.seqs[r] == nil {
+					byRow[r] = job{out: -1}
+				}
+			}
+			return b, byRow, nil
+		}
 	}
 	states := make([]*seqState, len(jobs))
 	for i, j := range jobs {
 		states[i] = j.st
 	}
-	return d.pool.assemble(d.dims, states)
+	b, err := d.pool.assemble(d.dims, states)
+	return b, jobs, err
+}
+
+// fits reports whether b, whose longest sequence holds longest tokens, can
+// be the past of one more position: its positions beyond the longest
+// sequence (left by sequences that left, or made by holes) are at most a
+// quarter of them or 16, and the run stays within the context.
+func (d *Decoder) fits(b *kvBuf, longest int) bool {
+	return b.t-longest <= max(16, b.t/4) && b.t < d.info.Context
+}
+
+// maxEmptyRows is the share of a decode buffer's rows that may stay empty
+// (fed as holes, each costing a row's compute) rather than the batch being
+// assembled anew, which copies every row: one in eight.
+const maxEmptyRows = 8
+
+// joinable returns the buffer that the decode jobs can run on without
+// assembling, and the jobs that must first move into it, or nil. That is
+// the buffer holding most of the jobs, when it holds no sequence outside
+// them, its empty rows (left by sequences that finished) take the jobs it
+// lacks, at most rows/maxEmptyRows rows stay empty, and it fits (see fits).
+// In continuous batching a sequence that joins takes the row of one that
+// left, so that a join or a leave copies one sequence's cache, not the
+// batch's.
+func (d *Decoder) joinable(jobs []job, longest int) (*kvBuf, []job) {
+	count := map[*kvBuf]int{}
+	var b *kvBuf
+	for _, j := range jobs {
+		if kv := j.st.kv; kv != nil {
+			count[kv]++
+			if b == nil || count[kv] > count[b] {
+				b = kv
+			}
+		}
+	}
+	if b == nil || count[b] != b.live || !d.fits(b, longest) {
+		return nil, nil
+	}
+	var joining []job
+	for _, j := range jobs {
+		if j.st.kv != b {
+			if j.st.n > b.t {
+				return nil, nil
+			}
+			joining = append(joining, j)
+		}
+	}
+	empty := b.rows - b.live - len(joining)
+	if empty < 0 || empty > b.rows/maxEmptyRows {
+		return nil, nil
+	}
+	return b, joining
 }
 
 // run feeds each job's tokens after its cache in one ONNX Runtime run and
@@ -292,7 +367,7 @@ func (d *Decoder) past(jobs []job) (*kvBuf, error) {
 // runs share one buffer, and the rows sampled from are copied out of it for
 // Logits.
 func (d *Decoder) run(jobs []job, next []int32, decode bool) error {
-	past, err := d.past(jobs)
+	past, jobs, err := d.past(jobs, decode)
 	if err != nil {
 		return err
 	}
@@ -311,19 +386,35 @@ func (d *Decoder) run(jobs []job, next []int32, decode bool) error {
 		}
 	}()
 
-	// Inputs: tokens padded on the right, their positions, and the mask of
-	// past and current positions, which is also the present's mask.
+	// Inputs: the tokens, their positions, and the mask of past and current
+	// positions, which is also the present's mask. A graph that takes
+	// logits_to_keep computes the logits of each row's last position only,
+	// so the rows' tokens end together: shorter rows are padded on the
+	// left, a hole between past and tokens. Otherwise they are padded on
+	// the right, and every position has logits.
+	kept := s
+	if d.sig.keepLast {
+		kept = 1
+	}
 	d.ids, d.pos = grow(d.ids, rows*s), grow(d.pos, rows*s)
 	for r, j := range jobs {
 		ids, pos := d.ids[r*s:(r+1)*s], d.pos[r*s:(r+1)*s]
 		copy(present.mask[r*(t+s):], past.mask[r*t:(r+1)*t])
 		mask := present.mask[r*(t+s)+t : (r+1)*(t+s)]
+		first := 0 // where the row's tokens start
+		if d.sig.keepLast {
+			first = s - len(j.tokens)
+		}
+		n := 0 // the row's past tokens; none in a row no sequence holds
+		if j.st != nil {
+			n = j.st.n
+		}
 		for i := range s {
-			if i < len(j.tokens) {
-				ids[i], pos[i], mask[i] = int64(j.tokens[i]), int64(j.st.n+i), 1
+			if k := i - first; k >= 0 && k < len(j.tokens) {
+				ids[i], pos[i], mask[i] = int64(j.tokens[k]), int64(n+k), 1
 			} else {
 				// Padding: masked, at a position inside the table.
-				ids[i], pos[i], mask[i] = 0, int64(min(j.st.n+i, d.info.Context-1)), 0
+				ids[i], pos[i], mask[i] = 0, int64(min(n+max(k, 0), d.info.Context-1)), 0
 			}
 		}
 	}
@@ -331,7 +422,7 @@ func (d *Decoder) run(jobs []job, next []int32, decode bool) error {
 	if decode {
 		buf = &d.decodeLogits
 	}
-	*buf = grow(*buf, rows*s*d.info.Vocab)
+	*buf = grow(*buf, rows*kept*d.info.Vocab)
 	logits := *buf
 
 	var in, out values
@@ -342,7 +433,7 @@ func (d *Decoder) run(jobs []job, next []int32, decode bool) error {
 	if d.sig.positions {
 		addTensor(&in, tokShape, d.pos)
 	}
-	addTensor(&out, ort.NewShape(int64(rows), int64(s), int64(d.info.Vocab)), logits)
+	addTensor(&out, ort.NewShape(int64(rows), int64(kept), int64(d.info.Vocab)), logits)
 	pastShape := ort.NewShape(int64(rows), int64(d.dims.heads), int64(t), int64(d.dims.headDim))
 	presentShape := ort.NewShape(int64(rows), int64(d.dims.heads), int64(t+s), int64(d.dims.headDim))
 	for i := range 2 * d.dims.layers {
@@ -351,6 +442,9 @@ func (d *Decoder) run(jobs []job, next []int32, decode bool) error {
 	}
 	if d.sig.cacheBranch {
 		addTensor(&in, ort.NewShape(1), []bool{t > 0})
+	}
+	if d.sig.keepLast {
+		addTensor(&in, ort.NewShape(1), []int64{1})
 	}
 	if err := errors.Join(in.err, out.err); err != nil {
 		return fmt.Errorf("onnx: tensors: %w", err)
@@ -362,14 +456,14 @@ func (d *Decoder) run(jobs []job, next []int32, decode bool) error {
 	ok = true
 
 	for r, j := range jobs {
-		d.pool.leave(j.st)
-		j.st.kv, j.st.row = present, r
+		if j.st == nil {
+			continue
+		}
 		j.st.n += len(j.tokens)
 		d.used += len(j.tokens)
-		present.seqs[r] = j.st
+		d.pool.moveTo(j.st, present, r)
 	}
-	present.live = rows
-	d.sample(jobs, logits, s, next, !decode)
+	d.sample(jobs, logits, kept, next, !decode)
 	return nil
 }
 
@@ -393,15 +487,21 @@ func addTensor[T ort.TensorData](v *values, shape ort.Shape, data []T) {
 
 // sample draws the next token of each job that asks, from the logits after
 // its last token, the jobs split among goroutines when there are several.
-// With keep, the rows are copied for Logits, since logits will be reused.
-func (d *Decoder) sample(jobs []job, logits []float32, s int, next []int32, keep bool) {
+// logits has kept positions a row: 1 (the last token's) or every position
+// of the run, the tokens first. With keep, the rows are copied for Logits,
+// since logits will be reused.
+func (d *Decoder) sample(jobs []job, logits []float32, kept int, next []int32, keep bool) {
 	vocab := d.info.Vocab
 	var todo []job
 	for r, j := range jobs {
 		if j.out < 0 {
 			continue
 		}
-		row := logits[(r*s+len(j.tokens)-1)*vocab:][:vocab]
+		last := len(j.tokens) - 1
+		if kept == 1 {
+			last = 0
+		}
+		row := logits[(r*kept+last)*vocab:][:vocab]
 		if keep {
 			d.kept = grow(d.kept, len(next))
 			d.kept[j.out] = append(d.kept[j.out][:0], row...)

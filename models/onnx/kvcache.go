@@ -9,12 +9,17 @@ import "github.com/inferhq/infer/models"
 // ONNX Runtime writes a run's present tensors straight into a new buffer, and
 // when the next run has the same rows that buffer is its past as it is: a
 // decode step over an unchanged batch copies nothing outside the graph.
-// When the rows change (a sequence joins or leaves) the next run's past is
-// assembled: each row's tokens are gathered from wherever they are, packed
-// to the right of its row and padded on the left, which is the one copy of
-// the cache that membership changes cost. Keeping each sequence's cache on
-// its own instead would cost that copy at every step (see
-// BenchmarkKVLayout).
+// A sequence that leaves leaves its row empty, and one that joins the decode
+// run moves into an empty row, its tokens copied to the right end of the
+// row: in continuous batching, where a join follows each leave, the batch's
+// buffer carries on with one sequence's cache copied. Empty rows are fed as
+// holes; when more than one in eight would stay empty, when a joining
+// sequence is longer than the buffer, or when positions no row uses waste
+// too much of it, the next run's past is assembled instead: each row's
+// tokens are gathered from wherever they are, packed to the right of its row
+// and padded on the left, a copy of the whole cache (at gpt2-tiny's batch
+// 32, a quarter to a half of a step; see BenchmarkKVLayout). Keeping each
+// sequence's cache on its own would cost that copy at every step.
 
 // kvBuf is one buffer of the KV cache.
 type kvBuf struct {
@@ -48,8 +53,9 @@ func (d dims) tensor(b *kvBuf, i int) []float32 {
 // becomes free as its present is made, so two buffers take turns, one of
 // them in the pool.
 type bufPool struct {
-	free []*kvBuf
-	all  map[*kvBuf]bool // every buffer allocated and not yet freed
+	free      []*kvBuf
+	all       map[*kvBuf]bool // every buffer allocated and not yet freed
+	assembled int             // buffers assembled (see assemble), for tests
 }
 
 // maxFree bounds the buffers a pool keeps (the largest are kept); more are
@@ -151,53 +157,77 @@ func (p *bufPool) assemble(d dims, states []*seqState) (*kvBuf, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.assembled++
 	var segs []segment
 	for r, st := range states {
-		mask := b.mask[r*t : (r+1)*t]
-		pad := t - st.n
-		clear(mask[:pad])
-		for i := pad; i < t; i++ {
-			mask[i] = 1
-		}
-		// The source row's tokens, as runs of positions: one run, unless
-		// the row had holes (steps it sat out).
-		segs = segs[:0]
-		if src := st.kv; src != nil {
-			m := src.mask[st.row*src.t : (st.row+1)*src.t]
-			for i := 0; i < len(m); i++ {
-				if m[i] == 0 {
-					continue
-				}
-				j := i
-				for j < len(m) && m[j] != 0 {
-					j++
-				}
-				segs = append(segs, segment{i, j - i})
-				i = j
-			}
-		}
-		for ti := range 2 * d.layers {
-			dst := d.tensor(b, ti)
-			var src []float32
-			if st.kv != nil {
-				src = d.tensor(st.kv, ti)
-			}
-			for h := range d.heads {
-				row := dst[((r*d.heads+h)*t)*d.headDim:][:t*d.headDim]
-				clear(row[:pad*d.headDim])
-				at := pad * d.headDim
-				for _, s := range segs {
-					from := ((st.row*d.heads+h)*st.kv.t + s.start) * d.headDim
-					at += copy(row[at:], src[from:from+s.n*d.headDim])
-				}
-			}
-		}
+		segs = copyRow(d, b, r, st, segs)
 	}
 	for r, st := range states {
-		p.leave(st)
-		st.kv, st.row = b, r
-		b.seqs[r] = st
+		p.moveTo(st, b, r)
 	}
-	b.live = len(states)
 	return b, nil
+}
+
+// joinInPlace moves st into row r of b, a row no sequence holds, its
+// tokens at the right end of the row: the cost of one sequence's cache,
+// where assembling the batch anew costs every row's. st.n must be at most
+// b.t.
+func (p *bufPool) joinInPlace(d dims, b *kvBuf, r int, st *seqState) {
+	copyRow(d, b, r, st, nil)
+	p.moveTo(st, b, r)
+}
+
+// moveTo makes row r of b st's cache, leaving its old buffer.
+func (p *bufPool) moveTo(st *seqState, b *kvBuf, r int) {
+	p.leave(st)
+	st.kv, st.row = b, r
+	b.seqs[r] = st
+	b.live++
+}
+
+// copyRow writes st's cache into row r of b: its n tokens at positions
+// t-n..t-1 of the row, zeros and a masked position before them. segs is
+// scratch space, returned for reuse.
+func copyRow(d dims, b *kvBuf, r int, st *seqState, segs []segment) []segment {
+	t := b.t
+	mask := b.mask[r*t : (r+1)*t]
+	pad := t - st.n
+	clear(mask[:pad])
+	for i := pad; i < t; i++ {
+		mask[i] = 1
+	}
+	// The source row's tokens, as runs of positions: one run, unless the
+	// row had holes (steps it sat out).
+	segs = segs[:0]
+	if src := st.kv; src != nil {
+		m := src.mask[st.row*src.t : (st.row+1)*src.t]
+		for i := 0; i < len(m); i++ {
+			if m[i] == 0 {
+				continue
+			}
+			j := i
+			for j < len(m) && m[j] != 0 {
+				j++
+			}
+			segs = append(segs, segment{i, j - i})
+			i = j
+		}
+	}
+	for ti := range 2 * d.layers {
+		dst := d.tensor(b, ti)
+		var src []float32
+		if st.kv != nil {
+			src = d.tensor(st.kv, ti)
+		}
+		for h := range d.heads {
+			row := dst[((r*d.heads+h)*t)*d.headDim:][:t*d.headDim]
+			clear(row[:pad*d.headDim])
+			at := pad * d.headDim
+			for _, s := range segs {
+				from := ((st.row*d.heads+h)*st.kv.t + s.start) * d.headDim
+				at += copy(row[at:], src[from:from+s.n*d.headDim])
+			}
+		}
+	}
+	return segs
 }
