@@ -91,7 +91,7 @@ for section in $SECTIONS; do
 	layout)
 		echo "== KV layout and mixed steps (Go benchmarks; $MODELS)"
 		INFER_BENCH_ARCHS=$(echo "$MODELS" | tr ' ' ',') INFER_REQUIRE_ORT=1 \
-			go test -run '^$' -bench 'KVLayout|MixedStep' -benchtime 30x ./models/onnx | grep -E '^Benchmark'
+			go test -run '^$' -bench 'KVLayout|MixedStep|LogitsToKeep' -benchtime 30x ./models/onnx | grep -E '^Benchmark'
 		;;
 	memory)
 		for kv in $KV_TOKENS; do

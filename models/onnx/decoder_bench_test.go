@@ -185,3 +185,61 @@ func BenchmarkMixedStep(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLogitsToKeep measures what logits_to_keep saves: a decode step of
+// 32 sequences at a context of 256, and the prefill of a 128-token prompt,
+// on the graph with it (last: logits at each row's last position) against
+// the same graph without it (all: at every position, as exports). The two
+// take turns, A B B A, so that neither always runs first; the metrics are
+// median step times and their ratio.
+func BenchmarkLogitsToKeep(b *testing.B) {
+	for _, a := range benchArchs(b) {
+		_, last := openTestDecoder(b, gpt2.Spec{Arch: a}, DecoderConfig{KVTokens: 1 << 20})
+		_, all := openTestDecoder(b, gpt2.Spec{Arch: a, AllLogits: true}, DecoderConfig{KVTokens: 1 << 20})
+		b.Run(a.String()+"/decode", func(b *testing.B) {
+			seqs := map[*Decoder][]models.StepSeq{last: fill(b, last, 32, 256), all: fill(b, all, 32, 256)}
+			next := make([]int32, 32)
+			var times abTimes
+			for i := 0; b.Loop(); i++ {
+				d := abba(i, last, all)
+				t0 := time.Now()
+				if err := d.Step(context.Background(), seqs[d], next); err != nil {
+					b.Fatal(err)
+				}
+				times.add(d == all, time.Since(t0))
+				for k := range seqs[d] {
+					seqs[d][k].Past++
+				}
+			}
+			times.report(b, "last", "all")
+			for d, ss := range seqs {
+				for _, s := range ss {
+					d.Free(s.ID)
+				}
+			}
+		})
+		b.Run(a.String()+"/prefill", func(b *testing.B) {
+			p := prompt(9, 128)
+			next := make([]int32, 1)
+			var times abTimes
+			for i := 0; b.Loop(); i++ {
+				d := abba(i, last, all)
+				t0 := time.Now()
+				if err := d.Step(context.Background(), []models.StepSeq{{ID: 1, Tokens: p, Sample: true}}, next); err != nil {
+					b.Fatal(err)
+				}
+				times.add(d == all, time.Since(t0))
+				d.Free(1)
+			}
+			times.report(b, "last", "all")
+		})
+	}
+}
+
+// abba returns a or b for step i of the order A B B A A B B A ….
+func abba[T any](i int, a, b T) T {
+	if i%4 == 1 || i%4 == 2 {
+		return b
+	}
+	return a
+}
