@@ -321,7 +321,11 @@ func readDecoderSig(info onnxgraph.Info) (decoderSig, error) {
 				return sig, fmt.Errorf("graph input %s: want bool [1]", in)
 			}
 		case in.Name == logitsToKeep:
-			if in.Type != "int64" || len(in.Shape) > 1 {
+			// Read as models/gpt2 defines it, transformers' integer
+			// argument (the last k positions); a 1-D tensor there can also
+			// be a list of indices, which a graph of another origin may
+			// mean.
+			if in.Type != "int64" || len(in.Shape) != 1 || (in.Shape[0] != 1 && in.Shape[0] != -1) {
 				return sig, fmt.Errorf("graph input %s: want int64 [1]", in)
 			}
 		case m != nil:

@@ -363,7 +363,8 @@ func TestDecoderBatchComposition(t *testing.T) {
 		name      string
 		spec      gpt2.Spec
 		schedules uint64
-	}{{"position_ids", tinySpec(), 2}, {"all logits", tinySpec(allLogits), 1}, {"no position_ids", tinySpec(noPositionIDs, allLogits), 1}} {
+	}{{"position_ids", tinySpec(), 2}, {"all logits", tinySpec(allLogits), 1}, {"no position_ids", tinySpec(noPositionIDs), 1},
+		{"no position_ids, all logits", tinySpec(noPositionIDs, allLogits), 1}} {
 		t.Run(variant.name, func(t *testing.T) {
 			_, d := openTestDecoder(t, variant.spec, DecoderConfig{})
 			target := prompt(5, 23)
@@ -389,6 +390,36 @@ func TestDecoderBatchComposition(t *testing.T) {
 				t.Errorf("Used() = %d after freeing every sequence, want 0", d.Used())
 			}
 		})
+	}
+}
+
+// TestDecoderLogitsToKeep checks the rows of a prefill run that
+// logits_to_keep pads on the left: a prompt, and a prompt's second chunk,
+// each prefilled in one run with a longer prompt, give the logits they give
+// alone, and feeding logits_to_keep 0 (every position) gives the same
+// logits at the last one.
+func TestDecoderLogitsToKeep(t *testing.T) {
+	_, d := openTestDecoder(t, tinySpec(), DecoderConfig{})
+	target, long := prompt(11, 9), prompt(12, 16)
+	_, alone := step(t, d, models.StepSeq{ID: 1, Tokens: target, Sample: true})
+	d.Free(1)
+	for _, keep := range []int{1, 0} {
+		d.keepLogits = keep
+		// The whole prompt beside a longer one: two rows of one run.
+		_, got := step(t, d, models.StepSeq{ID: 1, Tokens: target, Sample: true}, models.StepSeq{ID: 2, Tokens: long, Sample: true})
+		if diff := maxDiff(alone[0], got[0]); diff > 1e-4 {
+			t.Errorf("logits_to_keep %d: a prompt beside a longer one: logits differ by %g from alone", keep, diff)
+		}
+		d.Free(1)
+		d.Free(2)
+		// Its last 5 tokens as a second chunk, beside a new longer prompt.
+		step(t, d, models.StepSeq{ID: 1, Tokens: target[:4]})
+		_, got = step(t, d, models.StepSeq{ID: 1, Past: 4, Tokens: target[4:], Sample: true}, models.StepSeq{ID: 2, Tokens: long, Sample: true})
+		if diff := maxDiff(alone[0], got[0]); diff > 1e-4 {
+			t.Errorf("logits_to_keep %d: a second chunk beside a longer prompt: logits differ by %g from alone", keep, diff)
+		}
+		d.Free(1)
+		d.Free(2)
 	}
 }
 
@@ -651,6 +682,9 @@ func TestReadDecoderSig(t *testing.T) {
 		{"other input", func(ins, _ map[string]*onnxgraph.Tensor) { ins["position_ids"].Name = "token_type_ids" },
 			"unsupported graph input token_type_ids int64 [?, ?]; a decoder takes"},
 		{"no logits", func(_, outs map[string]*onnxgraph.Tensor) { delete(outs, "logits") }, "want a float32 output logits"},
+		{"logits_to_keep a list", func(ins, _ map[string]*onnxgraph.Tensor) {
+			*ins["use_cache_branch"] = onnxgraph.Tensor{Name: "logits_to_keep", Type: "int64", Shape: []int64{4}}
+		}, "graph input logits_to_keep int64 [4]: want int64 [1]"},
 		{"dynamic vocabulary", func(_, outs map[string]*onnxgraph.Tensor) { outs["logits"].Shape[2] = -1 }, "with a fixed vocab"},
 		{"no present", func(_, outs map[string]*onnxgraph.Tensor) { delete(outs, "present.1.value") }, "no float32 output present.1.value"},
 	} {

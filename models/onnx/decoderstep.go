@@ -14,12 +14,14 @@ import (
 	"github.com/inferhq/infer/models"
 )
 
-// maxRunLogits bounds the logits of one run, in floats (32 MiB): a run
-// computes logits at every position it feeds, so long prefills are split into
-// runs of at most maxRunLogits/vocab tokens (166 for GPT-2). A 512-token
-// prompt of gpt2-mini prefills about as fast (within 5 %) in runs of 166
-// tokens as in runs of 652, and the buffer (with ONNX Runtime's own copy of
-// the logits) is a quarter.
+// maxRunLogits bounds the logits of one run, in floats (32 MiB): a graph
+// without logits_to_keep (an export) computes logits at every position it
+// feeds, so long prefills are split into runs of at most maxRunLogits/vocab
+// tokens (166 for GPT-2). A 512-token prompt of gpt2-mini prefills about as
+// fast (within 5 %) in runs of 166 tokens as in runs of 652, and the buffer
+// (with ONNX Runtime's own copy of the logits) is a quarter. Runs of graphs
+// with logits_to_keep keep the same bound on their tokens, which also bounds
+// their activations.
 const maxRunLogits = 8 << 20
 
 // Decoder is one instance of a decoder model: its worker's session and the
@@ -59,6 +61,9 @@ type Decoder struct {
 	kept                    [][]float32 // by index of the step's seqs
 	samplers                []*sampler
 	inStep                  map[*seqState]bool
+	// keepLogits is what a graph with logits_to_keep is fed: 1, the
+	// position sampled from; tests set 0 (every position).
+	keepLogits int
 }
 
 var _ models.Decoder = (*Decoder)(nil)
@@ -70,6 +75,8 @@ func newDecoder(f *DecoderFactory, s *session) *Decoder {
 		seqs:   map[models.SeqID]*seqState{},
 		pool:   &bufPool{},
 		inStep: map[*seqState]bool{},
+
+		keepLogits: 1,
 	}
 	// The cache lives outside the Go heap: an instance dropped without
 	// Close still gives it back.
@@ -310,9 +317,10 @@ func (d *Decoder) past(jobs []job, decode bool) (*kvBuf, []job, error) {
 }
 
 // fits reports whether b, whose longest sequence holds longest tokens, can
-// be the past of one more position: its positions beyond the longest
-// sequence (left by sequences that left, or made by holes) are at most a
-// quarter of them or 16, and the run stays within the context.
+// be the past of a decode run (one more position): its positions beyond the
+// longest sequence (left by sequences that left, or made by holes) are at
+// most a quarter of them or 16, and past and present stay within the
+// context, which an export's causal mask may be sized to.
 func (d *Decoder) fits(b *kvBuf, longest int) bool {
 	return b.t-longest <= max(16, b.t/4) && b.t < d.info.Context
 }
@@ -392,9 +400,9 @@ func (d *Decoder) run(jobs []job, next []int32, decode bool) error {
 	// so the rows' tokens end together: shorter rows are padded on the
 	// left, a hole between past and tokens. Otherwise they are padded on
 	// the right, and every position has logits.
-	kept := s
-	if d.sig.keepLast {
-		kept = 1
+	kept := s // positions with logits, a row
+	if d.sig.keepLast && d.keepLogits > 0 {
+		kept = min(d.keepLogits, s)
 	}
 	d.ids, d.pos = grow(d.ids, rows*s), grow(d.pos, rows*s)
 	for r, j := range jobs {
@@ -444,7 +452,7 @@ func (d *Decoder) run(jobs []job, next []int32, decode bool) error {
 		addTensor(&in, ort.NewShape(1), []bool{t > 0})
 	}
 	if d.sig.keepLast {
-		addTensor(&in, ort.NewShape(1), []int64{1})
+		addTensor(&in, ort.NewShape(1), []int64{int64(d.keepLogits)})
 	}
 	if err := errors.Join(in.err, out.err); err != nil {
 		return fmt.Errorf("onnx: tensors: %w", err)
@@ -487,8 +495,9 @@ func addTensor[T ort.TensorData](v *values, shape ort.Shape, data []T) {
 
 // sample draws the next token of each job that asks, from the logits after
 // its last token, the jobs split among goroutines when there are several.
-// logits has kept positions a row: 1 (the last token's) or every position
-// of the run, the tokens first. With keep, the rows are copied for Logits,
+// logits has kept positions a row: the last ones of the run, where every
+// row's tokens end when the graph has logits_to_keep; otherwise every
+// position, the tokens first. With keep, the rows are copied for Logits,
 // since logits will be reused.
 func (d *Decoder) sample(jobs []job, logits []float32, kept int, next []int32, keep bool) {
 	vocab := d.info.Vocab
@@ -498,8 +507,8 @@ func (d *Decoder) sample(jobs []job, logits []float32, kept int, next []int32, k
 			continue
 		}
 		last := len(j.tokens) - 1
-		if kept == 1 {
-			last = 0
+		if d.sig.keepLast {
+			last = kept - 1
 		}
 		row := logits[(r*kept+last)*vocab:][:vocab]
 		if keep {

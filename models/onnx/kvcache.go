@@ -14,8 +14,9 @@ import "github.com/inferhq/infer/models"
 // row: in continuous batching, where a join follows each leave, the batch's
 // buffer carries on with one sequence's cache copied. Empty rows are fed as
 // holes; when more than one in eight would stay empty, when a joining
-// sequence is longer than the buffer, or when positions no row uses waste
-// too much of it, the next run's past is assembled instead: each row's
+// sequence is longer than the buffer, when positions no row uses waste too
+// much of it, or when it has reached the context, the next run's past is
+// assembled instead: each row's
 // tokens are gathered from wherever they are, packed to the right of its row
 // and padded on the left, a copy of the whole cache (at gpt2-tiny's batch
 // 32, a quarter to a half of a step; see BenchmarkKVLayout). Keeping each
