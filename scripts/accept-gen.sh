@@ -3,6 +3,9 @@
 # real `infer serve --model sim-lm` on 127.0.0.1, without the LLM bench:
 #   cpu         server CPU per streamed token at saturation, from /proc
 #               (CONCURRENCY curl streams in closed loop for DURATION)
+#   floor       the same for infer serve and for internal/ssefloor (the
+#               least a Go net/http server does to stream the same chunks
+#               at the same pace), in turn, ROUNDS (2) pairs
 #   streams     STREAMS concurrent streams held, and the server's RSS
 #   slow        a client that stops reading: the others go on, and the slow
 #               stream ends (cut, or absorbed by the kernel's socket buffers)
@@ -26,6 +29,7 @@ URL=http://127.0.0.1:$PORT
 DURATION=${DURATION:-30}
 CONCURRENCY=${CONCURRENCY:-64}
 STREAMS=${STREAMS:-1000}
+ROUNDS=${ROUNDS:-2}
 SERVE_ENV=${SERVE_ENV:-} # e.g. "env GOMAXPROCS=1", before the server command
 STOP_SIGNAL=TERM
 TMP=$(mktemp -d -t infer-gen.XXXXXX)
@@ -64,24 +68,59 @@ stream_loop() {
 	done
 }
 
-section_cpu() {
-	echo "== server CPU per streamed token: $CONCURRENCY closed-loop streams for ${DURATION}s"
-	serve --model sim-lm
+# cpu_load NAME TOKENS_METRIC: CONCURRENCY closed-loop streams for DURATION
+# against the server running as $SERVER; prints NAME's CPU per streamed
+# token and sets CPU_PER_TOKEN (µs).
+cpu_load() {
 	local t0 c0 c1 g0 g1
-	g0=$(metric 'infer_gen_generation_tokens_total{endpoint="v1"}')
+	g0=$(metric "$2")
 	c0=$(cpu_s)
 	t0=$(date +%s.%N)
 	for c in $(seq "$CONCURRENCY"); do stream_loop "$c" "$DURATION" & done
 	wait $(jobs -p | grep -v "^$SERVER\$")
 	c1=$(cpu_s)
-	g1=$(metric 'infer_gen_generation_tokens_total{endpoint="v1"}')
-	python3 - "$c0" "$c1" "$g0" "$g1" "$t0" "$(date +%s.%N)" <<'PY'
+	g1=$(metric "$2")
+	CPU_PER_TOKEN=$(python3 -c "print(f'{($c1 - $c0) / ($g1 - $g0) * 1e6:.1f}')")
+	python3 - "$1" "$c0" "$c1" "$g0" "$g1" "$t0" "$(date +%s.%N)" <<'PY'
 import sys
-c0, c1, g0, g1, t0, t1 = map(float, sys.argv[1:])
-print(f"tokens {g1-g0:.0f} in {t1-t0:.1f}s ({(g1-g0)/(t1-t0):.0f}/s); server CPU {c1-c0:.2f}s: {(c1-c0)/(g1-g0)*1e6:.1f} µs per streamed token (target <= 20, goal 10)")
+name = sys.argv[1]
+c0, c1, g0, g1, t0, t1 = map(float, sys.argv[2:])
+print(f"{name}: tokens {g1-g0:.0f} in {t1-t0:.1f}s ({(g1-g0)/(t1-t0):.0f}/s); server CPU {c1-c0:.2f}s: {(c1-c0)/(g1-g0)*1e6:.1f} µs per streamed token")
 PY
 	cat "$TMP"/codes.* | sort | uniq -c | sed 's/^/  status /'
 	rm -f "$TMP"/codes.*
+}
+
+section_cpu() {
+	echo "== server CPU per streamed token: $CONCURRENCY closed-loop streams for ${DURATION}s (target <= 20 µs, goal 10)"
+	serve --model sim-lm
+	cpu_load "infer serve" 'infer_gen_generation_tokens_total{endpoint="v1"}'
+	stop_server
+}
+
+section_floor() {
+	echo "== CPU per streamed token, infer serve vs internal/ssefloor, $ROUNDS pairs in turn ($CONCURRENCY streams, ${DURATION}s each)"
+	go build -o "$TMP/ssefloor" ./internal/ssefloor
+	local pairs=()
+	for r in $(seq "$ROUNDS"); do
+		serve --model sim-lm
+		cpu_load "  round $r, infer serve" 'infer_gen_generation_tokens_total{endpoint="v1"}'
+		pairs+=("$CPU_PER_TOKEN")
+		stop_server
+		port_free "$URL"
+		${SERVE_ENV:-} "$TMP/ssefloor" -addr "${URL#http://}" >"$TMP/floor.log" 2>&1 &
+		SERVER=$!
+		await_ready "$URL" "$SERVER" || { cat "$TMP/floor.log"; exit 1; }
+		cpu_load "  round $r, ssefloor" ssefloor_tokens_total
+		pairs+=("$CPU_PER_TOKEN")
+		stop_server
+	done
+	python3 - "${pairs[@]}" <<'PY'
+import statistics, sys
+v = list(map(float, sys.argv[1:]))
+r = [a / b for a, b in zip(v[0::2], v[1::2])]
+print("infer serve / floor: " + " ".join(f"{x:.2f}" for x in r) + f"  (median {statistics.median(r):.2f}); floor median {statistics.median(v[1::2]):.1f} µs")
+PY
 }
 
 # hold.py: opens N streams, waits until each got its first event, reports,
@@ -204,5 +243,5 @@ section_badinput() {
 	rm -f "$TMP"/codes.*
 }
 
-sections=${*:-cpu streams slow disconnect badinput}
+sections=${*:-cpu floor streams slow disconnect badinput}
 for s in $sections; do "section_$s"; done
