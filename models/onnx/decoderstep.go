@@ -61,6 +61,7 @@ type Decoder struct {
 	kept                    [][]float32 // by index of the step's seqs
 	samplers                []*sampler
 	inStep                  map[*seqState]bool
+	byRow                   []job // a reused buffer's jobs, by row (see past)
 	// keepLogits is what a graph with logits_to_keep is fed: 1, the
 	// position sampled from; tests set 0 (every position).
 	keepLogits int
@@ -268,45 +269,30 @@ func (d *Decoder) byLength(jobs []job, next []int32) error {
 }
 
 // past returns the buffer that is the past of a run of jobs, and the jobs
-// in its row order. An existing buffer serves as it is when its rows are
-// exactly the jobs' and holes do not waste much of it. For the decode run
-// it also serves when the jobs it lacks can move into rows that sequences
-// left (see joinable); a row left empty is fed as a hole, a job with no
-// sequence. Otherwise the jobs' caches are assembled into a new one.
+// in its row order: an existing one (see reusable), with the jobs it lacks
+// moved into rows that sequences left and the rows left empty fed as holes,
+// jobs with no sequence; otherwise the jobs' caches assembled into a new one.
 func (d *Decoder) past(jobs []job, decode bool) (*kvBuf, []job, error) {
 	if !slices.ContainsFunc(jobs, func(j job) bool { return j.st.kv != nil }) {
 		// New sequences only: an empty past.
 		return &kvBuf{rows: len(jobs)}, jobs, nil
 	}
-	b := jobs[0].st.kv
 	longest := 0
 	for _, j := range jobs {
-		if j.st.kv != b {
-			b = nil
-		}
 		longest = max(longest, j.st.n)
 	}
-	if b != nil && b.rows == len(jobs) && b.live == len(jobs) && d.fits(b, longest) {
-		slices.SortFunc(jobs, func(x, y job) int { return cmp.Compare(x.st.row, y.st.row) })
-		return b, jobs, nil
-	}
-	if decode {
-		if b, joining := d.joinable(jobs, longest); b != nil {
-			for _, j := range joining {
-				r := slices.Index(b.seqs, nil)
-				d.pool.joinInPlace(d.dims, b, r, j.st)
-			}
-			byRow := make([]job, b.rows)
-			for _, j := range jobs {
-				byRow[j.st.row] = j
-			}
-			for r := range byRow {
-				if b.seqs[r] == nil {
-					byRow[r] = job{out: -1}
-				}
-			}
-			return b, byRow, nil
+	if b, joining := d.reusable(jobs, longest, decode); b != nil {
+		for _, j := range joining {
+			d.pool.joinInPlace(d.dims, b, slices.Index(b.seqs, nil), j.st)
 		}
+		d.byRow = grow(d.byRow, b.rows)
+		for r := range d.byRow {
+			d.byRow[r] = job{out: -1}
+		}
+		for _, j := range jobs {
+			d.byRow[j.st.row] = j
+		}
+		return b, d.byRow, nil
 	}
 	states := make([]*seqState, len(jobs))
 	for i, j := range jobs {
@@ -330,15 +316,16 @@ func (d *Decoder) fits(b *kvBuf, longest int) bool {
 // assembled anew, which copies every row: one in eight.
 const maxEmptyRows = 8
 
-// joinable returns the buffer that the decode jobs can run on without
-// assembling, and the jobs that must first move into it, or nil. That is
-// the buffer holding most of the jobs, when it holds no sequence outside
-// them, its empty rows (left by sequences that finished) take the jobs it
-// lacks, at most rows/maxEmptyRows rows stay empty, and it fits (see fits).
-// In continuous batching a sequence that joins takes the row of one that
-// left, so that a join or a leave copies one sequence's cache, not the
-// batch's.
-func (d *Decoder) joinable(jobs []job, longest int) (*kvBuf, []job) {
+// reusable returns the buffer that a run of jobs can have as its past
+// without assembling, and the jobs that must first move into it, or nil.
+// That is the buffer holding most of the jobs, when it holds no sequence
+// outside them and fits (see fits), and either its rows are exactly the
+// jobs', or, for the decode run, its empty rows (left by sequences that
+// finished) take the jobs it lacks with at most rows/maxEmptyRows rows
+// staying empty. In continuous batching a sequence that joins takes the row
+// of one that left, so that a join or a leave copies one sequence's cache,
+// not the batch's.
+func (d *Decoder) reusable(jobs []job, longest int, decode bool) (*kvBuf, []job) {
 	count := map[*kvBuf]int{}
 	var b *kvBuf
 	for _, j := range jobs {
@@ -355,14 +342,17 @@ func (d *Decoder) joinable(jobs []job, longest int) (*kvBuf, []job) {
 	var joining []job
 	for _, j := range jobs {
 		if j.st.kv != b {
-			if j.st.n > b.t {
+			if !decode || j.st.n > b.t {
 				return nil, nil
 			}
 			joining = append(joining, j)
 		}
 	}
-	empty := b.rows - b.live - len(joining)
-	if empty < 0 || empty > b.rows/maxEmptyRows {
+	allowed := 0
+	if decode {
+		allowed = b.rows / maxEmptyRows
+	}
+	if empty := b.rows - b.live - len(joining); empty < 0 || empty > allowed {
 		return nil, nil
 	}
 	return b, joining
