@@ -196,16 +196,10 @@ func (v *view) writeLLMBest(b *strings.Builder) {
 		noSLO:   "The scenario sets no SLO, so every trusted point qualifies and the most output tokens/s wins; goodput counts every completed request.",
 		withSLO: "SLO: %s. A request is good when it meets each latency bound; goodput is good requests per second.",
 		none:    "No point qualifies: none has a trusted measurement with a completed request.",
-		closest: func() string {
-			var closest *record.Record
-			for _, r := range v.recs {
-				if trusted(r) && succeeded(r) && r.LLM != nil && (closest == nil || r.LLM.GoodputPerS > closest.LLM.GoodputPerS) {
-					closest = r
-				}
-			}
-			if closest == nil {
-				return ""
-			}
+		nearer: func(r, than *record.Record) bool {
+			return r.LLM != nil && (than == nil || r.LLM.GoodputPerS > than.LLM.GoodputPerS)
+		},
+		closest: func(closest *record.Record) string {
 			return fmt.Sprintf(" The most goodput was at %s: %s; it missed %s.", v.pointLabel(closest), llmFigures(closest),
 				strings.Join(slo.LLM().Misses(closest.LLM), ", "))
 		},

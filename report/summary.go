@@ -237,9 +237,12 @@ type bestIntro struct {
 	noSLO   string // the paragraph when the scenario sets no SLO
 	withSLO string // the paragraph's format, given the SLO's text
 	none    string // the paragraph when no point has a trusted, successful measurement
-	// closest, when no point meets the SLO, is the sentence on the point that came
-	// closest, with a leading space ("" for none).
-	closest func() string
+	// When no point meets the SLO, the sentence on the one that came
+	// closest, with a leading space: nearer reports whether r came closer
+	// than than (nil: none yet), among the trusted, successful points, and
+	// closest says it.
+	nearer  func(r, than *record.Record) bool
+	closest func(*record.Record) string
 }
 
 // writeBestIntro writes the opening of a "Best configuration" section: the
@@ -262,7 +265,17 @@ func (v *view) writeBestIntro(b *strings.Builder, t bestIntro) (ok []*record.Rec
 			b.WriteString(t.none + "\n\n")
 			return nil, nil
 		}
-		fmt.Fprintf(b, "**No point meets the SLO** (of %s with trusted measurements).%s\n\n", plural(trustedN, "point"), t.closest())
+		var closest *record.Record
+		for _, r := range v.recs {
+			if trusted(r) && succeeded(r) && t.nearer(r, closest) {
+				closest = r
+			}
+		}
+		var say string
+		if closest != nil {
+			say = t.closest(closest)
+		}
+		fmt.Fprintf(b, "**No point meets the SLO** (of %s with trusted measurements).%s\n\n", plural(trustedN, "point"), say)
 		return nil, nil
 	}
 	if !noSLO {
@@ -276,13 +289,8 @@ func (v *view) writeBest(b *strings.Builder) {
 		noSLO:   "The scenario sets no SLO, so every trusted point qualifies and the highest throughput wins.",
 		withSLO: "SLO: %s.",
 		none:    "No point qualifies: none has a trusted measurement with a successful request.",
-		closest: func() string {
-			var closest *record.Record
-			for _, r := range v.recs {
-				if trusted(r) && succeeded(r) && (closest == nil || r.Latency.P99 < closest.Latency.P99) {
-					closest = r
-				}
-			}
+		nearer:  func(r, than *record.Record) bool { return than == nil || r.Latency.P99 < than.Latency.P99 },
+		closest: func(closest *record.Record) string {
 			return fmt.Sprintf(" The lowest p99 was %s at %s (%s req/s, %s errors).", fmtMs(closest.Latency.P99.Ms()), v.pointLabel(closest), num(closest.Throughput), pctAbs(closest.ErrorRate()))
 		},
 	})
