@@ -80,13 +80,16 @@ cpu_load() {
 	wait $(jobs -p | grep -v "^$SERVER\$")
 	c1=$(cpu_s)
 	g1=$(metric "$2")
-	CPU_PER_TOKEN=$(python3 -c "print(f'{($c1 - $c0) / ($g1 - $g0) * 1e6:.1f}')")
-	python3 - "$1" "$c0" "$c1" "$g0" "$g1" "$t0" "$(date +%s.%N)" <<'PY'
+	local line
+	IFS=$'\t' read -r CPU_PER_TOKEN line < <(python3 - "$1" "$c0" "$c1" "$g0" "$g1" "$t0" "$(date +%s.%N)" <<'PY'
 import sys
 name = sys.argv[1]
 c0, c1, g0, g1, t0, t1 = map(float, sys.argv[2:])
-print(f"{name}: tokens {g1-g0:.0f} in {t1-t0:.1f}s ({(g1-g0)/(t1-t0):.0f}/s); server CPU {c1-c0:.2f}s: {(c1-c0)/(g1-g0)*1e6:.1f} µs per streamed token")
+us = (c1 - c0) / (g1 - g0) * 1e6
+print(f"{us:.1f}\t{name}: tokens {g1-g0:.0f} in {t1-t0:.1f}s ({(g1-g0)/(t1-t0):.0f}/s); server CPU {c1-c0:.2f}s: {us:.1f} µs per streamed token")
 PY
+	)
+	echo "$line"
 	cat "$TMP"/codes.* | sort | uniq -c | sed 's/^/  status /'
 	rm -f "$TMP"/codes.*
 }
