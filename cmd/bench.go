@@ -321,7 +321,17 @@ func printPlan(w io.Writer, sc *loadgen.Scenario) error {
 	if len(plans) > 0 {
 		groups = plans[len(plans)-1].Group + 1
 	}
-	_, err := fmt.Fprintf(w, "%d points, %d server configurations; load time %v (%d × %v), plus server starts\n",
-		len(plans), groups, time.Duration(len(plans))*sc.Estimate(), len(plans), sc.Estimate())
+	order, plus := "", ""
+	if sc.Load.Interleave {
+		order = ", repeats interleaved"
+	}
+	switch {
+	case sc.Server != nil:
+		plus = fmt.Sprintf(", plus %d server starts", sc.Switches(plans))
+	case len(plans) > 0 && len(plans[0].Settings()) > 0:
+		plus = fmt.Sprintf(", plus %d changes through the admin API", sc.Switches(plans))
+	}
+	_, err := fmt.Fprintf(w, "%d points, %d server configurations%s; load time %v (%d × %v)%s\n",
+		len(plans), groups, order, time.Duration(len(plans))*sc.Estimate(), len(plans), sc.Estimate(), plus)
 	return err
 }

@@ -29,6 +29,8 @@ type Plan struct {
 	// LatencySet tells a max latency of zero set by the sweep from one
 	// left to the server.
 	LatencySet bool
+	// level is the point's place in the load's levels, from 0.
+	level int
 }
 
 // Settings returns the batching settings the sweep gives the point's
@@ -75,7 +77,7 @@ func (s *Scenario) Plans() []Plan {
 			if s.Load.PerWorker && ep != "naive" {
 				scale = max(sc.workers, 1)
 			}
-			for _, load := range s.loads(scale) {
+			for level, load := range s.loads(scale) {
 				p := record.Point{Endpoint: ep, Load: load, Items: s.Payload.N}
 				if ep != "naive" {
 					p.Batch, p.Workers, p.Latency, p.Policy = sc.batch, sc.workers, record.Duration(sc.latency), sc.policy
@@ -84,7 +86,7 @@ func (s *Scenario) Plans() []Plan {
 				}
 				set := sc.latencySet && ep != "naive"
 				p.Name = pointName(p, s.Sweep.varied(), ep != "naive")
-				plans = append(plans, Plan{Index: len(plans), Point: p, Group: g, Serve: serve, LatencySet: set, server: sc})
+				plans = append(plans, Plan{Index: len(plans), Point: p, Group: g, Serve: serve, LatencySet: set, server: sc, level: level})
 			}
 		}
 	}

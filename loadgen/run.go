@@ -382,64 +382,6 @@ func fileHash(path string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// sweep runs the plans in order, writing each record; it reports whether
-// ctx cut it short.
-func (r *runner) sweep(ctx context.Context, plans []Plan, w *record.Writer, out *Outcome) (interrupted bool, err error) {
-	for i, p := range plans {
-		if ctx.Err() != nil {
-			return true, nil
-		}
-		r.mon.startPoint(p, r.sc.Load.Repeats, r.sc.Load.Warmup+r.sc.Load.Duration, r.remaining(plans[i+1:], p.Group))
-		var err error
-		switch {
-		case r.sc.Server != nil && (r.server == nil || p.Group != r.group):
-			err = r.startServer(ctx, p)
-		case r.admin != nil && (!r.applied || p.Group != r.group):
-			err = r.configure(ctx, p)
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return true, nil
-			}
-			return false, err
-		}
-		rec, err := r.point(ctx, p)
-		if err != nil {
-			return false, err
-		}
-		if rec == nil { // stopped before anything was measured
-			return true, nil
-		}
-		if err := w.Write(rec); err != nil {
-			return false, fmt.Errorf("write results: %w", err)
-		}
-		out.Records = append(out.Records, *rec)
-		r.mon.finishPoint(RowOf(rec, r.sc.SLO))
-		r.log.Info("point done", "index", p.Index, "name", p.Point.Name, "throughput", rec.Throughput,
-			"p99", rec.Latency.P99.D(), "flags", rec.Flags)
-		if rec.Partial {
-			return true, nil
-		}
-	}
-	return false, nil
-}
-
-// remaining estimates the time the plans after a point of group take: their
-// load, and their server starts at the mean start time so far.
-func (r *runner) remaining(plans []Plan, group int) time.Duration {
-	d := time.Duration(len(plans)) * r.sc.Estimate()
-	if r.sc.Server == nil || r.starts == 0 {
-		return d
-	}
-	for _, p := range plans {
-		if p.Group != group {
-			d += r.startTime / time.Duration(r.starts)
-			group = p.Group
-		}
-	}
-	return d
-}
-
 // startServer stops the running server, if any, and starts the one of p's
 // group, waiting until it is ready.
 func (r *runner) startServer(ctx context.Context, p Plan) error {
@@ -492,8 +434,11 @@ func (r *runner) configure(ctx context.Context, p Plan) error {
 // serve's own drain timeout is 30s by default.
 const stopTimeout = 40 * time.Second
 
-// stop drains and stops a server infer started.
+// stop drains and stops a server infer started. The probes' idle
+// connection is closed first: the server's drain would otherwise wait for
+// it to be quiet (a second) before closing it itself.
 func (r *runner) stop(srv Server) {
+	r.client.CloseIdleConnections()
 	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 	defer cancel()
 	if err := srv.Stop(ctx); err != nil {
@@ -541,13 +486,34 @@ func (r *runner) read(ctx context.Context, endpoint string) reading {
 	return rd
 }
 
-// point runs every repeat of p and builds its record; nil if it was
-// stopped before measuring anything.
-func (r *runner) point(ctx context.Context, p Plan) (*record.Record, error) {
-	if r.sc.Payload.LLM != nil {
-		return r.llmPoint(ctx, p)
+// classicRun is a point of a request/response endpoint being measured,
+// repeat by repeat.
+type classicRun struct {
+	r        *runner
+	p        Plan
+	pt       record.Point // as the first repeat found the server
+	inject   string
+	total    tally
+	answered int
+	m        measure
+	repeats  []record.Repeat
+	first    time.Time
+	ticks    []record.Tick
+	partial  bool
+}
+
+func (r *runner) newClassicRun(p Plan) *classicRun {
+	c := &classicRun{r: r, p: p}
+	if in := r.sc.Payload.Inject; in != nil {
+		c.inject = in.Text
 	}
-	pt := p.Point
+	return c
+}
+
+// resolve returns the point as the server it now runs against has it:
+// what the sweep leaves to the server, from its /metrics.
+func (c *classicRun) resolve(ctx context.Context) record.Point {
+	r, pt := c.r, c.p.Point
 	// Record the batching settings in effect where the sweep left them to
 	// the server.
 	if samples, err := scrape(ctx, r.client, r.bases[0]); err == nil {
@@ -560,84 +526,83 @@ func (r *runner) point(ctx context.Context, p Plan) (*record.Record, error) {
 		if pt.Workers == 0 {
 			pt.Workers = info.workers
 		}
-		if !p.LatencySet {
+		if !c.p.LatencySet {
 			pt.Latency = record.Duration(info.latency)
 		}
 		if pt.Policy == "" {
 			pt.Policy = info.policy
 		}
 	}
-	var inject string
-	if in := r.sc.Payload.Inject; in != nil {
-		inject = in.Text
-	}
 	pt.Expect = r.sc.Payload.Expectation(pt.Endpoint, r.inferServer())
-	tr, err := newTraffic(r.bases, pt.Endpoint, r.model, r.sc.Payload.Format, pt.Expect, r.sc.Payload.Items, r.sc.Payload.N, inject)
+	return pt
+}
+
+func (c *classicRun) repeat(ctx context.Context, rep int) (stop bool, err error) {
+	r := c.r
+	pt := c.resolve(ctx)
+	tr, err := newTraffic(r.bases, pt.Endpoint, r.model, r.sc.Payload.Format, pt.Expect, r.sc.Payload.Items, r.sc.Payload.N, c.inject)
 	if err != nil {
-		return nil, fmt.Errorf("point %q: %w", pt.Name, err)
+		return false, fmt.Errorf("point %q: %w", pt.Name, err)
 	}
 	pt.Targets = tr.urls
+	if rep == 1 {
+		c.pt = pt
+	}
 	a := attack{traffic: tr, load: pt.Load, warmup: r.sc.Load.Warmup, duration: r.sc.Load.Duration,
 		timeout: r.sc.Load.Timeout, maxInFlight: r.sc.Load.MaxInFlight}
+	r.mon.startAttack(rep, pt.Load, a.warmup, a.duration)
+	r.mon.setPhase(PhaseWarmup)
+	var begin, end reading
+	res := a.run(ctx, r.mon.add, func(isEnd bool) {
+		rd := r.read(context.WithoutCancel(ctx), pt.Endpoint)
+		if isEnd {
+			end = rd
+		} else {
+			begin = rd
+		}
+	})
+	if res.window <= 0 {
+		c.partial = true
+		return true, nil
+	}
+	if c.first.IsZero() {
+		c.first = res.start
+		c.ticks = res.timeline.ticks(pt.Load, a.duration)
+	}
+	c.total.merge(&res.tally)
+	c.answered += res.answered
+	c.m.add(res.window, begin, end)
+	secs := res.window.Seconds()
+	c.repeats = append(c.repeats, record.Repeat{
+		Throughput:   float64(res.answered) / secs,
+		AchievedRate: float64(res.tally.sent) / secs,
+		P50:          record.Duration(res.tally.hist.Quantile(0.5)),
+		P99:          record.Duration(res.tally.hist.Quantile(0.99)),
+	})
+	if res.stopped {
+		c.partial = true
+		return true, nil
+	}
+	return false, nil
+}
 
-	var (
-		total    tally
-		answered int
-		m        measure
-		repeats  []record.Repeat
-		first    time.Time
-		ticks    []record.Tick
-		partial  bool
-	)
-	for rep := 1; rep <= r.sc.Load.Repeats; rep++ {
-		r.mon.startAttack(rep, pt.Load, a.warmup, a.duration)
-		r.mon.setPhase(PhaseWarmup)
-		var begin, end reading
-		res := a.run(ctx, r.mon.add, func(isEnd bool) {
-			rd := r.read(context.WithoutCancel(ctx), pt.Endpoint)
-			if isEnd {
-				end = rd
-			} else {
-				begin = rd
-			}
-		})
-		if res.window <= 0 {
-			partial = true
-			break
-		}
-		if first.IsZero() {
-			first = res.start
-			ticks = res.timeline.ticks(pt.Load, a.duration)
-		}
-		total.merge(&res.tally)
-		answered += res.answered
-		m.add(res.window, begin, end)
-		secs := res.window.Seconds()
-		repeats = append(repeats, record.Repeat{
-			Throughput:   float64(res.answered) / secs,
-			AchievedRate: float64(res.tally.sent) / secs,
-			P50:          record.Duration(res.tally.hist.Quantile(0.5)),
-			P99:          record.Duration(res.tally.hist.Quantile(0.99)),
-		})
-		if res.stopped {
-			partial = true
-			break
-		}
+func (c *classicRun) record() *record.Record {
+	r := c.r
+	partial := c.partial || len(c.repeats) < r.sc.Load.Repeats
+	if c.total.sent == 0 && partial {
+		return nil
 	}
-	if total.sent == 0 && partial {
-		return nil, nil
-	}
-	rec := buildRecord(p.Index, pt, first, &total, answered, &m, repeats, r.sc.Payload.N)
-	rec.Timeline = ticks
+	rec := buildRecord(c.p.Index, c.pt, c.first, &c.total, c.answered, &c.m, c.repeats, r.sc.Payload.N)
+	rec.Timeline = c.ticks
 	rec.Partial = partial
-	if inject != "" {
-		rec.Injected = total.injected(inject)
+	if c.inject != "" {
+		rec.Injected = c.total.injected(c.inject)
 	}
 	judge(rec, r.cfg.Cores)
-	if total.ok > 0 && total.timed == 0 {
-		r.notice("answers of %s carry no Server-Timing header: the server's queue and compute times are not measured", pt.Endpoint)
+	if c.total.ok > 0 && c.total.timed == 0 {
+		r.notice("answers of %s carry no Server-Timing header: the server's queue and compute times are not measured", c.pt.Endpoint)
 	}
-	return rec, nil
+	return rec
 }
 
 // measure sums the probes' deltas over the windows of a point's repeats;

@@ -103,11 +103,28 @@ func (r *runner) checkGenServer(ctx context.Context) error {
 	return nil
 }
 
-// llmPoint runs every repeat of an LLM point and builds its record; nil
-// if it was stopped before measuring anything.
-func (r *runner) llmPoint(ctx context.Context, p Plan) (*record.Record, error) {
-	pt := p.Point
-	label := genLabel(pt.Endpoint)
+// llmRun is an LLM point being measured, repeat by repeat.
+type llmRun struct {
+	r       *runner
+	p       Plan
+	label   string
+	pt      record.Point // as the first repeat found the server
+	outs    []*llm.Outcome
+	servers []*record.LLMServer
+	cpu     time.Duration
+	cpuOK   bool
+	rss     int64
+	partial bool
+}
+
+func (r *runner) newLLMRun(p Plan) *llmRun {
+	return &llmRun{r: r, p: p, label: genLabel(p.Point.Endpoint), cpuOK: true}
+}
+
+// resolve returns the point as the server it now runs against has it:
+// what the sweep leaves to the server, from its /metrics.
+func (l *llmRun) resolve(ctx context.Context) record.Point {
+	r, pt, label := l.r, l.p.Point, l.label
 	if label != "" && r.gen.ok {
 		if samples, err := scrape(ctx, r.client, r.bases[0]); err == nil {
 			if g := genInfoOf(samples); g.ok {
@@ -123,7 +140,7 @@ func (r *runner) llmPoint(ctx context.Context, p Plan) (*record.Record, error) {
 		if pt.MaxBatchedTokens == 0 {
 			pt.MaxBatchedTokens = r.gen.mbt
 		}
-		if !p.LatencySet {
+		if !l.p.LatencySet {
 			pt.Latency = record.Duration(r.gen.maxLatency)
 		}
 	}
@@ -138,11 +155,17 @@ func (r *runner) llmPoint(ctx context.Context, p Plan) (*record.Record, error) {
 	case "static", "naive":
 		pt.Policy = label
 	}
+	return pt
+}
+
+func (l *llmRun) repeat(ctx context.Context, rep int) (stop bool, err error) {
+	r := l.r
+	pt := l.resolve(ctx)
 	lp := r.sc.Payload.LLM
 	if r.llmGen == nil || r.llmGenModel != r.model {
 		g, err := llm.NewGenerator(lp.Config(r.model))
 		if err != nil {
-			return nil, fmt.Errorf("point %q: payload: %w", pt.Name, err)
+			return false, fmt.Errorf("point %q: payload: %w", pt.Name, err)
 		}
 		r.llmGen, r.llmGenModel = g, r.model
 	}
@@ -159,10 +182,13 @@ func (r *runner) llmPoint(ctx context.Context, p Plan) (*record.Record, error) {
 		c, err := llm.NewClient(llm.ClientConfig{BaseURL: base + llmPrefix(pt.Endpoint), HTTP: httpClient,
 			Timeout: r.sc.Load.Timeout, Tokenizer: llm.KnownTokenizer(r.model)})
 		if err != nil {
-			return nil, fmt.Errorf("point %q: %w", pt.Name, err)
+			return false, fmt.Errorf("point %q: %w", pt.Name, err)
 		}
 		clients = append(clients, c)
 		pt.Targets = append(pt.Targets, c.URL(lp.API))
+	}
+	if rep == 1 {
+		l.pt = pt
 	}
 	cfg := llm.RunConfig{
 		Clients: clients, Source: r.llmGen, API: lp.API, Stream: lp.Stream, Model: r.model,
@@ -171,65 +197,59 @@ func (r *runner) llmPoint(ctx context.Context, p Plan) (*record.Record, error) {
 		SLO: r.sc.SLO.Record().LLM(), Seed: llmSeed, Histograms: true,
 		Progress: r.mon.llmLive, Cores: r.cfg.Cores,
 	}
-
-	var (
-		outs    []*llm.Outcome
-		servers []*record.LLMServer
-		cpu     time.Duration
-		cpuOK   = true
-		rss     int64
-		partial bool
-	)
-	for rep := 1; rep <= r.sc.Load.Repeats; rep++ {
-		if pt.Load.Mode == "open" {
-			pacer, err := r.llmPacer(pt.Load)
-			if err != nil {
-				return nil, fmt.Errorf("point %q: %w", pt.Name, err)
-			}
-			cfg.Pacer = pacer
-		}
-		r.mon.startAttack(rep, pt.Load, cfg.Warmup, cfg.Duration)
-		r.mon.setPhase(PhaseWarmup)
-		r.mon.llmLive(llm.Snapshot{Phase: llm.PhaseWarmup}) // an LLM view from the start
-		w := &genWatch{r: r, label: label, gen: r.gen.ok && label != ""}
-		done := make(chan struct{})
-		var wg sync.WaitGroup
-		start := time.Now()
-		wg.Go(func() { w.run(context.WithoutCancel(ctx), start, cfg.Warmup, cfg.Duration, done) })
-		out, err := llm.Run(ctx, cfg)
-		close(done)
-		wg.Wait()
+	if pt.Load.Mode == "open" {
+		pacer, err := r.llmPacer(pt.Load)
 		if err != nil {
-			return nil, fmt.Errorf("point %q: %w", pt.Name, err)
+			return false, fmt.Errorf("point %q: %w", pt.Name, err)
 		}
-		if out.Window <= 0 {
-			partial = true
-			break
-		}
-		outs = append(outs, out)
-		servers = append(servers, w.server(out.Window))
-		cpu += w.cpu
-		cpuOK = cpuOK && w.cpuOK
-		rss = max(rss, w.rss)
-		if out.Stopped {
-			partial = true
-			break
-		}
+		cfg.Pacer = pacer
 	}
-	if len(outs) == 0 {
-		return nil, nil
+	r.mon.startAttack(rep, pt.Load, cfg.Warmup, cfg.Duration)
+	r.mon.setPhase(PhaseWarmup)
+	r.mon.llmLive(llm.Snapshot{Phase: llm.PhaseWarmup}) // an LLM view from the start
+	w := &genWatch{r: r, label: l.label, gen: r.gen.ok && l.label != ""}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	start := time.Now()
+	wg.Go(func() { w.run(context.WithoutCancel(ctx), start, cfg.Warmup, cfg.Duration, done) })
+	out, err := llm.Run(ctx, cfg)
+	close(done)
+	wg.Wait()
+	if err != nil {
+		return false, fmt.Errorf("point %q: %w", pt.Name, err)
 	}
-	rec := buildLLMRecord(p.Index, pt, outs, servers)
-	rec.Partial = partial
-	if cpuOK && r.server != nil {
-		rec.Server.CPUSeconds = cpu.Seconds()
+	if out.Window <= 0 {
+		l.partial = true
+		return true, nil
 	}
-	rec.Server.RSSBytes = rss
-	if l := rec.LLM; l.Server != nil {
-		r.ideal(pt, l)
+	l.outs = append(l.outs, out)
+	l.servers = append(l.servers, w.server(out.Window))
+	l.cpu += w.cpu
+	l.cpuOK = l.cpuOK && w.cpuOK
+	l.rss = max(l.rss, w.rss)
+	if out.Stopped {
+		l.partial = true
+		return true, nil
 	}
-	r.llmNotices(pt, rec.LLM)
-	return rec, nil
+	return false, nil
+}
+
+func (l *llmRun) record() *record.Record {
+	r := l.r
+	if len(l.outs) == 0 {
+		return nil
+	}
+	rec := buildLLMRecord(l.p.Index, l.pt, l.outs, l.servers)
+	rec.Partial = l.partial || len(l.outs) < r.sc.Load.Repeats
+	if l.cpuOK && r.server != nil {
+		rec.Server.CPUSeconds = l.cpu.Seconds()
+	}
+	rec.Server.RSSBytes = l.rss
+	if g := rec.LLM; g.Server != nil {
+		r.ideal(l.pt, g)
+	}
+	r.llmNotices(l.pt, rec.LLM)
+	return rec
 }
 
 // llmPacer returns the open loop's arrivals: constant (or a ramp), or

@@ -187,6 +187,13 @@ type Load struct {
 	// Drain is how long an LLM point's streams sent in the window may
 	// finish after it before they are cut off. Default 1m.
 	Drain time.Duration
+	// Interleave runs the repeats of the points at one endpoint and load
+	// level in rounds: repeat 1 of every server configuration, then
+	// repeat 2 of every one, and so on, instead of each point's repeats
+	// one after another; configurations compared at a level then share
+	// the machine's good and bad minutes. A started server is restarted
+	// wherever the configuration changes.
+	Interleave bool
 }
 
 // Open reports whether the load is open loop.

@@ -70,6 +70,7 @@ type (
 		Warmup      *string       `yaml:"warmup"`
 		Duration    *string       `yaml:"duration"`
 		Repeats     *int          `yaml:"repeats"`
+		Interleave  bool          `yaml:"interleave"`
 		Timeout     *string       `yaml:"timeout"`
 		Arrival     string        `yaml:"arrival"`
 		Burstiness  *float64      `yaml:"burstiness"`

@@ -284,6 +284,7 @@ func (v *validator) load(l *fileLoad, gen bool) Load {
 		Rates:       l.Rate,
 		Pacer:       l.Pacer,
 		PerWorker:   l.PerWorker,
+		Interleave:  l.Interleave,
 		MaxInFlight: DefaultMaxInFlight,
 		Repeats:     1,
 	}

@@ -14,7 +14,9 @@
 # single-client (about 25 minutes; policies-bert needs scripts/setup-ort.sh
 # and adds 4½). Runs go to results/accept-policies-<time>/<scenario>-<i>.
 # With ROUNDS=n every scenario runs n times, in turn, and each figure is the
-# median over its runs: on a shared machine, use 3 or more.
+# median over its runs: on a shared machine, use 3 or more. A scenario with
+# load.repeats (interleaved, policies-closed-sim-fast) gives a figure per
+# repeat, and the median is over all of them.
 #
 # Bars, per scenario:
 #   policies-quick            adaptive req/s ≥ 0.95 × fixed's at every point
@@ -46,6 +48,11 @@ def ms: [scan("([0-9.]+)(h|ms|µs|us|ns|m|s)")]
   | add // 0;
 def level: .point.load.concurrency // .point.load.rate;
 def fig: {policy: .point.policy, thr: .throughput, p50: (.latency.p50 | ms), p99: (.latency.p99 | ms)};
+# figs: the figures of a record once per repeat when it kept them (load.repeats
+# above 1), else once for the whole point.
+def figs: if (.repeats // []) | length > 0
+  then .point.policy as $pol | .repeats[] | {policy: $pol, thr: .throughput, p50: (.p50 | ms), p99: (.p99 | ms)}
+  else fig end;
 def r2: . * 100 | round / 100;
 def cell: "\(.policy) \(.thr | round)/s p50 \(.p50 | r2) p99 \(.p99 | r2)";
 '
@@ -68,7 +75,7 @@ report() {
 	jq -s -r --arg mode "$mode" "$JQ_DEFS"'
 	  def median: sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
 	  map(select(.point.endpoint == "batched" and .point.policy != null)
-	      | {cfg: [.point.workers, .point.batch, .point.max_latency], level: level, mode: .point.load.mode} + fig)
+	      | {cfg: [.point.workers, .point.batch, .point.max_latency], level: level, mode: .point.load.mode} + figs)
 	  | group_by([.cfg, .level, .policy])
 	  | map(.[0] + {thr: (map(.thr) | median), p50: (map(.p50) | median), p99: (map(.p99) | median)})
 	  | group_by(.cfg) | .[]

@@ -1,0 +1,190 @@
+package loadgen
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/inferhq/infer/loadgen/record"
+)
+
+// A pointRun is a point being measured, one repeat at a time, against the
+// server the runner holds when each repeat starts.
+type pointRun interface {
+	// repeat measures repeat rep (from 1); stop reports that ctx cut it
+	// short, after which no repeat of any point runs.
+	repeat(ctx context.Context, rep int) (stop bool, err error)
+	// record builds the point's record from the repeats measured, marked
+	// partial when fewer than planned finished; nil when none measured
+	// anything.
+	record() *record.Record
+}
+
+func (r *runner) newRun(p Plan) pointRun {
+	if r.sc.Payload.LLM != nil {
+		return r.newLLMRun(p)
+	}
+	return r.newClassicRun(p)
+}
+
+// blocks groups the plans, by index, into the sets whose repeats run
+// together. By default each plan is its own block: its repeats run one
+// after another. With load.interleave, the plans of one endpoint and load
+// level form a block, and its rounds run repeat 1 of every server
+// configuration, then repeat 2 of every one, and so on: configurations
+// compared at a level then see the same machine, whatever it does over
+// minutes. Blocks are in the order of their first plan.
+func (s *Scenario) blocks(plans []Plan) [][]int {
+	if !s.Load.Interleave {
+		out := make([][]int, len(plans))
+		for i := range plans {
+			out[i] = []int{i}
+		}
+		return out
+	}
+	type key struct {
+		endpoint string
+		level    int
+	}
+	at := map[key]int{}
+	var out [][]int
+	for i, p := range plans {
+		k := key{p.Point.Endpoint, p.level}
+		b, ok := at[k]
+		if !ok {
+			b = len(out)
+			at[k] = b
+			out = append(out, nil)
+		}
+		out[b] = append(out[b], i)
+	}
+	return out
+}
+
+// unit is one repeat of one plan, in the order they run.
+type unit struct{ plan, rep int }
+
+// units lists the repeats of the blocks in the order they run.
+func (s *Scenario) units(blocks [][]int) []unit {
+	var out []unit
+	for _, b := range blocks {
+		for rep := 1; rep <= s.Load.Repeats; rep++ {
+			for _, i := range b {
+				out = append(out, unit{i, rep})
+			}
+		}
+	}
+	return out
+}
+
+// sweep runs the plans' repeats in the order of their blocks, writing each
+// point's record once its block is done; it reports whether ctx cut it
+// short.
+func (r *runner) sweep(ctx context.Context, plans []Plan, w *record.Writer, out *Outcome) (interrupted bool, err error) {
+	blocks := r.sc.blocks(plans)
+	units := r.sc.units(blocks)
+	next := 0 // units[next] is the one running
+	for _, b := range blocks {
+		runs := make([]pointRun, len(b))
+		stopped := false
+	rounds:
+		for rep := 1; rep <= r.sc.Load.Repeats; rep++ {
+			for j, i := range b {
+				if ctx.Err() != nil {
+					stopped = true
+					break rounds
+				}
+				p := plans[i]
+				if rep == 1 || len(b) > 1 {
+					r.mon.startPoint(p, r.sc.Load.Repeats, r.sc.Load.Warmup+r.sc.Load.Duration, r.remaining(plans, units[next+1:], i, p.Group))
+				}
+				next++
+				if err := r.serve(ctx, p); err != nil {
+					if ctx.Err() != nil {
+						stopped = true
+						break rounds
+					}
+					return false, err
+				}
+				if runs[j] == nil {
+					runs[j] = r.newRun(p)
+				}
+				stop, err := runs[j].repeat(ctx, rep)
+				if err != nil {
+					return false, err
+				}
+				if stop {
+					stopped = true
+					break rounds
+				}
+			}
+		}
+		for _, run := range runs {
+			if run == nil {
+				continue
+			}
+			rec := run.record()
+			if rec == nil {
+				continue
+			}
+			if err := w.Write(rec); err != nil {
+				return false, fmt.Errorf("write results: %w", err)
+			}
+			out.Records = append(out.Records, *rec)
+			r.mon.finishPoint(RowOf(rec, r.sc.SLO))
+			r.log.Info("point done", "index", rec.Index, "name", rec.Point.Name, "throughput", rec.Throughput,
+				"p99", rec.Latency.P99.D(), "flags", rec.Flags)
+		}
+		if stopped {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// serve makes the server, or the targets' configuration, that of p's
+// group.
+func (r *runner) serve(ctx context.Context, p Plan) error {
+	switch {
+	case r.sc.Server != nil && (r.server == nil || p.Group != r.group):
+		return r.startServer(ctx, p)
+	case r.admin != nil && (!r.applied || p.Group != r.group):
+		return r.configure(ctx, p)
+	}
+	return nil
+}
+
+// remaining estimates the time the units after the current one take,
+// leaving out the current point's own later repeats (the monitor counts
+// those): their load, and a server start, at the mean start time so far,
+// wherever the group changes.
+func (r *runner) remaining(plans []Plan, rest []unit, current, group int) time.Duration {
+	perRepeat := r.sc.Load.Warmup + r.sc.Load.Duration
+	var d time.Duration
+	for _, u := range rest {
+		if u.plan != current {
+			d += perRepeat
+		}
+		if g := plans[u.plan].Group; g != group {
+			if r.sc.Server != nil && r.starts > 0 {
+				d += r.startTime / time.Duration(r.starts)
+			}
+			group = g
+		}
+	}
+	return d
+}
+
+// Switches counts the times the sweep gives the server a configuration,
+// the first included, in the order its repeats run: the servers a
+// scenario with a server section starts, or the admin API's applies.
+func (s *Scenario) Switches(plans []Plan) int {
+	n, group := 0, -1
+	for _, u := range s.units(s.blocks(plans)) {
+		if g := plans[u.plan].Group; g != group {
+			n++
+			group = g
+		}
+	}
+	return n
+}
