@@ -111,3 +111,48 @@ sweep:
 		t.Errorf("last snapshot: done %d, finished %d", last.Done, len(last.Finished))
 	}
 }
+
+// TestRunInterleaveStopped stops an interleaved run in the second round:
+// both points of the level keep what they measured, marked partial, the
+// one stopped mid-repeat and the one short of its second repeat.
+func TestRunInterleaveStopped(t *testing.T) {
+	sc := mustParse(t, `
+server:
+  model: sim
+  sim_fixed: 1ms
+load:
+  concurrency: 2
+  warmup: 50ms
+  duration: 1s
+  repeats: 2
+  interleave: true
+sweep:
+  policy: [fixed, immediate]
+`)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	progress := func(s Snapshot) {
+		if s.Index == 0 && s.Repeat == 2 && s.Phase == PhaseMeasuring && s.RPS > 0 {
+			cancel()
+		}
+	}
+	out, err := Run(ctx, sc, Config{Dir: t.TempDir(), Launcher: testLauncher(), Progress: progress, Tick: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !out.Interrupted || len(out.Records) != 2 {
+		t.Fatalf("interrupted %v, %d records; want true, 2", out.Interrupted, len(out.Records))
+	}
+	for _, r := range out.Records {
+		reps := max(len(r.Repeats), 1) // one repeat is not listed
+		if !r.Partial || r.Sent == 0 || r.Status["200"] != r.Sent {
+			t.Errorf("record %d: partial %v, sent %d, status %v; want partial, all 200", r.Index, r.Partial, r.Sent, r.Status)
+		}
+		if want := []int{2, 1}[r.Index]; reps != want {
+			t.Errorf("record %d: %d repeats, want %d", r.Index, reps, want)
+		}
+	}
+	if d := out.Records[0].Duration.D(); d <= time.Second || d >= 2*time.Second {
+		t.Errorf("stopped point measured %v, want its first 1s and part of its second", d)
+	}
+}
