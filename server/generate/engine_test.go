@@ -599,7 +599,9 @@ func TestReconfigureToStaticAndBack(t *testing.T) {
 		e := start(t, Config{}, f)
 		a := run(t, t.Context(), e, answer(3, 2))
 		b := run(t, t.Context(), e, answer(30, 2))
-		time.Sleep(5 * ms)
+		// b joins a's first step or its second (the goroutines that send
+		// them race the engine's first admission): both run by 15ms.
+		time.Sleep(15 * ms)
 		if err := e.Reconfigure(Config{Policy: Static, MaxSeqs: 8}); err != nil {
 			t.Fatal(err)
 		}
