@@ -122,16 +122,25 @@ func offered(l record.Load) float64 {
 }
 
 // loadAxis puts a tick at each load level's offered load, from 0 (or
-// around the one level there is).
+// around the one level there is), on a log scale for client counts that
+// spread widely.
 func loadAxis(a *plot.Axis, loads []record.Load) {
 	var ts plot.ConstantTicks
 	for _, l := range loads {
 		ts = append(ts, plot.Tick{Value: offered(l), Label: num(offered(l))})
 	}
 	a.Tick.Marker = ts
-	hi := offered(loads[len(loads)-1])
+	lo, hi := offered(loads[0]), offered(loads[len(loads)-1])
 	if len(loads) == 1 {
 		a.Min, a.Max = hi*0.5, hi*1.5
+		return
+	}
+	// Client counts grow by factors (1, 4, 16, 64, 256): on a linear axis
+	// the first levels crowd into one tick. (Open-loop rates stay linear:
+	// their throughput panel draws the offered-load diagonal from 0.)
+	if loads[0].Mode == "closed" && needsLog(lo, hi) {
+		logAxis(a, lo, hi)
+		a.Tick.Marker = ts
 		return
 	}
 	a.Min, a.Max = 0, max(hi*1.05, 1)

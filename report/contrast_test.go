@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/inferhq/infer/loadgen/record"
+	"gonum.org/v1/plot"
 )
 
 // at makes a trusted point of a closed-loop sweep.
@@ -104,6 +105,42 @@ func TestInjectedSection(t *testing.T) {
 	} {
 		if got := summaryOf(t, tc.recs); !strings.Contains(got, tc.want) {
 			t.Errorf("summary.md lacks %q; got:\n%s", tc.want, got)
+		}
+	}
+}
+
+// Client counts that grow by factors go on a log axis, with a tick at
+// each level; open-loop rates, whose throughput panel draws the diagonal
+// from 0, and narrow client ranges stay linear.
+func TestLoadAxis(t *testing.T) {
+	closed := func(cs ...int) []record.Load {
+		var ls []record.Load
+		for _, c := range cs {
+			ls = append(ls, record.Load{Mode: "closed", Concurrency: c})
+		}
+		return ls
+	}
+	open := []record.Load{{Mode: "open", Rate: 20}, {Mode: "open", Rate: 5000}}
+	for _, tc := range []struct {
+		loads []record.Load
+		log   bool
+	}{
+		{closed(1, 4, 16, 64, 256), true},
+		{closed(8, 16, 32), false},
+		{open, false},
+	} {
+		p := plot.New()
+		p.X.Label.Text = "offered load (closed-loop clients)"
+		loadAxis(&p.X, tc.loads)
+		if isLog(p.X) != tc.log {
+			t.Errorf("%v: log scale %v, want %v", tc.loads, isLog(p.X), tc.log)
+		}
+		ticks := p.X.Tick.Marker.Ticks(p.X.Min, p.X.Max)
+		if len(ticks) != len(tc.loads) || ticks[0].Value != offered(tc.loads[0]) {
+			t.Errorf("%v: ticks %v, want one at each level", tc.loads, ticks)
+		}
+		if tc.log && !strings.Contains(p.X.Label.Text, "log scale") {
+			t.Errorf("log axis labelled %q", p.X.Label.Text)
 		}
 	}
 }
