@@ -76,7 +76,7 @@ type Outcome struct {
 	Dir         string
 	Shared      string // the settings every batched point has (Scenario.Shared)
 	Manifest    record.Manifest
-	Records     []record.Record // one per finished point, in order
+	Records     []record.Record // one per finished point, in plan order (level by level with load.interleave)
 	Points      int             // points planned
 	Interrupted bool            // ctx was done before the last point
 }

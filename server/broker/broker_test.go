@@ -417,7 +417,9 @@ func TestItemResults(t *testing.T) {
 	r := startRedis(t)
 	bc := broker.Config{URL: r.url, Prefix: t.Name()}
 	q := &quirky{}
-	startWorker(t, broker.WorkerConfig{Config: bc, Batch: batch.Config{MaxLatency: time.Millisecond, Policy: batch.Fixed}}, q)
+	// A full batch is the request's 5 items, sent as soon as they are all
+	// in: with a 1 ms max latency a loaded machine split them (3 + 2).
+	startWorker(t, broker.WorkerConfig{Config: bc, Batch: batch.Config{MaxBatch: 5, MaxLatency: 200 * time.Millisecond, Policy: batch.Fixed}}, q)
 	url, fe := startFrontend(t, broker.FrontendConfig{Config: bc}, q)
 
 	var ins []models.Input
