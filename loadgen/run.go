@@ -539,14 +539,18 @@ func (c *classicRun) resolve(ctx context.Context) record.Point {
 
 func (c *classicRun) repeat(ctx context.Context, rep int) (stop bool, err error) {
 	r := c.r
-	pt := c.resolve(ctx)
+	if rep == 1 {
+		c.pt = c.resolve(ctx)
+	}
+	pt := c.pt
+	// The traffic anew: an interleaved sweep restarts the server, on
+	// another port, between repeats.
 	tr, err := newTraffic(r.bases, pt.Endpoint, r.model, r.sc.Payload.Format, pt.Expect, r.sc.Payload.Items, r.sc.Payload.N, c.inject)
 	if err != nil {
 		return false, fmt.Errorf("point %q: %w", pt.Name, err)
 	}
-	pt.Targets = tr.urls
 	if rep == 1 {
-		c.pt = pt
+		c.pt.Targets = tr.urls
 	}
 	a := attack{traffic: tr, load: pt.Load, warmup: r.sc.Load.Warmup, duration: r.sc.Load.Duration,
 		timeout: r.sc.Load.Timeout, maxInFlight: r.sc.Load.MaxInFlight}

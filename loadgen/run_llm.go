@@ -160,7 +160,10 @@ func (l *llmRun) resolve(ctx context.Context) record.Point {
 
 func (l *llmRun) repeat(ctx context.Context, rep int) (stop bool, err error) {
 	r := l.r
-	pt := l.resolve(ctx)
+	if rep == 1 {
+		l.pt = l.resolve(ctx)
+	}
+	pt := l.pt
 	lp := r.sc.Payload.LLM
 	if r.llmGen == nil || r.llmGenModel != r.model {
 		g, err := llm.NewGenerator(lp.Config(r.model))
@@ -176,8 +179,10 @@ func (l *llmRun) repeat(ctx context.Context, rep int) (stop bool, err error) {
 	tr := llm.NewTransport(min(conns, 4096))
 	defer tr.CloseIdleConnections()
 	httpClient := &http.Client{Transport: tr}
+	// The clients anew: an interleaved sweep restarts the server, on
+	// another port, between repeats.
 	var clients []*llm.Client
-	pt.Targets = nil
+	var targets []string
 	for _, base := range r.bases {
 		c, err := llm.NewClient(llm.ClientConfig{BaseURL: base + llmPrefix(pt.Endpoint), HTTP: httpClient,
 			Timeout: r.sc.Load.Timeout, Tokenizer: llm.KnownTokenizer(r.model)})
@@ -185,10 +190,10 @@ func (l *llmRun) repeat(ctx context.Context, rep int) (stop bool, err error) {
 			return false, fmt.Errorf("point %q: %w", pt.Name, err)
 		}
 		clients = append(clients, c)
-		pt.Targets = append(pt.Targets, c.URL(lp.API))
+		targets = append(targets, c.URL(lp.API))
 	}
 	if rep == 1 {
-		l.pt = pt
+		l.pt.Targets = targets
 	}
 	cfg := llm.RunConfig{
 		Clients: clients, Source: r.llmGen, API: lp.API, Stream: lp.Stream, Model: r.model,

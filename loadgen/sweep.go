@@ -82,45 +82,44 @@ func (s *Scenario) units(blocks [][]int) []unit {
 // short.
 func (r *runner) sweep(ctx context.Context, plans []Plan, w *record.Writer, out *Outcome) (interrupted bool, err error) {
 	blocks := r.sc.blocks(plans)
-	units := r.sc.units(blocks)
-	next := 0 // units[next] is the one running
+	units := r.sc.units(blocks) // those not yet run
 	for _, b := range blocks {
-		runs := make([]pointRun, len(b))
+		n := len(b) * r.sc.Load.Repeats // this block's, at the head of units
+		runs := map[int]pointRun{}      // by plan
 		stopped := false
-	rounds:
-		for rep := 1; rep <= r.sc.Load.Repeats; rep++ {
-			for j, i := range b {
+		for k, u := range units[:n] {
+			if ctx.Err() != nil {
+				stopped = true
+				break
+			}
+			p := plans[u.plan]
+			if k == 0 || units[k-1].plan != u.plan {
+				r.mon.startPoint(p, r.sc.Load.Repeats, r.sc.Load.Warmup+r.sc.Load.Duration, r.remaining(plans, units[k+1:], u.plan, p.Group))
+			}
+			if err := r.serve(ctx, p); err != nil {
 				if ctx.Err() != nil {
 					stopped = true
-					break rounds
+					break
 				}
-				p := plans[i]
-				if rep == 1 || len(b) > 1 {
-					r.mon.startPoint(p, r.sc.Load.Repeats, r.sc.Load.Warmup+r.sc.Load.Duration, r.remaining(plans, units[next+1:], i, p.Group))
-				}
-				next++
-				if err := r.serve(ctx, p); err != nil {
-					if ctx.Err() != nil {
-						stopped = true
-						break rounds
-					}
-					return false, err
-				}
-				if runs[j] == nil {
-					runs[j] = r.newRun(p)
-				}
-				stop, err := runs[j].repeat(ctx, rep)
-				if err != nil {
-					return false, err
-				}
-				if stop {
-					stopped = true
-					break rounds
-				}
+				return false, err
+			}
+			run, ok := runs[u.plan]
+			if !ok {
+				run = r.newRun(p)
+				runs[u.plan] = run
+			}
+			stop, err := run.repeat(ctx, u.rep)
+			if err != nil {
+				return false, err
+			}
+			if stopped = stop; stopped {
+				break
 			}
 		}
-		for _, run := range runs {
-			if run == nil {
+		units = units[n:]
+		for _, i := range b {
+			run, ok := runs[i]
+			if !ok {
 				continue
 			}
 			rec := run.record()
