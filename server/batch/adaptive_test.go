@@ -2,6 +2,7 @@ package batch
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"slices"
 	"sync"
@@ -181,4 +182,66 @@ func TestEchoShare(t *testing.T) {
 			t.Errorf("open loop: share() = %.3f, want ≈ 0", got)
 		}
 	})
+}
+
+// Sixteen callers, two workers of batch 8: the full house. The callers'
+// round trips spread over 1–16 ms, far beyond the echo window (5 ms), so
+// their echo is not seen, and sized from their rate the share rule would
+// send batches of about 5. Because the pool would fill both workers'
+// batches, every batch waits for its 8 instead. With 15 callers the house
+// is not full, and the batches stay smaller.
+func TestAdaptiveFullHouse(t *testing.T) {
+	for _, tc := range []struct {
+		clients int
+		full    bool
+	}{{16, true}, {15, false}} {
+		t.Run(fmt.Sprintf("clients=%d", tc.clients), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var mu sync.Mutex
+				var items, batches int
+				measure := false
+				b := New(Config{MaxBatch: 8, MaxLatency: 50 * time.Millisecond, Policy: Adaptive,
+					OnBatch: func(i Info) {
+						mu.Lock()
+						if measure {
+							items, batches = items+i.Size, batches+1
+						}
+						mu.Unlock()
+					}},
+					costWorker(20*time.Millisecond, time.Millisecond), costWorker(20*time.Millisecond, time.Millisecond))
+				b.Observe(1, 21*time.Millisecond)
+				b.Observe(8, 28*time.Millisecond)
+				stop := start(t, b)
+				defer stop()
+
+				done := make(chan struct{})
+				rtt := func(i int) time.Duration { return time.Millisecond + time.Duration(i*7%16)*time.Millisecond }
+				wg := closedLoop(b, tc.clients, rtt, done, func(int, Stats) {})
+				time.Sleep(2 * time.Second)
+				mu.Lock()
+				measure = true
+				mu.Unlock()
+				time.Sleep(3 * time.Second)
+				b.est.mu.Lock()
+				share := b.est.echoes.share()
+				b.est.mu.Unlock()
+				close(done)
+				wg.Wait()
+
+				mu.Lock()
+				defer mu.Unlock()
+				mean := float64(items) / float64(batches)
+				t.Logf("echo share %.2f, mean batch %.2f over %d batches", share, mean, batches)
+				if share >= echoPool {
+					t.Fatalf("echo share %.2f: the echo was seen, so this does not test the full house", share)
+				}
+				if tc.full && mean < 7.5 {
+					t.Errorf("mean batch %.2f, want ≥ 7.5 of 8: a full house waits for full batches", mean)
+				}
+				if !tc.full && mean > 7 {
+					t.Errorf("mean batch %.2f, want the share rule's smaller batches without a full house", mean)
+				}
+			})
+		})
+	}
 }
