@@ -7,7 +7,8 @@ import (
 
 // The adaptive policy: a forming batch waits only when waiting pays, never
 // longer than MaxLatency. Which rule decides depends on whether the callers
-// form a closed pool, measured as the echo share ρ.
+// form a closed pool: measured as the echo share ρ, or, with two or more
+// workers, known from their number (the full house).
 //
 // Echo share. Callers in a closed loop send again as soon as they are
 // answered, so the arrivals bunch up right after a batch finishes: its
@@ -18,30 +19,36 @@ import (
 // quarter of the fitted fixed cost a of a batch (echoWindow).
 //
 // Full house. With two or more workers the callers are also taken for a
-// pool, whatever ρ, when the pool (below) would fill a batch for every
-// worker: pool ≥ W·MaxBatch. So many callers keep the host busy answering
-// them and reading their next requests, and their round trips spread over
-// far more than w, so ρ no longer sees them. Sized from their arrival rate
-// by the share rule, the batches would be small, and each costs the host
-// work of its own (a worker woken, the dispatcher's turn) that slows the
-// callers' round trips further: the rate, and with it the share size,
-// falls. On a 2-core host with 4 workers and 256 callers some runs fell
-// that way from about 9,000 to 4,000 req/s. The pool rule keeps every
-// worker's batch full, or waiting at most MaxLatency, as fixed would; an
-// open loop that has held W full batches at once gets the same for as long
-// as the pool is remembered.
+// pool, whatever ρ, when the pool (below) would about fill a batch for
+// every worker: pool ≥ ¾·W·MaxBatch (fullHouse; the pool counts only the
+// callers in the batcher at once, and some are always on their way back).
+// So many callers keep the host busy answering them and reading their next
+// requests; their round trips spread over far more than w, and ρ no longer
+// sees them. Sized from their arrival rate by the share rule, the batches
+// would be small, and each costs the host work of its own (a worker woken,
+// the dispatcher's turn) that slows the callers' round trips further: the
+// rate, and with it the share size, falls. On a 2-core host with 4 workers
+// and 256 callers some runs fell that way from about 9,000 to 4,000 req/s.
+// Under the pool rule a worker's batch waits for the callers out, up to
+// MaxLatency when they would fill it, as fixed waits for a full batch; with
+// that many callers the wait is short. With far fewer, workers would wait
+// MaxLatency for company that is not there (at 128 callers on those 4
+// workers fixed serves 0.8× what the share rule does). An open loop that
+// has held ¾ of W full batches at once is treated the same for as long as
+// the pool is remembered.
 //
-// Pool rule, when ρ ≥ ½ or the house is full. The pool is the most items in
-// the batcher at once during the last one to two seconds; the callers out
-// of the batcher, the pool less the items in it, are about to send. While some are out, an
-// idle worker waits for them, each idle worker for its part: the expected
-// items are split over the idle workers in parts no smaller than the share
-// size below (one part with one worker). A batch is judged only when a
-// worker is free: offered earlier, it would go to the first worker to
-// finish before that worker's callers could come back. No batch waits
-// longer than w (nor MaxLatency) from the moment a worker was free for it,
-// or MaxLatency if the callers out would fill it, as fixed waits for a
-// full batch. A caller later than that waits for the next batch.
+// Pool rule, when ρ ≥ ½ or the house is full. The pool is the most items
+// in the batcher at once during the last one to two seconds; the callers
+// out of the batcher, the pool less the items in it, are about to send.
+// While some are out, an idle worker waits for them, each idle worker for
+// its part: the expected items are split over the idle workers in parts no
+// smaller than the share size below (one part with one worker). A batch is
+// judged only when a worker is free: offered earlier, it would go to the
+// first worker to finish before that worker's callers could come back. No
+// batch waits longer than w (nor MaxLatency) from the moment a worker was
+// free for it, or MaxLatency if the callers out would fill it, as fixed
+// waits for a full batch. A caller later than that waits for the next
+// batch.
 //
 // Share rule, otherwise. With one worker a batch is sent at once: it grows
 // by itself while the worker computes, and for arrivals that do not come in
@@ -72,6 +79,10 @@ const (
 	// for the share to be measured: beyond it every arrival falls in a
 	// window, echo or not.
 	echoMaxCover = 0.9
+	// fullHouse is the share of W·MaxBatch from which a pool is taken for
+	// a full house: the pool is the most callers seen in the batcher at
+	// once, and a quarter of them may be on their way back at any moment.
+	fullHouse = 3.0 / 4
 	// adaptiveUtil is the utilisation the share rule sizes batches for:
 	// close to 1 wastes least capacity on fixed costs, but leaves no
 	// headroom for bursts, and queueing delay grows as 1/(1-u).
@@ -84,9 +95,9 @@ const (
 func (b *Batcher[In, Out]) adaptiveReady(cfg *Config, s *slab[In, Out], now, deadline time.Time) (bool, time.Time) {
 	idle := int(b.nworkers.Load()) - int(b.busy.Load())
 	n := len(s.items)
-	full := 0 // the pool that fills every worker's batch; 0: no full house
+	full := 0 // the pool from which the house is full; 0: never
 	if w := int(b.nworkers.Load()); w > 1 {
-		full = w * cfg.MaxBatch
+		full = int(math.Ceil(fullHouse * float64(w*cfg.MaxBatch)))
 	}
 	if out, pool := b.est.pool(now, full); pool {
 		if idle <= 0 {
