@@ -292,7 +292,7 @@ func unwrapPath(err error) error {
 func Parse(name, dir string, src []byte) (*Scenario, error) {
 	f, err := parser.ParseBytes(src, 0)
 	if err != nil {
-		return nil, yamlError(name, err)
+		return nil, yamlError(name, nil, err)
 	}
 	if len(f.Docs) != 1 || f.Docs[0].Body == nil {
 		return nil, &ScenarioError{File: name, Msg: fmt.Sprintf("want one YAML document holding a mapping, got %d documents", len(f.Docs))}
@@ -300,7 +300,7 @@ func Parse(name, dir string, src []byte) (*Scenario, error) {
 	var fs fileScenario
 	dec := yaml.NewDecoder(bytes.NewReader(nil), yaml.DisallowUnknownField())
 	if err := dec.DecodeFromNode(f.Docs[0].Body, &fs); err != nil {
-		return nil, yamlError(name, err)
+		return nil, yamlError(name, f.Docs[0].Body, err)
 	}
 	v := &validator{file: name, ast: f}
 	sc := v.scenario(&fs, dir)

@@ -137,8 +137,12 @@ func (v *validator) length(path string, l *located[llm.Length]) llm.Length {
 // token goccy names when it does (an unknown key, a value of the wrong
 // type), else at path's line.
 func (v *validator) decodeErrorf(path string, err error, hint string) {
-	if e, ok := yamlError(v.file, err).(*ScenarioError); ok && e.Line > 0 {
-		e.Msg = fmt.Sprintf("%s: %s; %s", key(path), e.Msg, hint)
+	if e, ok := yamlError(v.file, v.ast.Docs[0].Body, err).(*ScenarioError); ok && e.Line > 0 {
+		if strings.HasPrefix(e.Msg, key(path)) { // a value under path, named
+			e.Msg = fmt.Sprintf("%s; %s: %s", e.Msg, key(path), hint)
+		} else {
+			e.Msg = fmt.Sprintf("%s: %s; %s", key(path), e.Msg, hint)
+		}
 		v.errs = append(v.errs, e)
 		return
 	}

@@ -153,6 +153,7 @@ func TestParseLLMErrors(t *testing.T) {
 		{"lognormal without max", head + "  output_tokens: {dist: lognormal, median: 100, sigma: 0.8}\n" + loadC, 5, "lognormal needs a max"},
 		{"length typo", head + "  output_tokens:\n    dist: lognormal\n    medain: 100\n" + loadC, 7, `unknown field "medain" (did you mean "median"?)`},
 		{"length text", head + "  output_tokens: lots\n" + loadC, 5, "payload.output_tokens"},
+		{"length wrong type", head + "  output_tokens:\n    dist: lognormal\n    median: lots\n" + loadC, 7, `payload.output_tokens.median "lots": want a number; payload.output_tokens: want a token count`},
 		{"bad api", "server:\n  model: sim-lm\npayload:\n  api: embeddings\n" + loadC, 4, `payload.api "embeddings"`},
 		{"encoder key", head + "  items: 4\n" + loadC, 5, "payload.items is for encoder endpoints"},
 		{"llm key without api", "server:\n  model: sim\npayload:\n  prompt_tokens: 8\n" + loadC, 4, "set payload.api"},

@@ -41,21 +41,87 @@ func (e *ScenarioError) Error() string {
 	return b.String()
 }
 
-// yamlError turns a decoding error into a *ScenarioError at its token.
-func yamlError(file string, err error) error {
+// yamlError turns a decoding error into a *ScenarioError at its token. A
+// value of the wrong type is named by its key's path in root (nil: the
+// file was not parsed) and the kind of value wanted.
+func yamlError(file string, root ast.Node, err error) error {
 	var ye yaml.Error
 	if errors.As(err, &ye) && ye.GetToken() != nil {
-		pos := ye.GetToken().Position
+		tok := ye.GetToken()
 		msg := ye.GetMessage()
 		var uf *yaml.UnknownFieldError
-		if errors.As(err, &uf) {
-			if s := suggest(ye.GetToken().Value); s != "" {
+		var te *yaml.TypeError
+		switch {
+		case errors.As(err, &uf):
+			if s := suggest(tok.Value); s != "" {
 				msg += fmt.Sprintf(" (did you mean %q?)", s)
 			}
+		case errors.As(err, &te) && te.DstType != nil:
+			p, n := pathOf(root, tok, "$")
+			got := strconv.Quote(tok.Value)
+			switch n.(type) {
+			case *ast.SequenceNode:
+				got = "(a list)"
+			case *ast.MappingNode, *ast.MappingValueNode:
+				got = "(a mapping)"
+			}
+			msg = fmt.Sprintf("%s: want %s", got, kindWanted(te.DstType))
+			if p != "" {
+				msg = key(p) + " " + msg
+			}
 		}
-		return &ScenarioError{File: file, Line: pos.Line, Column: pos.Column, Msg: msg}
+		return &ScenarioError{File: file, Line: tok.Position.Line, Column: tok.Position.Column, Msg: msg}
 	}
 	return &ScenarioError{File: file, Msg: err.Error()}
+}
+
+// kindWanted says what a value of type t is written as.
+func kindWanted(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "a whole number"
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number, 0 or more"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	case reflect.Map, reflect.Struct:
+		return "a mapping of keys"
+	}
+	return "a " + t.String()
+}
+
+// pathOf returns the path ("$.load.interleave", "$.load.rate[1]") and the
+// node of the value whose token is tok under n at path, or "" and nil.
+func pathOf(n ast.Node, tok *token.Token, path string) (string, ast.Node) {
+	if n == nil {
+		return "", nil
+	}
+	if n.GetToken() == tok {
+		return path, n
+	}
+	switch m := n.(type) {
+	case *ast.MappingNode:
+		for _, e := range m.Values {
+			if p, v := pathOf(e, tok, path); v != nil {
+				return p, v
+			}
+		}
+	case *ast.MappingValueNode:
+		return pathOf(m.Value, tok, path+"."+m.Key.GetToken().Value)
+	case *ast.SequenceNode:
+		for i, e := range m.Values {
+			if p, v := pathOf(e, tok, fmt.Sprintf("%s[%d]", path, i)); v != nil {
+				return p, v
+			}
+		}
+	}
+	return "", nil
 }
 
 // suggest returns the known key closest to key, if it is a likely typo.
