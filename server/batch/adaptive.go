@@ -93,11 +93,12 @@ const (
 // at deadline, is ready under the adaptive policy, and if not, when to look
 // again (zero: at the next event).
 func (b *Batcher[In, Out]) adaptiveReady(cfg *Config, s *slab[In, Out], now, deadline time.Time) (bool, time.Time) {
-	idle := int(b.nworkers.Load()) - int(b.busy.Load())
+	workers := int(b.nworkers.Load())
+	idle := workers - int(b.busy.Load())
 	n := len(s.items)
 	full := 0 // the pool from which the house is full; 0: never
-	if w := int(b.nworkers.Load()); w > 1 {
-		full = int(math.Ceil(fullHouse * float64(w*cfg.MaxBatch)))
+	if workers > 1 {
+		full = int(math.Ceil(fullHouse * float64(workers*cfg.MaxBatch)))
 	}
 	if out, pool := b.est.pool(now, full); pool {
 		if idle <= 0 {
