@@ -281,7 +281,10 @@ sweep:
 	defer cancel()
 	var stopAt atomic.Int64
 	progress := func(s Snapshot) {
-		if s.Done == 1 && s.Phase == PhaseMeasuring && s.RPS > 0 && stopAt.Load() == 0 {
+		// The snapshot's clock starts the window a moment before the
+		// attack's own does: stop only once the window has answers and
+		// 100ms behind it, so that the partial point has requests to keep.
+		if s.Done == 1 && s.Phase == PhaseMeasuring && s.MeasuredRPS > 0 && s.PhaseElapsed >= 100*time.Millisecond && stopAt.Load() == 0 {
 			stopAt.Store(time.Now().UnixNano())
 			cancel()
 		}

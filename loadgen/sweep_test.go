@@ -132,7 +132,8 @@ sweep:
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	progress := func(s Snapshot) {
-		if s.Index == 0 && s.Repeat == 2 && s.Phase == PhaseMeasuring && s.RPS > 0 {
+		// Once the second repeat's window has answers (see TestRunStopped).
+		if s.Index == 0 && s.Repeat == 2 && s.Phase == PhaseMeasuring && s.MeasuredRPS > 0 && s.PhaseElapsed >= 100*time.Millisecond {
 			cancel()
 		}
 	}
