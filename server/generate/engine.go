@@ -432,9 +432,11 @@ func (e *Engine) end(s *seq, err error) {
 	}, nil)
 }
 
+// publish updates the gauges that other goroutines read. The KV goes
+// first: a reader that sees the running count drop sees its KV gone too.
 func (e *Engine) publish() {
-	e.nrunning.Store(int64(len(e.running)))
 	e.kvUsed.Store(int64(e.kv))
+	e.nrunning.Store(int64(len(e.running)))
 }
 
 // step plans and runs one step. It returns ran false when there was nothing
