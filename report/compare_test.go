@@ -61,6 +61,16 @@ func repeats(spread float64) func(*record.Record) {
 	}
 }
 
+// repeatP99s gives the record a repeat of its own throughput for each of
+// the p99s, in ms.
+func repeatP99s(ms ...float64) func(*record.Record) {
+	return func(r *record.Record) {
+		for _, p := range ms {
+			r.Repeats = append(r.Repeats, record.Repeat{Throughput: r.Throughput, P99: record.Duration(p * float64(time.Millisecond))})
+		}
+	}
+}
+
 func TestJudge(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -88,6 +98,13 @@ func TestJudge(t *testing.T) {
 		{"−3 % within tight repeats' floor of ±5 %", point(repeats(0.005)), point(thrX(0.97), repeats(0.005)), Pass, ""},
 		{"−7 % beyond tight repeats", point(repeats(0.005)), point(thrX(0.93), repeats(0.005)), Regression, "beyond ±5.0 %"},
 		{"repeats on one side only: default band", point(repeats(0.3)), point(thrX(0.85)), Regression, "beyond ±10.0 %"},
+		// CI on unchanged code: one slow repeat took the point's p99
+		// (over all its requests) 53 % up, beyond the ±41 % its spread
+		// gave the band; the median of the repeats' p99s moved 31 %.
+		{"one slow repeat: the repeats' median is judged", point(p99X(0.442), repeatP99s(44.6, 43.8, 45.5)),
+			point(p99X(0.678), repeatP99s(48.3, 72.7, 58.4)), Pass, ""},
+		{"every repeat slower", point(p99X(0.442), repeatP99s(44.6, 43.8, 45.5)),
+			point(p99X(0.73), repeatP99s(70, 72.7, 74)), Regression, "p99 +63.0 % beyond ±10.0 %"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := judge(&tc.base, &tc.cur, Noise{}.withDefaults())

@@ -579,7 +579,7 @@ func (v *view) writeOffline(b *strings.Builder) {
 func (v *view) writeComparison(b *strings.Builder, c *Comparison) {
 	b.WriteString("## Comparison with the baseline\n\n")
 	fmt.Fprintf(b, "Baseline `%s`. Verdict: **%s** (%s).\n\n", c.Baseline, strings.ToUpper(c.Verdict.String()), c.counts())
-	fmt.Fprintf(b, "A point regresses when its throughput falls, its p99 rises or its error rate rises beyond the noise band, on measurements that are not flagged; beyond the band on a flagged measurement it warns. The band is the repeats' spread where both runs have repeats (at least half the default), else ±%s %% throughput and ±%s %% p99, and an encoder point's p99 must be worse beyond it even from the low end of its sampling interval to the high end of the baseline's (99 %% intervals from the latency histograms; for LLM points tokens/s, TTFT p99 and TPOT p99 are compared); the error rate may rise by %s percentage point(s). Points are matched by endpoint, batch, workers, max-latency, policy, buckets, items per request and load level.\n\n",
+	fmt.Fprintf(b, "A point regresses when its throughput falls, its p99 rises or its error rate rises beyond the noise band, on measurements that are not flagged; beyond the band on a flagged measurement it warns. The band is the repeats' spread where both runs have repeats (at least half the default; the p99s compared are then the medians of the repeats' p99s), else ±%s %% throughput and ±%s %% p99, and an encoder point's p99 must be worse beyond it even from the low end of its sampling interval to the high end of the baseline's (99 %% intervals from the latency histograms; for LLM points tokens/s, TTFT p99 and TPOT p99 are compared); the error rate may rise by %s percentage point(s). Points are matched by endpoint, batch, workers, max-latency, policy, buckets, items per request and load level.\n\n",
 		num(c.Default.Throughput*100), num(c.Default.P99*100), num(c.Default.ErrorRate*100))
 	if len(c.Changes) > 0 {
 		changes := slices.Clone(c.Changes)
@@ -601,7 +601,7 @@ func (v *view) writeComparison(b *strings.Builder, c *Comparison) {
 			}
 			fmt.Fprintf(b, "| %s | %s → %s | %s | %s → %s | %s |%s %s | %s | %s |\n", v.pointLabel(ch.Cur),
 				num(tput(ch.Base)), num(tput(ch.Cur)), pct(ch.Throughput),
-				msOrDash(p99Of(ch.Base)), msOrDash(p99Of(ch.Cur)), pct(ch.P99), tpot, band, ch.Verdict, ch.Reason)
+				msOrDash(ch.BaseP99), msOrDash(ch.CurP99), pct(ch.P99), tpot, band, ch.Verdict, ch.Reason)
 		}
 		b.WriteString("\n")
 	}
