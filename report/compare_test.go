@@ -71,6 +71,29 @@ func repeatP99s(ms ...float64) func(*record.Record) {
 	}
 }
 
+// llmPoint is a trusted LLM record of 100 output tokens/s, TTFT p99 1 s
+// and the given TPOT p99 in ms, changed by the options.
+func llmPoint(tpot float64, opts ...func(*record.Record)) record.Record {
+	r := point()
+	r.LLM = &record.LLM{Requests: 100, Completed: 100, OutputTokensPerS: 100,
+		TTFT: record.MsStats{P99: 1000}, TPOT: record.MsStats{P99: tpot}}
+	for _, o := range opts {
+		o(&r)
+	}
+	return r
+}
+
+// repeatTTFTs gives the LLM record a repeat of its own tokens/s for each
+// of the TTFT p99s, in ms.
+func repeatTTFTs(ms ...float64) func(*record.Record) {
+	return func(r *record.Record) {
+		for _, p := range ms {
+			r.Repeats = append(r.Repeats, record.Repeat{Throughput: r.Throughput, OutputTokensPerS: r.LLM.OutputTokensPerS,
+				TTFTP99: record.Duration(p * float64(time.Millisecond))})
+		}
+	}
+}
+
 func TestJudge(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -105,6 +128,13 @@ func TestJudge(t *testing.T) {
 			point(p99X(0.678), repeatP99s(48.3, 72.7, 58.4)), Pass, ""},
 		{"every repeat slower", point(p99X(0.442), repeatP99s(44.6, 43.8, 45.5)),
 			point(p99X(0.73), repeatP99s(70, 72.7, 74)), Regression, "p99 +63.0 % beyond ±10.0 %"},
+		// The repeats' TTFT spread narrows the band to ±10 %, but they
+		// carry no TPOT: CI's static point read TPOT p99 +13.3 % on
+		// unchanged code. TPOT keeps the default ±20 %.
+		{"TPOT +13 % within the default band", llmPoint(10, repeatTTFTs(1000, 1010, 1020)),
+			llmPoint(11.3, repeatTTFTs(1000, 1010, 1020)), Pass, ""},
+		{"TPOT +30 %", llmPoint(10, repeatTTFTs(1000, 1010, 1020)),
+			llmPoint(13, repeatTTFTs(1000, 1010, 1020)), Regression, "TPOT p99 +30.0 % beyond ±20.0 %"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := judge(&tc.base, &tc.cur, Noise{}.withDefaults())

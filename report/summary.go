@@ -585,7 +585,7 @@ func (v *view) writeComparison(b *strings.Builder, c *Comparison) {
 		changes := slices.Clone(c.Changes)
 		slices.SortStableFunc(changes, func(a, b Change) int { return -cmp.Compare(a.Verdict, b.Verdict) })
 		if v.isLLM() {
-			b.WriteString("For LLM points throughput is output tokens/s and p99 is TTFT's; TPOT's p99 is judged in the p99 band too; they are matched by endpoint, max-seqs, max-batched-tokens, max-latency and load level.\n\n")
+			b.WriteString("For LLM points throughput is output tokens/s and p99 is TTFT's; TPOT's p99 is judged in the default p99 band, since the repeats carry no TPOT; they are matched by endpoint, max-seqs, max-batched-tokens, max-latency and load level.\n\n")
 			b.WriteString("| point | tokens/s base → now | Δ | TTFT p99 base → now | Δ | TPOT p99 Δ | band (tokens/s, p99) | verdict | why |\n|---|--:|--:|--:|--:|--:|--:|---|---|\n")
 		} else {
 			b.WriteString("| point | req/s base → now | Δ | p99 base → now | Δ | band (req/s, p99) | verdict | why |\n|---|--:|--:|--:|--:|--:|---|---|\n")
