@@ -98,7 +98,8 @@ type Change struct {
 	// Throughput and P99 are relative changes, (now − base) / base: −0.15
 	// is 15 % less. NaN where the baseline value is zero. For LLM points
 	// they are those of output tokens/s and of p99 TTFT, and TPOT is the
-	// change of p99 TPOT (judged in the P99 band); NaN for other points.
+	// change of p99 TPOT (judged in the default p99 band); NaN for other
+	// points.
 	Throughput, P99, TPOT float64
 	// BaseP99 and CurP99 are the p99s that P99 compares, in ms: the
 	// medians of the repeats' p99s when FromRepeats, else the points' own.
