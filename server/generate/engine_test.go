@@ -127,7 +127,6 @@ func TestFinishedSequenceLeavesAtOnce(t *testing.T) {
 		if n := len(steps); n != 10 && n != 11 {
 			t.Errorf("%d steps, want 10 or 11 (b's answer)", n)
 		}
-		synctest.Wait() // the engine finishes its step: a static batch is freed after its last answer
 		if f.Held() != 0 {
 			t.Errorf("decoder holds %d tokens after both finished", f.Held())
 		}
@@ -366,7 +365,6 @@ func TestManyConcurrentStreamsGetTheirOwnTokens(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		synctest.Wait() // the engine finishes its step: a static batch is freed after its last answer
 		if f.Held() != 0 {
 			t.Errorf("decoder holds %d tokens after all finished", f.Held())
 		}
@@ -405,10 +403,7 @@ func TestDisconnectAndDeadlineFreeKVAtTheNextStep(t *testing.T) {
 				t.Errorf("step %d at %v: a in it %v, b in it %v", i, at, inStep(st, 1), inStep(st, 2))
 			}
 		}
-		// The streams end before the engine publishes its gauges: let it
-		// finish the step.
-		synctest.Wait()
-		if f.Held() != 0 || e.KVUsage() != 0 {
+		if f.Held() != 0 || e.KVUsage() != 0 { // Held waits for the engine's step
 			t.Errorf("KV held %d, usage %v after all left", f.Held(), e.KVUsage())
 		}
 	})
@@ -534,7 +529,6 @@ func TestDecoderFailureFailsItsStepOnly(t *testing.T) {
 		if o := <-run(t, t.Context(), e, answer(3, 2)); o.err != nil || o.res.CompletionTokens != 3 {
 			t.Errorf("a later request: %+v", o)
 		}
-		synctest.Wait() // the engine finishes its step: a static batch is freed after its last answer
 		if f.Held() != 0 {
 			t.Errorf("decoder holds %d tokens", f.Held())
 		}
@@ -656,7 +650,6 @@ func TestStaticBatchEndsWhenItsLastLiveRowLeaves(t *testing.T) {
 		if o := <-c; o.err != nil || o.res.CompletionTokens != 3 || o.res.Queue > 10*ms {
 			t.Errorf("c after the batch emptied: %+v", o)
 		}
-		synctest.Wait() // the engine finishes its step: a static batch is freed after its last answer
 		if f.Held() != 0 {
 			t.Errorf("decoder holds %d tokens", f.Held())
 		}

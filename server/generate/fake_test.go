@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"testing/synctest"
 	"time"
 
 	"github.com/inferhq/infer/models"
@@ -104,7 +105,12 @@ func (f *fake) Free(id models.SeqID) {
 
 func (f *fake) Close() error { return nil }
 
+// Held returns the tokens the decoder holds once every goroutine of the
+// test's bubble is blocked: the engine answers a stream before it ends its
+// step, and frees a static batch, and publishes its gauges, after the last
+// answer. Call it from a synctest bubble.
 func (f *fake) Held() int {
+	synctest.Wait()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.used
