@@ -262,6 +262,14 @@ slo:
 	}
 }
 
+// measuredSome reports whether the snapshot's repeat has measured answers,
+// with 100ms of its window behind it. The snapshot's clock starts the
+// window a moment before the attack's own does, so a stop on the first
+// "measuring" snapshot can fall before the window and keep nothing.
+func measuredSome(s Snapshot) bool {
+	return s.Phase == PhaseMeasuring && s.MeasuredRPS > 0 && s.PhaseElapsed >= 100*time.Millisecond
+}
+
 // TestRunStopped stops a run during its second point: the first is kept
 // whole, the second partial, and the manifest says so.
 func TestRunStopped(t *testing.T) {
@@ -281,10 +289,7 @@ sweep:
 	defer cancel()
 	var stopAt atomic.Int64
 	progress := func(s Snapshot) {
-		// The snapshot's clock starts the window a moment before the
-		// attack's own does: stop only once the window has answers and
-		// 100ms behind it, so that the partial point has requests to keep.
-		if s.Done == 1 && s.Phase == PhaseMeasuring && s.MeasuredRPS > 0 && s.PhaseElapsed >= 100*time.Millisecond && stopAt.Load() == 0 {
+		if s.Done == 1 && measuredSome(s) && stopAt.Load() == 0 {
 			stopAt.Store(time.Now().UnixNano())
 			cancel()
 		}

@@ -132,8 +132,7 @@ sweep:
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	progress := func(s Snapshot) {
-		// Once the second repeat's window has answers (see TestRunStopped).
-		if s.Index == 0 && s.Repeat == 2 && s.Phase == PhaseMeasuring && s.MeasuredRPS > 0 && s.PhaseElapsed >= 100*time.Millisecond {
+		if s.Index == 0 && s.Repeat == 2 && measuredSome(s) {
 			cancel()
 		}
 	}
