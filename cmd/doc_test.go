@@ -3,8 +3,6 @@ package cmd
 import (
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -17,29 +15,18 @@ import (
 // arguments. (scripts/try.sh runs their curl commands; see
 // internal/doccheck.)
 func TestDocCommands(t *testing.T) {
-	pages, err := filepath.Glob("../docs/*.md")
+	cmds, err := doccheck.DocCommands("..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	pages = append([]string{"../README.md"}, pages...)
 	checked := 0
-	for _, page := range pages {
-		src, err := os.ReadFile(page)
-		if err != nil {
-			t.Fatal(err)
+	for _, c := range cmds {
+		if c.Words[0] != "infer" {
+			continue
 		}
-		cmds, err := doccheck.Commands(src)
-		if err != nil {
-			t.Fatalf("%s: %v", page, err)
-		}
-		for _, c := range cmds {
-			if c.Words[0] != "infer" {
-				continue
-			}
-			checked++
-			if err := parseDocCommand(c.Words[1:]); err != nil {
-				t.Errorf("%s:%d: %s: %v", filepath.Base(page), c.Line, strings.Join(c.Words, " "), err)
-			}
+		checked++
+		if err := parseDocCommand(c.Words[1:]); err != nil {
+			t.Errorf("%s:%d: %s: %v", c.Page, c.Line, strings.Join(c.Words, " "), err)
 		}
 	}
 	if checked < 20 {

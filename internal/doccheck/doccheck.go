@@ -90,38 +90,37 @@ func fenceRun(s string) string {
 }
 
 // blankCodeSpans replaces every code span of s with x's of the same length,
-// so that no link or heading markup is seen inside one.
+// so that no link or heading markup is seen inside one. A span opens with a
+// run of backticks and closes at the next run of exactly as many.
 func blankCodeSpans(s string) string {
 	b := []byte(s)
+	// run returns the index just past the run of backticks at i.
+	run := func(i int) int {
+		for i < len(b) && b[i] == '`' {
+			i++
+		}
+		return i
+	}
 	for i := 0; i < len(b); {
 		if b[i] != '`' {
 			i++
 			continue
 		}
-		j := i
-		for j < len(b) && b[j] == '`' {
-			j++
-		}
-		run := j - i
-		// The closing run: the next run of exactly as many backticks.
+		open := run(i)
 		end := -1
-		for k := j; k < len(b); {
+		for k := open; k < len(b); k++ {
 			if b[k] != '`' {
-				k++
 				continue
 			}
-			m := k
-			for m < len(b) && b[m] == '`' {
-				m++
-			}
-			if m-k == run {
+			m := run(k)
+			if m-k == open-i {
 				end = m
 				break
 			}
-			k = m
+			k = m - 1
 		}
 		if end < 0 {
-			i = j
+			i = open
 			continue
 		}
 		for k := i; k < end; k++ {
@@ -343,6 +342,41 @@ func Commands(src []byte) ([]Command, error) {
 		}
 		for _, words := range cmds {
 			out = append(out, Command{Line: start, Words: words})
+		}
+	}
+	return out, nil
+}
+
+// A PageCommand is a Command of one page of the user documentation.
+type PageCommand struct {
+	Page string // the page's path, as under root
+	Command
+}
+
+// DocCommands returns the commands of the sh blocks of the user
+// documentation under root: README.md and docs/*.md.
+func DocCommands(root string) ([]PageCommand, error) {
+	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		return nil, err
+	}
+	pages = append([]string{filepath.Join(root, "README.md")}, pages...)
+	var out []PageCommand
+	for _, page := range pages {
+		src, err := os.ReadFile(page)
+		if err != nil {
+			return nil, err
+		}
+		cmds, err := Commands(src)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", page, err)
+		}
+		rel, err := filepath.Rel(root, page)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range cmds {
+			out = append(out, PageCommand{Page: filepath.ToSlash(rel), Command: c})
 		}
 	}
 	return out, nil

@@ -185,31 +185,20 @@ func TestDocCurlsAreTried(t *testing.T) {
 	if len(steps) < 5 {
 		t.Fatalf("found %d steps in scripts/try.sh", len(steps))
 	}
-	pages, err := filepath.Glob("../../docs/*.md")
+	cmds, err := DocCommands("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	pages = append([]string{"../../README.md"}, pages...)
 	curls := 0
-	for _, page := range pages {
-		src, err := os.ReadFile(page)
-		if err != nil {
-			t.Fatal(err)
+	for _, c := range cmds {
+		if c.Words[0] != "curl" {
+			continue
 		}
-		cmds, err := Commands(src)
-		if err != nil {
-			t.Fatalf("%s: %v", page, err)
-		}
-		for _, c := range cmds {
-			if c.Words[0] != "curl" {
-				continue
-			}
-			curls++
-			args := requestArgs(c.Words[1:])
-			if !slices.ContainsFunc(steps, func(s []string) bool { return slices.Equal(s, args) }) {
-				t.Errorf("%s:%d: %q is not a step of scripts/try.sh (want a step with the arguments %q)",
-					filepath.Base(page), c.Line, strings.Join(c.Words, " "), args)
-			}
+		curls++
+		args := requestArgs(c.Words[1:])
+		if !slices.ContainsFunc(steps, func(s []string) bool { return slices.Equal(s, args) }) {
+			t.Errorf("%s:%d: %q is not a step of scripts/try.sh (want a step with the arguments %q)",
+				c.Page, c.Line, strings.Join(c.Words, " "), args)
 		}
 	}
 	if curls == 0 {
@@ -257,4 +246,18 @@ func requestArgs(args []string) []string {
 		out[i] = a
 	}
 	return out
+}
+
+func TestBlankCodeSpans(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"a `b` c", "a xxx c"},
+		{"``a`b`` [x](y)", "xxxxxxx [x](y)"},
+		{"`open [x](y)", "`open [x](y)"},
+		{"`a` and ``b``", "xxx and xxxxx"},
+		{"```a`` b```", "xxxxxxxxxxx"},
+	} {
+		if got := blankCodeSpans(tc.in); got != tc.want {
+			t.Errorf("blankCodeSpans(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
 }
