@@ -11,8 +11,10 @@ package onnxgraph
 //go:generate protoc --go_out=. --go_opt=paths=source_relative internal/onnxpb/onnx.proto
 
 import (
+	"encoding/binary"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"math/rand/v2"
 	"strconv"
 
@@ -22,9 +24,11 @@ import (
 // DataType is an ONNX tensor element type.
 type DataType int32
 
-// The element types the builder uses; the values are ONNX's.
+// The element types the builder and the quantizer use; the values are ONNX's.
 const (
 	Float32 DataType = DataType(onnxpb.TensorProto_FLOAT)
+	Uint8   DataType = DataType(onnxpb.TensorProto_UINT8)
+	Int8    DataType = DataType(onnxpb.TensorProto_INT8)
 	Int64   DataType = DataType(onnxpb.TensorProto_INT64)
 	Bool    DataType = DataType(onnxpb.TensorProto_BOOL)
 )
@@ -299,4 +303,22 @@ func (g *Graph) check() error {
 		}
 	}
 	return nil
+}
+
+// Subgraph returns an attribute holding g as a subgraph: a branch of an
+// If, the body of a Loop. Its nodes may read values of the graphs around
+// it (their inputs, weights and node outputs) by name. Its own weights, if
+// any, are computed and held in memory.
+func Subgraph(name string, g *Graph) Attr {
+	sub := &onnxpb.GraphProto{Name: g.name, Node: g.nodes, Input: g.inputs, Output: g.outputs}
+	for _, w := range g.weights {
+		floats := make([]float32, elements(w.dims))
+		w.values()(floats)
+		raw := make([]byte, 0, len(floats)*bytesPerFloat)
+		for _, f := range floats {
+			raw = binary.LittleEndian.AppendUint32(raw, math.Float32bits(f))
+		}
+		sub.Initializer = append(sub.Initializer, &onnxpb.TensorProto{Dims: w.dims, DataType: int32(Float32), Name: w.name, RawData: raw})
+	}
+	return Attr{&onnxpb.AttributeProto{Name: name, Type: onnxpb.AttributeProto_GRAPH, G: sub}}
 }

@@ -618,9 +618,12 @@ type AttributeProto struct {
 	I             int64                        `protobuf:"varint,3,opt,name=i,proto3" json:"i,omitempty"`
 	S             []byte                       `protobuf:"bytes,4,opt,name=s,proto3" json:"s,omitempty"`
 	T             *TensorProto                 `protobuf:"bytes,5,opt,name=t,proto3" json:"t,omitempty"`
+	G             *GraphProto                  `protobuf:"bytes,6,opt,name=g,proto3" json:"g,omitempty"`
 	Floats        []float32                    `protobuf:"fixed32,7,rep,packed,name=floats,proto3" json:"floats,omitempty"`
 	Ints          []int64                      `protobuf:"varint,8,rep,packed,name=ints,proto3" json:"ints,omitempty"`
 	Strings       [][]byte                     `protobuf:"bytes,9,rep,name=strings,proto3" json:"strings,omitempty"`
+	Tensors       []*TensorProto               `protobuf:"bytes,10,rep,name=tensors,proto3" json:"tensors,omitempty"`
+	Graphs        []*GraphProto                `protobuf:"bytes,11,rep,name=graphs,proto3" json:"graphs,omitempty"`
 	DocString     string                       `protobuf:"bytes,13,opt,name=doc_string,json=docString,proto3" json:"doc_string,omitempty"`
 	Type          AttributeProto_AttributeType `protobuf:"varint,20,opt,name=type,proto3,enum=onnx.AttributeProto_AttributeType" json:"type,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -692,6 +695,13 @@ func (x *AttributeProto) GetT() *TensorProto {
 	return nil
 }
 
+func (x *AttributeProto) GetG() *GraphProto {
+	if x != nil {
+		return x.G
+	}
+	return nil
+}
+
 func (x *AttributeProto) GetFloats() []float32 {
 	if x != nil {
 		return x.Floats
@@ -709,6 +719,20 @@ func (x *AttributeProto) GetInts() []int64 {
 func (x *AttributeProto) GetStrings() [][]byte {
 	if x != nil {
 		return x.Strings
+	}
+	return nil
+}
+
+func (x *AttributeProto) GetTensors() []*TensorProto {
+	if x != nil {
+		return x.Tensors
+	}
+	return nil
+}
+
+func (x *AttributeProto) GetGraphs() []*GraphProto {
+	if x != nil {
+		return x.Graphs
 	}
 	return nil
 }
@@ -1419,16 +1443,20 @@ const file_internal_onnxpb_onnx_proto_rawDesc = "" +
 	"\tattribute\x18\x05 \x03(\v2\x14.onnx.AttributeProtoR\tattribute\x12\x1d\n" +
 	"\n" +
 	"doc_string\x18\x06 \x01(\tR\tdocString\x12\x16\n" +
-	"\x06domain\x18\a \x01(\tR\x06domain\"\xa0\x03\n" +
+	"\x06domain\x18\a \x01(\tR\x06domain\"\x97\x04\n" +
 	"\x0eAttributeProto\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\f\n" +
 	"\x01f\x18\x02 \x01(\x02R\x01f\x12\f\n" +
 	"\x01i\x18\x03 \x01(\x03R\x01i\x12\f\n" +
 	"\x01s\x18\x04 \x01(\fR\x01s\x12\x1f\n" +
-	"\x01t\x18\x05 \x01(\v2\x11.onnx.TensorProtoR\x01t\x12\x16\n" +
+	"\x01t\x18\x05 \x01(\v2\x11.onnx.TensorProtoR\x01t\x12\x1e\n" +
+	"\x01g\x18\x06 \x01(\v2\x10.onnx.GraphProtoR\x01g\x12\x16\n" +
 	"\x06floats\x18\a \x03(\x02R\x06floats\x12\x12\n" +
 	"\x04ints\x18\b \x03(\x03R\x04ints\x12\x18\n" +
-	"\astrings\x18\t \x03(\fR\astrings\x12\x1d\n" +
+	"\astrings\x18\t \x03(\fR\astrings\x12+\n" +
+	"\atensors\x18\n" +
+	" \x03(\v2\x11.onnx.TensorProtoR\atensors\x12(\n" +
+	"\x06graphs\x18\v \x03(\v2\x10.onnx.GraphProtoR\x06graphs\x12\x1d\n" +
 	"\n" +
 	"doc_string\x18\r \x01(\tR\tdocString\x126\n" +
 	"\x04type\x18\x14 \x01(\x0e2\".onnx.AttributeProto.AttributeTypeR\x04type\"\x91\x01\n" +
@@ -1581,24 +1609,27 @@ var file_internal_onnxpb_onnx_proto_depIdxs = []int32{
 	9,  // 7: onnx.GraphProto.value_info:type_name -> onnx.ValueInfoProto
 	7,  // 8: onnx.NodeProto.attribute:type_name -> onnx.AttributeProto
 	8,  // 9: onnx.AttributeProto.t:type_name -> onnx.TensorProto
-	0,  // 10: onnx.AttributeProto.type:type_name -> onnx.AttributeProto.AttributeType
-	3,  // 11: onnx.TensorProto.external_data:type_name -> onnx.StringStringEntryProto
-	10, // 12: onnx.ValueInfoProto.type:type_name -> onnx.TypeProto
-	12, // 13: onnx.TypeProto.tensor_type:type_name -> onnx.TypeProto.Tensor
-	13, // 14: onnx.TypeProto.sequence_type:type_name -> onnx.TypeProto.Sequence
-	14, // 15: onnx.TypeProto.map_type:type_name -> onnx.TypeProto.Map
-	12, // 16: onnx.TypeProto.sparse_tensor_type:type_name -> onnx.TypeProto.Tensor
-	15, // 17: onnx.TypeProto.optional_type:type_name -> onnx.TypeProto.Optional
-	16, // 18: onnx.TensorShapeProto.dim:type_name -> onnx.TensorShapeProto.Dimension
-	11, // 19: onnx.TypeProto.Tensor.shape:type_name -> onnx.TensorShapeProto
-	10, // 20: onnx.TypeProto.Sequence.elem_type:type_name -> onnx.TypeProto
-	10, // 21: onnx.TypeProto.Map.value_type:type_name -> onnx.TypeProto
-	10, // 22: onnx.TypeProto.Optional.elem_type:type_name -> onnx.TypeProto
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	5,  // 10: onnx.AttributeProto.g:type_name -> onnx.GraphProto
+	8,  // 11: onnx.AttributeProto.tensors:type_name -> onnx.TensorProto
+	5,  // 12: onnx.AttributeProto.graphs:type_name -> onnx.GraphProto
+	0,  // 13: onnx.AttributeProto.type:type_name -> onnx.AttributeProto.AttributeType
+	3,  // 14: onnx.TensorProto.external_data:type_name -> onnx.StringStringEntryProto
+	10, // 15: onnx.ValueInfoProto.type:type_name -> onnx.TypeProto
+	12, // 16: onnx.TypeProto.tensor_type:type_name -> onnx.TypeProto.Tensor
+	13, // 17: onnx.TypeProto.sequence_type:type_name -> onnx.TypeProto.Sequence
+	14, // 18: onnx.TypeProto.map_type:type_name -> onnx.TypeProto.Map
+	12, // 19: onnx.TypeProto.sparse_tensor_type:type_name -> onnx.TypeProto.Tensor
+	15, // 20: onnx.TypeProto.optional_type:type_name -> onnx.TypeProto.Optional
+	16, // 21: onnx.TensorShapeProto.dim:type_name -> onnx.TensorShapeProto.Dimension
+	11, // 22: onnx.TypeProto.Tensor.shape:type_name -> onnx.TensorShapeProto
+	10, // 23: onnx.TypeProto.Sequence.elem_type:type_name -> onnx.TypeProto
+	10, // 24: onnx.TypeProto.Map.value_type:type_name -> onnx.TypeProto
+	10, // 25: onnx.TypeProto.Optional.elem_type:type_name -> onnx.TypeProto
+	26, // [26:26] is the sub-list for method output_type
+	26, // [26:26] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_internal_onnxpb_onnx_proto_init() }
