@@ -1,0 +1,116 @@
+package quant
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/inferhq/infer/models/onnxgraph"
+)
+
+// Activations per tensor: DynamicQuantizeLinear, MatMulInteger, Cast and
+// Mul, which ONNX Runtime fuses into DynamicQuantizeMatMul or
+// MatMulIntegerToFloat.
+
+// tensor returns the nodes that compute p's output with int8 weights and
+// activations quantised per tensor. activations holds the run-time
+// quantisation of each activation already written in the scope.
+func (w *writer) tensor(p product, activations map[string][3]string) ([]onnxgraph.Node, error) {
+	f := w.f
+	q, err := w.weight(p, func(v []float32, rows, cols int) (quantized, error) {
+		qw, scales, err := Int8(v, rows, cols, p.transposed, w.opts.PerTensor)
+		if err != nil {
+			return quantized{}, inputErrorf("weight %q: %v", p.weight, err)
+		}
+		for i := range scales {
+			scales[i] *= p.alpha
+		}
+		k, n, _ := matrix(v, rows, cols, p.transposed)
+		q := quantized{weight: f.Unique(p.weight + "_quantized"), scale: f.Unique(p.weight + "_scale"), k: int64(k), n: int64(n)}
+		raw := make([]byte, len(qw))
+		for i, x := range qw {
+			raw[i] = byte(x)
+		}
+		if err := f.SetInitializer(q.weight, onnxgraph.Int8, []int64{q.k, q.n}, raw); err != nil {
+			return quantized{}, err
+		}
+		var scaleDims []int64 // a scalar per tensor
+		if !w.opts.PerTensor {
+			scaleDims = []int64{q.n}
+		}
+		return q, f.SetInitializer(q.scale, onnxgraph.Float32, scaleDims, float32Bytes(scales))
+	})
+	if err != nil {
+		return nil, err
+	}
+	bias, err := w.gemmBias(p)
+	if err != nil {
+		return nil, err
+	}
+	x, y, base := p.node.Inputs[0], p.node.Outputs[0], p.names()
+	var nodes []onnxgraph.Node
+	act, ok := activations[x]
+	if !ok {
+		act = [3]string{f.Unique(x + "_quantized"), f.Unique(x + "_scale"), f.Unique(x + "_zero_point")}
+		nodes = append(nodes, onnxgraph.NewNode(f.Unique(base+"_quantize_input"), "DynamicQuantizeLinear", "", []string{x}, act[:]))
+		activations[x] = act
+	}
+	product, asFloat, scale, out := f.Unique(base+"_int32"), f.Unique(base+"_float"), f.Unique(base+"_scale"), y
+	if bias != "" {
+		out = f.Unique(base + "_product")
+	}
+	nodes = append(nodes,
+		onnxgraph.NewNode(f.Unique(base+"_matmul"), "MatMulInteger", "", []string{act[0], q.weight, act[2]}, []string{product}),
+		onnxgraph.NewNode(f.Unique(base+"_cast"), "Cast", "", []string{product}, []string{asFloat}, onnxgraph.Int("to", int64(onnxgraph.Float32))),
+		onnxgraph.NewNode(f.Unique(base+"_scales"), "Mul", "", []string{act[1], q.scale}, []string{scale}),
+		onnxgraph.NewNode(f.Unique(base+"_rescale"), "Mul", "", []string{asFloat, scale}, []string{out}),
+	)
+	if bias != "" {
+		nodes = append(nodes, onnxgraph.NewNode(f.Unique(base+"_bias"), "Add", "", []string{out, bias}, []string{y}))
+	}
+	return nodes, nil
+}
+
+// Int8 quantises a rows×cols float32 matrix w (row-major) symmetrically to
+// int8 in [-127, 127], as the [K, N] right operand of a product: w itself,
+// or with transposed its transpose (w is then [N, K], as Gemm's transB
+// reads it). It returns the K×N int8 matrix, row-major, and the scales: one
+// per column N, or with perTensor one for all, such that w ≈ q·scale. A
+// weight that is not finite is an error.
+func Int8(w []float32, rows, cols int, transposed, perTensor bool) ([]int8, []float32, error) {
+	if len(w) != rows*cols {
+		return nil, nil, fmt.Errorf("%d values for a %d×%d matrix", len(w), rows, cols)
+	}
+	if err := finite(w); err != nil {
+		return nil, nil, err
+	}
+	k, n, at := matrix(w, rows, cols, transposed)
+	maxAbs := make([]float64, n)
+	for kk := range k {
+		for nn := range n {
+			maxAbs[nn] = max(maxAbs[nn], math.Abs(float64(at(kk, nn))))
+		}
+	}
+	if perTensor {
+		maxAbs = []float64{slices.Max(maxAbs)}
+	}
+	scales := make([]float32, len(maxAbs))
+	for i, m := range maxAbs {
+		scales[i] = 1
+		if m > 0 {
+			scales[i] = float32(m / 127)
+		}
+	}
+	q := make([]int8, k*n)
+	for kk := range k {
+		for nn := range n {
+			s := scales[0]
+			if !perTensor {
+				s = scales[nn]
+			}
+			v := math.RoundToEven(float64(at(kk, nn)) / float64(s))
+			q[kk*n+nn] = int8(max(-127, min(127, v)))
+		}
+	}
+	return q, scales, nil
+}

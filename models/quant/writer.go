@@ -1,0 +1,131 @@
+package quant
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/inferhq/infer/models/onnxgraph"
+)
+
+// writer rewrites the chosen products of a model into the form its options
+// say.
+type writer struct {
+	f    *onnxgraph.File
+	opts Options // resolved
+	done map[string]quantized
+}
+
+// quantized is a weight written quantised, with its scales.
+type quantized struct {
+	weight, scale string
+	k, n          int64
+}
+
+// rewrite replaces the products of one graph by their quantised form.
+func (w *writer) rewrite(s *onnxgraph.Scope, plan []product) error {
+	byOutput := map[string]product{}
+	for _, p := range plan {
+		byOutput[p.node.Outputs[0]] = p
+	}
+	// The run-time quantisation of each activation, shared by its products
+	// (activations per tensor).
+	activations := map[string][3]string{}
+	var out []onnxgraph.Node
+	for _, n := range s.Nodes() {
+		p, ok := byOutput[n.Outputs[0]]
+		if !ok || len(n.Outputs) == 0 {
+			out = append(out, n)
+			continue
+		}
+		var nodes []onnxgraph.Node
+		var err error
+		if w.opts.Activations == ActivationsRow {
+			nodes, err = w.rows(p)
+		} else {
+			nodes, err = w.tensor(p, activations)
+		}
+		if err != nil {
+			return err
+		}
+		out = append(out, nodes...)
+	}
+	s.SetNodes(out)
+	return nil
+}
+
+// weight returns p's weight quantised, quantising it with quantise on first
+// use: a weight read by several products (alike) is quantised once.
+func (w *writer) weight(p product, quantise func(v []float32, rows, cols int) (quantized, error)) (quantized, error) {
+	key := fmt.Sprintf("%s|%v|%g", p.weight, p.transposed, p.alpha)
+	if q, ok := w.done[key]; ok {
+		return q, nil
+	}
+	in, _ := w.f.Initializer(p.weight)
+	v, err := w.f.Float32s(p.weight)
+	if err != nil {
+		return quantized{}, &InputError{err}
+	}
+	q, err := quantise(v, int(in.Dims[0]), int(in.Dims[1]))
+	if err != nil {
+		return quantized{}, err
+	}
+	w.done[key] = q
+	return q, nil
+}
+
+// gemmBias returns the value to add to a Gemm's product: its C, or beta·C
+// as a new initializer when beta is not 1 (C is then an initializer; plan
+// checked it). It returns "" for a Gemm without C, and for a MatMul.
+func (w *writer) gemmBias(p product) (string, error) {
+	c := p.bias()
+	beta := p.node.FloatAttr("beta", 1)
+	if c == "" || beta == 1 {
+		return c, nil
+	}
+	in, _ := w.f.Initializer(c)
+	v, err := w.f.Float32s(c)
+	if err != nil {
+		return "", &InputError{err}
+	}
+	for i := range v {
+		v[i] *= beta
+	}
+	name := w.f.Unique(c + "_scaled")
+	return name, w.f.SetInitializer(name, onnxgraph.Float32, in.Dims, float32Bytes(v))
+}
+
+// names returns the base of the names of what replaces p's node.
+func (p product) names() string {
+	if p.node.Name != "" {
+		return p.node.Name
+	}
+	return p.node.Outputs[0]
+}
+
+// matrix reads a rows×cols row-major weight as the [K, N] right operand of
+// a product: itself, or with transposed (Gemm's transB) its transpose.
+func matrix(w []float32, rows, cols int, transposed bool) (k, n int, at func(kk, nn int) float32) {
+	if transposed {
+		return cols, rows, func(kk, nn int) float32 { return w[nn*cols+kk] }
+	}
+	return rows, cols, func(kk, nn int) float32 { return w[kk*cols+nn] }
+}
+
+// finite checks that every weight is a finite number.
+func finite(w []float32) error {
+	for i, v := range w {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return fmt.Errorf("value %d is %v: not a finite number", i, v)
+		}
+	}
+	return nil
+}
+
+func float32Bytes(v []float32) []byte {
+	b := make([]byte, 0, 4*len(v))
+	for _, x := range v {
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(x))
+	}
+	return b
+}
