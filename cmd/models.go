@@ -45,6 +45,7 @@ decoder export (decoder_model_merged.onnx, or its directory).`,
 		newCmdModelsInfo(nil),
 		newCmdModelsBench(nil),
 		newCmdModelsCalibrate(nil),
+		newCmdModelsQuantize(nil), newCmdModelsCompare(nil),
 	)
 	return cmd
 }

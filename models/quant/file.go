@@ -98,3 +98,23 @@ func cacheName(src string, opts Options) (string, error) {
 	base := strings.TrimSuffix(filepath.Base(src), ".onnx")
 	return fmt.Sprintf("%s-int%d-%s.onnx", base, cmpOr(opts.Bits, DefaultBits), hex.EncodeToString(h.Sum(nil)[:6])), nil
 }
+
+// Twins are the suffixes of built-in models' quantised twins and how each
+// is made: bert-base-int8 is bert-base with the default options (int8);
+// gpt2-small-int4 has 4-bit weights in blocks of 32.
+var Twins = map[string]Options{
+	"-int8": {},
+	"-int4": {Bits: 4, Block: 32},
+}
+
+// Twin splits the name of a quantised twin ("gpt2-small-int8") into its
+// original's name and the options that make it. ok is false for a name
+// without a twin's suffix.
+func Twin(name string) (base string, opts Options, ok bool) {
+	for suffix, o := range Twins {
+		if b, found := strings.CutSuffix(name, suffix); found && b != "" {
+			return b, o, true
+		}
+	}
+	return name, Options{}, false
+}

@@ -54,7 +54,7 @@ type Activations int
 
 const (
 	// ActivationsAuto is ActivationsRow for graphs with a KV cache
-	// (decoders) or int4 weights, else ActivationsTensor.
+	// (decoders), int4 weights or a block size, else ActivationsTensor.
 	ActivationsAuto Activations = iota
 	// ActivationsTensor quantises each product's input with one scale from
 	// the whole tensor (the batch); weights per channel or per tensor.
@@ -326,7 +326,11 @@ func Rewrite(f *onnxgraph.File, opts Options) (*Report, error) {
 			}
 		}
 	}
-	opts = opts.resolve(hasKVCache(f))
+	kv := hasKVCache(f)
+	opts = opts.resolve(kv)
+	if opts.PerTensor && opts.Activations == ActivationsRow {
+		return nil, inputErrorf("weights per tensor apply to activations per tensor, and this graph has a KV cache (a decoder), which gets activations per row: ask for activations per tensor too")
+	}
 	if v := f.Opset(""); opts.Activations == ActivationsTensor && v < minOpset {
 		return nil, inputErrorf("opset %d: activations per tensor need opset %d or later (DynamicQuantizeLinear); export the model with a newer opset", v, minOpset)
 	}

@@ -575,3 +575,31 @@ func ifModel() []byte {
 	}
 	return []byte(buf.String())
 }
+
+func TestTwin(t *testing.T) {
+	for _, c := range []struct {
+		name, base string
+		bits       int
+		ok         bool
+	}{
+		{"gpt2-small-int8", "gpt2-small", 0, true},
+		{"stories260k-int4", "stories260k", 4, true},
+		{"bert-base", "bert-base", 0, false},
+		{"-int8", "-int8", 0, false},
+	} {
+		base, opts, ok := Twin(c.name)
+		if base != c.base || opts.Bits != c.bits || ok != c.ok {
+			t.Errorf("Twin(%q) = %q, %+v, %v; want %q, bits %d, %v", c.name, base, opts, ok, c.base, c.bits, c.ok)
+		}
+	}
+}
+
+func TestPerTensorDecoder(t *testing.T) {
+	in := gpt2Model(t)
+	if _, err := File(in, filepath.Join(t.TempDir(), "x.onnx"), Options{PerTensor: true}); !isInput(err) || !strings.Contains(err.Error(), "KV cache") {
+		t.Errorf("per-tensor weights on a decoder by default: %v, want an InputError naming the KV cache", err)
+	}
+	if _, err := File(in, filepath.Join(t.TempDir(), "y.onnx"), Options{PerTensor: true, Activations: ActivationsTensor}); err != nil {
+		t.Errorf("per-tensor weights and activations on a decoder: %v", err)
+	}
+}

@@ -1,0 +1,304 @@
+package cmd
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/inferhq/infer/loadgen/corpus"
+	"github.com/inferhq/infer/models"
+	"github.com/inferhq/infer/models/bert"
+	"github.com/inferhq/infer/models/compare"
+	"github.com/inferhq/infer/models/onnx"
+)
+
+// infer models compare: the accuracy of one model against another.
+
+type modelsCompareOptions struct {
+	A, B      string
+	Task      string
+	Corpus    string
+	Items     int
+	Prompts   int
+	Tokens    int
+	Threads   int
+	OrtLib    string
+	MaxSeqLen int
+	JSON      bool
+	Stdout    io.Writer
+}
+
+// Bounds and defaults of compare.
+const (
+	compareBatch      = 32
+	maxCompareItems   = 100_000
+	maxComparePrompts = 1024
+	defaultPrompts    = 16
+	defaultGenTokens  = 128
+)
+
+func newCmdModelsCompare(runF func(context.Context, *modelsCompareOptions) error) *cobra.Command {
+	opts := &modelsCompareOptions{}
+	cmd := &cobra.Command{
+		Use:   "compare A B",
+		Short: "Measure how closely model B's outputs follow model A's",
+		Long: `Measure how closely model B's outputs follow model A's on the same inputs:
+a quantised model against its original, or any two models of one task.
+
+Encoders with an embedding head: the cosine of A's and B's vectors for each
+item (mean, first percentile, minimum), and whether item pairs ranked by
+similarity keep their order (Kendall's tau over every pair of the first 1,000
+items; the share of items whose nearest neighbour stays the same).
+Fill-mask encoders: top-1 agreement and top-5 overlap over every [MASK].
+Decoders: the top-1 agreement of the next token at every position of the
+--corpus lines and of A's greedy continuation of each (--tokens), both models
+fed the same text (teacher forcing); the mean log-probability each gives that
+text; and how many tokens B's greedy run would match A's before they first
+differ.
+
+A and B are as for infer serve --model: a built-in name, a built-in's int8
+twin (bert-base-int8, quantised into the cache on first use) or a path.`,
+		Example: `  infer models compare bert-base bert-base-int8
+  infer models compare gpt2-small gpt2-small-int8 --tokens 256
+  infer models compare model.onnx model-int8.onnx --corpus sentences.txt --json`,
+		Args: exactArgs(2, "two models"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.A, opts.B, opts.Stdout = args[0], args[1], cmd.OutOrStdout()
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return runModelsCompare(cmd.Context(), opts)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Task, "task", string(bert.FillMask), "head of a built-in BERT model: fill-mask or embed")
+	f.StringVar(&opts.Corpus, "corpus", "", "file of items, one a line: encoder inputs, or decoder prompts (default: the built-in masked-sentence corpus)")
+	f.IntVar(&opts.Items, "items", 0, "encoders: compare the first N items of the corpus (0: all)")
+	f.IntVar(&opts.Prompts, "prompts", defaultPrompts, "decoders: the first N corpus lines are the prompts")
+	f.IntVar(&opts.Tokens, "tokens", defaultGenTokens, "decoders: tokens A generates greedily after each prompt (0: compare along the prompts only)")
+	f.IntVar(&opts.Threads, "threads", 0, "ONNX Runtime intra-op threads per session (0: all the CPUs)")
+	f.StringVar(&opts.OrtLib, "ort-lib", "", "ONNX Runtime shared library (default: $ONNXRUNTIME_LIB, then "+onnx.SetupPath+", then the system's)")
+	f.IntVar(&opts.MaxSeqLen, "max-seq-len", 128, "encoders: most tokens of one item, [CLS] and [SEP] included")
+	f.BoolVar(&opts.JSON, "json", false, "print the comparison as JSON")
+	return cmd
+}
+
+// compareReport is what compare prints with --json.
+type compareReport struct {
+	A         string                   `json:"a"`
+	B         string                   `json:"b"`
+	Task      string                   `json:"task"`
+	Embedding *compare.EmbeddingReport `json:"embedding,omitempty"`
+	FillMask  *compare.FillMaskReport  `json:"fill_mask,omitempty"`
+	Decoding  *compare.DecodingReport  `json:"decoding,omitempty"`
+}
+
+func runModelsCompare(ctx context.Context, opts *modelsCompareOptions) error {
+	switch {
+	case opts.Items < 0 || opts.Items > maxCompareItems:
+		return usageErrorf("--items %d: want 0 to %d", opts.Items, maxCompareItems)
+	case opts.Prompts < 1 || opts.Prompts > maxComparePrompts:
+		return usageErrorf("--prompts %d: want 1 to %d", opts.Prompts, maxComparePrompts)
+	case opts.Tokens < 0:
+		return usageErrorf("--tokens %d: must not be negative", opts.Tokens)
+	case opts.Threads < 0:
+		return usageErrorf("--threads %d: must not be negative", opts.Threads)
+	}
+	var paths [2]string
+	for i, m := range []string{opts.A, opts.B} {
+		p, _, err := modelPath(m, opts.Task, nil)
+		if err != nil {
+			return err
+		}
+		paths[i] = p
+	}
+	_, decA, err := lookupDecoder(paths[0])
+	if err != nil {
+		return err
+	}
+	_, decB, err := lookupDecoder(paths[1])
+	if err != nil {
+		return err
+	}
+	if decA != decB {
+		return usageErrorf("%s and %s: one is a decoder, the other is not; compare models of one task", opts.A, opts.B)
+	}
+	texts, err := compareTexts(opts)
+	if err != nil {
+		return err
+	}
+	rep := compareReport{A: opts.A, B: opts.B}
+	if decA {
+		err = compareDecoders(ctx, opts, paths, texts, &rep)
+	} else {
+		err = compareEncoders(ctx, opts, paths, texts, &rep)
+	}
+	if err != nil {
+		return err
+	}
+	if opts.JSON {
+		return writeJSON(opts.Stdout, rep)
+	}
+	printComparison(opts.Stdout, rep)
+	return nil
+}
+
+// compareTexts returns the corpus: a file's lines or the built-in masked
+// sentences.
+func compareTexts(opts *modelsCompareOptions) ([]string, error) {
+	if opts.Corpus == "" {
+		return corpus.Masked(), nil
+	}
+	texts, err := corpus.Load(opts.Corpus)
+	if err != nil {
+		return nil, usageErrorf("--corpus: %v", err)
+	}
+	return texts, nil
+}
+
+func compareEncoders(ctx context.Context, opts *modelsCompareOptions, paths [2]string, texts []string, rep *compareReport) error {
+	if opts.Items > 0 && opts.Items < len(texts) {
+		texts = texts[:opts.Items]
+	}
+	var outs [2][]models.Output
+	var task string
+	for i, p := range paths {
+		mo := &modelOptions{Model: p, Task: opts.Task, Devices: "cpu", Threads: opts.Threads, OrtLib: opts.OrtLib, MaxSeqLen: opts.MaxSeqLen, Truncate: true}
+		f, err := mo.open(1, nil)
+		if err != nil {
+			return err
+		}
+		if i == 0 {
+			task = f.Info().Task
+		} else if f.Info().Task != task {
+			f.Close()
+			return usageErrorf("%s is a %s model and %s a %s model: compare models of one task", opts.A, task, opts.B, f.Info().Task)
+		}
+		m, err := f.New(ctx, 0)
+		if err != nil {
+			f.Close()
+			return err
+		}
+		outs[i], err = compare.Predict(ctx, f, m, texts, compareBatch)
+		m.Close()
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", []string{opts.A, opts.B}[i], err)
+		}
+	}
+	rep.Task = task
+	switch task {
+	case onnx.TaskFillMask:
+		var a, b [][]int64
+		for i := range outs[0] {
+			ma, mb := outs[0][i].(*onnx.FillMask), outs[1][i].(*onnx.FillMask)
+			if len(ma.Masks) != len(mb.Masks) {
+				return fmt.Errorf("item %d: %d masks for A, %d for B", i+1, len(ma.Masks), len(mb.Masks))
+			}
+			for j := range ma.Masks {
+				a, b = append(a, candidateIDs(ma.Masks[j])), append(b, candidateIDs(mb.Masks[j]))
+			}
+		}
+		r, err := compare.FillMask(a, b)
+		if err != nil {
+			return err
+		}
+		rep.FillMask = &r
+	default:
+		var a, b [][]float32
+		for i := range outs[0] {
+			a, b = append(a, outs[0][i].([]float32)), append(b, outs[1][i].([]float32))
+		}
+		r, err := compare.Embeddings(a, b)
+		if err != nil {
+			return err
+		}
+		rep.Embedding = &r
+	}
+	return nil
+}
+
+func candidateIDs(m onnx.Mask) []int64 {
+	ids := make([]int64, len(m.Candidates))
+	for i, c := range m.Candidates {
+		ids[i] = c.ID
+	}
+	return ids
+}
+
+func compareDecoders(ctx context.Context, opts *modelsCompareOptions, paths [2]string, texts []string, rep *compareReport) error {
+	rep.Task = onnx.TaskTextGeneration
+	texts = texts[:min(opts.Prompts, len(texts))]
+	var steppers [2]compare.Stepper
+	var info models.DecoderInfo
+	var prompts [][]int32
+	for i, p := range paths {
+		mo := &modelOptions{Model: p, Devices: "cpu", Threads: opts.Threads, OrtLib: opts.OrtLib}
+		f, _, err := mo.openDecoder(0, 1, nil)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		di := f.Decoder()
+		if i == 0 {
+			info = di
+			for _, t := range texts {
+				// The masked corpus's [MASK] means nothing to a decoder.
+				ids := f.Tokenizer().Encode(strings.ReplaceAll(t, onnx.MaskToken, "something"))
+				prompts = append(prompts, ids[:min(len(ids), max(1, di.Context-opts.Tokens))])
+			}
+			if opts.Tokens >= di.Context {
+				return usageErrorf("--tokens %d: the context of %s is %d", opts.Tokens, opts.A, di.Context)
+			}
+		} else if di.Vocab != info.Vocab {
+			return usageErrorf("%s has a vocabulary of %d tokens and %s of %d: compare decoders of one tokenizer", opts.A, info.Vocab, opts.B, di.Vocab)
+		}
+		need := 0
+		for _, p := range prompts {
+			need += len(p) + opts.Tokens
+		}
+		if need > di.KVTokens {
+			return usageErrorf("--prompts %d and --tokens %d need %d tokens of KV cache; %s holds %d", len(prompts), opts.Tokens, need, []string{opts.A, opts.B}[i], di.KVTokens)
+		}
+		d, err := f.New(ctx, 0)
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		s, ok := d.(compare.Stepper)
+		if !ok {
+			return fmt.Errorf("%s: this decoder does not show its logits", []string{opts.A, opts.B}[i])
+		}
+		steppers[i] = s
+	}
+	r, err := compare.Decode(ctx, steppers[0], steppers[1], prompts, compare.DecodeConfig{Tokens: opts.Tokens, Context: info.Context, EOS: info.EOS})
+	if err != nil {
+		return err
+	}
+	rep.Decoding = &r
+	return nil
+}
+
+func printComparison(w io.Writer, rep compareReport) {
+	fmt.Fprintf(w, "A: %s\nB: %s\n", rep.A, rep.B)
+	if r := rep.Embedding; r != nil {
+		fmt.Fprintf(w, "embeddings, %d items: cosine of A's and B's vectors mean %.4f, p1 %.4f, min %.4f\n",
+			r.Items, r.Cosine.Mean, r.Cosine.P1, r.Cosine.Min)
+		fmt.Fprintf(w, "ranking of %d item pairs by similarity: Kendall's tau %.4f (%.2f%% of orderings swapped); nearest neighbour kept for %.1f%% of items\n",
+			r.Pairs, r.KendallTau, 100*r.Swapped, 100*r.Neighbours)
+	}
+	if r := rep.FillMask; r != nil {
+		fmt.Fprintf(w, "fill-mask, %d masks: top-1 agreement %.4f, top-5 overlap %.4f\n", r.Masks, r.Top1, r.Top5)
+	}
+	if r := rep.Decoding; r != nil {
+		fmt.Fprintf(w, "teacher forcing, %d positions: top-1 agreement %.4f; mean log-probability of the text A %.4f, B %.4f\n",
+			r.Positions, r.Top1, r.LogProbA, r.LogProbB)
+		if r.Runs > 0 {
+			fmt.Fprintf(w, "greedy runs: %d; tokens before B first differs from A: mean %.1f, p1 %.0f, min %.0f; %d never differed\n",
+				r.Runs, r.Diverge.Mean, r.Diverge.P1, r.Diverge.Min, r.Full)
+		}
+	}
+}

@@ -1,0 +1,217 @@
+package cmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/inferhq/infer/models/bert"
+	"github.com/inferhq/infer/models/gpt2"
+	"github.com/inferhq/infer/models/onnxgraph"
+	"github.com/inferhq/infer/models/quant"
+)
+
+// infer models quantize, and the -int8 twins of the built-in models.
+
+type modelsQuantizeOptions struct {
+	In, Out     string
+	Task        string
+	Activations string
+	PerTensor   bool
+	Bits        int
+	Block       int
+	Exclude     []string
+	KeepHead    bool
+	JSON        bool
+	Stdout      io.Writer
+}
+
+func newCmdModelsQuantize(runF func(context.Context, *modelsQuantizeOptions) error) *cobra.Command {
+	opts := &modelsQuantizeOptions{}
+	cmd := &cobra.Command{
+		Use:   "quantize IN OUT.onnx",
+		Short: "Write a dynamically quantised int8 (or int4) copy of a model",
+		Long: `Write a dynamically quantised copy of a model: the float32 weights of its
+MatMul and Gemm nodes become int8 (or int4) with scales, and their inputs are
+quantised at run time, in the graph forms ONNX Runtime runs in its integer
+kernels (VNNI where the CPU has it). Embedding tables (the weights Gather
+reads) stay float32. The LM head, the product that makes the logits, is
+quantised too unless --keep-head.
+
+Two forms: activations per tensor (weights per output channel, or per tensor),
+the fastest for an encoder's large batches, where an item's result depends a
+little on the batch it runs in; and activations per row (weights in blocks),
+where each row is computed on its own, so a decoder stays exact under
+batching, and the fastest for decode steps. By default a decoder (a graph
+with a KV cache) gets rows and any other graph tensors.
+
+IN is an .onnx file (external data files next to it are read) or a built-in
+model name; OUT is written atomically, as one file. A model that is not ONNX,
+has nothing to quantise or is quantised already is refused (exit 2).
+
+Measure what it buys and costs with infer models bench and infer models
+compare; see docs/quantization.md.`,
+		Example: `  infer models quantize model.onnx model-int8.onnx
+  infer models quantize gpt2-small gpt2-small-int8.onnx --keep-head
+  infer models quantize model.onnx out.onnx --exclude 'encoder.layer.0.*' --per-tensor
+  infer models quantize decoder.onnx decoder-int4.onnx --bits 4 --block 32`,
+		Args: exactArgs(2, "an input model and an output .onnx file"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.In, opts.Out, opts.Stdout = args[0], args[1], cmd.OutOrStdout()
+			if runF != nil {
+				return runF(cmd.Context(), opts)
+			}
+			return runModelsQuantize(cmd.Context(), opts)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Activations, "activations", quant.ActivationsAuto.String(), "run-time quantisation of the activations: tensor (one scale per batch: fastest for encoders), row (each row on its own: exact under batching, fastest for decode steps), or auto (row for a decoder, tensor otherwise)")
+	f.BoolVar(&opts.PerTensor, "per-tensor", false, "activations per tensor: one scale per weight instead of one per output channel")
+	f.IntVar(&opts.Bits, "bits", quant.DefaultBits, "weight bits: 8, or 4 (activations per row)")
+	f.IntVar(&opts.Block, "block", 0, fmt.Sprintf("activations per row: weights along K that share a scale, 16 to 256 (0: %d)", quant.DefaultBlock))
+	f.StringArrayVar(&opts.Exclude, "exclude", nil, "keep in float32 the nodes whose name or weight name matches this pattern ('*' any run of characters but '/'); repeatable")
+	f.BoolVar(&opts.KeepHead, "keep-head", false, "keep the LM head (the product that makes the logits) in float32")
+	f.StringVar(&opts.Task, "task", string(bert.FillMask), "head of a built-in BERT model given as IN: fill-mask or embed")
+	f.BoolVar(&opts.JSON, "json", false, "print what was done as JSON")
+	return cmd
+}
+
+// quantizeReport is what quantize prints with --json.
+type quantizeReport struct {
+	Input       string       `json:"input"`
+	Output      string       `json:"output"`
+	Form        string       `json:"form"`
+	Products    int          `json:"products"`
+	Quantized   []string     `json:"quantized"`
+	Skipped     []quant.Skip `json:"skipped"`
+	Head        string       `json:"head,omitempty"`
+	BytesBefore int64        `json:"weight_bytes_before"`
+	BytesAfter  int64        `json:"weight_bytes_after"`
+	Seconds     float64      `json:"seconds"`
+}
+
+func runModelsQuantize(_ context.Context, opts *modelsQuantizeOptions) error {
+	if st, err := os.Stat(filepath.Dir(opts.Out)); err != nil || !st.IsDir() {
+		return usageErrorf("%s: its directory does not exist", opts.Out)
+	}
+	in, _, err := modelPath(opts.In, opts.Task, nil)
+	if err != nil {
+		return err
+	}
+	acts, err := quant.ParseActivations(opts.Activations)
+	if err != nil {
+		return usageErrorf("--activations: %v", err)
+	}
+	start := time.Now()
+	rep, err := quant.File(in, opts.Out, quant.Options{Activations: acts, PerTensor: opts.PerTensor, Bits: opts.Bits,
+		Block: opts.Block, Exclude: opts.Exclude, KeepHead: opts.KeepHead})
+	if err != nil {
+		return quantError(err)
+	}
+	took := time.Since(start)
+	if opts.JSON {
+		return writeJSON(opts.Stdout, quantizeReport{Input: in, Output: opts.Out, Form: rep.Form,
+			Products: rep.Products, Quantized: rep.Quantized, Skipped: rep.Skipped, Head: rep.Head,
+			BytesBefore: rep.BytesBefore, BytesAfter: rep.BytesAfter, Seconds: took.Seconds()})
+	}
+	w := opts.Stdout
+	fmt.Fprintf(w, "%s: %s, in %v\n", opts.Out, rep, took.Round(time.Millisecond))
+	switch {
+	case rep.Head == "":
+		fmt.Fprintln(w, "LM head: none found")
+	case opts.KeepHead:
+		fmt.Fprintf(w, "LM head: %s, kept in float32\n", rep.Head)
+	default:
+		fmt.Fprintf(w, "LM head: %s, quantised (--keep-head keeps it in float32)\n", rep.Head)
+	}
+	reasons := map[string]int{}
+	for _, s := range rep.Skipped {
+		reasons[s.Reason]++
+	}
+	for _, why := range slices.Sorted(func(yield func(string) bool) {
+		for k := range reasons {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		fmt.Fprintf(w, "left in float32: %d, %s\n", reasons[why], why)
+	}
+	return nil
+}
+
+// quantError makes an error in what was asked of the quantizer a usage
+// error (exit 2).
+func quantError(err error) error {
+	var ie *quant.InputError
+	if errors.As(err, &ie) {
+		return usageErrorf("%v", err)
+	}
+	return err
+}
+
+// modelPath resolves a model named on the command line to its .onnx file:
+// a path as given, a built-in model generated into the cache on first use,
+// or a built-in's quantised twin (bert-base-int8, gpt2-small-int4),
+// quantised into the cache on first use. name is what to call the model.
+// task is the head of a BERT built-in.
+//
+// It is the glue of infer models quantize and compare until the model
+// registry resolves names, the twins' included, in one place.
+func modelPath(model, task string, log *slog.Logger) (path, name string, err error) {
+	base, opts, twin := quant.Twin(model)
+	if !twin || !isBuiltin(base) {
+		return builtinPath(model, task, log)
+	}
+	src, _, err := builtinPath(base, task, log)
+	if err != nil {
+		return "", "", err
+	}
+	start := time.Now()
+	path, err = quant.Ensure(onnxgraph.DefaultCacheDir(), src, opts)
+	if err != nil {
+		return "", "", quantError(err)
+	}
+	if log != nil {
+		log.Info("built-in model", "name", model, "path", path, "took", time.Since(start).Round(time.Millisecond))
+	}
+	return path, model, nil
+}
+
+// isBuiltin reports whether name is a built-in BERT or GPT-2 model.
+func isBuiltin(name string) bool {
+	_, err := bert.Lookup(name)
+	return err == nil || gpt2.IsBuiltin(name)
+}
+
+// builtinPath returns the file of a built-in model, generated into the
+// cache on first use, or checks that a path exists.
+func builtinPath(model, task string, log *slog.Logger) (string, string, error) {
+	switch {
+	case gpt2.IsBuiltin(model):
+		ref, _, err := lookupDecoder(model)
+		if err != nil {
+			return "", "", err
+		}
+		return ref.file(log)
+	case isBuiltin(model):
+		if log == nil {
+			log = slog.New(slog.DiscardHandler)
+		}
+		return (&modelOptions{Model: model, Task: task}).modelFile(log)
+	}
+	if _, err := os.Stat(model); err != nil {
+		return "", "", usageErrorf("%s: no such model: want a built-in %s or %s, a built-in's -int8 or -int4 twin, or a path (%v)",
+			model, builtinNames(), strings.Join(decoderNames(), "|"), err)
+	}
+	return model, strings.TrimSuffix(filepath.Base(model), ".onnx"), nil
+}

@@ -1,0 +1,192 @@
+package cmd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/inferhq/infer/models/bert"
+	"github.com/inferhq/infer/models/gpt2"
+	"github.com/inferhq/infer/models/onnxgraph"
+	"github.com/inferhq/infer/models/quant"
+)
+
+func TestQuantizeFlags(t *testing.T) {
+	var got *modelsQuantizeOptions
+	cmd := newCmdModelsQuantize(func(_ context.Context, o *modelsQuantizeOptions) error { got = o; return nil })
+	if !execFlags(t, cmd, []string{"in.onnx", "out.onnx", "--per-tensor", "--exclude", "a*", "--exclude", "b,c", "--keep-head",
+		"--activations", "tensor", "--json"}, "") {
+		return
+	}
+	if got.In != "in.onnx" || got.Out != "out.onnx" || !got.PerTensor || !slices.Equal(got.Exclude, []string{"a*", "b,c"}) ||
+		!got.KeepHead || got.Activations != "tensor" || got.Bits != 8 || got.Block != 0 || !got.JSON {
+		t.Errorf("options = %+v", got)
+	}
+	for _, tc := range []struct {
+		args    []string
+		wantErr string
+	}{
+		{[]string{"in.onnx"}, "takes an input model and an output .onnx file"},
+		{[]string{"a", "b", "c"}, "takes an input model"},
+		{[]string{"a", "b", "--bogus"}, "unknown flag"},
+		{[]string{"a", "b", "--bits", "x"}, `--bits "x": want a whole number`},
+	} {
+		cmd := newCmdModelsQuantize(func(context.Context, *modelsQuantizeOptions) error { return nil })
+		execFlags(t, cmd, tc.args, tc.wantErr)
+	}
+}
+
+// tinyBert writes a small BERT graph (fill-mask or embed) and returns its
+// path.
+func tinyBert(t *testing.T, task bert.Task) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "tiny-"+string(task)+".onnx")
+	arch := bert.Arch{Name: "t", Layers: 1, Hidden: 32, Heads: 2, Intermediate: 64, Vocab: 30522, MaxPositions: 128, TypeVocab: 2}
+	if err := onnxgraph.WriteFile(path, func(w io.Writer) error { return bert.Generate(w, bert.Spec{Arch: arch, Task: task}) }); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// infer runs the command line and returns its exit code and what it wrote.
+func infer(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	var out bytes.Buffer
+	root := newCmdRoot(&out, &out)
+	root.SetArgs(args)
+	err := execute(context.Background(), root)
+	skipWithoutRuntime(t, err)
+	return exitCode(err, &out), out.String()
+}
+
+func TestQuantizeCommand(t *testing.T) {
+	src := tinyBert(t, bert.FillMask)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "q.onnx")
+	code, text := infer(t, "models", "quantize", src, out)
+	if code != exitOK || !strings.Contains(text, "8 of 10 MatMul/Gemm nodes quantised (int8, weights per channel, activations per tensor") ||
+		!strings.Contains(text, "LM head: Gemm_1, quantised") || !strings.Contains(text, "left in float32: 2, no constant weight") {
+		t.Fatalf("quantize: exit %d\n%s", code, text)
+	}
+	info, err := onnxgraph.Inspect(out)
+	if err != nil || !strings.HasPrefix(info.Metadata[quant.MetaQuantization], "int8, weights per channel") {
+		t.Errorf("output: %v, %v", info, err)
+	}
+
+	code, text = infer(t, "models", "quantize", src, filepath.Join(dir, "q.json.onnx"), "--json", "--keep-head", "--activations", "row", "--bits", "4", "--block", "16")
+	var rep quantizeReport
+	if code != exitOK || json.Unmarshal([]byte(text), &rep) != nil || len(rep.Quantized) != 7 || rep.Head != "Gemm_1" ||
+		rep.Form != "int4, weights in blocks of 16, activations per row at run time" {
+		t.Errorf("quantize --json: exit %d, %+v\n%s", code, rep, text)
+	}
+
+	text2 := filepath.Join(dir, "notes.txt")
+	os.WriteFile(text2, []byte("hello\n"), 0o644)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{text2, filepath.Join(dir, "x.onnx")}, "not an ONNX model"},
+		{[]string{out, filepath.Join(dir, "x.onnx")}, "already quantised"},
+		{[]string{src, filepath.Join(dir, "x.onnx"), "--exclude", "*"}, "nothing to quantise"},
+		{[]string{src, filepath.Join(dir, "x.onnx"), "--exclude", "[x"}, "exclude pattern"},
+		{[]string{src, filepath.Join(dir, "x.onnx"), "--activations", "column"}, "--activations"},
+		{[]string{src, filepath.Join(dir, "x.onnx"), "--bits", "3"}, "bits 3"},
+		{[]string{src, filepath.Join(dir, "x.onnx"), "--per-tensor", "--activations", "row"}, "per tensor"},
+		{[]string{src, filepath.Join(dir, "none", "x.onnx")}, "directory does not exist"},
+		{[]string{src, src}, "is the input"},
+		{[]string{filepath.Join(dir, "missing.onnx"), filepath.Join(dir, "x.onnx")}, "no such model"},
+		{[]string{"gpt-17", filepath.Join(dir, "x.onnx")}, "no such model"},
+		{[]string{src, filepath.Join(dir, "x.onnx"), "--unknown"}, "unknown flag"},
+	} {
+		code, text := infer(t, append([]string{"models", "quantize"}, tc.args...)...)
+		if code != exitUsage || !strings.Contains(text, tc.want) {
+			t.Errorf("quantize %v: exit %d, %q; want exit 2 saying %q", tc.args, code, text, tc.want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "x.onnx")); err == nil {
+		t.Error("a refused quantisation left an output")
+	}
+}
+
+func TestCompareFlags(t *testing.T) {
+	var got *modelsCompareOptions
+	cmd := newCmdModelsCompare(func(_ context.Context, o *modelsCompareOptions) error { got = o; return nil })
+	if !execFlags(t, cmd, []string{"a", "b"}, "") {
+		return
+	}
+	if got.A != "a" || got.B != "b" || got.Items != 0 || got.Prompts != 16 || got.Tokens != 128 || got.Task != "fill-mask" || got.MaxSeqLen != 128 {
+		t.Errorf("defaults = %+v", got)
+	}
+	for _, tc := range []struct {
+		args    []string
+		wantErr string
+	}{
+		{[]string{"a"}, "takes two models"},
+		{[]string{"a", "b", "--items", "-1"}, "--items -1"},
+		{[]string{"a", "b", "--items", "1000000"}, "--items 1000000"},
+		{[]string{"a", "b", "--prompts", "0"}, "--prompts 0"},
+		{[]string{"a", "b", "--tokens", "-3"}, "--tokens -3"},
+		{[]string{"a", "b", "--threads", "-1"}, "--threads -1"},
+		{[]string{"nope.onnx", "b"}, "no such model"},
+	} {
+		cmd := newCmdModelsCompare(runModelsCompare)
+		execFlags(t, cmd, tc.args, tc.wantErr)
+	}
+}
+
+func TestCompareCommand(t *testing.T) {
+	dir := t.TempDir()
+	fm, emb := tinyBert(t, bert.FillMask), tinyBert(t, bert.Embed)
+	fmq, embq := filepath.Join(dir, "fm.onnx"), filepath.Join(dir, "emb.onnx")
+	for _, p := range [][2]string{{fm, fmq}, {emb, embq}} {
+		if code, text := infer(t, "models", "quantize", p[0], p[1]); code != exitOK {
+			t.Fatalf("quantize: %s", text)
+		}
+	}
+	code, text := infer(t, "models", "compare", fm, fmq, "--items", "50")
+	if code != exitOK || !regexp.MustCompile(`fill-mask, \d+ masks: top-1 agreement (0\.9\d+|1\.0000), top-5 overlap 0\.\d+`).MatchString(text) {
+		t.Errorf("compare fill-mask: exit %d\n%s", code, text)
+	}
+	code, text = infer(t, "models", "compare", emb, embq, "--items", "40", "--json")
+	var rep compareReport
+	if code != exitOK || json.Unmarshal([]byte(text), &rep) != nil || rep.Embedding == nil || rep.Embedding.Items != 40 ||
+		rep.Embedding.Cosine.Min < 0.99 || rep.Task != "embed" {
+		t.Errorf("compare embed --json: exit %d, %+v\n%s", code, rep, text)
+	}
+	if code, text := infer(t, "models", "compare", fm, emb); code != exitUsage || !strings.Contains(text, "one task") {
+		t.Errorf("compare fill-mask with embed: exit %d, %s; want a usage error", code, text)
+	}
+}
+
+func TestCompareDecoders(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "dec.onnx")
+	arch := gpt2.Arch{Name: "t", Layers: 1, Hidden: 32, Heads: 2, Vocab: 50257, Context: 128}
+	if err := onnxgraph.WriteFile(src, func(w io.Writer) error { return gpt2.Generate(w, gpt2.Spec{Arch: arch}) }); err != nil {
+		t.Fatal(err)
+	}
+	q := filepath.Join(dir, "dec-int8.onnx")
+	if code, text := infer(t, "models", "quantize", src, q); code != exitOK || !strings.Contains(text, "activations per row") {
+		t.Fatalf("quantize a decoder: exit %d\n%s", code, text)
+	}
+	code, text := infer(t, "models", "compare", src, q, "--prompts", "4", "--tokens", "8", "--json")
+	var rep compareReport
+	if code != exitOK || json.Unmarshal([]byte(text), &rep) != nil || rep.Decoding == nil || rep.Decoding.Runs != 4 ||
+		rep.Decoding.Positions < 4*8 || rep.Task != "text-generation" {
+		t.Fatalf("compare decoders: exit %d, %+v\n%s", code, rep, text)
+	}
+	if code, text := infer(t, "models", "compare", src, q, "--tokens", "200"); code != exitUsage || !strings.Contains(text, "context") {
+		t.Errorf("--tokens past the context: exit %d, %s", code, text)
+	}
+	if code, text := infer(t, "models", "compare", src, tinyBert(t, bert.Embed)); code != exitUsage || !strings.Contains(text, "decoder") {
+		t.Errorf("a decoder against an encoder: exit %d, %s", code, text)
+	}
+}
