@@ -171,7 +171,7 @@ func ids(m Mask) []int64 {
 func openDecoderFile(t testing.TB, path string) *Decoder {
 	t.Helper()
 	requireRuntime(t)
-	f, err := OpenDecoder(DecoderConfig{Path: path, Runtime: Runtime{Threads: 1}})
+	f, err := OpenDecoder(DecoderConfig{Path: path})
 	if err != nil {
 		t.Fatal(err)
 	}

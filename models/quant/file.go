@@ -1,6 +1,7 @@
 package quant
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -96,7 +97,7 @@ func cacheName(src string, opts Options) (string, error) {
 		return "", fmt.Errorf("quantise: hash %s: %w", src, err)
 	}
 	base := strings.TrimSuffix(filepath.Base(src), ".onnx")
-	return fmt.Sprintf("%s-int%d-%s.onnx", base, cmpOr(opts.Bits, DefaultBits), hex.EncodeToString(h.Sum(nil)[:6])), nil
+	return fmt.Sprintf("%s-int%d-%s.onnx", base, cmp.Or(opts.Bits, DefaultBits), hex.EncodeToString(h.Sum(nil)[:6])), nil
 }
 
 // Twins are the suffixes of built-in models' quantised twins and how each

@@ -37,6 +37,7 @@
 package quant
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -175,7 +176,8 @@ type Report struct {
 
 // Skip is a product left in float32 and why.
 type Skip struct {
-	Node, Reason string
+	Node   string `json:"node"`
+	Reason string `json:"reason"`
 }
 
 // String summarises the report in one line.
@@ -239,7 +241,7 @@ func (o Options) Check() error {
 // resolve returns opts with defaults applied and Activations decided for a
 // graph that has a KV cache (kv) or not.
 func (o Options) resolve(kv bool) Options {
-	o.Bits = cmpOr(o.Bits, DefaultBits)
+	o.Bits = cmp.Or(o.Bits, DefaultBits)
 	if o.Activations == ActivationsAuto {
 		o.Activations = ActivationsTensor
 		if kv || o.Bits == 4 || o.Block != 0 {
@@ -247,16 +249,9 @@ func (o Options) resolve(kv bool) Options {
 		}
 	}
 	if o.Activations == ActivationsRow {
-		o.Block = cmpOr(o.Block, DefaultBlock)
+		o.Block = cmp.Or(o.Block, DefaultBlock)
 	}
 	return o
-}
-
-func cmpOr(v, def int) int {
-	if v == 0 {
-		return def
-	}
-	return v
 }
 
 // describe says how opts (resolved) quantise, e.g. "int8, weights per
