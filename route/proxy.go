@@ -290,6 +290,7 @@ func (rt *Router) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	w.WriteHeader(resp.StatusCode)
 	rep.m.answered(resp.StatusCode)
 	if isEventStream(resp.Header.Get("Content-Type")) {
+		http.NewResponseController(w).Flush() // the client learns at once that its stream started
 		rt.copyEvents(ctx, w, r, rep, resp.Body)
 	} else {
 		rt.copyBody(w, r, rep, resp)

@@ -190,4 +190,8 @@ func (p *scoredPicker) kvFree(c *Replica, now time.Time) float64 {
 	return 1 - min(1, max(0, s.KV))
 }
 
-func (p *scoredPicker) SetReplicas(all []*Replica) { p.index.SetReplicas(all) }
+func (p *scoredPicker) SetReplicas(all []*Replica) {
+	if p.index != nil {
+		p.index.SetReplicas(all)
+	}
+}

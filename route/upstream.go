@@ -62,7 +62,7 @@ func ParseUpstream(s string) (Upstream, error) {
 			u.Weight = w
 		}
 	}
-	pu, err := url.Parse(raw)
+	pu, err := url.Parse(strings.TrimSpace(raw))
 	if err != nil || pu.Host == "" || pu.Opaque != "" {
 		return Upstream{}, fmt.Errorf("%q: want a URL like http://127.0.0.1:8081 or dns://name:port", s)
 	}
