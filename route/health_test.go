@@ -172,7 +172,9 @@ func TestDNSAnswersAreFollowed(t *testing.T) {
 		t.Fatalf("replicas %s, want 127.0.0.1:%s", got, port)
 	}
 	res.set("replicas.test", "127.0.0.2", "127.0.0.1", "not-an-address")
-	eventually(t, "the second address becomes a replica", func() bool { return len(tr.Replicas()) == 2 && tr.Ready() == nil && tr.Replicas()[1].State() == StateReady })
+	eventually(t, "the second address becomes a replica", func() bool {
+		return len(tr.Replicas()) == 2 && tr.Ready() == nil && tr.Replicas()[1].State() == StateReady
+	})
 	res.set("replicas.test", "127.0.0.2")
 	eventually(t, "the first address leaves", func() bool { return names2(tr.Replicas()) == "127.0.0.2:"+port })
 	for range 5 {
