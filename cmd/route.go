@@ -131,7 +131,7 @@ GET /admin/replicas lists the replicas and POST /admin/replicas/NAME/drain
 	f.DurationVar(&opts.HealthInterval, "health-interval", d.Health.Interval, "time between health checks of each replica")
 	f.DurationVar(&opts.HealthTimeout, "health-timeout", d.Health.Timeout, "a health check that takes longer fails")
 	f.IntVar(&opts.EjectFailures, "eject-failures", d.Health.Failures, "failed answers in a row (500, 502, 504, timeouts, broken connections) that eject a replica")
-	f.DurationVar(&opts.EjectTime, "eject-time", d.Health.EjectBase, "how long an ejected replica stays out at least, doubling with each ejection (up to 30s)")
+	f.DurationVar(&opts.EjectTime, "eject-time", d.Health.EjectBase, fmt.Sprintf("how long an ejected replica stays out at least, doubling with each ejection (up to %v)", d.Health.EjectMax))
 	f.DurationVar(&opts.Timeout, "timeout", d.Timeout, "default deadline of a request, through to the end of its answer; X-Request-Timeout may shorten it, and the time left travels to the replica")
 	f.Var(&opts.MaxBody, "max-body", fmt.Sprintf("largest request body (e.g. 1MiB, 512KiB, 65536; at most %dMiB)", server.MaxBodyLimit>>20))
 	f.IntVar(&opts.Attempts, "attempts", d.Attempts, fmt.Sprintf("most replicas one request tries, the first included (1 to %d)", route.MaxAttempts))
