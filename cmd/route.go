@@ -45,6 +45,7 @@ type routeOptions struct {
 	Timeout         time.Duration
 	MaxBody         byteSize
 	Attempts        int
+	StrictRetries   bool
 	ConnectTimeout  time.Duration
 	WriteTimeout    time.Duration
 	ResolveInterval time.Duration
@@ -84,7 +85,8 @@ replica's. Streams pass through event by event; a client that leaves
 cancels its request to the replica at once. A request is retried on another
 replica (up to --attempts in all) only while no byte of an answer has
 reached the client, and only when the replica could not be reached or
-refused it (429, 503). Replicas are checked every --health-interval
+refused it (429, 503), or, unless --strict-retries, its connection broke
+before it answered (it crashed). Replicas are checked every --health-interval
 (/readyz, else /health, else /v1/models) and ejected on a refused
 connection, a 503, or --eject-failures failed answers in a row, for
 --eject-time doubling with each ejection.
@@ -135,6 +137,7 @@ GET /admin/replicas lists the replicas and POST /admin/replicas/NAME/drain
 	f.DurationVar(&opts.Timeout, "timeout", d.Timeout, "default deadline of a request, through to the end of its answer; X-Request-Timeout may shorten it, and the time left travels to the replica")
 	f.Var(&opts.MaxBody, "max-body", fmt.Sprintf("largest request body (e.g. 1MiB, 512KiB, 65536; at most %dMiB)", server.MaxBodyLimit>>20))
 	f.IntVar(&opts.Attempts, "attempts", d.Attempts, fmt.Sprintf("most replicas one request tries, the first included (1 to %d)", route.MaxAttempts))
+	f.BoolVar(&opts.StrictRetries, "strict-retries", false, "retry only requests that never reached a replica or were refused (default: also those whose replica's connection broke before it answered, as when it crashed)")
 	f.DurationVar(&opts.ConnectTimeout, "connect-timeout", d.ConnectTimeout, "bound on connecting to a replica")
 	f.DurationVar(&opts.WriteTimeout, "write-timeout", d.WriteTimeout, "a client that does not take a write of its answer within this is cut, and its request to the replica cancelled")
 	f.DurationVar(&opts.ResolveInterval, "resolve-interval", d.ResolveInterval, "how often dns:// upstreams are resolved again")
@@ -213,7 +216,7 @@ func (o *routeOptions) config() (route.Config, error) {
 		Score: score,
 		Health: route.HealthConfig{Path: o.HealthPath, Interval: o.HealthInterval, Timeout: o.HealthTimeout,
 			Failures: o.EjectFailures, EjectBase: o.EjectTime},
-		Timeout: o.Timeout, MaxBody: int64(o.MaxBody), Attempts: o.Attempts, ConnectTimeout: o.ConnectTimeout,
+		Timeout: o.Timeout, MaxBody: int64(o.MaxBody), Attempts: o.Attempts, StrictRetries: o.StrictRetries, ConnectTimeout: o.ConnectTimeout,
 		WriteTimeout: o.WriteTimeout, ResolveInterval: o.ResolveInterval,
 	}
 	if err := cfg.Validate(); err != nil {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/inferhq/infer/server"
@@ -247,6 +248,7 @@ func (rt *Router) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		case errors.Is(ctx.Err(), context.DeadlineExceeded):
 			rep.m.failed(errTimeout)
 			rt.failed(rep, "no answer before the request's deadline")
+			w.Header().Set(ReplicaHeader, rep.name)
 			writeError(w, newError(http.StatusGatewayTimeout, "deadline_exceeded", "request deadline passed before the answer"))
 			return nil, true
 		case !wrote.Load():
@@ -254,9 +256,16 @@ func (rt *Router) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 			rep.m.failed(errConnect)
 			rt.ejectNow(rep, "connect: "+probeError(err).Error())
 			return nil, false
+		case !rt.cfg.StrictRetries && unanswered(err):
+			// The replica took the request and its connection broke
+			// before a byte of an answer: it crashed or was killed.
+			rep.m.failed(errBroken)
+			rt.ejectNow(rep, "connection broke before the answer: "+probeError(err).Error())
+			return nil, false
 		default:
 			rep.m.failed(errBroken)
 			rt.failed(rep, "connection broke before the answer: "+probeError(err).Error())
+			w.Header().Set(ReplicaHeader, rep.name)
 			writeError(w, newError(http.StatusBadGateway, "upstream_failed", "replica %s failed before answering", rep.name))
 			return nil, true
 		}
@@ -296,6 +305,13 @@ func (rt *Router) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		rt.copyBody(w, r, rep, resp)
 	}
 	return nil, true
+}
+
+// unanswered reports whether a round trip failed because the replica's
+// connection closed or reset before any answer, rather than for a
+// malformed answer or a local error.
+func unanswered(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // copyHeader copies src's end-to-end headers into dst.

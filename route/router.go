@@ -49,9 +49,17 @@ type Config struct {
 	// Attempts is the most replicas one request tries, the first
 	// included: a request is retried on another replica only while no
 	// byte of an answer has reached the client, and only when the replica
-	// could not be reached or refused it (429, 503). 1 to MaxAttempts.
-	// Default 3.
+	// could not be reached, refused it (429, 503), or (unless
+	// StrictRetries) its connection broke before any byte of an answer
+	// came back, as when it crashed. 1 to MaxAttempts. Default 3.
 	Attempts int
+	// StrictRetries retries only requests that never reached a replica
+	// or were refused. By default a request whose replica's connection
+	// broke before it answered is retried too: the endpoints routed are
+	// computations without side effects, so a retry costs only the work
+	// done twice, and requests queued on a replica that crashes are not
+	// lost.
+	StrictRetries bool
 	// ConnectTimeout bounds connecting to a replica. Default 2s.
 	ConnectTimeout time.Duration
 	// WriteTimeout bounds each write of an answer to the client: a client

@@ -120,26 +120,32 @@ func TestNoReplicaReadyIs503AtOnce(t *testing.T) {
 func TestRetriesOnlyRefusalsAndUnreachableReplicas(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
-		status     int  // what replica a answers
+		status     int  // what replica a answers; 0: it closes the connection without an answer
 		unreached  bool // a is not listening
+		strict     bool // Config.StrictRetries
 		retried    bool
 		wantStatus int
 	}{
-		{"503 is retried", http.StatusServiceUnavailable, false, true, 200},
-		{"429 is retried", http.StatusTooManyRequests, false, true, 200},
-		{"a refused connection is retried", 0, true, true, 200},
-		{"500 is not", http.StatusInternalServerError, false, false, 500},
-		{"504 is not", http.StatusGatewayTimeout, false, false, 504},
-		{"400 is not", http.StatusBadRequest, false, false, 400},
+		{"a crash before the answer is retried", 0, false, false, true, 200},
+		{"strictly, a crash before the answer is not", 0, false, true, false, 502},
+		{"503 is retried", http.StatusServiceUnavailable, false, false, true, 200},
+		{"429 is retried", http.StatusTooManyRequests, false, true, true, 200},
+		{"a refused connection is retried", 0, true, true, true, 200},
+		{"500 is not", http.StatusInternalServerError, false, false, false, 500},
+		{"504 is not", http.StatusGatewayTimeout, false, false, false, 504},
+		{"400 is not", http.StatusBadRequest, false, false, false, 400},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := newFake(t), newFake(t)
 			a.setHandler(func(w http.ResponseWriter, r *http.Request) {
+				if tc.status == 0 {
+					panic(http.ErrAbortHandler) // the connection closes, no answer
+				}
 				w.Header().Set("Retry-After", "3")
 				w.WriteHeader(tc.status)
 				io.WriteString(w, `{"error":{"code":"from_a"}}`)
 			})
-			tr := startRouter(t, Config{Policy: Hash}, a, b)
+			tr := startRouter(t, Config{Policy: Hash, StrictRetries: tc.strict}, a, b)
 			if tc.unreached {
 				a.Close()
 			}
