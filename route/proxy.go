@@ -7,11 +7,9 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -213,31 +211,7 @@ func (rt *Router) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		writeError(w, newError(http.StatusGatewayTimeout, "deadline_exceeded", "request deadline passed before the answer"))
 		return nil, true
 	}
-	actx, cancel := context.WithCancel(ctx)
-	defer cancel() // a client that leaves, or a broken write, cancels the replica's request at once
-	var wrote atomic.Bool
-	actx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
-		if i.Err == nil {
-			wrote.Store(true)
-		}
-	}})
-	out, err := http.NewRequestWithContext(actx, r.Method, rep.url.String()+r.URL.RequestURI(), bytes.NewReader(body))
-	if err != nil {
-		writeError(w, newError(http.StatusBadRequest, "bad_request", "cannot forward %s", r.URL.Path))
-		return nil, true
-	}
-	if body == nil {
-		out.Body, out.GetBody, out.ContentLength = nil, nil, 0
-	}
-	copyHeader(out.Header, r.Header)
-	out.Header.Set("X-Request-Timeout", strconv.FormatFloat(left.Seconds(), 'f', 3, 64))
-	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-		if prior := r.Header.Values("X-Forwarded-For"); len(prior) > 0 {
-			ip = strings.Join(prior, ", ") + ", " + ip
-		}
-		out.Header.Set("X-Forwarded-For", ip)
-	}
-
+	out := rt.outgoing(ctx, r, rep, body, left)
 	sent := time.Now()
 	resp, err := rt.transport.RoundTrip(out)
 	if err != nil {
@@ -248,10 +222,10 @@ func (rt *Router) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		case errors.Is(ctx.Err(), context.DeadlineExceeded):
 			rep.m.failed(errTimeout)
 			rt.failed(rep, "no answer before the request's deadline")
-			w.Header().Set(ReplicaHeader, rep.name)
+			w.Header()[ReplicaHeader] = rep.nameValue
 			writeError(w, newError(http.StatusGatewayTimeout, "deadline_exceeded", "request deadline passed before the answer"))
 			return nil, true
-		case !wrote.Load():
+		case isDial(err):
 			// The request never reached the replica: safe to send elsewhere.
 			rep.m.failed(errConnect)
 			rt.ejectNow(rep, "connect: "+probeError(err).Error())
@@ -265,7 +239,7 @@ func (rt *Router) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		default:
 			rep.m.failed(errBroken)
 			rt.failed(rep, "connection broke before the answer: "+probeError(err).Error())
-			w.Header().Set(ReplicaHeader, rep.name)
+			w.Header()[ReplicaHeader] = rep.nameValue
 			writeError(w, newError(http.StatusBadGateway, "upstream_failed", "replica %s failed before answering", rep.name))
 			return nil, true
 		}
@@ -294,8 +268,8 @@ func (rt *Router) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 
 	h := w.Header()
 	copyHeader(h, resp.Header)
-	h.Set(ReplicaHeader, rep.name)
-	h.Set("Server-Timing", routeTiming(resp.Header.Values("Server-Timing"), rep.name))
+	h[ReplicaHeader] = rep.nameValue
+	h["Server-Timing"] = []string{routeTiming(resp.Header["Server-Timing"], rep.name)}
 	w.WriteHeader(resp.StatusCode)
 	rep.m.answered(resp.StatusCode)
 	if isEventStream(resp.Header.Get("Content-Type")) {
@@ -305,6 +279,38 @@ func (rt *Router) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		rt.copyBody(w, r, rep, resp)
 	}
 	return nil, true
+}
+
+// outgoing is the request to rep: r's method, path, query and end-to-end
+// headers, the body read, the time left, and the client's address in
+// X-Forwarded-For. Its context is the request's: the client leaving, or
+// its deadline passing, cancels it.
+func (rt *Router) outgoing(ctx context.Context, r *http.Request, rep *Replica, body []byte, left time.Duration) *http.Request {
+	u := *rep.url
+	u.Path, u.RawPath, u.RawQuery = r.URL.Path, r.URL.RawPath, r.URL.RawQuery
+	out := (&http.Request{Method: r.Method, URL: &u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: make(http.Header, len(r.Header)+2), Host: u.Host}).WithContext(ctx)
+	if len(body) > 0 {
+		out.Body = io.NopCloser(bytes.NewReader(body))
+		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		out.ContentLength = int64(len(body))
+	}
+	copyHeader(out.Header, r.Header)
+	out.Header["X-Request-Timeout"] = []string{strconv.FormatFloat(left.Seconds(), 'f', 3, 64)}
+	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		if prior := r.Header["X-Forwarded-For"]; len(prior) > 0 {
+			ip = strings.Join(prior, ", ") + ", " + ip
+		}
+		out.Header["X-Forwarded-For"] = []string{ip}
+	}
+	return out
+}
+
+// isDial reports whether a round trip failed to connect: the request never
+// reached the replica.
+func isDial(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "dial"
 }
 
 // unanswered reports whether a round trip failed because the replica's
@@ -326,7 +332,7 @@ func copyHeader(dst, src http.Header) {
 	}
 	for k, v := range src {
 		if !isHop(k) && (drop == nil || !containsString(drop, k)) {
-			dst[k] = append(dst[k][:0:0], v...)
+			dst[k] = v // shared: neither side changes a value slice
 		}
 	}
 }

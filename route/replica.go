@@ -33,9 +33,10 @@ func (s State) String() string {
 // Replica is one model server behind the router. Its exported methods are
 // safe for concurrent use; pickers read its load and weight.
 type Replica struct {
-	name   string // host:port, unique within the router
-	url    *url.URL
-	weight int
+	name      string   // host:port, unique within the router
+	nameValue []string // {name}: the value of ReplicaHeader, shared by every answer
+	url       *url.URL
+	weight    int
 
 	inFlight atomic.Int64 // requests sent and not yet finished
 	state    atomic.Int32 // State
@@ -56,7 +57,7 @@ type Replica struct {
 }
 
 func newReplica(name string, u *url.URL, weight int) *Replica {
-	return &Replica{name: name, url: u, weight: weight}
+	return &Replica{name: name, nameValue: []string{name}, url: u, weight: weight}
 }
 
 // Name is the replica's host:port.
