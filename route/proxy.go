@@ -374,10 +374,11 @@ func (rt *Router) copyBody(w http.ResponseWriter, r *http.Request, rep *Replica,
 	defer copyPool.Put(bp)
 	buf := *bp
 	flush := resp.ContentLength < 0 // an answer of unknown length may be a stream of its own
+	var dl writeDeadline
 	for {
 		n, err := resp.Body.Read(buf)
 		if n > 0 {
-			rc.SetWriteDeadline(time.Now().Add(rt.cfg.WriteTimeout))
+			dl.extend(rc, rt.cfg.WriteTimeout)
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				rt.clientGone(r, rep, werr)
 				return
@@ -398,6 +399,19 @@ func (rt *Router) copyBody(w http.ResponseWriter, r *http.Request, rep *Replica,
 			rt.failed(rep, "answer broke off: "+probeError(err).Error())
 			panic(http.ErrAbortHandler)
 		}
+	}
+}
+
+// writeDeadline extends a connection's write deadline to the write
+// timeout from now, at most every eighth of it: a client then has 7/8 to
+// all of the timeout to take each write, and a stream of many small writes
+// does not reset a timer for each.
+type writeDeadline struct{ set time.Time }
+
+func (d *writeDeadline) extend(rc *http.ResponseController, timeout time.Duration) {
+	if now := time.Now(); now.Sub(d.set) > timeout/8 {
+		rc.SetWriteDeadline(now.Add(timeout))
+		d.set = now
 	}
 }
 
@@ -429,8 +443,9 @@ func (rt *Router) copyEvents(ctx context.Context, w http.ResponseWriter, r *http
 	buf := *bp
 	var pending []byte // the start of an event whose end has not arrived
 	midEvent := false  // part of an event went out without its end
+	var dl writeDeadline
 	write := func(b []byte) bool {
-		rc.SetWriteDeadline(time.Now().Add(rt.cfg.WriteTimeout))
+		dl.extend(rc, rt.cfg.WriteTimeout)
 		if _, err := w.Write(b); err != nil {
 			rt.clientGone(r, rep, err)
 			return false
