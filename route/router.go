@@ -246,16 +246,18 @@ func New(cfg Config) (*Router, error) {
 
 // newTransport is the transport to replicas: connections kept for reuse
 // (up to 1024 idle per replica, as many streams may end at once), no
-// compression of its own (bodies pass through as they are), HTTP/1.1.
+// compression of its own (bodies pass through as they are), HTTP/1.1,
+// answers' headers bounded as a client's are.
 func newTransport(connect time.Duration) *http.Transport {
 	return &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConnsPerHost: 1024,
-		IdleConnTimeout:     90 * time.Second,
-		TLSHandshakeTimeout: connect,
-		DisableCompression:  true,
-		ReadBufferSize:      16 << 10,
-		WriteBufferSize:     16 << 10,
+		DialContext:            (&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConnsPerHost:    1024,
+		IdleConnTimeout:        90 * time.Second,
+		TLSHandshakeTimeout:    connect,
+		DisableCompression:     true,
+		MaxResponseHeaderBytes: 64 << 10,
+		ReadBufferSize:         16 << 10,
+		WriteBufferSize:        16 << 10,
 	}
 }
 

@@ -97,11 +97,20 @@ PY
 print("p50 %.2f ms  p99 %.2f ms  %.0f req/s  codes %s" % (l["50th"]/1e6, l["99th"]/1e6, r["throughput"], r["status_codes"]))' "$TMP/report.json"
 }
 
+# front NAME PID URL: load URL at 1,000 req/s; print its latencies and the
+# CPU the front PID spent per request answered.
+front() {
+	local t0 t1
+	t0=$(cpu_ticks "$2")
+	load "$3" 1000 >"$TMP/out" # not in a subshell: load sets N
+	t1=$(cpu_ticks "$2")
+	echo "  $1:  $(cat "$TMP/out")  CPU $(awk -v t=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" -v n="$N" 'BEGIN{printf "%.1f us/request", t/hz*1e6/n}')"
+}
+
 if section overhead; then
 	vegeta_install
 	echo -n 'Paris is the [MASK] of France.' >"$TMP/body"
 	command -v haproxy >/dev/null || { echo "haproxy missing: apt-get install -y haproxy"; exit 1; }
-	hz=$(getconf CLK_TCK)
 	echo "== overhead: 2 replicas of sim 1ms + 0.01ms/item; 1,000 req/s for ${LOAD_SECONDS:-10} s each, $ROUNDS rounds interleaved"
 	for i in 1 2; do
 		start "r$i" "http://127.0.0.1:$((P + i))" "$BIN" serve --model sim --sim-fixed 1ms --sim-per-item 0.01ms \
@@ -115,20 +124,10 @@ if section overhead; then
 		start router "$ROUTER" "$BIN" route --addr "127.0.0.1:$P" --policy "$policy" --log-level warn \
 			--upstream "http://127.0.0.1:$((P + 1)),http://127.0.0.1:$((P + 2))"
 		start haproxy "$HAPROXY" haproxy -db -f "$TMP/haproxy.cfg"
-		for round in $(seq "$ROUNDS"); do
+		for _ in $(seq "$ROUNDS"); do
 			echo "  direct, one replica at 500 req/s:  $(load "http://127.0.0.1:$((P + 1))" 500)"
-			t0=$(cpu_ticks "$PID_router")
-			load "$ROUTER" 1000 >"$TMP/out"
-			t1=$(cpu_ticks "$PID_router")
-			out=$(cat "$TMP/out")
-			n=$N
-			echo "  infer route --policy $policy:  $out  CPU $(awk -v t=$((t1 - t0)) -v hz="$hz" -v n="$n" 'BEGIN{printf "%.1f us/request", t/hz*1e6/n}')"
-			t0=$(cpu_ticks "$PID_haproxy")
-			load "$HAPROXY" 1000 >"$TMP/out"
-			t1=$(cpu_ticks "$PID_haproxy")
-			out=$(cat "$TMP/out")
-			n=$N
-			echo "  haproxy ${bal//$'\n\t'/ }:  $out  CPU $(awk -v t=$((t1 - t0)) -v hz="$hz" -v n="$n" 'BEGIN{printf "%.1f us/request", t/hz*1e6/n}')"
+			front "infer route --policy $policy" "$PID_router" "$ROUTER"
+			front "haproxy ${bal//$'\n\t'/ }" "$PID_haproxy" "$HAPROXY"
 		done
 		stop router
 		stop haproxy
