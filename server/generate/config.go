@@ -75,10 +75,11 @@ type Config struct {
 	// Static prefills a formed batch in one step whatever its size, as
 	// Hugging Face generate does.
 	MaxBatchedTokens int
-	// KVTokens is the KV capacity the engine keeps within, in tokens
-	// summed over the running sequences. Default (and at most): the
-	// decoder's Info.KVTokens. See the package doc for the admission and
-	// preemption rule.
+	// KVTokens is the KV capacity the engine keeps within, in tokens: it
+	// makes KVTokens / BlockSize blocks, shared by the running sequences
+	// and the prefix cache. Default (and at most): the decoder's
+	// Info.KVTokens. See the package doc for the admission and preemption
+	// rule.
 	KVTokens int
 	// MaxLatency is how long a static batch waits for company, counted
 	// from the arrival of its first request. Zero: it starts with what is
