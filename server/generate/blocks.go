@@ -43,12 +43,12 @@ type kvBlock struct {
 	cached     bool  // full, computed, and in the index under hash
 	pos        int32 // its index in the table of the sequence that computed it
 	hash       uint64
-	parent     uint64 // the parent block's hash (rootHash for a first block)
+	parent     uint64 // the parent block's hash (for a first block: rootHash, or its salt's hash)
 }
 
 const (
 	noBlock  = -1
-	rootHash = 0 // the parent hash of a sequence's first block
+	rootHash = 0 // the parent hash of a sequence's first block without a cache salt
 )
 
 func newBlockPool(size, kvTokens int, seed maphash.Seed) *blockPool {
@@ -220,6 +220,15 @@ func (p *blockPool) clear() {
 
 // The sequence's side.
 
+// root is the parent hash of s's first block: rootHash, or with a cache
+// salt a hash of it, so that requests with different salts share nothing.
+func (p *blockPool) root(s *seq) uint64 {
+	if s.req.CacheSalt == "" {
+		return rootHash
+	}
+	return maphash.String(p.seed, s.req.CacheSalt)
+}
+
 // blockHashes extends s.hashes to the hashes of its first n full blocks
 // (n ≤ len(s.tokens)/size).
 func (p *blockPool) blockHashes(s *seq, n int) []uint64 {
@@ -227,7 +236,7 @@ func (p *blockPool) blockHashes(s *seq, n int) []uint64 {
 		s.hashes, s.hashSize = s.hashes[:0], p.size
 	}
 	for i := len(s.hashes); i < n; i++ {
-		parent := uint64(rootHash)
+		parent := p.root(s)
 		if i > 0 {
 			parent = s.hashes[i-1]
 		}
@@ -243,7 +252,7 @@ func (p *blockPool) blockHashes(s *seq, n int) []uint64 {
 func (p *blockPool) match(s *seq, hits []int32) ([]int32, int) {
 	hashes := p.blockHashes(s, (len(s.tokens)-1)/p.size)
 	idle := 0
-	parent := uint64(rootHash)
+	parent := p.root(s)
 	for i, h := range hashes {
 		b, ok := p.lookup(i, parent, h, s.tokens[i*p.size:(i+1)*p.size])
 		if !ok {
@@ -274,7 +283,7 @@ func (p *blockPool) cacheFull(s *seq, n int) {
 	}
 	hashes := p.blockHashes(s, full)
 	for i := s.cachedBlocks; i < full; i++ {
-		parent := uint64(rootHash)
+		parent := p.root(s)
 		if i > 0 {
 			parent = hashes[i-1]
 		}

@@ -41,10 +41,11 @@ var (
 	ErrDecoder = errors.New("generate: decoder failed")
 )
 
-// Limits on a request's stop strings.
+// Limits on a request's stop strings and cache salt.
 const (
-	MaxStops   = 16
-	MaxStopLen = 256 // bytes
+	MaxStops     = 16
+	MaxStopLen   = 256 // bytes
+	MaxCacheSalt = 256 // bytes
 )
 
 // Request is one generation request.
@@ -68,6 +69,11 @@ type Request struct {
 	Stop []string
 	// Sampling is passed to the decoder.
 	Sampling models.Sampling
+	// CacheSalt, if set, confines the request's use of the prefix cache
+	// to requests with the same salt (vLLM's cache_salt): a tenant's
+	// requests cannot find, or time, another's cached prompts. At most
+	// MaxCacheSalt bytes.
+	CacheSalt string
 }
 
 // Engine schedules generation steps over one decoder instance. Its methods
@@ -323,6 +329,8 @@ func (e *Engine) check(req *Request) (int, error) {
 		return 0, fmt.Errorf("%w: %d prompt tokens + %d max tokens > context %d", ErrMaxTokensTooLarge, n, req.MaxTokens, ctxLen)
 	case len(req.Stop) > MaxStops:
 		return 0, fmt.Errorf("%w: %d stop strings; at most %d", ErrInvalidRequest, len(req.Stop), MaxStops)
+	case len(req.CacheSalt) > MaxCacheSalt:
+		return 0, fmt.Errorf("%w: cache salt of %d bytes; at most %d", ErrInvalidRequest, len(req.CacheSalt), MaxCacheSalt)
 	}
 	for _, s := range req.Stop {
 		if len(s) == 0 || len(s) > MaxStopLen {

@@ -404,6 +404,38 @@ func TestReconfigureBlockSizeAndPrefixCache(t *testing.T) {
 	})
 }
 
+// A cache salt confines sharing to requests with the same salt.
+func TestCacheSaltSeparatesTenants(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := checkingFake()
+		f.fixed = ms
+		e, _ := startAudited(t, Config{}, f, fakeInfo)
+		salted := func(salt string) int {
+			t.Helper()
+			req := grouped(1, 40, 3)
+			req.CacheSalt = salt
+			o := <-run(t, t.Context(), e, req)
+			if o.err != nil {
+				t.Fatal(o.err)
+			}
+			return o.res.CachedTokens
+		}
+		for i, tc := range []struct {
+			salt string
+			want int
+		}{{"", 0}, {"", 32}, {"tenant a", 0}, {"tenant a", 32}, {"tenant b", 0}, {"", 32}} {
+			if got := salted(tc.salt); got != tc.want {
+				t.Errorf("request %d, salt %q: %d cached tokens, want %d", i, tc.salt, got, tc.want)
+			}
+		}
+		req := grouped(1, 40, 3)
+		req.CacheSalt = strings.Repeat("x", MaxCacheSalt+1)
+		if _, err := e.Generate(t.Context(), req); !errors.Is(err, ErrInvalidRequest) {
+			t.Errorf("a salt of %d bytes: %v, want ErrInvalidRequest", MaxCacheSalt+1, err)
+		}
+	})
+}
+
 func TestBlockSizeValidation(t *testing.T) {
 	for _, tc := range []struct {
 		cfg  Config

@@ -18,9 +18,13 @@ import (
 
 // cachedCompletion posts prompt and returns its usage's prompt and cached
 // tokens and its Server-Timing.
-func cachedCompletion(t *testing.T, url, prompt string) (promptTokens, cached int, timing string) {
+func cachedCompletion(t *testing.T, url, prompt string, fields ...string) (promptTokens, cached int, timing string) {
 	t.Helper()
-	resp := post(t, url+"/v1/completions", `{"prompt":`+strconv.Quote(prompt)+`,"max_tokens":4,"temperature":0}`)
+	req := `{"prompt":` + strconv.Quote(prompt) + `,"max_tokens":4,"temperature":0`
+	for _, f := range fields {
+		req += "," + f
+	}
+	resp := post(t, url+"/v1/completions", req+"}")
 	body := readAll(t, resp)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
@@ -55,9 +59,20 @@ func TestPrefixCacheOverHTTP(t *testing.T) {
 	if m := cachedTimingRE.FindStringSubmatch(timing); m == nil || m[1] != strconv.Itoa(want) {
 		t.Errorf("Server-Timing %q, want it to end in cached;desc=%d", timing, want)
 	}
+	// vLLM's cache_salt: only requests with the same salt share.
+	if _, c, _ := cachedCompletion(t, ts.URL, prompt, `"cache_salt":"tenant a"`); c != 0 {
+		t.Errorf("another tenant's first request: %d cached tokens, want 0", c)
+	}
+	if _, c, _ := cachedCompletion(t, ts.URL, prompt, `"cache_salt":"tenant a"`); c != want {
+		t.Errorf("its second: %d cached tokens, want %d", c, want)
+	}
+	resp := post(t, ts.URL+"/v1/completions", `{"prompt":"x","cache_salt":"`+strings.Repeat("s", 300)+`"}`)
+	if body := readAll(t, resp); resp.StatusCode != 422 || !strings.Contains(body, "cache salt of 300 bytes") {
+		t.Errorf("a 300-byte salt: %d %s", resp.StatusCode, body)
+	}
 	for name, want := range map[string]int{
-		`infer_gen_prefix_cache_queries_total{endpoint="v1"}`:     2 * n,
-		`infer_gen_prefix_cache_hits_total{endpoint="v1"}`:        want,
+		`infer_gen_prefix_cache_queries_total{endpoint="v1"}`:     4 * n,
+		`infer_gen_prefix_cache_hits_total{endpoint="v1"}`:        2 * want,
 		`infer_gen_prefix_cache_queries_total{endpoint="static"}`: 0,
 	} {
 		if got := metric(t, ts.URL, name); got != strconv.Itoa(want) {
@@ -90,8 +105,8 @@ func TestPrefixCacheOverHTTP(t *testing.T) {
 	if _, c, _ := cachedCompletion(t, ts.URL, prompt); c != 0 {
 		t.Errorf("prefix cache off: %d cached tokens", c)
 	}
-	if got := metric(t, ts.URL, `infer_gen_prefix_cache_queries_total{endpoint="v1"}`); got != strconv.Itoa(2*n) {
-		t.Errorf("queries counted while the cache is off: %s, want %d", got, 2*n)
+	if got := metric(t, ts.URL, `infer_gen_prefix_cache_queries_total{endpoint="v1"}`); got != strconv.Itoa(4*n) {
+		t.Errorf("queries counted while the cache is off: %s, want %d", got, 4*n)
 	}
 	if status, body := patch(`{"prefix_cache":true,"block_size":32}`); status != 200 || !strings.Contains(body, `"prefix_cache":true,"block_size":32`) {
 		t.Fatalf("PATCH on again, blocks of 32: %d %s", status, body)
