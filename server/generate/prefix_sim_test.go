@@ -61,7 +61,7 @@ func TestSimSharedPrefixClosedLoop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("simulates minutes of serving")
 	}
-	const run = 120 * time.Second
+	const run = 60 * time.Second
 	on := simulateLoad(t, generate.Config{MaxSeqs: spSlots}, spSlots, 0, run, sharedPrefixRequests())
 	off := simulateLoad(t, generate.Config{MaxSeqs: spSlots, NoPrefixCache: true}, spSlots, 0, run, sharedPrefixRequests())
 	for _, r := range []struct {
