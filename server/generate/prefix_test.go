@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -120,16 +119,8 @@ func startAudited(t *testing.T, cfg Config, f *fake, info models.DecoderInfo) (*
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.e = e
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run() = %v", err)
-		}
-	})
+	a.e = e // before Run, whose goroutine alone calls OnStep
+	runUntilCleanup(t, e)
 	return e, a
 }
 
@@ -319,33 +310,7 @@ func TestManyConcurrentStreamsSharingPrefixes(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range 200 {
 			g, n, L := uint64(i%5), 20+(i*37)%60, 1+i%41
-			wg.Go(func() {
-				s, err := e.Generate(t.Context(), grouped(g, n, L))
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				var toks []Token
-				for err == nil {
-					toks, err = s.Next(t.Context(), toks)
-				}
-				if err != io.EOF {
-					t.Errorf("stream %d: %v", i, err)
-					return
-				}
-				want, k := expected(L, n, 0)
-				var got strings.Builder
-				for j, tk := range toks {
-					got.WriteString(tk.Text)
-					if wantID := fakeToken(L, n, n+j); tk.ID != wantID {
-						t.Errorf("stream %d token %d = %d, want %d", i, j, tk.ID, wantID)
-						return
-					}
-				}
-				if got.String() != want || len(toks) != k || s.Result().CompletionTokens != k {
-					t.Errorf("stream %d: %q (%d tokens), want %q (%d)", i, got.String(), len(toks), want, k)
-				}
-			})
+			wg.Go(func() { checkStream(t, e, i, grouped(g, n, L), L, 0) })
 		}
 		wg.Wait()
 		if f.Held() != 0 || f.HeldBlocks() != 0 {
