@@ -181,10 +181,14 @@ type seqState struct {
 // writes each sampled sequence's next token.
 func (d *Decoder) Step(_ context.Context, seqs []models.StepSeq, next []int32) error {
 	decodes, prefill, grow := 0, 0, 0
-	blocks := len(seqs) > 0 && seqs[0].BlockSize > 0
+	size := 0 // the step's block size
+	if len(seqs) > 0 {
+		size = seqs[0].BlockSize
+	}
+	blocks := size > 0
 	for i := range seqs {
 		s := &seqs[i]
-		if err := d.check(s, blocks); err != nil {
+		if err := d.check(s, size); err != nil {
 			return err
 		}
 		if len(s.Tokens) == 1 && s.Past >= s.PromptLen {
@@ -240,7 +244,7 @@ func (st *seqState) feed(pos int, tok int32, promptLen int) {
 }
 
 // check validates one sequence of a step, changing nothing.
-func (d *Decoder) check(s *models.StepSeq, blocks bool) error {
+func (d *Decoder) check(s *models.StepSeq, size int) error {
 	st := d.seqs[s.ID]
 	held := 0
 	if st != nil {
@@ -252,10 +256,10 @@ func (d *Decoder) check(s *models.StepSeq, blocks bool) error {
 	if len(s.Tokens) == 0 || s.Past+len(s.Tokens) > d.cfg.Context {
 		return bad("past %d and %d tokens (context %d)", s.Past, len(s.Tokens), d.cfg.Context)
 	}
-	if (s.BlockSize > 0) != blocks {
-		return bad("block size %d in a step whose first sequence has %d", s.BlockSize, d.blockSizeOf(blocks))
+	if s.BlockSize != size {
+		return bad("block size %d in a step whose first sequence has %d", s.BlockSize, size)
 	}
-	if !blocks {
+	if size == 0 {
 		if s.Past != held {
 			return bad("%d tokens held, step gives past %d", held, s.Past)
 		}
@@ -292,13 +296,6 @@ func (d *Decoder) check(s *models.StepSeq, blocks bool) error {
 		}
 	}
 	return nil
-}
-
-func (d *Decoder) blockSizeOf(blocks bool) int {
-	if blocks {
-		return d.size
-	}
-	return 0
 }
 
 // resume starts a sequence with a block table after its cached prefix: its
