@@ -32,9 +32,12 @@ import "context"
 //     of BlockSize and Blocks[:Past/BlockSize] are full blocks that earlier
 //     steps of this instance wrote, for the same tokens at the same
 //     positions after the same prefix, in other sequences (finished, freed
-//     or still running) or in an earlier life of this one (preempted). Such
-//     a step feeds only the uncached rest (at least one token), and its
-//     logits must equal those of a step that computed the whole prefix.
+//     or still running) or in an earlier life of this one (preempted; then
+//     Past may exceed PromptLen, since generated tokens fill blocks too).
+//     Such a step feeds only the uncached rest (at least one token), and its
+//     logits must equal those of a step that computed the whole prefix (up
+//     to floating-point rounding: greedy tokens identical, logits within
+//     1e-5).
 //   - Sharing. One block may be in the tables of several sequences of a
 //     step or of the instance, only as a full block below their Past: it is
 //     read, never written, while any sequence holds it. A block is written
