@@ -6,7 +6,7 @@ VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X github.com/inferhq/infer/cmd.version=$(VERSION) -X github.com/inferhq/infer/cmd.commit=$(COMMIT)
 
-.PHONY: help setup build install test vet lint fmt-check bench fuzz demo try ci-bench ci-baseline clean
+.PHONY: help setup build install test vet lint fmt-check bench fuzz demo try ci-bench ci-baseline use-reference clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -86,6 +86,14 @@ ci-baseline: build ## re-measure ci/baseline/quick and ci/baseline/llm-quick (on
 	$(BIN) bench --scenario scenarios/quick.yaml --no-tui --report=false --out ci/baseline/quick
 	$(BIN) bench --scenario scenarios/llm-quick.yaml --no-tui --report=false --out ci/baseline/llm-quick
 	rm -f ci/baseline/quick/server.log ci/baseline/llm-quick/server.log
+
+# use-lite's expected ids and vectors, from its JavaScript reference (node and
+# npm); models/use's TestReferenceRegenerated checks them against a fresh run.
+USE_TESTDATA := models/use/testdata
+use-reference: ## regenerate models/use/testdata/reference.json with use-lite's JS reference (needs node and npm)
+	cd scripts/use-reference && npm ci --ignore-scripts --no-audit --no-fund
+	node scripts/use-reference/reference.js $(USE_TESTDATA)/sentences.json > $(USE_TESTDATA)/reference.json.tmp
+	mv $(USE_TESTDATA)/reference.json.tmp $(USE_TESTDATA)/reference.json
 
 clean:
 	rm -rf bin ci-out
