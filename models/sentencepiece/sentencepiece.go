@@ -32,6 +32,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -40,7 +41,9 @@ import (
 )
 
 // Space is the piece character that stands for a space and starts a word.
-const Space = "\u2581"
+const Space = string(spaceRune)
+
+const spaceRune = '\u2581'
 
 // Reserved is the number of leading vocabulary entries of the reference
 // vocabulary that are never matched in text.
@@ -74,6 +77,13 @@ type Tokenizer struct {
 	back []int
 	ids  map[string]int32
 	trie []node
+	// inner holds the code points that some matchable piece holds after
+	// its first; a code point outside it starts a piece of every cut.
+	inner map[rune]bool
+	// cuts: the walk back steps over each piece by its length in code
+	// points (no piece is longer in UTF-16), so that a text can be cut
+	// before any code point outside inner (see AppendEncode).
+	cuts bool
 }
 
 // node is a node of the trie of matchable pieces; node 0 is the root.
@@ -99,6 +109,8 @@ func New(pieces []Piece, reserved int) (*Tokenizer, error) {
 		back:   make([]int, len(pieces)),
 		ids:    make(map[string]int32, len(pieces)),
 		trie:   []node{{id: -1}},
+		inner:  map[rune]bool{},
+		cuts:   true,
 	}
 	for i, p := range pieces {
 		if !utf8.ValidString(p.Text) {
@@ -114,11 +126,17 @@ func New(pieces []Piece, reserved int) (*Tokenizer, error) {
 		t.ids[p.Text] = int32(i) // a later duplicate wins, as in the trie
 		if i >= reserved && p.Text != "" {
 			t.insert(p.Text, int32(i), p.Score)
+			_, size := utf8.DecodeRuneInString(p.Text)
+			for _, r := range p.Text[size:] {
+				t.inner[r] = true
+			}
+			t.cuts = t.cuts && t.back[i] == n
 		}
 	}
 	if t.back[UnknownID] < 1 {
 		return nil, errors.New("sentencepiece: the unknown piece (entry 0) is empty")
 	}
+	t.cuts = t.cuts && t.back[UnknownID] == 1 // the walk back steps over an unknown code point by this length
 	return t, nil
 }
 
@@ -194,15 +212,72 @@ func (t *Tokenizer) Encode(text string) []int32 {
 }
 
 // AppendEncode appends the ids of text to dst, at most maxLen of them (the
-// first; maxLen <= 0: no limit), and reports whether it truncated. The
-// whole text is searched whatever maxLen is, since the best cut of its
-// start depends on what follows.
+// first; maxLen <= 0: no limit), and reports whether it truncated.
+//
+// The ids of a text's start can depend on what follows it, so Encode
+// searches the whole text. With a maxLen, AppendEncode searches a prefix,
+// doubled until it holds more than maxLen ids: a prefix that ends before a
+// code point no piece holds after its first (a space, with the reference
+// vocabulary, or a character no piece holds) has the first ids of the
+// whole text, so the ids are exact and the cost of a long text is that of
+// its first tokens. Where no such code point comes (a long run without
+// spaces, or of unknown characters, which is one id however long), the
+// search stops after SearchBytes (or 64 bytes per id of maxLen, if more)
+// of the normalised text: the text is then truncated there, and its ids
+// could, in principle, differ from the reference's in the last ids kept.
 func (t *Tokenizer) AppendEncode(dst []int32, text string, maxLen int) ([]int32, bool) {
-	symbols := []rune(normalize(text))
-	n := len(symbols)
-	if n == 0 {
-		return dst, false
+	s := norm.NFKC.String(text)
+	base := len(dst)
+	if maxLen <= 0 {
+		return t.appendCut(dst, s), false
 	}
+	limit := max(SearchBytes, 64*maxLen)
+	for size := 4 * maxLen; ; size *= 2 {
+		end, capped := t.cut(s, size, limit)
+		dst = t.appendCut(dst[:base], s[:end])
+		if n := len(dst) - base; n > maxLen || end == len(s) || capped {
+			return dst[:base+min(n, maxLen)], n > maxLen || end < len(s)
+		}
+	}
+}
+
+// SearchBytes is the least AppendEncode searches of a text without a place
+// to cut it exactly.
+const SearchBytes = 64 << 10
+
+// cut returns where a search of at least the first size bytes of s ends:
+// before the first code point from there that no piece holds after its
+// first, so that no piece spans the cut; or, if there is none before limit
+// bytes, at limit, capped.
+func (t *Tokenizer) cut(s string, size, limit int) (end int, capped bool) {
+	if size >= len(s) {
+		return len(s), false
+	}
+	for size > 0 && !utf8.RuneStart(s[size]) {
+		size--
+	}
+	for i, r := range s[size:] {
+		at := size + i
+		if at >= limit {
+			return at, true
+		}
+		if r == ' ' {
+			r = spaceRune
+		}
+		if t.cuts && !t.inner[r] {
+			return at, false
+		}
+	}
+	return len(s), false
+}
+
+// appendCut appends the ids of the best cut of s, already in NFKC.
+func (t *Tokenizer) appendCut(dst []int32, s string) []int32 {
+	if s == "" {
+		return dst
+	}
+	symbols := []rune(Space + strings.ReplaceAll(s, " ", Space))
+	n := len(symbols)
 	// best[e] is the score of the best cut of symbols[:e] found so far, 0
 	// meaning none (as in the reference), and words[e] the id of its last
 	// piece. Pieces are visited by start, so that for each end they come
@@ -237,14 +312,8 @@ func (t *Tokenizer) AppendEncode(dst []int32, text string, maxLen int) ([]int32,
 		}
 		prevUnknown = id == UnknownID
 	}
-	out := dst[start:]
-	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
-		out[i], out[j] = out[j], out[i]
-	}
-	if maxLen > 0 && len(out) > maxLen {
-		return dst[:start+maxLen], true
-	}
-	return dst, false
+	slices.Reverse(dst[start:])
+	return dst
 }
 
 // relax offers the piece id of score from s to e as the last piece of the
@@ -254,14 +323,4 @@ func relax(best []float64, words []int32, s, e int, id int32, score float64) {
 	if v := score + best[s]; best[e] == 0 || v >= best[e] {
 		best[e], words[e] = v, id
 	}
-}
-
-// normalize is the reference's preparation of a text: NFKC, then "▁" in
-// front and in place of every ASCII space, unless the text is empty.
-func normalize(text string) string {
-	s := norm.NFKC.String(text)
-	if s == "" {
-		return s
-	}
-	return Space + strings.ReplaceAll(s, " ", Space)
 }

@@ -1,6 +1,7 @@
 package sentencepiece
 
 import (
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -158,6 +159,96 @@ func TestAppendEncodeTruncates(t *testing.T) {
 		got, truncated := tok.AppendEncode(dst, "a b a b", tc.maxLen)
 		if !slices.Equal(got, append([]int32{42}, tc.want...)) || truncated != tc.truncated {
 			t.Errorf("AppendEncode(maxLen %d) = %v, %v; want [42 %v], %v", tc.maxLen, got, truncated, tc.want, tc.truncated)
+		}
+	}
+}
+
+// TestAppendEncodePrefix: with a maxLen, the ids are the first maxLen ids
+// of the whole text and the truncation flag says whether there were more,
+// whether the tokenizer searches a prefix (no piece holds an inner "▁") or
+// the whole text (one does).
+func TestAppendEncodePrefix(t *testing.T) {
+	// A long piece, so that a cut inside it would change an early id.
+	long := Piece{"▁administration", -3}
+	prefixed := toy(t, long)
+	inner := toy(t, long, Piece{"b▁the", -1})
+	if prefixed.inner[spaceRune] || !inner.inner[spaceRune] {
+		t.Fatalf("▁ inner: %v, %v; want false, true", prefixed.inner[spaceRune], inner.inner[spaceRune])
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	parts := []string{" ", "  ", "the", "a", "b", "ab", "é", "e\u0301", "z", "Ａ", "t", "\t", " administration"}
+	for range 300 {
+		var b strings.Builder
+		for range r.IntN(400) {
+			b.WriteString(parts[r.IntN(len(parts))])
+		}
+		text := b.String()
+		for _, tok := range []*Tokenizer{prefixed, inner} {
+			all := tok.Encode(text)
+			for _, maxLen := range []int{1, 2, 3, 7, 20, 64} {
+				got, truncated := tok.AppendEncode(nil, text, maxLen)
+				want := all[:min(maxLen, len(all))]
+				if !slices.Equal(got, want) || truncated != (len(all) > maxLen) {
+					t.Fatalf("AppendEncode(%q, %d) = %v, %v; want %v, %v", text, maxLen, got, truncated, want, len(all) > maxLen)
+				}
+			}
+		}
+	}
+}
+
+// TestCuts: the ids of a text up to a code point that no piece holds after
+// its first are the first ids of the whole text, which is what lets
+// AppendEncode search only a prefix.
+func TestCuts(t *testing.T) {
+	tok := toy(t)
+	r := rand.New(rand.NewPCG(3, 4))
+	parts := []string{" ", "  ", "the", "a", "b", "ab", "é", "z", "t", "\t", "th", "e", "日本", "😀"}
+	cuts := 0
+	for range 300 {
+		var b strings.Builder
+		for range r.IntN(60) {
+			b.WriteString(parts[r.IntN(len(parts))])
+		}
+		s := b.String()
+		all := tok.appendCut(nil, s)
+		for k, c := range s {
+			if c == ' ' {
+				c = spaceRune
+			}
+			if k == 0 || tok.inner[c] {
+				continue
+			}
+			cuts++
+			if got := tok.appendCut(nil, s[:k]); !slices.Equal(got, all[:len(got)]) {
+				t.Fatalf("ids of %q are %v; up to %q, %v: not their start", s, all, s[:k], got)
+			}
+		}
+	}
+	if cuts < 1000 {
+		t.Fatalf("only %d cuts tried", cuts)
+	}
+}
+
+// TestAppendEncodeCapped: a long text with nowhere to cut exactly is
+// searched up to SearchBytes, and reported truncated.
+func TestAppendEncodeCapped(t *testing.T) {
+	tok := toy(t)
+	for _, tc := range []struct {
+		name, text string
+		want       []int32
+	}{
+		// "a" is inside pieces (▁a, ▁ab), so a run of them cannot be cut.
+		{"a run of one letter", strings.Repeat("a", 4*SearchBytes), nil},
+		// Unknown code points cut anywhere, but their run is one id.
+		{"a run of unknown characters", strings.Repeat("☃", SearchBytes), []int32{6, 0}},
+	} {
+		got, truncated := tok.AppendEncode(nil, tc.text, 5)
+		want := tc.want
+		if want == nil {
+			want = tok.Encode(tc.text[:SearchBytes])[:5]
+		}
+		if !slices.Equal(got, want) || !truncated {
+			t.Errorf("%s: AppendEncode = %v, %v; want %v, true", tc.name, got, truncated, want)
 		}
 	}
 }

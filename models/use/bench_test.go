@@ -3,6 +3,7 @@ package use
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/inferhq/infer/loadgen/corpus"
@@ -47,6 +48,29 @@ func BenchmarkPredict(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "items/s")
 			b.ReportMetric(float64(tokens)/float64(len(ins)), "tokens/item")
+		})
+	}
+}
+
+// BenchmarkTokenize is the cost of tokenizing one item, truncated to
+// MaxSeqLen as Prepare does: a corpus sentence, and 1 MiB texts (the
+// server's default body limit) with and without spaces, where only the
+// first has a prefix to stop at.
+func BenchmarkTokenize(b *testing.B) {
+	tok := load(b).tok
+	words := strings.Repeat("the capital of France is Paris ", 1<<20/30+1)[:1<<20]
+	cjk := strings.Repeat("東京は日本の首都です", 1<<20/30+1)[:1<<20/3*3] // 3 bytes a character
+	for _, tc := range []struct{ name, text string }{
+		{"sentence", corpus.Masked()[0]},
+		{"1MiB-words", words},
+		{"1MiB-no-spaces", cjk},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			var ids []int32
+			for b.Loop() {
+				ids, _ = tok.AppendEncode(ids[:0], tc.text, MaxSeqLen)
+			}
 		})
 	}
 }

@@ -190,6 +190,16 @@ func TestTokenizerMatchesJS(t *testing.T) {
 		}
 		n++
 	}
+	// Truncated, the ids are the reference's first ones (the tokenizer then
+	// searches only a prefix of a long text).
+	for _, s := range f.ref.Sentences {
+		for _, maxLen := range []int{1, 5, 16, MaxSeqLen} {
+			got, truncated := f.tok.AppendEncode(nil, s.Text, maxLen)
+			if want := s.IDs[:min(maxLen, len(s.IDs))]; !slices.Equal(got, want) || truncated != (len(s.IDs) > maxLen) {
+				t.Errorf("AppendEncode(%.40q, %d) = %v, %v; want %v, %v", s.Text, maxLen, got, truncated, want, len(s.IDs) > maxLen)
+			}
+		}
+	}
 	if len(f.ref.Sentences) < 20 || n < 400 {
 		t.Fatalf("reference.json has %d sentences and %d texts in all: too few", len(f.ref.Sentences), n)
 	}
