@@ -196,13 +196,18 @@ func Ensure(ctx context.Context, cfg Config, p Package) (string, error) {
 	mu, _ := locks.LoadOrStore(dir, &sync.Mutex{})
 	mu.(*sync.Mutex).Lock()
 	defer mu.(*sync.Mutex).Unlock()
-	if ok, err := unpacked(dir, p); ok || err != nil {
-		return dir, err
+	if ok, err := unpacked(dir, p); err != nil {
+		return "", err
+	} else if ok {
+		return dir, nil
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return "", fmt.Errorf("npm: %w", err)
 	}
-	return dir, install(ctx, cfg, p, dir)
+	if err := install(ctx, cfg, p, dir); err != nil {
+		return "", err
+	}
+	return dir, nil
 }
 
 // unpacked reports whether dir holds p, unpacked from a tarball of p's

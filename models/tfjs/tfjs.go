@@ -249,7 +249,7 @@ func (m *Model) readGroup(gi int, g group, open func(string) (io.ReadCloser, err
 			c := min(n-done, len(buf)/4)
 			if _, err := io.ReadFull(r, buf[:4*c]); err != nil {
 				if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-					return fmt.Errorf("tfjs: weight group %d: its shards end within weight %q (at byte %d of the group; the weights need %d): a truncated or mismatched download",
+					return fmt.Errorf("tfjs: weight group %d: its shards end within weight %q (at byte %d of the group; the weight ends at byte %d): a truncated or mismatched download",
 						gi, w.Name, offset, offset+4*int64(n-done))
 				}
 				return fmt.Errorf("tfjs: weight group %d: %w", gi, err)
