@@ -41,8 +41,9 @@ import (
 	"github.com/inferhq/infer/models"
 )
 
-// Tokenizer turns text into token ids ([CLS] … [SEP]). *wordpiece.Tokenizer
-// satisfies it. It must be safe for concurrent use.
+// Tokenizer turns text into token ids: *wordpiece.Tokenizer ([CLS] …
+// [SEP]) and *sentencepiece.Tokenizer satisfy it. It must be safe for
+// concurrent use.
 type Tokenizer interface {
 	// AppendEncode appends the ids of text to dst, at most maxLen of them
 	// (maxLen <= 0: no limit), and reports whether it truncated.
@@ -66,12 +67,13 @@ type Config struct {
 	// Name is the model's name as clients address it. Default: the file's
 	// base name without ".onnx".
 	Name string
-	// MaxSeqLen is the most tokens of one item, [CLS] and [SEP] included.
-	// Default 128.
+	// MaxSeqLen is the most tokens of one item, [CLS] and [SEP] included
+	// where the tokenizer adds them. Default 128.
 	MaxSeqLen int
 	// RejectLong refuses items longer than MaxSeqLen with
 	// models.ErrInputTooLong (HTTP 413). Default false: such items are
-	// truncated to their first MaxSeqLen-1 tokens and [SEP].
+	// truncated by the tokenizer (WordPiece: to their first MaxSeqLen-1
+	// tokens and [SEP]; SentencePiece: to their first MaxSeqLen tokens).
 	RejectLong bool
 	Runtime
 }
@@ -204,12 +206,17 @@ func (f *Factory) SHA256() (string, error) {
 	return f.hash, f.hashErr
 }
 
-// Prepare tokenizes one item. An item longer than MaxSeqLen tokens is
+// Prepare tokenizes one item. An item of no tokens (an empty text, with a
+// tokenizer that adds none of its own) is refused with
+// models.ErrInvalidInput. An item longer than MaxSeqLen tokens is
 // truncated, or refused with models.ErrInputTooLong under RejectLong. A
 // fill-mask item must hold a [MASK] within its first MaxSeqLen tokens, or it
 // is refused with models.ErrInvalidInput. It is safe for concurrent use.
 func (f *Factory) Prepare(text string) (models.Input, error) {
 	ids, truncated := f.cfg.Tokenizer.AppendEncode(nil, text, f.cfg.MaxSeqLen)
+	if len(ids) == 0 {
+		return models.Input{}, fmt.Errorf("%w: the text has no tokens", models.ErrInvalidInput)
+	}
 	if truncated && f.cfg.RejectLong {
 		return models.Input{}, fmt.Errorf("%w: more than %d tokens", models.ErrInputTooLong, f.cfg.MaxSeqLen)
 	}
