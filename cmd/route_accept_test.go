@@ -316,6 +316,35 @@ func llmdRun(t *testing.T, base string, contexts []string, clients int, rate flo
 	return res
 }
 
+// cacheTokens sums the replicas' prefix cache counters: prompt tokens
+// found cached, and prompt tokens looked up.
+func cacheTokens(reps []*child) (hits, queries float64) {
+	for _, r := range reps {
+		resp, err := http.Get("http://" + r.addr + "/metrics")
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			name, v, ok := strings.Cut(sc.Text(), " ")
+			var f float64
+			if !ok || strings.HasPrefix(name, "#") {
+				continue
+			}
+			fmt.Sscan(v, &f)
+			switch {
+			case strings.HasPrefix(name, "infer_gen_prefix_cache_hits_total"):
+				hits += f
+			case strings.HasPrefix(name, "infer_gen_prefix_cache_queries_total"):
+				queries += f
+			}
+		}
+		resp.Body.Close()
+	}
+	return hits, queries
+}
+
 // picksByReason sums infer_route_picks_total by reason.
 func picksByReason(t *testing.T, rt *route.Router) string {
 	reg := prometheus.NewRegistry()
@@ -378,7 +407,9 @@ func TestAcceptRouteLLMD(t *testing.T) {
 			reps[i] = startInfer(t, freeAddr(t), args...)
 		}
 		rt, base := hostRouter(t, route.Config{Policy: p}, reps...)
+		h0, q0 := cacheTokens(reps)
 		closed := llmdRun(t, base, contexts, clients, 0, d)
+		h1, q1 := cacheTokens(reps)
 		if p == route.RoundRobin {
 			rrRate = closed.reqPerSec
 		}
@@ -387,9 +418,9 @@ func TestAcceptRouteLLMD(t *testing.T) {
 		for _, r := range reps {
 			shares = append(shares, fmt.Sprint(closed.share[r.addr]))
 		}
-		acceptLine(t, "llmd %-13s closed loop %d streams: %.0f tokens/s, %.2f req/s, TTFT p50 %v p90 %v; share %s; picks %s; Poisson %.2f req/s: TTFT p50 %v p90 %v",
+		acceptLine(t, "llmd %-13s closed loop %d streams: %.0f tokens/s, %.2f req/s, TTFT p50 %v p90 %v, prompt tokens cached %.1f%%; share %s; picks %s; Poisson %.2f req/s: TTFT p50 %v p90 %v",
 			p, clients, closed.tokensPerSec, closed.reqPerSec, quantile(closed.ttft, 0.5).Round(time.Millisecond), quantile(closed.ttft, 0.9).Round(time.Millisecond),
-			strings.Join(shares, "/"), picksByReason(t, rt), open.reqPerSec, quantile(open.ttft, 0.5).Round(time.Millisecond), quantile(open.ttft, 0.9).Round(time.Millisecond))
+			100*(h1-h0)/max(1, q1-q0), strings.Join(shares, "/"), picksByReason(t, rt), open.reqPerSec, quantile(open.ttft, 0.5).Round(time.Millisecond), quantile(open.ttft, 0.9).Round(time.Millisecond))
 		for _, r := range reps {
 			r.kill()
 		}

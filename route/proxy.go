@@ -145,8 +145,9 @@ const maxRefusalBody = 64 << 10
 
 // forward sends the request to a replica picked for it and passes the
 // answer on; it tries another replica, up to Config.Attempts in all, when
-// one could not be reached or refused (429, 503) — each time before any
-// byte of an answer reached the client.
+// one could not be reached, refused it (429, 503), or (unless
+// Config.StrictRetries) broke its connection before answering — each time
+// before any byte of an answer reached the client.
 func (rt *Router) forward(ctx context.Context, w http.ResponseWriter, r *http.Request, req *Request, body []byte) {
 	var triedBuf [MaxAttempts]*Replica
 	var candBuf [16]*Replica
