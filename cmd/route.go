@@ -88,8 +88,9 @@ reached the client, and only when the replica could not be reached or
 refused it (429, 503), or, unless --strict-retries, its connection broke
 before it answered (it crashed). Replicas are checked every --health-interval
 (/readyz, else /health, else /v1/models) and ejected on a refused
-connection, a 503, or --eject-failures failed answers in a row, for
---eject-time doubling with each ejection.
+connection, two failed checks, or --eject-failures failed requests in a row
+(never the last one by failed requests), for --eject-time doubling with each
+ejection.
 
 Answers carry the replica in X-Infer-Replica and Server-Timing
 (route;desc=…). /readyz is 200 while at least one replica is ready;
@@ -132,7 +133,7 @@ GET /admin/replicas lists the replicas and POST /admin/replicas/NAME/drain
 	f.StringVar(&opts.HealthPath, "health-path", "", "health check path (default: /readyz, else /health, else /v1/models, whichever the replica has)")
 	f.DurationVar(&opts.HealthInterval, "health-interval", d.Health.Interval, "time between health checks of each replica")
 	f.DurationVar(&opts.HealthTimeout, "health-timeout", d.Health.Timeout, "a health check that takes longer fails")
-	f.IntVar(&opts.EjectFailures, "eject-failures", d.Health.Failures, "failed answers in a row (500, 502, 504, timeouts, broken connections) that eject a replica")
+	f.IntVar(&opts.EjectFailures, "eject-failures", d.Health.Failures, "failed requests in a row (500, 502, 503, 504, deadlines, connections broken or not made in time) that eject a replica, unless it is the last that may be picked")
 	f.DurationVar(&opts.EjectTime, "eject-time", d.Health.EjectBase, fmt.Sprintf("how long an ejected replica stays out at least, doubling with each ejection (up to %v)", d.Health.EjectMax))
 	f.DurationVar(&opts.Timeout, "timeout", d.Timeout, "default deadline of a request, through to the end of its answer; X-Request-Timeout may shorten it, and the time left travels to the replica")
 	f.Var(&opts.MaxBody, "max-body", fmt.Sprintf("largest request body (e.g. 1MiB, 512KiB, 65536; at most %dMiB)", server.MaxBodyLimit>>20))

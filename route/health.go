@@ -151,7 +151,7 @@ func (rt *Router) transition(r *Replica, before, after State, err error) {
 	}
 }
 
-// ejectNow takes r out after a failed request.
+// ejectNow takes r out: it refused a connection.
 func (rt *Router) ejectNow(r *Replica, reason string) {
 	if r.eject(rt.cfg.Health, rt.cfg.now(), reason) {
 		r.m.ready.Set(0)
@@ -160,12 +160,17 @@ func (rt *Router) ejectNow(r *Replica, reason string) {
 	}
 }
 
-// failed records a failed answer of r; enough in a row eject it.
+// failed records a failed request to r; HealthConfig.Failures in a row
+// eject it, unless no other replica may be picked.
 func (rt *Router) failed(r *Replica, reason string) {
-	if r.answered(rt.cfg.Health, rt.cfg.now(), false, reason) {
-		r.m.ready.Set(0)
-		r.m.eject.Inc()
-		rt.log.Warn("replica ejected", "replica", r.name, "reason", reason)
+	if !r.answered(rt.cfg.Health, false, reason) {
+		return
+	}
+	for _, o := range rt.Replicas() {
+		if o != r && o.eligible() {
+			rt.ejectNow(r, reason)
+			return
+		}
 	}
 }
 

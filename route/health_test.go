@@ -311,7 +311,9 @@ func TestMetricsCountPicksAndAnswers(t *testing.T) {
 	tr := startRouter(t, Config{Policy: Hash}, a, b)
 	key := keyFor(t, tr, a)
 	tr.post(t, "/batched", `{}`, DefaultKeyHeader, key) // a refuses, b answers
+	tr.replica(a).inFlight.Add(1)                       // so that b is the least loaded
 	tr.post(t, "/batched", `{}`)                        // no key
+	tr.replica(a).inFlight.Add(-1)
 	for _, c := range []struct {
 		name, replica, label string
 		want                 float64
@@ -321,7 +323,7 @@ func TestMetricsCountPicksAndAnswers(t *testing.T) {
 		{"infer_route_picks_total", b.name(), "fallback", 1},
 		{"infer_route_errors_total", a.name(), "refused", 1},
 		{"infer_route_requests_total", b.name(), "200", 2},
-		{"infer_route_ejections_total", a.name(), "", 1},
+		{"infer_route_ejections_total", a.name(), "", 0}, // one 503 is one failure of three
 	} {
 		if got := metricValue(t, tr.Router, c.name, c.replica, c.label); got != c.want {
 			t.Errorf("%s{replica=%s,%s} = %v, want %v", c.name, c.replica, c.label, got, c.want)
@@ -361,4 +363,24 @@ func metricValue(t *testing.T, rt *Router, name, replica, other string) float64 
 		}
 	}
 	return 0
+}
+
+func TestFailuresNeverEjectTheLastReplica(t *testing.T) {
+	a := newFake(t)
+	a.setHandler(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusBadGateway) })
+	tr := startRouter(t, Config{}, a)
+	for range 10 {
+		if resp, _ := tr.post(t, "/batched", `{}`); resp.StatusCode != http.StatusBadGateway {
+			t.Fatalf("status %d, want the replica's 502", resp.StatusCode)
+		}
+	}
+	if s := tr.replica(a).State(); s != StateReady {
+		t.Errorf("the only replica is %v after 10 failed answers, want ready: failures alone never leave none", s)
+	}
+	// A refused connection is no overload: the port is closed.
+	a.Close()
+	resp, body := tr.post(t, "/batched", `{}`)
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "upstream_unreachable") || tr.replica(a).State() != StateDown {
+		t.Errorf("a closed replica: %d %s, state %v; want 502 upstream_unreachable and the replica down", resp.StatusCode, body, tr.replica(a).State())
+	}
 }

@@ -229,13 +229,17 @@ func (rt *Router) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		case isDial(err):
 			// The request never reached the replica: safe to send elsewhere.
 			rep.m.failed(errConnect)
-			rt.ejectNow(rep, "connect: "+probeError(err).Error())
+			if errors.Is(err, syscall.ECONNREFUSED) {
+				rt.ejectNow(rep, "connection refused")
+			} else {
+				rt.failed(rep, "connect: "+probeError(err).Error())
+			}
 			return nil, false
 		case !rt.cfg.StrictRetries && unanswered(err):
 			// The replica took the request and its connection broke
 			// before a byte of an answer: it crashed or was killed.
 			rep.m.failed(errBroken)
-			rt.ejectNow(rep, "connection broke before the answer: "+probeError(err).Error())
+			rt.failed(rep, "connection broke before the answer: "+probeError(err).Error())
 			return nil, false
 		default:
 			rep.m.failed(errBroken)
@@ -252,7 +256,7 @@ func (rt *Router) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
 		rep.m.failed(errRefused)
 		if code == http.StatusServiceUnavailable {
-			rt.ejectNow(rep, "answered 503")
+			rt.failed(rep, "answered 503") // loading or draining: its health check follows
 		}
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxRefusalBody))
 		h := resp.Header.Clone()
@@ -264,7 +268,7 @@ func (rt *Router) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		rep.m.failed(errServer)
 		rt.failed(rep, "answered "+strconv.Itoa(code))
 	default:
-		rep.answered(rt.cfg.Health, sent, true, "")
+		rep.answered(rt.cfg.Health, true, "")
 	}
 
 	h := w.Header()

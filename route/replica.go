@@ -112,11 +112,13 @@ func loadEqual(a, b *Replica) bool {
 
 // Health of replicas: active checks and passive ejection.
 //
-// A replica is ejected (made Down) at once by a connection refused or reset
-// before its request was written, by a 503 answer (it is loading or
-// draining), after health.Failures consecutive failed answers (500, 502, 504,
-// a timeout, a connection broken after the request was sent), or after two
-// consecutive failed health checks. It stays out for its backoff (EjectBase,
+// A replica is ejected (made Down) at once when it refuses a connection (its
+// port is closed), after HealthConfig.Failures failed requests in a row
+// (500, 502, 503, 504, a deadline passed, a connection that broke or could
+// not be made in time), or after two failed health checks in a row. Failed
+// requests never eject the last replica that may be picked: under overload
+// they say more about the load than about the replica, and the health
+// checks still take out one that is gone. It stays out for its backoff (EjectBase,
 // doubling with each ejection up to EjectMax; the count is forgotten after
 // EjectMax ready), then the first health check that passes readmits it.
 
@@ -191,19 +193,18 @@ func (r *Replica) eject(h HealthConfig, now time.Time, reason string) bool {
 }
 
 // answered records the outcome of a request sent to r: ok (any answer but
-// a server failure), or a failure. It reports whether r was ejected by it.
-func (r *Replica) answered(h HealthConfig, now time.Time, ok bool, reason string) bool {
+// a server failure), or a failure. It reports whether r has now failed
+// HealthConfig.Failures times in a row.
+func (r *Replica) answered(h HealthConfig, ok bool, reason string) bool {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	if ok {
 		r.fails = 0
-		r.mu.Unlock()
 		return false
 	}
 	r.fails++
 	r.lastErr = reason
-	n := r.fails
-	r.mu.Unlock()
-	return n >= h.Failures && r.eject(h, now, reason)
+	return r.fails >= h.Failures
 }
 
 // checked records a health check's outcome; it returns the state before
