@@ -373,8 +373,14 @@ var copyPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b 
 // the client's connection is aborted, so that a truncated answer is never
 // taken for a whole one.
 func (rt *Router) copyBody(w http.ResponseWriter, r *http.Request, rep *Replica, resp *http.Response) {
-	rc := http.NewResponseController(w)
-	defer rc.SetWriteDeadline(time.Time{})
+	// A small answer of known length goes out in one write that the
+	// socket's buffer takes whole: it needs no deadline of its own.
+	small := resp.ContentLength >= 0 && resp.ContentLength <= smallBody
+	var rc *http.ResponseController
+	if !small {
+		rc = http.NewResponseController(w)
+		defer rc.SetWriteDeadline(time.Time{})
+	}
 	bp := copyPool.Get().(*[]byte)
 	defer copyPool.Put(bp)
 	buf := *bp
@@ -383,7 +389,9 @@ func (rt *Router) copyBody(w http.ResponseWriter, r *http.Request, rep *Replica,
 	for {
 		n, err := resp.Body.Read(buf)
 		if n > 0 {
-			dl.extend(rc, rt.cfg.WriteTimeout)
+			if !small {
+				dl.extend(rc, rt.cfg.WriteTimeout)
+			}
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				rt.clientGone(r, rep, werr)
 				return
@@ -406,6 +414,10 @@ func (rt *Router) copyBody(w http.ResponseWriter, r *http.Request, rep *Replica,
 		}
 	}
 }
+
+// smallBody bounds the answers copyBody writes without a deadline of their
+// own (the host's write timeout still holds).
+const smallBody = 64 << 10
 
 // writeDeadline extends a connection's write deadline to the write
 // timeout from now, at most every eighth of it: a client then has 7/8 to
