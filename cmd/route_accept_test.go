@@ -400,18 +400,39 @@ func TestAcceptRouteLLMD(t *testing.T) {
 	}
 	extra := strings.Fields(os.Getenv("INFER_ROUTE_SERVE_FLAGS")) // e.g. the prefix cache's flag
 	args := append([]string{"serve", "--model", "sim-lm", "--max-seqs", "32", "--kv-tokens", "16384"}, extra...)
+	// INFER_ROUTE_POLICIES runs some policies only (round-robin's closed-loop
+	// rate, which sets the Poisson rate, is then INFER_ROUTE_RR_RATE);
+	// INFER_ROUTE_BALANCE_ABS and _REL set prefix's balance rule.
+	policies := []route.Policy{route.RoundRobin, route.LeastRequest, route.PowerOfTwo, route.Hash, route.Prefix, route.Scored}
+	if s := os.Getenv("INFER_ROUTE_POLICIES"); s != "" {
+		policies = nil
+		for f := range strings.SplitSeq(s, ",") {
+			p, err := route.ParsePolicy(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			policies = append(policies, p)
+		}
+	}
 	var rrRate float64
-	for _, p := range []route.Policy{route.RoundRobin, route.LeastRequest, route.PowerOfTwo, route.Hash, route.Prefix, route.Scored} {
+	fmt.Sscan(os.Getenv("INFER_ROUTE_RR_RATE"), &rrRate)
+	var prefix route.PrefixConfig
+	fmt.Sscan(os.Getenv("INFER_ROUTE_BALANCE_ABS"), &prefix.BalanceAbs)
+	fmt.Sscan(os.Getenv("INFER_ROUTE_BALANCE_REL"), &prefix.BalanceRel)
+	for _, p := range policies {
 		reps := make([]*child, 4)
 		for i := range reps {
 			reps[i] = startInfer(t, freeAddr(t), args...)
 		}
-		rt, base := hostRouter(t, route.Config{Policy: p}, reps...)
+		rt, base := hostRouter(t, route.Config{Policy: p, Prefix: prefix}, reps...)
 		h0, q0 := cacheTokens(reps)
 		closed := llmdRun(t, base, contexts, clients, 0, d)
 		h1, q1 := cacheTokens(reps)
 		if p == route.RoundRobin {
 			rrRate = closed.reqPerSec
+		}
+		if rrRate == 0 {
+			t.Fatal("no round-robin rate for the Poisson arrivals: run round-robin first, or set INFER_ROUTE_RR_RATE")
 		}
 		open := llmdRun(t, base, contexts, clients, 0.7*rrRate, d)
 		var shares []string
