@@ -89,8 +89,8 @@ func cpuTime(pid int) time.Duration {
 // TestRouteHoldsManyStreams opens 1,000 streams through an infer route
 // process (300 under the race detector) beside a client that never reads
 // its stream: every stream gets every event, none waits on the slow
-// reader (a stall would last its write timeout, 10s; the bound is 3s, as
-// a busy machine delays events by a second or more), and the router's
+// reader (a stall would last its write timeout, 10s; the bound is 5s, as
+// a busy machine delays events by seconds under the race detector), and the router's
 // resident memory stays under 300 MiB.
 func TestRouteHoldsManyStreams(t *testing.T) {
 	if testing.Short() {
@@ -124,7 +124,7 @@ func TestRouteHoldsManyStreams(t *testing.T) {
 	const events, every = 25, 200 * time.Millisecond
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: streams, MaxConnsPerHost: 0}}
 	var wg sync.WaitGroup
-	var complete atomic.Int32
+	var complete, incomplete atomic.Int32
 	var worstGap atomic.Int64
 	var open atomic.Int32
 	var peak atomic.Int64
@@ -167,6 +167,8 @@ func TestRouteHoldsManyStreams(t *testing.T) {
 			}
 			if got == events && done {
 				complete.Add(1)
+			} else if incomplete.Add(1) <= 3 {
+				t.Logf("stream %d: %d of %d events, [DONE] %v, read error %v, status %d", i, got, events, done, sc.Err(), resp.StatusCode)
 			}
 		})
 	}
@@ -176,7 +178,7 @@ func TestRouteHoldsManyStreams(t *testing.T) {
 	go func() {
 		defer close(sampled)
 		for {
-			if int(open.Load()) >= streams*9/10 {
+			if open.Load() > 0 {
 				if rss := vmRSS(router.cmd.Process.Pid, "VmRSS"); rss > peak.Load() {
 					peak.Store(rss)
 				}
@@ -198,11 +200,8 @@ func TestRouteHoldsManyStreams(t *testing.T) {
 	if int(complete.Load()) != streams {
 		t.Errorf("%d of %d streams complete", complete.Load(), streams)
 	}
-	if g := time.Duration(worstGap.Load()); g > 3*time.Second {
-		t.Errorf("worst gap between events %v, want under 3s (they are sent every %v)", g, every)
-	}
-	if peak.Load() == 0 {
-		t.Error("the router's memory was never sampled with the streams open")
+	if g := time.Duration(worstGap.Load()); g > 5*time.Second {
+		t.Errorf("worst gap between events %v, want under 5s (they are sent every %v; the slow reader would stall a stream for its 10s write timeout)", g, every)
 	}
 	if !raceEnabled && hwm > 300<<20 {
 		t.Errorf("router peak RSS %.0f MiB, want under 300 MiB", float64(hwm)/(1<<20))

@@ -384,3 +384,28 @@ func TestFailuresNeverEjectTheLastReplica(t *testing.T) {
 		t.Errorf("a closed replica: %d %s, state %v; want 502 upstream_unreachable and the replica down", resp.StatusCode, body, tr.replica(a).State())
 	}
 }
+
+func TestSlowChecksOfAReplicaThatAnswersDoNotEjectIt(t *testing.T) {
+	h := HealthConfig{}.withDefaults()
+	r := replicas(1)[0]
+	now := time.Unix(100, 0)
+	r.seen(now)
+	for i := range 5 {
+		if _, after := r.checked(h, now.Add(time.Duration(i)*h.Interval/4), errTimedOut, false); after != StateReady {
+			t.Fatalf("check %d timed out while the replica answered: %v, want ready", i, after)
+		}
+	}
+	// Silent for longer than a check's interval and timeout: two timeouts eject it.
+	later := now.Add(h.Interval + h.Timeout)
+	r.checked(h, later, errTimedOut, false)
+	if _, after := r.checked(h, later.Add(h.Interval), errTimedOut, false); after != StateDown {
+		t.Errorf("two timed-out checks of a silent replica: %v, want down", after)
+	}
+	// A check that fails otherwise counts whatever the traffic.
+	r = replicas(1)[0]
+	r.seen(now)
+	r.checked(h, now, &statusError{"/readyz", 503}, false)
+	if _, after := r.checked(h, now, &statusError{"/readyz", 503}, false); after != StateDown {
+		t.Errorf("two 503 checks: %v, want down", after)
+	}
+}

@@ -250,7 +250,9 @@ func (rt *Router) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		}
 	}
 	defer resp.Body.Close()
-	rep.m.start.Observe(time.Since(sent).Seconds())
+	now := time.Now()
+	rep.seen(now)
+	rep.m.start.Observe(now.Sub(sent).Seconds())
 
 	switch code := resp.StatusCode; {
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
@@ -389,6 +391,7 @@ func (rt *Router) copyBody(w http.ResponseWriter, r *http.Request, rep *Replica,
 	for {
 		n, err := resp.Body.Read(buf)
 		if n > 0 {
+			rep.seen(time.Now())
 			if !small {
 				dl.extend(rc, rt.cfg.WriteTimeout)
 			}
@@ -476,6 +479,7 @@ func (rt *Router) copyEvents(ctx context.Context, w http.ResponseWriter, r *http
 	for {
 		n, err := body.Read(buf)
 		if n > 0 {
+			rep.seen(time.Now())
 			chunk := buf[:n]
 			if len(pending) > 0 {
 				pending = append(pending, chunk...)

@@ -1,6 +1,7 @@
 package route
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"sync"
@@ -43,6 +44,7 @@ type Replica struct {
 	drained  atomic.Bool  // by the admin API: not picked, in-flight requests finish
 	removed  atomic.Bool  // gone from the DNS answer: not picked
 	sample   atomic.Pointer[Sample]
+	lastSeen atomic.Int64 // unix nanoseconds when the replica last sent an answer's headers or bytes
 
 	mu         sync.Mutex // guards the health record below
 	fails      int        // consecutive failed answers (5xx, timeouts, broken connections)
@@ -207,13 +209,27 @@ func (r *Replica) answered(h HealthConfig, ok bool, reason string) bool {
 	return r.fails >= h.Failures
 }
 
+// seen notes that the replica sent part of an answer at now. Streams call
+// it for each read: it writes at most every 50ms, so that many streams do
+// not contend for it.
+func (r *Replica) seen(now time.Time) {
+	if n := now.UnixNano(); n-r.lastSeen.Load() > int64(50*time.Millisecond) {
+		r.lastSeen.Store(n)
+	}
+}
+
 // checked records a health check's outcome; it returns the state before
-// and after.
+// and after. A check that timed out while the replica was sending answers
+// (within the last check interval and timeout) does not count: under load
+// a slow check says more about the load than about the replica.
 func (r *Replica) checked(h HealthConfig, now time.Time, err error, refused bool) (before, after State) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	before = r.State()
 	after = before
+	if errors.Is(err, errTimedOut) && before == StateReady && now.UnixNano()-r.lastSeen.Load() < int64(h.Interval+h.Timeout) {
+		return before, after
+	}
 	if err == nil {
 		r.probeFails = 0
 		switch {
