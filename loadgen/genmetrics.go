@@ -46,21 +46,21 @@ func (h *histo) add(o histo) {
 // fields maps the names of the samples genOf sums to where they go in c.
 func (c *genCounters) fields() map[string]*float64 {
 	m := map[string]*float64{
-		"infer_gen_request_success_total":   &c.success,
-		"infer_gen_prompt_tokens_total":     &c.prompt,
-		"infer_gen_generation_tokens_total": &c.generated,
-		"infer_gen_num_preemptions_total":   &c.preemptions,
-		"infer_gen_num_requests_running":    &c.running,
-		"infer_gen_num_requests_waiting":    &c.waiting,
-		"infer_gen_kv_cache_usage_perc":     &c.kv,
+		metric.GenRequestSuccess:  &c.success,
+		metric.GenPromptTokens:    &c.prompt,
+		metric.GenGeneratedTokens: &c.generated,
+		metric.GenPreemptions:     &c.preemptions,
+		metric.GenRunning:         &c.running,
+		metric.GenWaiting:         &c.waiting,
+		metric.GenKVUsage:         &c.kv,
 	}
 	for name, sc := range map[string]*sumCount{
-		"infer_gen_time_to_first_token_seconds":   &c.ttft.sumCount,
-		"infer_gen_time_per_output_token_seconds": &c.tpot,
-		"infer_gen_e2e_request_latency_seconds":   &c.e2e,
-		"infer_gen_request_queue_time_seconds":    &c.queue,
-		"infer_gen_step_batch_size":               &c.stepBatch,
-		"infer_gen_step_duration_seconds":         &c.stepDur,
+		metric.GenTTFT:         &c.ttft.sumCount,
+		metric.GenTPOT:         &c.tpot,
+		metric.GenE2E:          &c.e2e,
+		metric.GenQueueTime:    &c.queue,
+		metric.GenStepBatch:    &c.stepBatch,
+		metric.GenStepDuration: &c.stepDur,
 	} {
 		m[name+metric.Sum], m[name+metric.Count] = &sc.sum, &sc.count
 	}
@@ -72,11 +72,11 @@ func (c *genCounters) fields() map[string]*float64 {
 func genOf(samples []sample, label string) (c genCounters, ok bool) {
 	fields := c.fields()
 	for _, s := range samples {
-		if !strings.HasPrefix(s.name, "infer_gen_") || s.labels["endpoint"] != label {
+		if !strings.HasPrefix(s.name, metric.GenPrefix) || s.labels["endpoint"] != label {
 			continue
 		}
 		ok = true
-		if s.name == "infer_gen_time_to_first_token_seconds_bucket" {
+		if s.name == metric.GenTTFT+metric.Bucket {
 			le, err := strconv.ParseFloat(s.labels["le"], 64) // "+Inf" parses as +Inf
 			if err != nil {
 				continue
@@ -204,14 +204,14 @@ func genInfoOf(samples []sample) genInfo {
 	for _, s := range samples {
 		l := s.labels
 		switch s.name {
-		case "infer_gen_batching_info":
+		case metric.GenBatchingInfo:
 			g.ok = true
 			g.policy = l["policy"]
 			g.maxSeqs, _ = strconv.Atoi(l["max_seqs"])
 			g.mbt, _ = strconv.Atoi(l["max_batched_tokens"])
 			g.kvTokens, _ = strconv.Atoi(l["kv_tokens"])
 			g.maxLatency, _ = time.ParseDuration(l["max_latency"])
-		case "infer_gen_model_info":
+		case metric.GenModelInfo:
 			g.model, g.backend, g.params = l["model"], l["backend"], l["params"]
 		}
 	}
