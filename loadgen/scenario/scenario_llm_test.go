@@ -169,7 +169,12 @@ func TestParseLLMErrors(t *testing.T) {
 		{"twice", head + loadC + "sweep:\n  endpoints: [static, static]\n", 8, "listed twice"},
 		{"batch on llm", head + loadC + "sweep:\n  batch: 8\n", 8, "sweep.batch is for encoder endpoints"},
 		{"max seqs zero", head + loadC + "sweep:\n  max_seqs: [8, 0]\n", 8, "sweep.max_seqs 0"},
-		{"mbt below seqs", head + loadC + "sweep:\n  max_seqs: 64\n  max_batched_tokens: 32\n", 9, "below sweep.max_seqs 64"},
+		{"mbt below seqs", head + loadC + "sweep:\n  max_seqs: [16, 64]\n  max_batched_tokens: 32\n", 9, "sweep.max_batched_tokens: max batched tokens 32 is less than max seqs 64"},
+		{"max seqs over", head + loadC + "sweep:\n  max_seqs: [8, 5000]\n", 8, "sweep.max_seqs: max seqs 5000: want 1 to 4096"},
+		{"mbt over", head + loadC + "sweep:\n  max_batched_tokens: [64, 2000000]\n", 8, "sweep.max_batched_tokens: max batched tokens 2000000: want 1 to 1048576"},
+		{"mbt zero", head + loadC + "sweep:\n  max_batched_tokens: [64, 0]\n", 8, "sweep.max_batched_tokens 0: must be at least 1"},
+		{"gen queue cap", "server:\n  model: sim-lm\n  queue_cap: 100000\n" + "payload:\n  api: completions\n" + loadC, 3, "server.queue_cap: queue capacity 100000: want 0 (default) to 65536"},
+		{"kv tokens zero", "server:\n  model: sim-lm\n  kv_tokens: 0\n" + "payload:\n  api: completions\n" + loadC, 3, "server.kv_tokens 0: must be at least 1"},
 		{"max seqs on encoder", "server:\n  model: sim\n" + loadC + "sweep:\n  max_seqs: 8\n", 6, "generation servers (payload.api) only"},
 		{"static on target", "target:\n  urls: http://a:1\npayload:\n  api: chat\n" + loadC + "sweep:\n  endpoints: [continuous, static]\n  max_seqs: [8, 16]\n", 8, "the admin API sets the /v1 engine's"},
 		{"arrival closed", head + "load:\n  concurrency: 4\n  arrival: poisson\n", 7, "arrivals pace an open loop"},
@@ -264,5 +269,15 @@ func TestWithTargetsLLM(t *testing.T) {
 	tg, err := plain.WithTargets([]string{"http://a:1/"})
 	if err != nil || tg.Server != nil || tg.Targets[0] != "http://a:1" {
 		t.Errorf("WithTargets = %+v, %v", tg, err)
+	}
+}
+
+// TestParseLLMBatchedTokensAlone: swept without max_seqs, max_batched_tokens
+// is judged by its range alone, not against the engine library's default
+// max_seqs: the server's own default (per model) is unknown here.
+func TestParseLLMBatchedTokensAlone(t *testing.T) {
+	sc := mustParse(t, llmMinimal+"sweep:\n  max_batched_tokens: [16, 64]\n")
+	if !slices.Equal(sc.Sweep.MaxBatchedTokens, []int{16, 64}) {
+		t.Errorf("max_batched_tokens = %v", sc.Sweep.MaxBatchedTokens)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/inferhq/infer/loadgen/corpus"
 	"github.com/inferhq/infer/loadgen/target"
 	"github.com/inferhq/infer/server/batch"
+	"github.com/inferhq/infer/server/generate"
 )
 
 // validator checks a decoded file, collecting errors at their lines.
@@ -169,9 +170,12 @@ func (v *validator) server(s *fileServer, bucketSweep, gen bool) *target.Serve {
 	spec.Devices = s.Devices
 	if s.QueueCap != nil {
 		spec.QueueCap = *s.QueueCap
-		if spec.QueueCap < 1 {
+		switch {
+		case spec.QueueCap < 1:
 			v.errorf("$.server.queue_cap", "server.queue_cap %d: must be at least 1", spec.QueueCap)
-		} else {
+		case gen:
+			v.generation("$.server.queue_cap", "server.queue_cap", generate.Config{QueueCap: spec.QueueCap})
+		default:
 			v.batching("$.server.queue_cap", "server.queue_cap", batch.Config{QueueCap: spec.QueueCap}, "")
 		}
 	}

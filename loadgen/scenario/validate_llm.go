@@ -205,21 +205,26 @@ func (v *validator) llmSweep(s *fileSweep, out *Sweep, server bool) {
 		}
 		out.Endpoints = append(out.Endpoints, e)
 	}
+	// The engine's own rule judges each value, and each max_batched_tokens
+	// against the largest valid max_seqs (every pairing runs); below one
+	// is caught here first, since the library takes zero for its default.
+	seqs := 1 // without max_seqs the server's own is unknown here: the range alone
 	for i, n := range s.MaxSeqs {
-		if n < 1 || n > generate.MaxMaxSeqs {
-			v.errorf(fmt.Sprintf("$.sweep.max_seqs[%d]", i), "sweep.max_seqs %d: want 1 to %d", n, generate.MaxMaxSeqs)
+		path := fmt.Sprintf("$.sweep.max_seqs[%d]", i)
+		if n < 1 {
+			v.errorf(path, "sweep.max_seqs %d: must be at least 1", n)
+		} else if v.generation(path, "sweep.max_seqs", generate.Config{MaxSeqs: n}) {
+			seqs = max(seqs, n)
 		}
 	}
 	out.MaxSeqs = s.MaxSeqs
 	for i, n := range s.MaxBatchedTokens {
-		if n < 1 || n > generate.MaxMaxBatchedTokens {
-			v.errorf(fmt.Sprintf("$.sweep.max_batched_tokens[%d]", i), "sweep.max_batched_tokens %d: want 1 to %d", n, generate.MaxMaxBatchedTokens)
+		path := fmt.Sprintf("$.sweep.max_batched_tokens[%d]", i)
+		if n < 1 {
+			v.errorf(path, "sweep.max_batched_tokens %d: must be at least 1", n)
+			continue
 		}
-		for _, m := range s.MaxSeqs {
-			if n < m {
-				v.errorf(fmt.Sprintf("$.sweep.max_batched_tokens[%d]", i), "sweep.max_batched_tokens %d is below sweep.max_seqs %d: every running sequence needs a token each step", n, m)
-			}
-		}
+		v.generation(path, "sweep.max_batched_tokens", generate.Config{MaxSeqs: seqs, MaxBatchedTokens: n})
 	}
 	out.MaxBatchedTokens = s.MaxBatchedTokens
 	if !server && (len(s.MaxSeqs) > 0 || len(s.MaxBatchedTokens) > 0 || len(s.MaxLatency) > 0) {
@@ -248,11 +253,24 @@ func (v *validator) llmServer(s *fileServer, spec *target.Serve) {
 		spec.KVTokens = *s.KVTokens
 		if spec.KVTokens < 1 {
 			v.errorf("$.server.kv_tokens", "server.kv_tokens %d: must be at least 1", spec.KVTokens)
+		} else {
+			v.generation("$.server.kv_tokens", "server.kv_tokens", generate.Config{KVTokens: spec.KVTokens})
 		}
 	}
 	if s.Timeout == nil {
 		spec.Timeout = LLMServerTimeout
 	}
+}
+
+// generation reports what the generation engine's Config.Validate says
+// of c, a config holding the values at path, as a problem with the key;
+// it returns whether c is valid.
+func (v *validator) generation(path, key string, c generate.Config) bool {
+	if err := c.Validate(); err != nil {
+		v.errorf(path, "%s: %v", key, err)
+		return false
+	}
+	return true
 }
 
 // encoderServerKeys are server keys of encoder models only.
