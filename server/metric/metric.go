@@ -50,7 +50,13 @@ const (
 	GenWaiting         = "infer_gen_num_requests_waiting"          // gauge {endpoint}
 	GenKVUsage         = "infer_gen_kv_cache_usage_perc"           // gauge {endpoint}: share of the KV capacity in use, 0 to 1
 	GenModelInfo       = "infer_gen_model_info"                    // gauge {model, backend, params}: always 1
-	GenBatchingInfo    = "infer_gen_batching_info"                 // gauge {policy, max_seqs, max_batched_tokens, kv_tokens, max_latency}: always 1
+	GenBatchingInfo    = "infer_gen_batching_info"                 // gauge {policy, max_seqs, max_batched_tokens, kv_tokens, max_latency, prefix_cache, block_size}: always 1
+
+	// The generation engine's prefix cache, after vLLM's
+	// prefix_cache_queries and prefix_cache_hits: counters {endpoint} of
+	// the prompt tokens of requests started, and of those found cached.
+	GenPrefixCacheQueries = "infer_gen_prefix_cache_queries_total"
+	GenPrefixCacheHits    = "infer_gen_prefix_cache_hits_total"
 )
 
 // LatencyBuckets are the buckets of every duration histogram, in seconds:

@@ -26,6 +26,8 @@ type metrics struct {
 	promptTokens *prometheus.CounterVec
 	genTokens    *prometheus.CounterVec
 	preemptions  *prometheus.CounterVec
+	cacheQueries *prometheus.CounterVec
+	cacheHits    *prometheus.CounterVec
 	stepDur      *prometheus.HistogramVec
 	stepBatch    *prometheus.HistogramVec
 	stepTokens   *prometheus.HistogramVec
@@ -45,6 +47,8 @@ type epMetrics struct {
 	promptTokens prometheus.Counter
 	genTokens    prometheus.Counter
 	preemptions  prometheus.Counter
+	cacheQueries prometheus.Counter
+	cacheHits    prometheus.Counter
 	stepDur      prometheus.Observer
 	stepBatch    prometheus.Observer
 	stepTokens   prometheus.Observer
@@ -93,6 +97,10 @@ func newMetrics(s *Service) *metrics {
 			"Tokens generated."),
 		preemptions: counter(metric.GenPreemptions,
 			"Sequences preempted (their KV freed, to be recomputed) to make room."),
+		cacheQueries: counter(metric.GenPrefixCacheQueries,
+			"Prompt tokens of requests started while the prefix cache is on (vLLM's prefix_cache_queries)."),
+		cacheHits: counter(metric.GenPrefixCacheHits,
+			"Of those, the tokens found in the prefix cache, whose KV was reused (vLLM's prefix_cache_hits)."),
 		stepDur: hist(metric.GenStepDuration,
 			"Time the model spent on one engine step.", stepBuckets),
 		stepBatch: hist(metric.GenStepBatch,
@@ -111,6 +119,8 @@ func newMetrics(s *Service) *metrics {
 			promptTokens: m.promptTokens.WithLabelValues(e.name),
 			genTokens:    m.genTokens.WithLabelValues(e.name),
 			preemptions:  m.preemptions.WithLabelValues(e.name),
+			cacheQueries: m.cacheQueries.WithLabelValues(e.name),
+			cacheHits:    m.cacheHits.WithLabelValues(e.name),
 			stepDur:      m.stepDur.WithLabelValues(e.name),
 			stepBatch:    m.stepBatch.WithLabelValues(e.name),
 			stepTokens:   m.stepTokens.WithLabelValues(e.name),
@@ -140,7 +150,7 @@ func newMetrics(s *Service) *metrics {
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return append([]prometheus.Collector{m.requests, m.success, m.aborted, m.inFlight, m.ttft, m.tpot, m.e2e, m.queue,
-		m.promptTokens, m.genTokens, m.preemptions, m.stepDur, m.stepBatch, m.stepTokens}, m.gauges...)
+		m.promptTokens, m.genTokens, m.preemptions, m.cacheQueries, m.cacheHits, m.stepDur, m.stepBatch, m.stepTokens}, m.gauges...)
 }
 
 // observeStep runs on the engine's goroutine after each step.
@@ -153,6 +163,10 @@ func (e *epMetrics) observeStep(si generate.StepInfo) {
 	}
 	if si.Preempted > 0 {
 		e.preemptions.Add(float64(si.Preempted))
+	}
+	if si.PrefixQueries > 0 {
+		e.cacheQueries.Add(float64(si.PrefixQueries))
+		e.cacheHits.Add(float64(si.PrefixHits))
 	}
 }
 
@@ -201,12 +215,13 @@ type batchingCollector struct{ s *Service }
 
 var batchingDesc = prometheus.NewDesc(metric.GenBatchingInfo,
 	"The /v1 generation engine's settings in effect; always 1.",
-	[]string{"policy", "max_seqs", "max_batched_tokens", "kv_tokens", "max_latency"}, nil)
+	[]string{"policy", "max_seqs", "max_batched_tokens", "kv_tokens", "max_latency", "prefix_cache", "block_size"}, nil)
 
 func (c batchingCollector) Describe(ch chan<- *prometheus.Desc) { ch <- batchingDesc }
 
 func (c batchingCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.s.batching()
 	ch <- prometheus.MustNewConstMetric(batchingDesc, prometheus.GaugeValue, 1,
-		string(st.Policy), strconv.Itoa(st.MaxSeqs), strconv.Itoa(st.MaxBatchedTokens), strconv.Itoa(st.KVTokens), st.MaxLatency)
+		string(st.Policy), strconv.Itoa(st.MaxSeqs), strconv.Itoa(st.MaxBatchedTokens), strconv.Itoa(st.KVTokens), st.MaxLatency,
+		strconv.FormatBool(st.PrefixCache), strconv.Itoa(st.BlockSize))
 }
