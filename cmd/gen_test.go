@@ -62,8 +62,8 @@ func TestServeDecoderFlags(t *testing.T) {
 		{args: []string{"--model", "sim-lm", "--gen-policy", "eager"}, wantErr: "unknown generation policy"},
 		{args: []string{"--model", "sim-lm", "--kv-tokens", "-1"}, wantErr: "--kv-tokens -1"},
 		{args: []string{"--model", "sim-lm", "--queue-cap", "1000000"}, wantErr: "--queue-cap 1000000"},
-		{args: []string{"--model", "sim-lm", "--sim-step", "-1ms"}, wantErr: "negative cost"},
-		{args: []string{"--model", "sim-lm", "--kv-tokens", "100"}, wantErr: "less than the context"},
+		{args: []string{"--model", "sim-lm", "--sim-step", "-1ms"}, wantErr: "step cost -1ms: must not be negative"},
+		{args: []string{"--model", "sim-lm", "--kv-tokens", "100"}, wantErr: "KV tokens 100: want at least the context (4096 tokens)"},
 		// GPT-2 on ONNX Runtime: the CPU defaults, the KV bound shared by
 		// the decoder and its engines.
 		{args: []string{"--model", "gpt2-tiny"}, check: func(t *testing.T, o *serveOptions, cfg generate.Config) {
