@@ -208,7 +208,8 @@ type Listing struct {
 }
 
 // Entries returns the table: every built-in and format, in the order infer
-// models list shows them.
+// models list shows them. The entries share their slices and maps with the
+// table: read them, do not modify them.
 func Entries() []Entry { return slices.Clone(entries) }
 
 var entries = table()
