@@ -66,7 +66,7 @@ demo: setup build ## bench the default model naive vs batched (live view) and wr
 	@echo "running scenarios/demo.yaml: about a minute (the first run also makes bert-mini); q stops"
 	$(BIN) bench --scenario scenarios/demo.yaml
 
-try: setup build ## serve the default model and send requests to every endpoint
+try: setup build ## serve the default model and sim-lm, send the docs' requests to every endpoint, check each answer
 	./scripts/try.sh
 
 # CI's performance check: the quick scenarios against the baseline runs kept

@@ -20,6 +20,8 @@ type genOptions struct {
 	KVTokens           int
 	Policy             string
 	StreamInterval     int
+	PrefixCache        bool
+	BlockSize          int
 	SimStep            time.Duration
 	SimPerSeq          time.Duration
 	SimPerPrefillToken time.Duration
@@ -32,6 +34,8 @@ func (o *genOptions) bind(cmd *cobra.Command) {
 	f.IntVar(&o.KVTokens, "kv-tokens", 0, fmt.Sprintf("decoder models: KV capacity in tokens per model instance, at least the context (0: the model's: sim-lm simulates %d, an ONNX Runtime decoder holds %d contexts, %d for GPT-2)", simlm.DefaultKVTokens, onnx.DefaultKVContexts, onnx.DefaultKVContexts*onnx.DefaultContext))
 	f.StringVar(&o.Policy, "gen-policy", string(generate.Continuous), "decoder models: scheduling of /v1: "+generate.PolicyNames()+" (/static/v1 and /naive/v1 always serve their own)")
 	f.IntVar(&o.StreamInterval, "stream-interval", openai.DefaultStreamInterval, fmt.Sprintf("decoder models: tokens a stream gathers into one write after its first, which goes out at once (1 to %d; n > 1 spaces a client's tokens n steps apart and saves the server n-1 writes in n)", openai.MaxStreamInterval))
+	f.BoolVar(&o.PrefixCache, "prefix-cache", generate.DefaultPrefixCache, "decoder models: automatic prefix caching: a prompt's cached KV blocks are reused instead of computed (--prefix-cache=false computes every prompt; off anyway for a model that cannot reuse KV)")
+	f.IntVar(&o.BlockSize, "block-size", generate.DefaultBlockSize, fmt.Sprintf("decoder models: tokens of one KV block, the unit of KV accounting and of the prefix cache (1 to %d)", generate.MaxBlockSize))
 	f.DurationVar(&o.SimStep, "sim-step", simlm.DefaultStep, "sim-lm: fixed cost of an engine step")
 	f.DurationVar(&o.SimPerSeq, "sim-per-seq", simlm.DefaultPerSeq, "sim-lm: added cost per decoding sequence in a step")
 	f.DurationVar(&o.SimPerPrefillToken, "sim-per-prefill-token", simlm.DefaultPerPrefillToken, "sim-lm: added cost per prompt token prefilled in a step")
@@ -56,6 +60,8 @@ func (o *genOptions) engine(d models.EngineDefaults, maxLatency time.Duration, q
 		MaxLatency:       maxLatency,
 		QueueCap:         queueCap,
 		AdmitLate:        admitLate,
+		BlockSize:        o.BlockSize,
+		NoPrefixCache:    !o.PrefixCache,
 	}.WithModelDefaults(d)
 	if err := cfg.Validate(); err != nil {
 		return generate.Config{}, settingError(err)

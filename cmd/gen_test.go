@@ -43,7 +43,8 @@ func TestServeDecoderFlags(t *testing.T) {
 		wantErr string
 	}{
 		{args: []string{"--model", "sim-lm"}, check: func(t *testing.T, o *serveOptions, cfg generate.Config) {
-			if cfg.Policy != generate.Continuous || cfg.MaxSeqs != 32 || cfg.MaxBatchedTokens != 2048 || cfg.KVTokens != 0 || cfg.MaxLatency != 100*time.Millisecond {
+			if cfg.Policy != generate.Continuous || cfg.MaxSeqs != 32 || cfg.MaxBatchedTokens != 2048 || cfg.KVTokens != 0 || cfg.MaxLatency != 100*time.Millisecond ||
+				cfg.BlockSize != generate.DefaultBlockSize || cfg.NoPrefixCache {
 				t.Errorf("engine defaults = %+v", cfg)
 			}
 			if o.Gen.SimStep != 8*time.Millisecond || o.Gen.SimPerSeq != 250*time.Microsecond || o.Gen.SimPerPrefillToken != 20*time.Microsecond {
@@ -74,6 +75,12 @@ func TestServeDecoderFlags(t *testing.T) {
 					t.Errorf("sim-lm = %s, %+v", f.Info().Params, f.Decoder())
 				}
 			}},
+		{args: []string{"--model", "sim-lm", "--prefix-cache=false", "--block-size", "32"}, check: func(t *testing.T, o *serveOptions, cfg generate.Config) {
+			if !cfg.NoPrefixCache || cfg.BlockSize != 32 {
+				t.Errorf("engine = %+v, want the prefix cache off, blocks of 32", cfg)
+			}
+		}},
+		{args: []string{"--model", "sim-lm", "--block-size", "5000"}, wantErr: "--block-size 5000: want 1 to 1024 tokens"},
 		{args: []string{"--model", "sim-lm", "--max-seqs", "-1"}, wantErr: "--max-seqs -1"},
 		{args: []string{"--model", "sim-lm", "--max-batched-tokens", "-1"}, wantErr: "--max-batched-tokens -1"},
 		{args: []string{"--model", "sim-lm", "--max-seqs", "100000"}, wantErr: "--max-seqs 100000"},

@@ -58,7 +58,7 @@ longer than --max-latency after its first item arrived. Within that, --policy
 decides how long it waits:
 
   adaptive   (default) only when waiting pays, judged from the measured
-             arrival rate and batch cost: the README's "Batching" has the rule
+             arrival rate and batch cost: docs/serving.md has the rule
   fixed      until it holds --batch items or --max-latency has passed
   immediate  not at all: a free worker takes whatever is queued
 

@@ -20,6 +20,7 @@ var flagOf = map[setting.Name]string{
 	generate.SettingKVTokens:         "--kv-tokens", // and onnx's, simlm's
 	generate.SettingMaxLatency:       "--max-latency",
 	generate.SettingQueueCap:         "--queue-cap",
+	generate.SettingBlockSize:        "--block-size",
 	onnx.SettingMaxSeqLen:            "--max-seq-len",
 	onnx.SettingThreads:              "--threads",
 	sim.SettingFixed:                 "--sim-fixed",

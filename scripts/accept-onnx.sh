@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reruns the ONNX Runtime measurements quoted in README.md against real
+# Reruns the ONNX Runtime measurements quoted in docs/measured.md against real
 # processes on 127.0.0.1: the offline ceiling of bert-mini (the model alone,
 # per batch size), the served /batched and /naive throughput under closed-loop
 # wrk load with the built-in corpus (realistic sentence lengths), and the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reruns the serving-core measurements quoted in README.md against real
+# Reruns the serving-core measurements quoted in docs/measured.md against real
 # processes on 127.0.0.1: closed-loop throughput with wrk, server CPU per
 # request, overload, SIGTERM under load, and bad input during load.
 # Needs wrk (apt-get install wrk); vegeta runs from the Go module cache.

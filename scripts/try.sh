@@ -1,70 +1,78 @@
 #!/usr/bin/env bash
 # A walk through the HTTP API (make try). Serves the default model (bert-mini,
 # fill-mask: generated on first use into the model cache, run by ONNX Runtime
-# from scripts/setup-ort.sh) on a free port of its own, waits until it is
-# ready, sends requests through the naive and the batched endpoint and KServe
-# v2 with text, JSON and form bodies, checks every answer, and stops the
-# server. It exits 1 if any step fails. Extra arguments go to `infer serve`
-# (e.g. --model sim); ADDR=host:port serves on that address instead (a taken
-# port fails at once).
+# from scripts/setup-ort.sh) and the simulated decoder sim-lm, each on a free
+# port of its own; waits until they are ready; sends requests through the
+# naive and the batched endpoint and KServe v2 with text, JSON and form
+# bodies, and through the OpenAI API, streamed or not; checks every answer,
+# and stops the servers. It exits 1 if any step fails. Extra arguments go to
+# the first `infer serve` (e.g. --model sim); ADDR=host:port serves it on that
+# address instead (a taken port fails at once).
+#
+# The curl commands of README.md and docs/ are steps here, with the same
+# arguments: internal/doccheck's TestDocCurlsAreTried keeps them in step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin/infer}
 ADDR=${ADDR:-127.0.0.1:0}
 WORK=$(mktemp -d -t infer-try.XXXXXX)
-LOG=$WORK/serve.log
-PID=
+PIDS=()
 
 stop() {
-	if [[ -n $PID ]]; then
-		kill -INT "$PID" 2>/dev/null || true
-		wait "$PID" 2>/dev/null || true
-	fi
+	local pid
+	for pid in "${PIDS[@]}"; do
+		kill -INT "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	done
+	PIDS=()
 }
 trap stop EXIT
 fail() {
 	echo "try: $*" >&2
-	echo "try: server log: $LOG" >&2
+	echo "try: server logs: $WORK/*.log" >&2
 	exit 1
 }
 
-"$BIN" serve --addr "$ADDR" "$@" >"$LOG" 2>&1 &
-PID=$!
-
-# The address it listens on (port 0: the one the system chose), from the
-# server's "listening" log line.
-URL=
-for _ in $(seq 1 100); do
-	if ! kill -0 "$PID" 2>/dev/null; then
-		cat "$LOG" >&2
-		fail "infer serve --addr $ADDR exited before it listened (see its output above)"
-	fi
-	addr=$(sed -n 's/.*msg=listening addr=\([^ ]*\).*/\1/p' "$LOG" | head -1)
-	if [[ -n $addr ]]; then
-		URL=http://$addr
-		break
-	fi
-	sleep 0.1
-done
-[[ -n $URL ]] || fail "infer serve did not say where it listens within 10 s"
-echo "== infer serve listening on $URL (pid $PID)"
-
-# Generating a large built-in model the first time takes a while.
-ready=
-for _ in $(seq 1 1200); do
-	if ready=$(curl -fsS "$URL/readyz" 2>/dev/null); then break; fi
-	ready=
-	if ! kill -0 "$PID" 2>/dev/null; then
-		cat "$LOG" >&2
-		fail "infer serve exited before it was ready (see its output above)"
-	fi
-	sleep 0.1
-done
-[[ -n $ready ]] || fail "$URL/readyz not ready after 120 s"
-echo "$ready"
-# The model's name, for the KServe path.
-MODEL=$(sed -n 's/.*"model":"\([^"]*\)".*/\1/p' <<<"$ready")
-[[ -n $MODEL ]] || fail "/readyz did not name the model: $ready"
+# start NAME ADDR ARGS...: starts `infer serve --addr ADDR ARGS...`, logging
+# to $WORK/NAME.log, and sets SERVED to its base URL once it listens (port
+# 0: the one the system chose, from the server's "listening" log line) and
+# READY to its /readyz answer once it is ready.
+start() {
+	local name=$1 addr=$2 log=$WORK/$1.log
+	shift 2
+	"$BIN" serve --addr "$addr" "$@" >"$log" 2>&1 &
+	local pid=$!
+	PIDS+=("$pid")
+	SERVED=
+	for _ in $(seq 1 100); do
+		if ! kill -0 "$pid" 2>/dev/null; then
+			cat "$log" >&2
+			fail "infer serve --addr $addr $* exited before it listened (see its output above)"
+		fi
+		local listening
+		listening=$(sed -n 's/.*msg=listening addr=\([^ ]*\).*/\1/p' "$log" | head -1)
+		if [[ -n $listening ]]; then
+			SERVED=http://$listening
+			break
+		fi
+		sleep 0.1
+	done
+	[[ -n $SERVED ]] || fail "infer serve ($name) did not say where it listens within 10 s"
+	echo "== infer serve $* listening on $SERVED (pid $pid)"
+	# Generating a large built-in model the first time takes a while.
+	READY=
+	for _ in $(seq 1 1200); do
+		if READY=$(curl -fsS "$SERVED/readyz" 2>/dev/null); then break; fi
+		READY=
+		if ! kill -0 "$pid" 2>/dev/null; then
+			cat "$log" >&2
+			fail "infer serve ($name) exited before it was ready (see its output above)"
+		fi
+		sleep 0.1
+	done
+	[[ -n $READY ]] || fail "$SERVED/readyz not ready after 120 s"
+	echo "$READY"
+}
 
 failed=0
 # step TITLE WANT CURL-ARGS...: sends one request, prints the answer, and
@@ -82,18 +90,23 @@ step() {
 	if [[ $code != 200 ]]; then
 		echo "FAIL: HTTP $code, want 200" >&2
 		failed=$((failed + 1))
-	elif ! grep -q -- "$want" "$WORK/body"; then
+	elif ! grep -qF -- "$want" "$WORK/body"; then
 		echo "FAIL: the answer lacks $want" >&2
 		failed=$((failed + 1))
 	fi
 }
 
-TEXT='Paris is the [MASK] of France.'
-step "POST /batched (text body)" '"outputs"' -d "$TEXT" "$URL/batched"
-step "POST /naive (text body)" '"outputs"' -d "$TEXT" "$URL/naive"
+start encoder "$ADDR" "$@"
+URL=$SERVED
+# The model's name, for the KServe path.
+MODEL=$(sed -n 's/.*"model":"\([^"]*\)".*/\1/p' <<<"$READY")
+[[ -n $MODEL ]] || fail "/readyz did not name the model: $READY"
+
+step "POST /batched (text body)" '"outputs"' -d 'Paris is the [MASK] of France.' "$URL/batched"
+step "POST /naive (text body)" '"outputs"' -d 'Paris is the [MASK] of France.' "$URL/naive"
 step "POST /batched (JSON body, two items)" '"outputs"' -H 'Content-Type: application/json' \
 	-d '{"inputs": ["Paris is the [MASK] of France.", "The cat sat on the [MASK]."]}' "$URL/batched"
-step "POST /naive (form body, two items)" '"outputs"' --data-urlencode "s=$TEXT" \
+step "POST /naive (form body, two items)" '"outputs"' --data-urlencode 's=Paris is the [MASK] of France.' \
 	--data-urlencode 's=The cat sat on the [MASK].' "$URL/naive"
 step "POST /v2/models/$MODEL/infer (KServe v2)" '"outputs"' -H 'Content-Type: application/json' \
 	-d '{"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": ["Paris is the [MASK] of France."]}]}' \
@@ -108,10 +121,23 @@ else
 fi
 
 echo
+start generation 127.0.0.1:0 --model sim-lm
+LM_URL=$SERVED
+step "POST /v1/completions (streamed, with usage)" '"completion_tokens":5' \
+	-N "$LM_URL/v1/completions" \
+	-d '{"prompt": "Once upon a time", "max_tokens": 5, "stream": true, "stream_options": {"include_usage": true}}'
+step "POST /v1/completions (streamed)" 'data: [DONE]' \
+	-N "$LM_URL/v1/completions" \
+	-d '{"model": "sim-lm", "prompt": "Once upon a time", "max_tokens": 32, "stream": true}'
+step "POST /static/v1/chat/completions" '"chat.completion"' \
+	"$LM_URL/static/v1/chat/completions" \
+	-d '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 16}'
+step "GET /naive/v1/models" '"sim-lm"' "$LM_URL/naive/v1/models"
+
+echo
 if ((failed > 0)); then
 	fail "$failed step(s) failed"
 fi
-echo "== every step answered as expected; stopping the server"
+echo "== every step answered as expected; stopping the servers"
 stop
-PID=
 rm -rf "$WORK"

@@ -54,6 +54,16 @@ const (
 	MaxMaxBatchedTokens = 1 << 20
 	MaxQueueCap         = 1 << 16
 	MaxStreamBuffer     = 1 << 16
+	MaxBlockSize        = 1024
+)
+
+// Defaults of the prefix cache (see Config.BlockSize and
+// Config.NoPrefixCache).
+const (
+	// DefaultBlockSize is the tokens of one KV block, as in vLLM.
+	DefaultBlockSize = 16
+	// DefaultPrefixCache: automatic prefix caching is on unless turned off.
+	DefaultPrefixCache = true
 )
 
 // The engine's own defaults of MaxSeqs and MaxBatchedTokens, sized for an
@@ -80,6 +90,7 @@ const (
 	SettingMaxLatency       setting.Name = "max latency"
 	SettingQueueCap         setting.Name = "queue capacity"
 	SettingStreamBuffer     setting.Name = "stream buffer"
+	SettingBlockSize        setting.Name = "block size"
 )
 
 // Config configures an Engine. The zero value is valid.
@@ -96,10 +107,11 @@ type Config struct {
 	// Static prefills a formed batch in one step whatever its size, as
 	// Hugging Face generate does.
 	MaxBatchedTokens int
-	// KVTokens is the KV capacity the engine keeps within, in tokens
-	// summed over the running sequences. Default (and at most): the
-	// decoder's Info.KVTokens. See the package doc for the admission and
-	// preemption rule.
+	// KVTokens is the KV capacity the engine keeps within, in tokens: it
+	// makes KVTokens / BlockSize blocks, shared by the running sequences
+	// and the prefix cache. Default (and at most): the decoder's
+	// Info.KVTokens. See the package doc for the admission and preemption
+	// rule.
 	KVTokens int
 	// MaxLatency is how long a static batch waits for company, counted
 	// from the arrival of its first request. Zero: it starts with what is
@@ -119,6 +131,14 @@ type Config struct {
 	// sequence ends with ErrSlowReader and frees its KV, so that one
 	// stalled client never stalls the engine. Default 256.
 	StreamBuffer int
+	// BlockSize is the tokens of one KV block: the engine counts and
+	// names the decoder's KV in blocks (see the package doc), and only full
+	// blocks are cached. Default DefaultBlockSize; 1 to MaxBlockSize.
+	BlockSize int
+	// NoPrefixCache turns automatic prefix caching off: every prompt is
+	// computed from its first token. It is off anyway for a decoder that
+	// cannot reuse KV (models.DecoderInfo.BlockKV false).
+	NoPrefixCache bool
 	// SeparatePrefill runs prefill in steps of its own (a step either
 	// prefills newly admitted sequences or decodes the running ones)
 	// instead of inside the decode steps. Measured slower on the sim's
@@ -164,6 +184,9 @@ func (c Config) withDefaults(kv int) Config {
 	if c.StreamBuffer <= 0 {
 		c.StreamBuffer = 256
 	}
+	if c.BlockSize <= 0 {
+		c.BlockSize = DefaultBlockSize
+	}
 	return c
 }
 
@@ -202,6 +225,8 @@ func (c Config) Validate() error {
 		return setting.Errorf(SettingQueueCap, c.QueueCap, "want 0 (default) to %d", MaxQueueCap)
 	case c.StreamBuffer < 0 || c.StreamBuffer > MaxStreamBuffer:
 		return setting.Errorf(SettingStreamBuffer, c.StreamBuffer, "want 0 (default) to %d", MaxStreamBuffer)
+	case c.BlockSize < 0 || c.BlockSize > MaxBlockSize:
+		return setting.Errorf(SettingBlockSize, c.BlockSize, "want 1 to %d tokens", MaxBlockSize)
 	}
 	return nil
 }
@@ -233,9 +258,16 @@ type StepInfo struct {
 	Duration      time.Duration // the decoder's Step
 	Running       int           // running sequences after the step
 	Waiting       int           // waiting requests after the step
-	KVUsed        int           // tokens in the KV after the step
-	KVTokens      int           // the KV capacity kept within
+	KVUsed        int           // tokens of the KV blocks in use (referenced) after the step
+	KVTokens      int           // the KV capacity kept within: all blocks, in tokens
+	KVCached      int           // tokens of the cached blocks nobody references (evictable)
 	Preempted     int           // sequences preempted to make room for this step
 	Finished      int           // sequences that finished in this step
-	Err           error         // the decoder's error; its sequences failed
+	// PrefixQueries and PrefixHits are vLLM's prefix_cache_queries and
+	// prefix_cache_hits of the requests started in this step for the
+	// first time (not their recomputes), while the prefix cache is on:
+	// their tokens, and of those the tokens found cached.
+	PrefixQueries int
+	PrefixHits    int
+	Err           error // the decoder's error; its sequences failed
 }

@@ -21,6 +21,12 @@ const (
 	ModelInfo       = "infer_model_info"               // gauge {model, task, backend}: always 1
 	BatchingInfo    = "infer_batching_info"            // gauge {policy, max_batch, max_latency, workers}: always 1
 
+	// The generation engine's prefix cache, after vLLM's
+	// prefix_cache_queries and prefix_cache_hits: counters {endpoint} of
+	// the prompt tokens of requests started, and of those found cached.
+	GenPrefixCacheQueries = "infer_gen_prefix_cache_queries_total"
+	GenPrefixCacheHits    = "infer_gen_prefix_cache_hits_total"
+
 	// Count and Sum end the names of a histogram's count and sum series.
 	Count = "_count"
 	Sum   = "_sum"

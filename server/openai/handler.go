@@ -133,9 +133,12 @@ func newID(chat bool) string {
 }
 
 // serverTiming is the Server-Timing header: queue time, time to first
-// token, and the step batch size at the first token.
+// token, the step batch size at the first token, and the prompt tokens
+// found in the prefix cache.
 func serverTiming(t generate.Timing) string {
-	return string(server.AppendTiming(make([]byte, 0, 64), "queue", t.Queue, "ttft", t.FirstToken, t.Batch))
+	b := server.AppendTiming(make([]byte, 0, 80), "queue", t.Queue, "ttft", t.FirstToken, t.Batch)
+	b = append(b, ", cached;desc="...)
+	return string(strconv.AppendInt(b, int64(t.CachedTokens), 10))
 }
 
 // answer is one response being written.
@@ -148,13 +151,20 @@ type answer struct {
 }
 
 type usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
+	PromptTokens        int           `json:"prompt_tokens"`
+	CompletionTokens    int           `json:"completion_tokens"`
+	TotalTokens         int           `json:"total_tokens"`
+	PromptTokensDetails promptDetails `json:"prompt_tokens_details"`
+}
+
+// promptDetails is OpenAI's usage.prompt_tokens_details: the prompt tokens
+// whose KV came from the prefix cache.
+type promptDetails struct {
+	CachedTokens int `json:"cached_tokens"`
 }
 
 func usageOf(res generate.Result) usage {
-	return usage{res.PromptTokens, res.CompletionTokens, res.PromptTokens + res.CompletionTokens}
+	return usage{res.PromptTokens, res.CompletionTokens, res.PromptTokens + res.CompletionTokens, promptDetails{res.CachedTokens}}
 }
 
 type choice struct {
@@ -360,7 +370,9 @@ func (c *chunkEncoder) usage(buf []byte, res generate.Result) []byte {
 	buf = strconv.AppendInt(buf, int64(u.CompletionTokens), 10)
 	buf = append(buf, `,"total_tokens":`...)
 	buf = strconv.AppendInt(buf, int64(u.TotalTokens), 10)
-	return append(buf, "}}\n\n"...)
+	buf = append(buf, `,"prompt_tokens_details":{"cached_tokens":`...)
+	buf = strconv.AppendInt(buf, int64(u.PromptTokensDetails.CachedTokens), 10)
+	return append(buf, "}}}\n\n"...)
 }
 
 func (c *chunkEncoder) error(buf []byte, e *apiError) []byte {

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/inferhq/infer/server/generate"
+	"github.com/inferhq/infer/server/metric"
 )
 
 // Metrics are named after vLLM's (vllm:X is infer_gen_X here) so that
@@ -24,6 +25,8 @@ type metrics struct {
 	promptTokens *prometheus.CounterVec
 	genTokens    *prometheus.CounterVec
 	preemptions  *prometheus.CounterVec
+	cacheQueries *prometheus.CounterVec
+	cacheHits    *prometheus.CounterVec
 	stepDur      *prometheus.HistogramVec
 	stepBatch    *prometheus.HistogramVec
 	stepTokens   *prometheus.HistogramVec
@@ -43,6 +46,8 @@ type epMetrics struct {
 	promptTokens prometheus.Counter
 	genTokens    prometheus.Counter
 	preemptions  prometheus.Counter
+	cacheQueries prometheus.Counter
+	cacheHits    prometheus.Counter
 	stepDur      prometheus.Observer
 	stepBatch    prometheus.Observer
 	stepTokens   prometheus.Observer
@@ -91,6 +96,10 @@ func newMetrics(s *Service) *metrics {
 			"Tokens generated."),
 		preemptions: counter("infer_gen_num_preemptions_total",
 			"Sequences preempted (their KV freed, to be recomputed) to make room."),
+		cacheQueries: counter(metric.GenPrefixCacheQueries,
+			"Prompt tokens of requests started while the prefix cache is on (vLLM's prefix_cache_queries)."),
+		cacheHits: counter(metric.GenPrefixCacheHits,
+			"Of those, the tokens found in the prefix cache, whose KV was reused (vLLM's prefix_cache_hits)."),
 		stepDur: hist("infer_gen_step_duration_seconds",
 			"Time the model spent on one engine step.", stepBuckets),
 		stepBatch: hist("infer_gen_step_batch_size",
@@ -109,6 +118,8 @@ func newMetrics(s *Service) *metrics {
 			promptTokens: m.promptTokens.WithLabelValues(e.name),
 			genTokens:    m.genTokens.WithLabelValues(e.name),
 			preemptions:  m.preemptions.WithLabelValues(e.name),
+			cacheQueries: m.cacheQueries.WithLabelValues(e.name),
+			cacheHits:    m.cacheHits.WithLabelValues(e.name),
 			stepDur:      m.stepDur.WithLabelValues(e.name),
 			stepBatch:    m.stepBatch.WithLabelValues(e.name),
 			stepTokens:   m.stepTokens.WithLabelValues(e.name),
@@ -138,7 +149,7 @@ func newMetrics(s *Service) *metrics {
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return append([]prometheus.Collector{m.requests, m.success, m.aborted, m.inFlight, m.ttft, m.tpot, m.e2e, m.queue,
-		m.promptTokens, m.genTokens, m.preemptions, m.stepDur, m.stepBatch, m.stepTokens}, m.gauges...)
+		m.promptTokens, m.genTokens, m.preemptions, m.cacheQueries, m.cacheHits, m.stepDur, m.stepBatch, m.stepTokens}, m.gauges...)
 }
 
 // observeStep runs on the engine's goroutine after each step.
@@ -151,6 +162,10 @@ func (e *epMetrics) observeStep(si generate.StepInfo) {
 	}
 	if si.Preempted > 0 {
 		e.preemptions.Add(float64(si.Preempted))
+	}
+	if si.PrefixQueries > 0 {
+		e.cacheQueries.Add(float64(si.PrefixQueries))
+		e.cacheHits.Add(float64(si.PrefixHits))
 	}
 }
 
@@ -199,12 +214,13 @@ type batchingCollector struct{ s *Service }
 
 var batchingDesc = prometheus.NewDesc("infer_gen_batching_info",
 	"The /v1 generation engine's settings in effect; always 1.",
-	[]string{"policy", "max_seqs", "max_batched_tokens", "kv_tokens", "max_latency"}, nil)
+	[]string{"policy", "max_seqs", "max_batched_tokens", "kv_tokens", "max_latency", "prefix_cache", "block_size"}, nil)
 
 func (c batchingCollector) Describe(ch chan<- *prometheus.Desc) { ch <- batchingDesc }
 
 func (c batchingCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.s.batching()
 	ch <- prometheus.MustNewConstMetric(batchingDesc, prometheus.GaugeValue, 1,
-		string(st.Policy), strconv.Itoa(st.MaxSeqs), strconv.Itoa(st.MaxBatchedTokens), strconv.Itoa(st.KVTokens), st.MaxLatency)
+		string(st.Policy), strconv.Itoa(st.MaxSeqs), strconv.Itoa(st.MaxBatchedTokens), strconv.Itoa(st.KVTokens), st.MaxLatency,
+		strconv.FormatBool(st.PrefixCache), strconv.Itoa(st.BlockSize))
 }

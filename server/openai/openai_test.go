@@ -129,7 +129,7 @@ func TestSSEWireFormatGolden(t *testing.T) {
 			if ct := resp.Header.Get("Content-Type"); ct != wantType {
 				t.Errorf("Content-Type %q, want %q", ct, wantType)
 			}
-			if st := resp.Header.Get("Server-Timing"); !regexp.MustCompile(`^queue;dur=[\d.]+, ttft;dur=[\d.]+, batch;desc=\d+$`).MatchString(st) {
+			if st := resp.Header.Get("Server-Timing"); !regexp.MustCompile(`^queue;dur=[\d.]+, ttft;dur=[\d.]+, batch;desc=\d+, cached;desc=\d+$`).MatchString(st) {
 				t.Errorf("Server-Timing %q", st)
 			}
 			golden(t, tc.name, normalize(body))

@@ -32,8 +32,9 @@ type request struct {
 	StreamOptions       *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
-	IgnoreEOS bool `json:"ignore_eos"`
-	MinTokens int  `json:"min_tokens"`
+	IgnoreEOS bool   `json:"ignore_eos"`
+	MinTokens int    `json:"min_tokens"`
+	CacheSalt string `json:"cache_salt"` // vLLM's: the prefix cache is shared only among requests with the same salt
 
 	N        *int            `json:"n"`
 	BestOf   *int            `json:"best_of"`
@@ -149,7 +150,7 @@ func (h *handler) parse(body []byte, chat bool) (*parsed, error) {
 	if req.MinTokens < 0 || req.MinTokens > p.gen.MaxTokens {
 		return nil, invalid(http.StatusUnprocessableEntity, "min_tokens", "invalid_value", "min_tokens %d: want 0 to max tokens (%d)", req.MinTokens, p.gen.MaxTokens)
 	}
-	p.gen.MinTokens, p.gen.IgnoreEOS = req.MinTokens, req.IgnoreEOS
+	p.gen.MinTokens, p.gen.IgnoreEOS, p.gen.CacheSalt = req.MinTokens, req.IgnoreEOS, req.CacheSalt
 	if p.gen.Stop, err = parseStop(req.Stop); err != nil {
 		return nil, err
 	}
