@@ -54,7 +54,7 @@ bench: ## Go benchmarks of the batcher and the simulated accelerator
 # (a failing input is written to testdata/fuzz and reported).
 FUZZTIME ?= 1000000x
 FUZZ := server:FuzzDecodeItems server:FuzzDecodeV2 server:FuzzRequestTimeout server:FuzzHandler \
-	loadgen:FuzzParseMetrics loadgen:FuzzServerTiming \
+	loadgen/target:FuzzParseMetrics loadgen/attack:FuzzServerTiming \
 	loadgen/llm:FuzzReader loadgen/llm:FuzzChunk loadgen/llm:FuzzEncoding \
 	models/tfjs:FuzzRead models/sentencepiece:FuzzEncode
 fuzz: ## run each fuzz target for FUZZTIME (default 1000000x executions): decoders, deadlines, the whole handler, the metrics, Server-Timing and SSE parsers, TF.js manifests, SentencePiece
