@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/inferhq/infer/route"
+	"github.com/inferhq/infer/server/metric"
 )
 
 // The acceptance measurements of infer route (issue 23), run by
@@ -334,9 +335,9 @@ func cacheTokens(reps []*child) (hits, queries float64) {
 			}
 			fmt.Sscan(v, &f)
 			switch {
-			case strings.HasPrefix(name, "infer_gen_prefix_cache_hits_total"):
+			case strings.HasPrefix(name, metric.GenPrefixCacheHits):
 				hits += f
-			case strings.HasPrefix(name, "infer_gen_prefix_cache_queries_total"):
+			case strings.HasPrefix(name, metric.GenPrefixCacheQueries):
 				queries += f
 			}
 		}

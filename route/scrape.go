@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/inferhq/infer/server/metric"
 )
 
 // The load gauges the scored policy reads from a replica's /metrics, in
@@ -16,9 +18,9 @@ import (
 // Series of one name are summed (queue depths, one series per infer
 // endpoint) or their maximum taken (KV use).
 var (
-	waitingNames = []string{"infer_gen_num_requests_waiting", "vllm:num_requests_waiting", "sglang:num_queue_reqs"}
-	runningNames = []string{"infer_gen_num_requests_running", "vllm:num_requests_running", "sglang:num_running_reqs"}
-	kvNames      = []string{"infer_gen_kv_cache_usage_perc", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"}
+	waitingNames = []string{metric.GenWaiting, "vllm:num_requests_waiting", "sglang:num_queue_reqs"}
+	runningNames = []string{metric.GenRunning, "vllm:num_requests_running", "sglang:num_running_reqs"}
+	kvNames      = []string{metric.GenKVUsage, "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"}
 )
 
 // maxMetricsBody bounds the /metrics answer read from a replica.
