@@ -171,31 +171,56 @@ func (w *weights) array(t tensor, l int) onnxgraph.Values {
 	return w.values(func() ([]float32, error) { return w.ck.read(t, l) })
 }
 
-// inputMajor returns Values of layer l of the matrices ts (each [out_i,
-// in], as llama2.c stores them), stacked along out and transposed: [in,
-// Σ out_i], the right-hand side of x·W.
+// inputMajor returns Values of layer l of the matrices ts (see matrix).
 func (w *weights) inputMajor(l int, ts ...tensor) onnxgraph.Values {
+	return w.values(func() ([]float32, error) { return w.matrix(l, ts...) })
+}
+
+// matrix returns layer l of the matrices ts (each [out_i, in], as llama2.c
+// stores them), stacked along out and transposed: [in, Σ out_i], the
+// right-hand side of x·W.
+func (w *weights) matrix(l int, ts ...tensor) ([]float32, error) {
+	in, outs := ts[0].cols, 0
+	mats := make([][]float32, len(ts))
+	for i, t := range ts {
+		m, err := w.ck.read(t, l)
+		if err != nil {
+			return nil, err
+		}
+		mats[i], outs = m, outs+t.rows
+	}
+	v := make([]float32, in*outs)
+	col := 0
+	for i, t := range ts {
+		for o := range t.rows {
+			for j := range in {
+				v[j*outs+col+o] = mats[i][o*in+j]
+			}
+		}
+		col += t.rows
+	}
+	return v, nil
+}
+
+// qkv returns Values of layer l's query, key and value projections as one
+// input-major matrix [dim, dim + 2·kv_dim], the queries' columns scaled by
+// 1/√head_size, the attention's scale: rotary positions are linear, so the
+// scores are those of llama2.c, which scales them after the dot product.
+func (w *weights) qkv(l int) onnxgraph.Values {
 	return w.values(func() ([]float32, error) {
-		in, outs := ts[0].cols, 0
-		mats := make([][]float32, len(ts))
-		for i, t := range ts {
-			m, err := w.ck.read(t, l)
-			if err != nil {
-				return nil, err
-			}
-			mats[i], outs = m, outs+t.rows
+		t, c := w.ck.layout(), w.ck.Arch
+		m, err := w.matrix(l, t.wq, t.wk, t.wv)
+		if err != nil {
+			return nil, err
 		}
-		v := make([]float32, in*outs)
-		col := 0
-		for i, t := range ts {
-			for o := range t.rows {
-				for j := range in {
-					v[j*outs+col+o] = mats[i][o*in+j]
-				}
+		scale := float32(1 / math.Sqrt(float64(c.HeadSize())))
+		width := c.Dim + 2*c.KVDim()
+		for row := 0; row < len(m); row += width {
+			for i := range c.Dim {
+				m[row+i] *= scale
 			}
-			col += t.rows
 		}
-		return v, nil
+		return m, nil
 	})
 }
 
@@ -248,9 +273,12 @@ func build(c Arch, w *weights) *onnxgraph.Graph {
 
 	embed := b.Weight("model.embed_tokens.weight", []int64{int64(c.Vocab), int64(c.Dim)}, w.array(b.t.tokenEmbedding, 0))
 	x := b.node("Gather", nil, embed, ids)
-	cos, sin := b.rotaryAngles(positions)
-	// [batch, 1, 1, sequence, past + sequence]: one bias for every head.
-	bias := b.node("Unsqueeze", nil, b.CausalBias(ids, mask), b.Int64s(1))
+	cos, sin := b.rotary(positions)
+	// The attention bias of one head's queries, [batch, 1, sequence, past
+	// + sequence], repeated for each query head that shares a key head:
+	// [batch, 1, group·sequence, past + sequence].
+	group := int64(c.Heads / c.KVHeads)
+	bias := b.node("Tile", nil, b.CausalBias(ids, mask), b.Int64s(1, 1, group, 1))
 	for l := range c.Layers {
 		x = b.block(l, x, cos, sin, bias)
 	}
@@ -269,32 +297,36 @@ func build(c Arch, w *weights) *onnxgraph.Graph {
 	return b.Graph
 }
 
-// rotaryAngles returns the cosines and sines of the rotary angles of each
-// position, [batch, sequence, 1, head_size/2, 1]: pair j of a head (its
-// elements 2j and 2j+1) turns by position · 10000^(-2j/head_size).
-func (b *builder) rotaryAngles(positions string) (cos, sin string) {
+// rotary returns the tables of rotary positions, [batch, sequence, 1,
+// head_size], by which rotate multiplies a head and its pair-swapped copy:
+// element i of a head turns by position · 10000^(-(i - i mod 2)/head_size)
+// (the angle of its pair), the cosine for both elements of a pair, the sine
+// negated for the first.
+func (b *builder) rotary(positions string) (cos, sin string) {
 	hs := b.c.HeadSize()
-	freq := make([]float32, hs/2)
-	for j := range freq {
-		freq[j] = float32(1 / math.Pow(ropeTheta, float64(2*j)/float64(hs)))
+	freq, sign := make([]float32, hs), make([]float32, hs)
+	for i := range freq {
+		freq[i] = float32(1 / math.Pow(ropeTheta, float64(i-i%2)/float64(hs)))
+		sign[i] = float32(2*(i%2) - 1)
 	}
 	pos := b.node("Cast", []onnxgraph.Attr{onnxgraph.Int("to", int64(onnxgraph.Float32))}, positions)
-	angles := b.Mul(b.node("Unsqueeze", nil, pos, b.Int64s(-1)), b.Floats(freq...)) // [batch, sequence, head_size/2]
-	shape := b.Int64s(2, 4)
-	return b.node("Unsqueeze", nil, b.node("Cos", nil, angles), shape), b.node("Unsqueeze", nil, b.node("Sin", nil, angles), shape)
+	angles := b.Mul(b.node("Unsqueeze", nil, pos, b.Int64s(-1, -2)), b.Floats(freq...)) // [batch, sequence, 1, head_size]
+	return b.node("Cos", nil, angles), b.Mul(b.node("Sin", nil, angles), b.Floats(sign...))
 }
 
 // rotate applies rotary positions to t [batch, sequence, heads·head_size]
 // and returns it as [batch, heads, sequence, head_size]: each pair (x0, x1)
-// becomes (x0·cos − x1·sin, x0·sin + x1·cos).
-func (b *builder) rotate(name, t string, heads int, cos, sin string) string {
-	hs := int64(b.c.HeadSize())
-	pairs := b.node("Reshape", nil, t, b.Int64s(0, 0, int64(heads), hs/2, 2))
-	x := b.split(name, pairs, 1, 1)
-	x0, x1 := x[0], x[1]
-	r0 := b.node("Sub", nil, b.Mul(x0, cos), b.Mul(x1, sin))
-	r1 := b.Add(b.Mul(x0, sin), b.Mul(x1, cos))
-	rotated := b.node("Reshape", nil, b.node("Concat", []onnxgraph.Attr{onnxgraph.Int("axis", -1)}, r0, r1), b.Int64s(0, 0, int64(heads), hs))
+// of a head becomes (x0·cos − x1·sin, x1·cos + x0·sin), t·cos plus t with
+// its pairs swapped times sin (see rotary).
+func (b *builder) rotate(t string, heads int, cos, sin string) string {
+	hs := b.c.HeadSize()
+	swap := make([]int64, hs)
+	for i := range swap {
+		swap[i] = int64(i ^ 1)
+	}
+	t = b.node("Reshape", nil, t, b.Int64s(0, 0, int64(heads), int64(hs)))
+	swapped := b.node("Gather", []onnxgraph.Attr{onnxgraph.Int("axis", -1)}, t, b.Int64s(swap...))
+	rotated := b.Add(b.Mul(t, cos), b.Mul(swapped, sin))
 	return b.node("Transpose", []onnxgraph.Attr{onnxgraph.Ints("perm", 0, 2, 1, 3)}, rotated)
 }
 
@@ -308,10 +340,10 @@ func (b *builder) block(l int, x, cos, sin, bias string) string {
 	d, kv, hs, heads, kvHeads := int64(c.Dim), int64(c.KVDim()), int64(c.HeadSize()), int64(c.Heads), int64(c.KVHeads)
 
 	h := b.rmsNorm(prefix+".input_layernorm.weight", x, t.rmsAtt, l)
-	qkvW := b.Weight(prefix+".self_attn.qkv_proj.weight", []int64{d, d + 2*kv}, b.w.inputMajor(l, t.wq, t.wk, t.wv))
+	qkvW := b.Weight(prefix+".self_attn.qkv_proj.weight", []int64{d, d + 2*kv}, b.w.qkv(l))
 	qkv := b.split(prefix+".self_attn.qkv", b.MatMul(h, qkvW), d, kv, kv)
-	q := b.rotate(prefix+".self_attn.q_pairs", qkv[0], c.Heads, cos, sin)
-	k := b.rotate(prefix+".self_attn.k_pairs", qkv[1], c.KVHeads, cos, sin)
+	q := b.rotate(qkv[0], c.Heads, cos, sin)
+	k := b.rotate(qkv[1], c.KVHeads, cos, sin)
 	v := b.node("Transpose", []onnxgraph.Attr{onnxgraph.Ints("perm", 0, 2, 1, 3)},
 		b.node("Reshape", nil, qkv[2], b.Int64s(0, 0, kvHeads, hs)))
 	concat := []onnxgraph.Attr{onnxgraph.Int("axis", 2)}
@@ -319,15 +351,13 @@ func (b *builder) block(l int, x, cos, sin, bias string) string {
 	b.NodeOut("Concat", []string{PastValue(l), v}, []string{PresentValue(l)}, concat...)
 
 	// Query head h uses key and value head h / (heads/kv_heads): the
-	// queries as [batch, kv_heads, heads/kv_heads, sequence, head_size]
-	// against keys and values as [batch, kv_heads, 1, past + sequence,
-	// head_size].
-	group := b.Int64s(2)
-	query := b.node("Reshape", nil, b.Mul(q, b.Scalar(float32(1/math.Sqrt(float64(hs))))), b.Int64s(0, kvHeads, heads/kvHeads, -1, hs))
-	keyT := b.node("Transpose", []onnxgraph.Attr{onnxgraph.Ints("perm", 0, 1, 2, 4, 3)}, b.node("Unsqueeze", nil, PresentKey(l), group))
+	// queries [batch, heads, sequence, head_size] as [batch, kv_heads,
+	// group·sequence, head_size] against their key head's keys and values.
+	// The queries come scaled by 1/√head_size (see weights.qkv).
+	query := b.node("Reshape", nil, q, b.Int64s(0, kvHeads, -1, hs))
+	keyT := b.node("Transpose", []onnxgraph.Attr{onnxgraph.Ints("perm", 0, 1, 3, 2)}, PresentKey(l))
 	probs := b.node("Softmax", []onnxgraph.Attr{onnxgraph.Int("axis", -1)}, b.Add(b.MatMul(query, keyT), bias))
-	ctx := b.MatMul(probs, b.node("Unsqueeze", nil, PresentValue(l), group)) // [batch, kv_heads, group, sequence, head_size]
-	ctx = b.node("Reshape", nil, ctx, b.Int64s(0, heads, -1, hs))
+	ctx := b.node("Reshape", nil, b.MatMul(probs, PresentValue(l)), b.Int64s(0, heads, -1, hs))
 	ctx = b.node("Reshape", nil, b.node("Transpose", []onnxgraph.Attr{onnxgraph.Ints("perm", 0, 2, 1, 3)}, ctx), b.Int64s(0, 0, d))
 	woW := b.Weight(prefix+".self_attn.o_proj.weight", []int64{d, d}, b.w.inputMajor(l, t.wo))
 	x = b.Add(x, b.MatMul(ctx, woW))

@@ -69,7 +69,7 @@ func storiesReference(t testing.TB) (*reference, *tokenizer.Tokenizer) {
 }
 
 // startEngine runs an engine over a new instance of f until the test ends.
-func startEngine(t *testing.T, f models.DecoderFactory, cfg generate.Config) *generate.Engine {
+func startEngine(t testing.TB, f models.DecoderFactory, cfg generate.Config) *generate.Engine {
 	t.Helper()
 	dec, err := f.New(context.Background(), 0)
 	if err != nil {
