@@ -26,7 +26,7 @@ import (
 // alternatives take turns (A B A B).
 
 // cpuTime returns the process's user and system CPU time so far.
-func cpuTime(b *testing.B) time.Duration {
+func cpuTime(b testing.TB) time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		b.Fatal(err)
@@ -36,7 +36,7 @@ func cpuTime(b *testing.B) time.Duration {
 
 // closedLoop sends reqs through e from streams clients, each taking the
 // next request when its last one ended, and returns the tokens generated.
-func closedLoop(b *testing.B, e *generate.Engine, streams int, reqs []generate.Request) int {
+func closedLoop(b testing.TB, e *generate.Engine, streams int, reqs []generate.Request) int {
 	var mu sync.Mutex
 	next, tokens := 0, 0
 	var wg sync.WaitGroup
