@@ -81,6 +81,18 @@ func Open(cfg Config) (*onnx.DecoderFactory, error) {
 	return onnx.OpenDecoder(onnx.DecoderConfig{Path: path, Name: name, KVTokens: cfg.KVTokens, Tokenizer: tok, Runtime: cfg.Runtime})
 }
 
+// ReadArch returns the shape of a checkpoint, a path or the built-in's
+// name, from its header alone: what a caller needs to know before Open
+// (the context, the KV bytes per token).
+func ReadArch(checkpoint string) (Arch, error) {
+	ck, _, err := openCheckpoint(Config{Checkpoint: checkpoint})
+	if err != nil {
+		return Arch{}, err
+	}
+	defer ck.Close()
+	return ck.Arch, nil
+}
+
 // openCheckpoint opens cfg's checkpoint and returns it with the model's
 // name.
 func openCheckpoint(cfg Config) (*Checkpoint, string, error) {

@@ -110,6 +110,20 @@ func TestOpenHostile(t *testing.T) {
 	}
 }
 
+func TestReadArch(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "gqa.bin")
+	writeFiles(t, dir, map[string][]byte{"gqa.bin": randomCheckpoint(gqa, 1), "bad.bin": []byte("not a checkpoint")})
+	for name, want := range map[string]Arch{Builtin: stories, "STORIES260K": stories, path: gqa} {
+		if got, err := ReadArch(name); err != nil || got != want {
+			t.Errorf("ReadArch(%s) = %+v, %v; want %+v", name, got, err, want)
+		}
+	}
+	if _, err := ReadArch(filepath.Join(dir, "bad.bin")); err == nil || !strings.Contains(err.Error(), "bad.bin") {
+		t.Errorf("ReadArch of a bad file: %v", err)
+	}
+}
+
 func TestFindTokenizer(t *testing.T) {
 	dir := t.TempDir()
 	ck := filepath.Join(dir, "stories15M.bin")
