@@ -215,9 +215,8 @@ func serveStories(t *testing.T, kv int, ecfg generate.Config) string {
 		Timeout: 2 * time.Minute, DrainTimeout: 30 * time.Second}, nil).URL
 }
 
-// post sends body to url and decodes the JSON answer into v; it returns
-// the status.
-func post(t *testing.T, url, body string, v any) int {
+// send posts body to url and returns the answer's status and body.
+func send(t *testing.T, url, body string) (int, []byte) {
 	t.Helper()
 	resp, err := http.Post(url, "application/json", strings.NewReader(body))
 	if err != nil {
@@ -228,10 +227,18 @@ func post(t *testing.T, url, body string, v any) int {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return resp.StatusCode, raw
+}
+
+// post sends body to url and decodes the JSON answer into v; it returns
+// the status.
+func post(t *testing.T, url, body string, v any) int {
+	t.Helper()
+	status, raw := send(t, url, body)
 	if err := json.Unmarshal(raw, v); err != nil {
-		t.Fatalf("%s: status %d, %.300s: %v", url, resp.StatusCode, raw, err)
+		t.Fatalf("%s: status %d, %.300s: %v", url, status, raw, err)
 	}
-	return resp.StatusCode
+	return status
 }
 
 type completionAnswer struct {
@@ -251,14 +258,9 @@ type completionAnswer struct {
 // streamText sends a streamed completion and returns its text.
 func streamText(t *testing.T, url, body string) string {
 	t.Helper()
-	resp, err := http.Post(url, "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("%s: status %d, %.300s, %v", url, resp.StatusCode, raw, err)
+	status, raw := send(t, url, body)
+	if status != http.StatusOK {
+		t.Fatalf("%s: status %d, %.300s", url, status, raw)
 	}
 	var b strings.Builder
 	for _, line := range strings.Split(string(raw), "\n") {
