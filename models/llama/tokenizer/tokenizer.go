@@ -16,7 +16,6 @@
 package tokenizer
 
 import (
-	"container/heap"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -57,6 +56,7 @@ type Tokenizer struct {
 	pieces [][]byte // as in the file
 	scores []float32
 	ids    map[string]int32 // piece → id; the first id of a duplicate
+	pairs  map[uint64]int32 // (id, id) → the id of their concatenation (see pairMerges)
 	text   [][]byte         // what each id decodes to
 	space  int32            // the dummy prefix: the piece " ", else the byte token of ' '
 }
@@ -124,6 +124,7 @@ func Parse(b []byte) (*Tokenizer, error) {
 		t.text[id] = []byte{byte(c)}
 	}
 	t.text[BOS], t.text[EOS] = nil, nil // control tokens decode to nothing
+	t.pairs = t.pairMerges()
 	t.space = ByteBase + ' '
 	if id, ok := t.ids[" "]; ok {
 		t.space = id
@@ -201,25 +202,54 @@ type candidate struct {
 	merged      int32
 }
 
-// candidates is a max-heap by score, the leftmost first among equal scores:
-// llama2.c's choice, which scans from the left for a strictly higher score.
-// Symbol indices grow from left to right, and a merge keeps the left one.
+// candidates is a binary max-heap of candidate pairs by score, the
+// leftmost first among equal scores: llama2.c's choice, which scans from the
+// left for a strictly higher score. Symbol indices grow from left to right,
+// and a merge keeps the left one.
 type candidates []candidate
 
-func (c candidates) Len() int { return len(c) }
-func (c candidates) Less(i, j int) bool {
-	if c[i].score != c[j].score {
-		return c[i].score > c[j].score
+func (h candidates) before(i, j int) bool {
+	if h[i].score != h[j].score {
+		return h[i].score > h[j].score
 	}
-	return c[i].left < c[j].left
+	return h[i].left < h[j].left
 }
-func (c candidates) Swap(i, j int) { c[i], c[j] = c[j], c[i] }
-func (c *candidates) Push(x any)   { *c = append(*c, x.(candidate)) }
-func (c *candidates) Pop() any {
-	old := *c
-	x := old[len(old)-1]
-	*c = old[:len(old)-1]
-	return x
+
+func (h *candidates) push(c candidate) {
+	*h = append(*h, c)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !q.before(i, parent) {
+			break
+		}
+		q[i], q[parent] = q[parent], q[i]
+		i = parent
+	}
+}
+
+func (h *candidates) pop() candidate {
+	q := *h
+	top := q[0]
+	last := len(q) - 1
+	q[0] = q[last]
+	q = q[:last]
+	for i := 0; ; {
+		best, l, r := i, 2*i+1, 2*i+2
+		if l < len(q) && q.before(l, best) {
+			best = l
+		}
+		if r < len(q) && q.before(r, best) {
+			best = r
+		}
+		if best == i {
+			break
+		}
+		q[i], q[best] = q[best], q[i]
+		i = best
+	}
+	*h = q
+	return top
 }
 
 // merge applies llama2.c's merges to ids in place and returns the result.
@@ -232,26 +262,22 @@ func (t *Tokenizer) merge(ids []int32) []int32 {
 		syms[i] = symbol{id: id, prev: i - 1, next: i + 1}
 	}
 	syms[len(syms)-1].next = -1
-	var h candidates
-	var key []byte
+	h := make(candidates, 0, len(ids))
 	consider := func(left int) {
 		right := syms[left].next
 		if right < 0 {
 			return
 		}
 		a, b := syms[left].id, syms[right].id
-		key = append(append(key[:0], t.pieces[a]...), t.pieces[b]...)
-		id, ok := t.ids[string(key)]
-		if !ok || !(t.scores[id] > noMerge) {
-			return
+		if id, ok := t.pairs[pairKey(a, b)]; ok {
+			h.push(candidate{score: t.scores[id], left: left, right: right, lid: a, rid: b, merged: id})
 		}
-		heap.Push(&h, candidate{score: t.scores[id], left: left, right: right, lid: a, rid: b, merged: id})
 	}
 	for i := range syms[:len(syms)-1] {
 		consider(i)
 	}
-	for h.Len() > 0 {
-		c := heap.Pop(&h).(candidate)
+	for len(h) > 0 {
+		c := h.pop()
 		l, r := &syms[c.left], &syms[c.right]
 		if l.next != c.right || l.id != c.lid || r.id != c.rid {
 			continue // one of them merged since
@@ -272,6 +298,36 @@ func (t *Tokenizer) merge(ids []int32) []int32 {
 		ids = append(ids, syms[i].id)
 	}
 	return ids
+}
+
+func pairKey(a, b int32) uint64 { return uint64(uint32(a))<<32 | uint64(uint32(b)) }
+
+// pairMerges returns, for each pair of ids whose pieces concatenate to a
+// piece that may be merged (one scoring above noMerge), the id of that
+// piece: the merges of llama2.c's loop, which looks the concatenation up by
+// its text.
+func (t *Tokenizer) pairMerges() map[uint64]int32 {
+	byPiece := make(map[string][]int32, len(t.pieces))
+	for id, p := range t.pieces {
+		byPiece[string(p)] = append(byPiece[string(p)], int32(id))
+	}
+	pairs := map[uint64]int32{}
+	for _, p := range t.pieces {
+		merged := t.ids[string(p)]
+		if !(t.scores[merged] > noMerge) {
+			continue
+		}
+		// Every split of the piece, empty halves too: a piece "" (which no
+		// real vocabulary has) concatenates to its neighbour.
+		for k := 0; k <= len(p); k++ {
+			for _, a := range byPiece[string(p[:k])] {
+				for _, b := range byPiece[string(p[k:])] {
+					pairs[pairKey(a, b)] = merged
+				}
+			}
+		}
+	}
+	return pairs
 }
 
 // TokenBytes returns the bytes token id stands for: a byte token's byte,

@@ -245,3 +245,14 @@ func TestReadFile(t *testing.T) {
 		t.Error("ReadFile of a missing file succeeded")
 	}
 }
+
+// BenchmarkEncode encodes 64 KiB of mixed text (ASCII words, CJK and
+// emoji, which fall back to bytes): the cost of a long prompt.
+func BenchmarkEncode(b *testing.B) {
+	tok := tok512(b)
+	text := strings.Repeat("Once upon a time, Lily saw a big red ball in the park. 东京 😀 ", 1000)[:64<<10]
+	b.SetBytes(int64(len(text)))
+	for b.Loop() {
+		tok.Encode(text)
+	}
+}
