@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/inferhq/infer/models"
+	"github.com/inferhq/infer/models/onnx"
 	"github.com/inferhq/infer/server/generate"
 )
 
@@ -111,15 +112,16 @@ func BenchmarkStreams(b *testing.B) {
 // BenchmarkContinuousVsStatic measures continuous against static batching
 // on mixed lengths: 32 closed-loop streams, 32 slots, 96 requests an op
 // with prompts of 10 to 100 tokens and max_tokens lognormal (median 50,
-// σ 0.8, at most 256) with ignore_eos, the same requests for both, and a
-// step budget of 256 tokens (infer serve's for ONNX Runtime decoders). The
+// σ 0.8, at most 256) with ignore_eos, the same requests for both, and
+// the ONNX Runtime decoder's step budget (onnx.DecoderMaxBatchedTokens). The
 // two engines (each its own decoder instance of one session) take turns, A
 // B A B; the metrics are their median tokens/s and the ratio.
 func BenchmarkContinuousVsStatic(b *testing.B) {
 	f := openStories(b, 0)
 	engines := []*generate.Engine{
-		startEngine(b, f, generate.Config{Policy: generate.Continuous, MaxSeqs: 32, MaxBatchedTokens: 256}),
-		startEngine(b, f, generate.Config{Policy: generate.Static, MaxSeqs: 32, MaxBatchedTokens: 256, MaxLatency: 100 * time.Millisecond}),
+		startEngine(b, f, generate.Config{Policy: generate.Continuous, MaxSeqs: 32, MaxBatchedTokens: onnx.DecoderMaxBatchedTokens}),
+		startEngine(b, f, generate.Config{Policy: generate.Static, MaxSeqs: 32, MaxBatchedTokens: onnx.DecoderMaxBatchedTokens,
+			MaxLatency: 100 * time.Millisecond}),
 	}
 	rates := make([][]float64, 2)
 	for i := 0; b.Loop(); i++ {
