@@ -155,6 +155,20 @@ type DecoderInfo struct {
 	// engine may start a sequence after a cached prefix. False: the engine
 	// computes every prompt from its first token (prefix caching is off).
 	BlockKV bool
+	// Engine holds the engine settings this backend serves best with,
+	// taken where the user sets none.
+	Engine EngineDefaults
+}
+
+// EngineDefaults are the engine settings a backend serves best with, taken
+// where the user sets none (server/generate's Config.WithModelDefaults). A
+// zero field leaves the engine's own default, sized for an accelerator.
+type EngineDefaults struct {
+	// MaxSeqs is the most sequences running at once: a step's rows.
+	MaxSeqs int
+	// MaxBatchedTokens is a step's token budget: a decode takes one, a
+	// prompt chunk the rest.
+	MaxBatchedTokens int
 }
 
 // Tokenizer converts between text and token ids. Safe for concurrent use.

@@ -54,7 +54,7 @@ const Task = "text-generation"
 
 const (
 	// DefaultSeed is the seed of a Spec whose Seed is 0.
-	DefaultSeed = 1
+	DefaultSeed = onnxgraph.DefaultSeed
 	// generatorVersion changes whenever the same Spec would produce a
 	// different file, so that cached files of older generators are not
 	// reused.

@@ -168,7 +168,8 @@ func TestDecoderSignature(t *testing.T) {
 				f.sig.positions != tc.positions || f.sig.cacheBranch != tc.cach || f.sig.keepLast != tc.keep {
 				t.Errorf("signature = %+v", f.sig)
 			}
-			want := models.DecoderInfo{Context: 1024, EOS: 50256, Vocab: 50257, KVTokens: 16 * 1024}
+			want := models.DecoderInfo{Context: 1024, EOS: 50256, Vocab: 50257, KVTokens: 16 * 1024,
+				Engine: models.EngineDefaults{MaxSeqs: 16, MaxBatchedTokens: 256}}
 			if got := f.Decoder(); got != want {
 				t.Errorf("Decoder() = %+v, want %+v", got, want)
 			}

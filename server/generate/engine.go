@@ -149,19 +149,17 @@ func (s *seq) prefilling() bool {
 // New returns an engine over dec, a model described by info whose text
 // tok decodes. The engine does not close dec.
 func New(cfg Config, dec models.Decoder, info models.DecoderInfo, tok models.Tokenizer) (*Engine, error) {
+	cfg = cfg.WithModelDefaults(info.Engine)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if info.Context <= 1 || info.KVTokens <= 0 {
 		return nil, fmt.Errorf("decoder info: context %d, KV tokens %d: want a context of 2 or more and a KV capacity", info.Context, info.KVTokens)
 	}
-	if cfg.KVTokens > info.KVTokens {
-		return nil, fmt.Errorf("KV tokens %d exceeds the model instance's capacity (%d)", cfg.KVTokens, info.KVTokens)
+	if err := cfg.CheckModel(info); err != nil {
+		return nil, err
 	}
 	cfg = cfg.withDefaults(info.KVTokens)
-	if cfg.KVTokens < info.Context {
-		return nil, fmt.Errorf("KV tokens %d is less than the model's context (%d): a long sequence could never run", cfg.KVTokens, info.Context)
-	}
 	if err := checkBlocks(cfg, info); err != nil {
 		return nil, err
 	}
@@ -188,12 +186,13 @@ func (e *Engine) Config() Config { return *e.cfg.Load() }
 
 // Reconfigure changes Policy, MaxSeqs, MaxBatchedTokens, MaxLatency,
 // BlockSize and NoPrefixCache from the next step on; the other fields keep
-// their values. Zero fields take their defaults. Switching to Static makes
-// the running sequences one batch that nobody joins; switching away from it
-// drops its finished rows. Turning the prefix cache off forgets what it
-// holds. A new block size empties the KV: the running sequences are
-// preempted, to be recomputed on the new blocks.
+// their values. Zero fields take their defaults, the model's first.
+// Switching to Static makes the running sequences one batch that nobody
+// joins; switching away from it drops its finished rows. Turning the prefix
+// cache off forgets what it holds. A new block size empties the KV: the
+// running sequences are preempted, to be recomputed on the new blocks.
 func (e *Engine) Reconfigure(c Config) error {
+	c = c.WithModelDefaults(e.info.Engine)
 	if err := c.Validate(); err != nil {
 		return err
 	}
