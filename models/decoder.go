@@ -182,6 +182,18 @@ type Tokenizer interface {
 	TokenBytes(id int32) []byte
 }
 
+// ContextTokenizer is a Tokenizer whose tokens' bytes depend on the token
+// before them. SentencePiece's decoders (llama2.c's) drop the leading space
+// of a piece right after BOS: the dummy prefix that encoding added. The
+// generation engine takes the bytes of each generated token from it when a
+// model's tokenizer has it.
+type ContextTokenizer interface {
+	Tokenizer
+	// TokenBytesAfter returns the bytes of id when it follows prev; the
+	// same rules as TokenBytes apply to the slice.
+	TokenBytesAfter(prev, id int32) []byte
+}
+
 // DecoderFactory creates instances of one generative model.
 type DecoderFactory interface {
 	Info() Info

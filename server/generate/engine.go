@@ -82,6 +82,7 @@ type Engine struct {
 	dec  models.Decoder
 	info models.DecoderInfo
 	tok  models.Tokenizer
+	ctok models.ContextTokenizer // tok, if its bytes depend on the token before
 	cfg  atomic.Pointer[Config]
 
 	mu       sync.Mutex // guards incoming and closed
@@ -165,6 +166,7 @@ func New(cfg Config, dec models.Decoder, info models.DecoderInfo, tok models.Tok
 	}
 	cfg.NoPrefixCache = cfg.NoPrefixCache || !info.BlockKV
 	e := &Engine{dec: dec, info: info, tok: tok, wake: make(chan struct{}, 1), pad: []int32{info.EOS}, seed: maphash.MakeSeed()}
+	e.ctok, _ = tok.(models.ContextTokenizer)
 	e.pool = newBlockPool(cfg.BlockSize, cfg.KVTokens, e.seed)
 	e.kvBlocks.Store(int64(e.pool.total()))
 	e.cfg.Store(&cfg)
