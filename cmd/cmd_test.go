@@ -180,7 +180,7 @@ func TestExitCodes(t *testing.T) {
 // TestHelpGolden keeps the user-facing help text under review: run
 // go test ./cmd -run Golden -update after changing a flag.
 func TestHelpGolden(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"serve", "--help"}, {"models", "--help"}, {"models", "bench", "--help"}, {"models", "calibrate", "--help"}, {"bench", "--help"}, {"report", "--help"}} {
+	for _, args := range [][]string{{"--help"}, {"serve", "--help"}, {"models", "--help"}, {"models", "bench", "--help"}, {"models", "calibrate", "--help"}, {"bench", "--help"}, {"report", "--help"}, {"route", "--help"}} {
 		name := strings.Join(append([]string{"infer"}, args[:len(args)-1]...), "_") + ".help"
 		t.Run(name, func(t *testing.T) {
 			var out bytes.Buffer
