@@ -1,12 +1,13 @@
 // Package broker is infer's distributed mode: a transport over Redis Streams
 // between frontends, which admit requests, and workers, which run the model.
 //
-// A Frontend implements the server's Scheduler: it adds each item of a request
-// to the model's request stream, with the request's deadline and the address
-// of the frontend's reply list, and waits for the results. A Worker reads the
-// stream through a consumer group, forms batches with server/batch (the same
-// batching policies as in-process), runs the model, pushes each result to
-// the frontend that owns the request, and only then acknowledges the entry.
+// A Frontend implements the encoder API's Scheduler (server/encoder): it adds
+// each item of a request to the model's request stream, with the request's
+// deadline and the address of the frontend's reply list, and waits for the
+// results. A Worker reads the stream through a consumer group, forms batches
+// with server/batch (the same batching policies as in-process), runs the
+// model, pushes each result to the frontend that owns the request, and only
+// then acknowledges the entry.
 //
 // Nothing is lost when a worker dies: the entries it had read stay pending in
 // the group and another worker claims them after Config.Visibility. Results

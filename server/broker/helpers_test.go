@@ -25,6 +25,7 @@ import (
 	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/batch"
 	"github.com/inferhq/infer/server/broker"
+	"github.com/inferhq/infer/server/encoder"
 	"github.com/inferhq/infer/server/servertest"
 )
 
@@ -180,12 +181,11 @@ func startFrontend(t *testing.T, cfg broker.FrontendConfig, factory models.Facto
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := servertest.Start(t, server.Config{
-		Scheduler:  f,
-		Collectors: f.Collectors(),
-		Batch:      batch.Config{QueueCap: cfg.QueueCap},
-		Timeout:    10 * time.Second,
-	}, factory)
+	svc, err := encoder.New(encoder.Config{Scheduler: f, Batch: batch.Config{QueueCap: cfg.QueueCap}}, factory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := servertest.Start(t, server.Config{Timeout: 10 * time.Second}, svc)
 	return srv.URL, f
 }
 

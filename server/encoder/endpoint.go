@@ -1,18 +1,15 @@
-package server
+package encoder
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/inferhq/infer/models"
+	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/batch"
 )
 
@@ -34,18 +31,18 @@ type endpoint struct {
 	do      func(ctx context.Context, ins []models.Input) ([]models.Output, batch.Stats, error)
 }
 
-func (s *Server) inferHandler(ep *endpoint) http.Handler {
-	return s.answer(ep, writeError, func(r *http.Request, arrived time.Time) (any, timing, error) {
+func (s *Service) inferHandler(ep *endpoint) http.Handler {
+	return s.answer(ep, server.WriteError, func(r *http.Request, arrived time.Time) (any, timing, error) {
 		outs, st, err := s.infer(r, ep, arrived)
 		return inferResponse{Model: s.info.Name, Outputs: outs}, st, err
 	})
 }
 
-// answer serves the inference requests of ep, of either API: run computes
-// one and returns the body of its answer, writeErr writes a failure in the
-// API's shape. It counts the request in ep's metrics, in flight and
-// answered, and sets Server-Timing on a success.
-func (s *Server) answer(ep *endpoint, writeErr func(http.ResponseWriter, *apiError),
+// answer serves the inference requests of ep, of any API: run computes one
+// and returns the body of its answer, writeErr writes a failure in the API's
+// shape. It counts the request in ep's metrics, in flight and answered, and
+// sets Server-Timing on a success.
+func (s *Service) answer(ep *endpoint, writeErr func(http.ResponseWriter, *server.Error),
 	run func(r *http.Request, arrived time.Time) (any, timing, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		arrived := time.Now()
@@ -59,41 +56,41 @@ func (s *Server) answer(ep *endpoint, writeErr func(http.ResponseWriter, *apiErr
 			return
 		}
 		w.Header().Set("Server-Timing", serverTiming(st))
-		writeJSON(w, http.StatusOK, body)
+		server.WriteJSON(w, http.StatusOK, body)
 		ep.metrics.request(http.StatusOK, time.Since(arrived))
 	}
 }
 
 // infer runs a request of /naive or /batched: its body holds the items.
-func (s *Server) infer(r *http.Request, ep *endpoint, arrived time.Time) ([]models.Output, timing, error) {
+func (s *Service) infer(r *http.Request, ep *endpoint, arrived time.Time) ([]models.Output, timing, error) {
 	ctx, cancel, body, err := s.open(r, arrived)
 	if err != nil {
 		return nil, timing{}, err
 	}
 	defer cancel()
 	items, err := decodeItems(r.Header.Get("Content-Type"), body.Bytes())
-	bufPool.Put(body)
+	body.Release()
 	if err != nil {
 		return nil, timing{}, err
 	}
 	return s.compute(ctx, ep, items)
 }
 
-// open does what every inference request does first: check that the server
-// takes work, set the request's deadline, and read its body into a pooled
-// buffer the caller returns to bufPool.
-func (s *Server) open(r *http.Request, arrived time.Time) (context.Context, context.CancelFunc, *bytes.Buffer, error) {
+// open does what every inference request does first: check that the
+// service takes work, set the request's deadline, and read its body (the
+// host's Limits) into a pooled buffer the caller releases.
+func (s *Service) open(r *http.Request, arrived time.Time) (context.Context, context.CancelFunc, *server.Body, error) {
 	if s.draining.Load() {
 		return nil, nil, nil, errDraining()
 	}
 	if !s.ready.Load() {
 		return nil, nil, nil, errNotReady()
 	}
-	timeout, err := s.requestTimeout(r)
+	timeout, err := s.limits.RequestTimeout(r)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	body, err := s.readBody(r)
+	body, err := s.limits.ReadBody(r)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -103,9 +100,9 @@ func (s *Server) open(r *http.Request, arrived time.Time) (context.Context, cont
 
 // compute answers items from the cache where it can and runs the rest on
 // the endpoint. Errors name items by their index in the request.
-func (s *Server) compute(ctx context.Context, ep *endpoint, items []string) ([]models.Output, timing, error) {
+func (s *Service) compute(ctx context.Context, ep *endpoint, items []string) ([]models.Output, timing, error) {
 	if len(items) > s.cfg.MaxItems {
-		return nil, timing{}, errorf(http.StatusUnprocessableEntity, "too_many_items",
+		return nil, timing{}, server.Errorf(http.StatusUnprocessableEntity, "too_many_items",
 			"request has %d items; the limit is %d (--max-items)", len(items), s.cfg.MaxItems)
 	}
 	if s.cache == nil {
@@ -155,7 +152,7 @@ func (s *Server) compute(ctx context.Context, ep *endpoint, items []string) ([]m
 
 // run prepares items and computes them on the endpoint's scheduler. idx,
 // when not nil, gives each item's index in the request, for error messages.
-func (s *Server) run(ctx context.Context, ep *endpoint, items []string, idx []int) ([]models.Output, timing, error) {
+func (s *Service) run(ctx context.Context, ep *endpoint, items []string, idx []int) ([]models.Output, timing, error) {
 	ins := make([]models.Input, len(items))
 	for k, text := range items {
 		var err error
@@ -181,92 +178,12 @@ type timing struct {
 	cached int // items answered from the cache
 }
 
-var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
-// readBody reads the whole body, at most Config.MaxBody bytes, into a pooled
-// buffer the caller returns to bufPool.
-func (s *Server) readBody(r *http.Request) (*bytes.Buffer, error) {
-	if r.ContentLength > s.cfg.MaxBody {
-		return nil, &http.MaxBytesError{Limit: s.cfg.MaxBody}
-	}
-	buf := bufPool.Get().(*bytes.Buffer)
-	buf.Reset()
-	_, err := buf.ReadFrom(io.LimitReader(r.Body, s.cfg.MaxBody+1))
-	if err != nil {
-		bufPool.Put(buf)
-		return nil, bodyError(err)
-	}
-	if int64(buf.Len()) > s.cfg.MaxBody {
-		bufPool.Put(buf)
-		return nil, &http.MaxBytesError{Limit: s.cfg.MaxBody}
-	}
-	return buf, nil
-}
-
-// bodyError is the answer to a body that could not be read. It never quotes
-// a network error, which names the server's and the client's addresses.
-func bodyError(err error) *apiError {
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return errorf(http.StatusRequestTimeout, "body_timeout", "the body did not arrive in time")
-	}
-	if errors.Is(err, io.ErrUnexpectedEOF) {
-		return errorf(http.StatusBadRequest, "bad_body", "the body ended early")
-	}
-	return errorf(http.StatusBadRequest, "bad_body", "the body could not be read (malformed chunked encoding, or the connection broke)")
-}
-
-// requestTimeout is Config.Timeout, shortened by the request's
-// X-Request-Timeout header (see RequestTimeout).
-func (s *Server) requestTimeout(r *http.Request) (time.Duration, error) {
-	return RequestTimeout(r, s.cfg.Timeout)
-}
-
-// RequestTimeout is a request's deadline: def, shortened by an
-// X-Request-Timeout header holding a Go duration ("250ms") or seconds
-// ("0.25"). A malformed or non-positive header is an error that says why.
-// Services use it so that every endpoint reads the header alike.
-func RequestTimeout(r *http.Request, def time.Duration) (time.Duration, error) {
-	v := r.Header.Get("X-Request-Timeout")
-	if v == "" {
-		return def, nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		f, ferr := strconv.ParseFloat(v, 64)
-		if ferr != nil {
-			return 0, errorf(http.StatusBadRequest, "bad_timeout", "X-Request-Timeout %q: want a duration like 250ms or seconds like 0.25", v)
-		}
-		d = time.Duration(f * float64(time.Second))
-	}
-	if d <= 0 {
-		return 0, errorf(http.StatusBadRequest, "bad_timeout", "X-Request-Timeout %q: must be positive", v)
-	}
-	return min(d, def), nil
-}
-
-// AppendTiming appends the start of a Server-Timing header value to b: two
-// durations, in milliseconds to the microsecond, and the size of the batch,
-// "queue;dur=1.250, compute;dur=3.000, batch;desc=8". The server's answers
-// and server/openai's begin so.
-func AppendTiming(b []byte, name1 string, d1 time.Duration, name2 string, d2 time.Duration, batch int) []byte {
-	b = append(b, name1...)
-	b = append(b, ";dur="...)
-	b = strconv.AppendFloat(b, float64(d1.Microseconds())/1000, 'f', 3, 64)
-	b = append(b, ", "...)
-	b = append(b, name2...)
-	b = append(b, ";dur="...)
-	b = strconv.AppendFloat(b, float64(d2.Microseconds())/1000, 'f', 3, 64)
-	b = append(b, ", batch;desc="...)
-	return strconv.AppendInt(b, int64(batch), 10)
-}
-
 // serverTiming renders st as a Server-Timing header value: queue and compute
 // in milliseconds, the size of the batch the request ran in, its padding
 // (batch × longest item ÷ real tokens, for token models) and the number of
 // items answered from the cache.
 func serverTiming(st timing) string {
-	b := AppendTiming(make([]byte, 0, 64), "queue", st.Queue, "compute", st.Compute, st.BatchSize)
+	b := server.AppendTiming(make([]byte, 0, 64), "queue", st.Queue, "compute", st.Compute, st.BatchSize)
 	if st.Padding > 0 {
 		b = append(b, ", pad;desc="...)
 		b = strconv.AppendFloat(b, st.Padding, 'f', 2, 64)
