@@ -231,7 +231,7 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 
 	<-ctx.Done()
 	s.draining.Store(true)
-	s.log.Info("draining", "model", s.info.Name, "queued", s.queued())
+	s.log.Info("finishing admitted requests", "model", s.info.Name, "queued", s.queued())
 	stopSched()
 	wg.Wait() // the batcher closed its workers' instances as they stopped
 	s.naive.Load().Close()
