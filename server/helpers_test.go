@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -124,20 +123,6 @@ func do(t testing.TB, ts *servertest.Server, method, path, contentType, body str
 	return r
 }
 
-// sampleValue returns the value of one sample line of an exposition
-// ("name{labels}"), or -1 when absent.
-func sampleValue(metrics, sample string) float64 {
-	for _, l := range strings.Split(metrics, "\n") {
-		if rest, ok := strings.CutPrefix(l, sample+" "); ok {
-			var v float64
-			if _, err := fmt.Sscan(rest, &v); err == nil {
-				return v
-			}
-		}
-	}
-	return -1
-}
-
 // rawConn is one client connection to ts, for tests that need to control it:
 // keep-alive reuse, malformed requests, what the server closes.
 type rawConn struct {
@@ -188,7 +173,7 @@ func (c *rawConn) metric(t *testing.T, sample string) float64 {
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("GET /metrics: %v %v", resp, err)
 	}
-	return sampleValue(body, sample)
+	return servertest.Sample(body, sample)
 }
 
 func get(path string) string { return "GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n" }

@@ -107,7 +107,7 @@ func TestServiceReadinessCheck(t *testing.T) {
 			if r := do(t, ts, "GET", "/readyz", "", ""); r.Status != 503 || r.Body != tc.want+"\n" {
 				t.Errorf("readyz with %v = %d %s, want 503 %s", tc.err, r.Status, r.Body, tc.want)
 			}
-			if got := sampleValue(do(t, ts, "GET", "/metrics", "", "").Body, "infer_ready"); got != 0 {
+			if got := servertest.Sample(do(t, ts, "GET", "/metrics", "", "").Body, "infer_ready"); got != 0 {
 				t.Errorf("infer_ready with %v = %v, want 0", tc.err, got)
 			}
 			if !ts.Ready() {

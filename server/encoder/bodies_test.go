@@ -2,7 +2,6 @@ package encoder_test
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -14,7 +13,6 @@ import (
 	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/batch"
 	"github.com/inferhq/infer/server/encoder"
-	"github.com/inferhq/infer/server/servertest"
 )
 
 func TestBodiesOnBothEndpoints(t *testing.T) {
@@ -130,22 +128,14 @@ func TestSlowBodyAnswered408(t *testing.T) {
 			{"/naive", `{"error":{"code":"body_timeout","message":"the body did not arrive in time"}}`},
 			{"/v2/models/sim/infer", `{"error":"the body did not arrive in time"}`},
 		} {
-			body, release := servertest.StalledBody(t, `{"inputs": [`)
-			req, _ := http.NewRequest(http.MethodPost, ts.URL+tc.path, body)
-			req.Header.Set("Content-Type", "application/json")
-			req.ContentLength = 100
-			t0 := time.Now()
-			resp, err := ts.Client.Do(req)
+			r, took, err := ts.DoStalled(http.MethodPost, tc.path, "application/json", `{"inputs": [`, 100)
 			if err != nil {
 				t.Fatal(err)
 			}
-			raw, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			release()
-			if resp.StatusCode != 408 || strings.TrimSpace(string(raw)) != tc.want {
-				t.Errorf("%s: a stalled body: %d %s, want 408 %s", tc.path, resp.StatusCode, raw, tc.want)
+			if r.Status != 408 || strings.TrimSpace(r.Body) != tc.want {
+				t.Errorf("%s: a stalled body: %d %s, want 408 %s", tc.path, r.Status, r.Body, tc.want)
 			}
-			if took := time.Since(t0); took != 30*time.Second {
+			if took != 30*time.Second {
 				t.Errorf("%s: answered after %v, want the read timeout, 30s", tc.path, took)
 			}
 		}

@@ -103,19 +103,7 @@ func labels(t *testing.T, r reply) []string {
 // or -1 when absent.
 func metric(t *testing.T, ts *servertest.Server, sample string) float64 {
 	t.Helper()
-	return sampleValue(do(t, ts, "GET", "/metrics", "", "").raw, sample)
-}
-
-func sampleValue(metrics, sample string) float64 {
-	for _, l := range strings.Split(metrics, "\n") {
-		if rest, ok := strings.CutPrefix(l, sample+" "); ok {
-			var v float64
-			if _, err := fmt.Sscan(rest, &v); err == nil {
-				return v
-			}
-		}
-	}
-	return -1
+	return servertest.Sample(do(t, ts, "GET", "/metrics", "", "").raw, sample)
 }
 
 func grep(s, sub string) string {

@@ -538,21 +538,15 @@ func TestSlowBodyAnswered408(t *testing.T) {
 		}
 		ts := servertest.StartWith(t, server.Config{}, servertest.Options{InMemory: true}, svc)
 		for _, path := range []string{"/v1/completions", "/naive/v1/chat/completions"} {
-			body, release := servertest.StalledBody(t, `{"prompt": "Once upon`)
-			req, _ := http.NewRequest(http.MethodPost, ts.URL+path, body)
-			req.ContentLength = 100
-			t0 := time.Now()
-			resp, err := ts.Client.Do(req)
+			r, took, err := ts.DoStalled(http.MethodPost, path, "application/json", `{"prompt": "Once upon`, 100)
 			if err != nil {
 				t.Fatal(err)
 			}
-			raw := readAll(t, resp)
-			release()
 			want := `{"error":{"message":"the body did not arrive in time","type":"invalid_request_error","param":null,"code":"body_timeout"}}`
-			if resp.StatusCode != 408 || strings.TrimSpace(raw) != want {
-				t.Errorf("%s: a stalled body: %d %s, want 408 %s", path, resp.StatusCode, raw, want)
+			if r.Status != 408 || strings.TrimSpace(r.Body) != want {
+				t.Errorf("%s: a stalled body: %d %s, want 408 %s", path, r.Status, r.Body, want)
 			}
-			if took := time.Since(t0); took != 30*time.Second {
+			if took != 30*time.Second {
 				t.Errorf("%s: answered after %v, want the read timeout, 30s", path, took)
 			}
 		}

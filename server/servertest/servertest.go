@@ -11,8 +11,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -146,19 +146,32 @@ func (s *Server) Do(ctx context.Context, method, path, contentType, body string,
 	return Reply{Status: resp.StatusCode, Header: resp.Header, Body: string(raw)}, err
 }
 
-// StalledBody is a request body that sends prefix and then nothing, as a
-// client that stops mid-body: the host answers such a request 408 once its
-// read timeout has passed. Set the request's ContentLength beyond prefix.
-// release ends the stall (the body then fails); the test's cleanup calls
-// it too.
-func StalledBody(t testing.TB, prefix string) (body io.Reader, release func()) {
-	s := &stalled{Reader: strings.NewReader(prefix), release: make(chan struct{})}
-	var once sync.Once
-	release = func() { once.Do(func() { close(s.release) }) }
-	t.Cleanup(release)
-	return s, release
+// DoStalled sends a request whose body stops after prefix, although its
+// Content-Length says length, as a client that stalls mid-body, and reads
+// the answer: the host gives it once its read timeout has passed. It
+// returns how long the answer took.
+func (s *Server) DoStalled(method, path, contentType, prefix string, length int64) (Reply, time.Duration, error) {
+	body := &stalled{Reader: strings.NewReader(prefix), release: make(chan struct{})}
+	defer close(body.release)
+	req, err := http.NewRequest(method, s.URL+path, body)
+	if err != nil {
+		return Reply{}, 0, err
+	}
+	req.ContentLength = length
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	start := time.Now()
+	resp, err := s.Client.Do(req)
+	if err != nil {
+		return Reply{}, 0, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	return Reply{Status: resp.StatusCode, Header: resp.Header, Body: string(raw)}, time.Since(start), err
 }
 
+// stalled gives its Reader, then blocks until release is closed.
 type stalled struct {
 	io.Reader
 	release chan struct{}
@@ -171,6 +184,23 @@ func (s *stalled) Read(p []byte) (int, error) {
 		return 0, io.ErrUnexpectedEOF
 	}
 	return n, err
+}
+
+// Sample returns the value of one sample of a Prometheus text exposition,
+// named with its labels as the exposition writes them
+// (`infer_requests_total{code="200",endpoint="batched"}`), or -1 when it is
+// absent.
+func Sample(exposition, sample string) float64 {
+	for _, l := range strings.Split(exposition, "\n") {
+		if rest, ok := strings.CutPrefix(l, sample+" "); ok {
+			if f := strings.Fields(rest); len(f) > 0 {
+				if v, err := strconv.ParseFloat(f[0], 64); err == nil {
+					return v
+				}
+			}
+		}
+	}
+	return -1
 }
 
 // Stop drains the server as a first SIGTERM would and returns Serve's error.

@@ -85,3 +85,15 @@ func TestStartInMemory(t *testing.T) {
 		}
 	})
 }
+
+func TestSample(t *testing.T) {
+	exposition := "# HELP x_total X.\n# TYPE x_total counter\nx_total{a=\"1\"} 3\nx_total{a=\"2\"} 4.5 1700000000000\ny 7\n"
+	for _, tc := range []struct {
+		sample string
+		want   float64
+	}{{`x_total{a="1"}`, 3}, {`x_total{a="2"}`, 4.5}, {"y", 7}, {"x_total", -1}, {"z", -1}} {
+		if got := servertest.Sample(exposition, tc.sample); got != tc.want {
+			t.Errorf("Sample(%s) = %v, want %v", tc.sample, got, tc.want)
+		}
+	}
+}
