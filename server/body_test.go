@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/inferhq/infer/server"
-	"github.com/inferhq/infer/server/servertest"
 )
 
 // The host's body reader, as every service reads bodies through it: the
@@ -45,23 +44,16 @@ func TestReadBody(t *testing.T) {
 func TestSlowBodyAnswered408(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ts := start(t, server.Config{}, newProbe())
-		checkSlowBody(t, ts, "/echo")
+		r, took, err := ts.DoStalled(http.MethodPost, "/echo", "", "abc", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e struct{ Error server.Error }
+		if err := json.Unmarshal([]byte(r.Body), &e); err != nil || r.Status != 408 || e.Error.Code != "body_timeout" || e.Error.Message != "the body did not arrive in time" {
+			t.Errorf("a stalled body: %d %s, want 408 body_timeout: the body did not arrive in time", r.Status, r.Body)
+		}
+		if took != 30*time.Second {
+			t.Errorf("answered after %v, want the read timeout, 30s", took)
+		}
 	})
-}
-
-// checkSlowBody sends path a body that stalls after 3 of its 10 bytes and
-// wants the host's 408 in the host's error shape.
-func checkSlowBody(t *testing.T, ts *servertest.Server, path string) {
-	t.Helper()
-	r, took, err := ts.DoStalled(http.MethodPost, path, "", "abc", 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var e struct{ Error server.Error }
-	if err := json.Unmarshal([]byte(r.Body), &e); err != nil || r.Status != 408 || e.Error.Code != "body_timeout" || e.Error.Message != "the body did not arrive in time" {
-		t.Errorf("a stalled body: %d %s, want 408 body_timeout: the body did not arrive in time", r.Status, r.Body)
-	}
-	if took != 30*time.Second {
-		t.Errorf("answered after %v, want the read timeout, 30s", took)
-	}
 }
