@@ -69,9 +69,13 @@ func (s *Server) authorized(h http.Handler) http.Handler {
 // Only serves h for method m (and HEAD for GET), and answers any other
 // method 405 with Allow, in the host's error shape.
 func Only(m string, h http.Handler) http.Handler {
-	return Methods(map[string]http.Handler{m: h}, func(w http.ResponseWriter, msg string) {
-		WriteError(w, Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s", msg))
-	})
+	return Methods(map[string]http.Handler{m: h}, RefuseMethod)
+}
+
+// RefuseMethod answers 405 with msg in the host's error shape: Methods'
+// refusal for the APIs of that shape.
+func RefuseMethod(w http.ResponseWriter, msg string) {
+	WriteError(w, Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s", msg))
 }
 
 // Methods serves each request with the handler of its method in hs (HEAD

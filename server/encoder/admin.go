@@ -60,9 +60,7 @@ func (s *Service) adminHandler() http.Handler {
 			server.WriteJSON(w, http.StatusOK, s.batching())
 		}),
 		http.MethodPatch: http.HandlerFunc(s.patchBatching),
-	}, func(w http.ResponseWriter, msg string) {
-		server.WriteError(w, server.Errorf(http.StatusMethodNotAllowed, "method_not_allowed", "%s", msg))
-	})
+	}, server.RefuseMethod)
 }
 
 type batchingPatch struct {

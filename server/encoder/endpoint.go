@@ -13,9 +13,12 @@ import (
 	"github.com/inferhq/infer/server/batch"
 )
 
-// The inference endpoints, /naive and /batched, and their common path:
-// readiness, deadline, body, items, the result cache, the endpoint's
-// scheduler, and the Server-Timing header of the answer.
+// The inference endpoints and their common path: readiness, deadline, body
+// (open), items (compute: the item limit and the result cache), the
+// endpoint's path (naive or batched), the Server-Timing header and the
+// metrics (answer). An API over the paths (/naive and /batched here, v2 in
+// kserve.go) decodes its body into items and writes its answer and errors
+// in its own shape around them.
 
 // inferResponse is the answer of /naive and /batched.
 type inferResponse struct {
@@ -23,8 +26,9 @@ type inferResponse struct {
 	Outputs []models.Output `json:"outputs"`
 }
 
-// endpoint is one inference endpoint, built once by routes: how its items
-// are computed and its metrics, so that nothing is looked up per request.
+// endpoint is one inference endpoint, built once by Mount: the path that
+// computes its items (do: the naive instance or the batched scheduler) and
+// its metrics (label name), so that nothing is looked up per request.
 type endpoint struct {
 	name    string
 	metrics *epMetrics

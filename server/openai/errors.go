@@ -12,12 +12,14 @@ import (
 )
 
 // apiError is an error in OpenAI's shape with its HTTP status. This file is
-// the one place where errors become statuses:
+// the one place where errors become statuses (the host's, of a body or an
+// X-Request-Timeout it refused, keep theirs):
 //
 //	400 malformed JSON or header · 404 unknown model or path · 405 method
-//	413 body too large, prompt over the context · 422 well-formed but invalid
-//	429 + Retry-After queue full or deadline unreachable · 503 not ready or
-//	draining · 504 deadline passed · 500 model failure
+//	408 body not sent in time · 413 body too large, prompt over the context
+//	422 well-formed but invalid · 429 + Retry-After queue full or deadline
+//	unreachable · 503 not ready or draining · 504 deadline passed · 500 model
+//	failure
 type apiError struct {
 	Status     int     `json:"-"`
 	Message    string  `json:"message"`
