@@ -1,4 +1,4 @@
-package server
+package encoder
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/inferhq/infer/server"
 )
 
 // The bodies accepted by /naive and /batched, decided by what they are:
@@ -38,7 +40,7 @@ func decodeItems(contentType string, body []byte) ([]string, error) {
 	if contentType != "" {
 		var err error
 		if mt, _, err = mime.ParseMediaType(contentType); err != nil {
-			return nil, errorf(http.StatusBadRequest, "bad_content_type", "malformed Content-Type %q", contentType)
+			return nil, server.Errorf(http.StatusBadRequest, "bad_content_type", "malformed Content-Type %q", contentType)
 		}
 	}
 	switch {
@@ -57,7 +59,7 @@ func decodeItems(contentType string, body []byte) ([]string, error) {
 		}
 		return decodeText(body)
 	default:
-		return nil, errorf(http.StatusUnsupportedMediaType, "unsupported_media_type",
+		return nil, server.Errorf(http.StatusUnsupportedMediaType, "unsupported_media_type",
 			"unsupported Content-Type %q: send application/json, text/plain or application/x-www-form-urlencoded", mt)
 	}
 }
@@ -89,22 +91,22 @@ func decodeJSON(body []byte) ([]string, error) {
 	}
 	raw := bytes.TrimSpace(fields["inputs"])
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return nil, errorf(http.StatusUnprocessableEntity, "missing_inputs", `body has no "inputs": send {"inputs": ["text", ...]}`)
+		return nil, server.Errorf(http.StatusUnprocessableEntity, "missing_inputs", `body has no "inputs": send {"inputs": ["text", ...]}`)
 	}
 	var items []string
 	switch raw[0] {
 	case '"':
 		var one string
 		if err := json.Unmarshal(raw, &one); err != nil {
-			return nil, errorf(http.StatusBadRequest, "malformed_json", "malformed JSON: %v", err)
+			return nil, server.Errorf(http.StatusBadRequest, "malformed_json", "malformed JSON: %v", err)
 		}
 		items = []string{one}
 	case '[':
 		if err := json.Unmarshal(raw, &items); err != nil {
-			return nil, errorf(http.StatusUnprocessableEntity, "invalid_inputs", "%s", describeNonString(raw))
+			return nil, server.Errorf(http.StatusUnprocessableEntity, "invalid_inputs", "%s", describeNonString(raw))
 		}
 	default:
-		return nil, errorf(http.StatusUnprocessableEntity, "invalid_inputs", `"inputs" must be an array of strings`)
+		return nil, server.Errorf(http.StatusUnprocessableEntity, "invalid_inputs", `"inputs" must be an array of strings`)
 	}
 	return items, checkItems(items)
 }
@@ -118,7 +120,7 @@ func strictObject(body []byte, known ...string) (map[string]json.RawMessage, err
 		return nil, malformed(err)
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return nil, errorf(http.StatusUnprocessableEntity, "invalid_body", `body must be a JSON object like {"inputs": ["text", ...]}`)
+		return nil, server.Errorf(http.StatusUnprocessableEntity, "invalid_body", `body must be a JSON object like {"inputs": ["text", ...]}`)
 	}
 	fields := make(map[string]json.RawMessage, len(known))
 	for dec.More() {
@@ -140,7 +142,7 @@ func strictObject(body []byte, known ...string) (map[string]json.RawMessage, err
 		return nil, malformed(err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return nil, errorf(http.StatusBadRequest, "malformed_json", "malformed JSON: data after the object")
+		return nil, server.Errorf(http.StatusBadRequest, "malformed_json", "malformed JSON: data after the object")
 	}
 	return fields, nil
 }
@@ -152,14 +154,14 @@ func checkKey(key string, seen map[string]json.RawMessage, known []string) error
 		switch {
 		case key == k:
 			if _, dup := seen[key]; dup {
-				return errorf(http.StatusBadRequest, "duplicate_field", "field %q appears twice", key)
+				return server.Errorf(http.StatusBadRequest, "duplicate_field", "field %q appears twice", key)
 			}
 			return nil
 		case strings.EqualFold(key, k):
-			return errorf(http.StatusUnprocessableEntity, "unknown_field", "unknown field %q: field names are case-sensitive; did you mean %q?", key, k)
+			return server.Errorf(http.StatusUnprocessableEntity, "unknown_field", "unknown field %q: field names are case-sensitive; did you mean %q?", key, k)
 		}
 	}
-	return errorf(http.StatusUnprocessableEntity, "unknown_field", "unknown field %q: want %s", key, quoteAll(known))
+	return server.Errorf(http.StatusUnprocessableEntity, "unknown_field", "unknown field %q: want %s", key, quoteAll(known))
 }
 
 func quoteAll(ks []string) string {
@@ -172,9 +174,9 @@ func quoteAll(ks []string) string {
 
 func malformed(err error) error {
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return errorf(http.StatusBadRequest, "malformed_json", "malformed JSON: unexpected end of the body")
+		return server.Errorf(http.StatusBadRequest, "malformed_json", "malformed JSON: unexpected end of the body")
 	}
-	return errorf(http.StatusBadRequest, "malformed_json", "malformed JSON: %v", err)
+	return server.Errorf(http.StatusBadRequest, "malformed_json", "malformed JSON: %v", err)
 }
 
 // checkJSONText refuses JSON whose strings would not decode to the text
@@ -182,7 +184,7 @@ func malformed(err error) error {
 // (encoding/json would turn those into U+FFFD).
 func checkJSONText(body []byte) error {
 	if !utf8.Valid(body) {
-		return errorf(http.StatusBadRequest, "bad_encoding", "body is not valid UTF-8")
+		return server.Errorf(http.StatusBadRequest, "bad_encoding", "body is not valid UTF-8")
 	}
 	inString := false
 	for i := 0; i < len(body); i++ {
@@ -204,9 +206,9 @@ func checkJSONText(body []byte) error {
 			i += 4
 			switch {
 			case r == 0:
-				return errorf(http.StatusBadRequest, "bad_encoding", `a string holds \u0000 (NUL)`)
+				return server.Errorf(http.StatusBadRequest, "bad_encoding", `a string holds \u0000 (NUL)`)
 			case r >= 0xdc00 && r <= 0xdfff:
-				return errorf(http.StatusBadRequest, "bad_encoding", `a string holds an unpaired surrogate \u%04x`, r)
+				return server.Errorf(http.StatusBadRequest, "bad_encoding", `a string holds an unpaired surrogate \u%04x`, r)
 			case r >= 0xd800 && r <= 0xdbff:
 				if i+2 < len(body) && body[i+1] == '\\' && body[i+2] == 'u' {
 					if lo, ok := hex4(body[i+3:]); ok && lo >= 0xdc00 && lo <= 0xdfff {
@@ -214,7 +216,7 @@ func checkJSONText(body []byte) error {
 						continue
 					}
 				}
-				return errorf(http.StatusBadRequest, "bad_encoding", `a string holds an unpaired surrogate \u%04x`, r)
+				return server.Errorf(http.StatusBadRequest, "bad_encoding", `a string holds an unpaired surrogate \u%04x`, r)
 			}
 		}
 	}
@@ -278,16 +280,16 @@ func decodeText(body []byte) ([]string, error) {
 // NUL (400).
 func checkItems(items []string) error {
 	if len(items) == 0 {
-		return errorf(http.StatusUnprocessableEntity, "no_inputs", "request has no items")
+		return server.Errorf(http.StatusUnprocessableEntity, "no_inputs", "request has no items")
 	}
 	for i, s := range items {
 		switch {
 		case !utf8.ValidString(s):
-			return errorf(http.StatusBadRequest, "bad_encoding", "item %d is not valid UTF-8", i)
+			return server.Errorf(http.StatusBadRequest, "bad_encoding", "item %d is not valid UTF-8", i)
 		case strings.IndexByte(s, 0) >= 0:
-			return errorf(http.StatusBadRequest, "bad_encoding", "item %d holds a NUL character", i)
+			return server.Errorf(http.StatusBadRequest, "bad_encoding", "item %d holds a NUL character", i)
 		case strings.TrimSpace(s) == "":
-			return errorf(http.StatusUnprocessableEntity, "empty_input", "item %d is empty", i)
+			return server.Errorf(http.StatusUnprocessableEntity, "empty_input", "item %d is empty", i)
 		}
 	}
 	return nil

@@ -1,4 +1,4 @@
-package server_test
+package encoder_test
 
 import (
 	"encoding/json"
@@ -8,13 +8,13 @@ import (
 	"time"
 
 	"github.com/inferhq/infer/models/sim"
-	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/batch"
+	"github.com/inferhq/infer/server/encoder"
 )
 
 func TestKServeV2(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ts := start(t, server.Config{Batch: batch.Config{MaxLatency: time.Millisecond}}, simModel(t, time.Millisecond, 0))
+		ts := start(t, encoder.Config{Batch: batch.Config{MaxLatency: time.Millisecond}}, simModel(t, time.Millisecond, 0))
 		for _, p := range []string{"/v2", "/v2/health/live", "/v2/health/ready", "/v2/models/sim", "/v2/models/sim/ready", "/v2/models/sim/versions/1/ready"} {
 			if r := do(t, ts, "GET", p, "", ""); r.status != 200 {
 				t.Errorf("GET %s = %d: %s", p, r.status, r.raw)
@@ -72,7 +72,7 @@ func TestKServeV2(t *testing.T) {
 // The v2 decoder is strict about shapes, data and inputs.
 func TestKServeV2Strict(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ts := start(t, server.Config{Batch: batch.Config{MaxLatency: time.Millisecond}}, simModel(t, time.Millisecond, 0))
+		ts := start(t, encoder.Config{Batch: batch.Config{MaxLatency: time.Millisecond}}, simModel(t, time.Millisecond, 0))
 		tensor := func(shape, data string) string {
 			return `{"inputs": [{"name": "text", "shape": ` + shape + `, "datatype": "BYTES", "data": ` + data + `}]}`
 		}

@@ -1,7 +1,8 @@
-package server
+package encoder
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,6 +17,8 @@ import (
 // the server started with: the admin API's changes are the batched
 // endpoint's, and the naive baseline stays the same through them). Waiting
 // requests are bounded like the batched queue, and honour their deadlines.
+// Close stops it as a batcher's Run stops on its context's end: it refuses
+// new requests and waits for those it admitted.
 type naive struct {
 	model    models.Model
 	sem      chan struct{} // holds one token while a request computes
@@ -23,10 +26,23 @@ type naive struct {
 	cap      int64
 	maxBatch int // items per model call, at most
 	onBatch  func(batch.Info)
+
+	mu      sync.Mutex
+	closed  bool
+	running sync.WaitGroup // admitted requests
 }
 
 func newNaive(m models.Model, queueCap, maxBatch int, onBatch func(batch.Info)) *naive {
 	return &naive{model: m, sem: make(chan struct{}, 1), cap: int64(queueCap), maxBatch: maxBatch, onBatch: onBatch}
+}
+
+// Close refuses new requests with batch.ErrClosed and returns once those
+// admitted have finished: then the instance is no longer used.
+func (n *naive) Close() {
+	n.mu.Lock()
+	n.closed = true
+	n.mu.Unlock()
+	n.running.Wait()
 }
 
 // Len returns the number of items waiting.
@@ -37,6 +53,14 @@ func (n *naive) Len() int { return int(n.waiting.Load()) }
 // ctx ended first are reported as dropped.
 func (n *naive) Do(ctx context.Context, ins []models.Input) ([]models.Output, batch.Stats, error) {
 	arrived := time.Now()
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil, batch.Stats{}, batch.ErrClosed
+	}
+	n.running.Add(1)
+	n.mu.Unlock()
+	defer n.running.Done()
 	k := int64(len(ins))
 	if k > n.cap {
 		return nil, batch.Stats{}, batch.ErrTooLarge

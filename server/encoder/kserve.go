@@ -1,13 +1,13 @@
-package server
+package encoder
 
 import (
 	"bytes"
 	"encoding/json"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/inferhq/infer/models"
+	"github.com/inferhq/infer/server"
 )
 
 // The KServe v2 / Triton HTTP protocol on the batched path. The model takes
@@ -18,29 +18,29 @@ import (
 
 const v2ModelVersion = "1"
 
-func (s *Server) v2Routes(mux *http.ServeMux, ep *endpoint) {
-	mux.Handle("/v2", only(http.MethodGet, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"name": "infer", "version": s.cfg.Version, "extensions": []string{}})
+func (s *Service) v2Routes(m *server.Mount, ep *endpoint) {
+	m.Handle("/v2", server.Only(http.MethodGet, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		server.WriteJSON(w, http.StatusOK, map[string]any{"name": "infer", "version": s.cfg.Version, "extensions": []string{}})
 	})))
-	mux.Handle("/v2/health/live", only(http.MethodGet, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]bool{"live": true})
+	m.Handle("/v2/health/live", server.Only(http.MethodGet, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		server.WriteJSON(w, http.StatusOK, map[string]bool{"live": true})
 	})))
-	mux.Handle("/v2/health/ready", only(http.MethodGet, http.HandlerFunc(s.v2Ready)))
-	mux.Handle("/v2/models/{name}", only(http.MethodGet, s.v2Model(s.v2Metadata)))
-	mux.Handle("/v2/models/{name}/versions/{version}", only(http.MethodGet, s.v2Model(s.v2Metadata)))
-	mux.Handle("/v2/models/{name}/ready", only(http.MethodGet, s.v2Model(s.v2Ready)))
-	mux.Handle("/v2/models/{name}/versions/{version}/ready", only(http.MethodGet, s.v2Model(s.v2Ready)))
+	m.Handle("/v2/health/ready", server.Only(http.MethodGet, http.HandlerFunc(s.v2Ready)))
+	m.Handle("/v2/models/{name}", server.Only(http.MethodGet, s.v2Model(s.v2Metadata)))
+	m.Handle("/v2/models/{name}/versions/{version}", server.Only(http.MethodGet, s.v2Model(s.v2Metadata)))
+	m.Handle("/v2/models/{name}/ready", server.Only(http.MethodGet, s.v2Model(s.v2Ready)))
+	m.Handle("/v2/models/{name}/versions/{version}/ready", server.Only(http.MethodGet, s.v2Model(s.v2Ready)))
 	infer := s.v2Model(s.v2Infer(ep))
-	mux.Handle("/v2/models/{name}/infer", only(http.MethodPost, infer))
-	mux.Handle("/v2/models/{name}/versions/{version}/infer", only(http.MethodPost, infer))
+	m.Handle("/v2/models/{name}/infer", server.Only(http.MethodPost, infer))
+	m.Handle("/v2/models/{name}/versions/{version}/infer", server.Only(http.MethodPost, infer))
 }
 
 // v2Model answers 404 unless the path names the served model (and version).
-func (s *Server) v2Model(h http.HandlerFunc) http.Handler {
+func (s *Service) v2Model(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name, version := r.PathValue("name"), r.PathValue("version")
 		if name != s.info.Name || (version != "" && version != v2ModelVersion) {
-			writeV2Error(w, errorf(http.StatusNotFound, "not_found", "model %q version %q not found; this server serves %q version %q",
+			writeV2Error(w, server.Errorf(http.StatusNotFound, "not_found", "model %q version %q not found; this server serves %q version %q",
 				name, version, s.info.Name, v2ModelVersion))
 			return
 		}
@@ -48,12 +48,12 @@ func (s *Server) v2Model(h http.HandlerFunc) http.Handler {
 	})
 }
 
-func (s *Server) v2Ready(w http.ResponseWriter, r *http.Request) {
+func (s *Service) v2Ready(w http.ResponseWriter, r *http.Request) {
 	if !s.serving() {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]bool{"ready": false})
+		server.WriteJSON(w, http.StatusServiceUnavailable, map[string]bool{"ready": false})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]bool{"ready": true})
+	server.WriteJSON(w, http.StatusOK, map[string]bool{"ready": true})
 }
 
 type v2TensorMeta struct {
@@ -62,8 +62,8 @@ type v2TensorMeta struct {
 	Shape    []int64 `json:"shape"`
 }
 
-func (s *Server) v2Metadata(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, struct {
+func (s *Service) v2Metadata(w http.ResponseWriter, r *http.Request) {
+	server.WriteJSON(w, http.StatusOK, struct {
 		Name     string         `json:"name"`
 		Versions []string       `json:"versions"`
 		Platform string         `json:"platform"`
@@ -78,7 +78,7 @@ func (s *Server) v2Metadata(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func (s *Server) v2OutputName() string {
+func (s *Service) v2OutputName() string {
 	if s.info.Task != "" {
 		return s.info.Task
 	}
@@ -107,7 +107,7 @@ type v2Response struct {
 	Outputs      []v2Output `json:"outputs"`
 }
 
-func (s *Server) v2Infer(ep *endpoint) http.HandlerFunc {
+func (s *Service) v2Infer(ep *endpoint) http.HandlerFunc {
 	return s.answer(ep, writeV2Error, func(r *http.Request, arrived time.Time) (any, timing, error) {
 		id, outs, st, err := s.inferV2(r, ep, arrived)
 		if err != nil {
@@ -118,18 +118,18 @@ func (s *Server) v2Infer(ep *endpoint) http.HandlerFunc {
 }
 
 // inferV2 runs a v2 inference request and returns its id with the outputs.
-func (s *Server) inferV2(r *http.Request, ep *endpoint, arrived time.Time) (string, []models.Output, timing, error) {
+func (s *Service) inferV2(r *http.Request, ep *endpoint, arrived time.Time) (string, []models.Output, timing, error) {
 	ctx, cancel, body, err := s.open(r, arrived)
 	if err != nil {
 		return "", nil, timing{}, err
 	}
 	defer cancel()
 	if r.Header.Get("Inference-Header-Content-Length") != "" {
-		bufPool.Put(body)
-		return "", nil, timing{}, errorf(http.StatusBadRequest, "unsupported", "the binary tensor data extension is not supported; send JSON")
+		body.Release()
+		return "", nil, timing{}, server.Errorf(http.StatusBadRequest, "unsupported", "the binary tensor data extension is not supported; send JSON")
 	}
 	items, id, err := decodeV2(body.Bytes())
-	bufPool.Put(body)
+	body.Release()
 	if err != nil {
 		return id, nil, timing{}, err
 	}
@@ -153,12 +153,12 @@ func decodeV2(body []byte) ([]string, string, error) {
 	var id string
 	if raw, ok := fields["id"]; ok {
 		if err := json.Unmarshal(raw, &id); err != nil {
-			return nil, "", errorf(http.StatusBadRequest, "invalid_body", `"id" must be a string`)
+			return nil, "", server.Errorf(http.StatusBadRequest, "invalid_body", `"id" must be a string`)
 		}
 	}
 	var raws []json.RawMessage
 	if err := json.Unmarshal(fields["inputs"], &raws); err != nil || len(raws) == 0 {
-		return nil, id, errorf(http.StatusBadRequest, "invalid_inputs", `"inputs" must be a non-empty array of tensors`)
+		return nil, id, server.Errorf(http.StatusBadRequest, "invalid_inputs", `"inputs" must be a non-empty array of tensors`)
 	}
 	inputs := make([]v2Input, len(raws))
 	names := make(map[string]bool, len(raws))
@@ -169,11 +169,11 @@ func decodeV2(body []byte) ([]string, string, error) {
 		}
 		in := &inputs[i]
 		if json.Unmarshal(tf["name"], &in.Name) != nil || json.Unmarshal(tf["shape"], &in.Shape) != nil || json.Unmarshal(tf["datatype"], &in.Datatype) != nil {
-			return nil, id, errorf(http.StatusBadRequest, "invalid_inputs", `input %d: want "name" (string), "shape" (integers), "datatype" (string) and "data"`, i)
+			return nil, id, server.Errorf(http.StatusBadRequest, "invalid_inputs", `input %d: want "name" (string), "shape" (integers), "datatype" (string) and "data"`, i)
 		}
 		in.Data = tf["data"]
 		if names[in.Name] {
-			return nil, id, errorf(http.StatusBadRequest, "invalid_inputs", "input %q appears twice", in.Name)
+			return nil, id, server.Errorf(http.StatusBadRequest, "invalid_inputs", "input %q appears twice", in.Name)
 		}
 		names[in.Name] = true
 	}
@@ -187,39 +187,39 @@ func decodeV2(body []byte) ([]string, string, error) {
 		}
 		for i := range inputs {
 			if i != in {
-				return nil, id, errorf(http.StatusBadRequest, "invalid_inputs", `unexpected input %q: this model takes one input tensor, "text"`, inputs[i].Name)
+				return nil, id, server.Errorf(http.StatusBadRequest, "invalid_inputs", `unexpected input %q: this model takes one input tensor, "text"`, inputs[i].Name)
 			}
 		}
 	}
 	t := inputs[in]
 	if t.Datatype != "BYTES" {
-		return nil, id, errorf(http.StatusBadRequest, "invalid_datatype", "input %q has datatype %q; want BYTES", t.Name, t.Datatype)
+		return nil, id, server.Errorf(http.StatusBadRequest, "invalid_datatype", "input %q has datatype %q; want BYTES", t.Name, t.Datatype)
 	}
 	if len(t.Shape) == 0 {
-		return nil, id, errorf(http.StatusBadRequest, "shape_mismatch", "input %q: no shape", t.Name)
+		return nil, id, server.Errorf(http.StatusBadRequest, "shape_mismatch", "input %q: no shape", t.Name)
 	}
 	for _, d := range t.Shape {
 		if d < 0 {
-			return nil, id, errorf(http.StatusBadRequest, "shape_mismatch", "input %q: shape %v: dimensions must be concrete (≥ 0)", t.Name, t.Shape)
+			return nil, id, server.Errorf(http.StatusBadRequest, "shape_mismatch", "input %q: shape %v: dimensions must be concrete (≥ 0)", t.Name, t.Shape)
 		}
 	}
 	var data any
 	if err := json.Unmarshal(t.Data, &data); err != nil {
-		return nil, id, errorf(http.StatusBadRequest, "malformed_json", "input %q: data is not JSON: %v", t.Name, err)
+		return nil, id, server.Errorf(http.StatusBadRequest, "malformed_json", "input %q: data is not JSON: %v", t.Name, err)
 	}
 	items, serr := shapedStrings(data, t.Shape)
 	if serr != nil {
-		return nil, id, errorf(serr.Status, serr.Code, "input %q: %s", t.Name, serr.Message)
+		return nil, id, server.Errorf(serr.Status, serr.Code, "input %q: %s", t.Name, serr.Message)
 	}
 	return items, id, checkItems(items)
 }
 
 // shapedStrings returns the strings of data in row-major order: a flat
 // array of product(shape) strings, or arrays nested exactly as shape says.
-func shapedStrings(data any, shape []int64) ([]string, *apiError) {
+func shapedStrings(data any, shape []int64) ([]string, *server.Error) {
 	arr, ok := data.([]any)
 	if !ok {
-		return nil, errorf(http.StatusUnprocessableEntity, "invalid_inputs", "data must be an array of strings")
+		return nil, server.Errorf(http.StatusUnprocessableEntity, "invalid_inputs", "data must be an array of strings")
 	}
 	n, ok := shapeSize(shape, len(arr))
 	flat := true
@@ -231,33 +231,33 @@ func shapedStrings(data any, shape []int64) ([]string, *apiError) {
 	}
 	if flat {
 		if !ok || n != len(arr) {
-			return nil, errorf(http.StatusBadRequest, "shape_mismatch", "shape %v does not match %d data items", shape, len(arr))
+			return nil, server.Errorf(http.StatusBadRequest, "shape_mismatch", "shape %v does not match %d data items", shape, len(arr))
 		}
 		items := make([]string, len(arr))
 		for i, e := range arr {
 			if items[i], ok = e.(string); !ok {
-				return nil, errorf(http.StatusUnprocessableEntity, "invalid_inputs", "data must hold strings only")
+				return nil, server.Errorf(http.StatusUnprocessableEntity, "invalid_inputs", "data must hold strings only")
 			}
 		}
 		return items, nil
 	}
 	var items []string
-	var walk func(v any, dims []int64) *apiError
-	walk = func(v any, dims []int64) *apiError {
+	var walk func(v any, dims []int64) *server.Error
+	walk = func(v any, dims []int64) *server.Error {
 		if len(dims) == 0 {
 			s, ok := v.(string)
 			if !ok {
 				if _, isArr := v.([]any); isArr {
-					return errorf(http.StatusBadRequest, "shape_mismatch", "data is nested deeper than shape %v", shape)
+					return server.Errorf(http.StatusBadRequest, "shape_mismatch", "data is nested deeper than shape %v", shape)
 				}
-				return errorf(http.StatusUnprocessableEntity, "invalid_inputs", "data must hold strings only")
+				return server.Errorf(http.StatusUnprocessableEntity, "invalid_inputs", "data must hold strings only")
 			}
 			items = append(items, s)
 			return nil
 		}
 		a, ok := v.([]any)
 		if !ok || int64(len(a)) != dims[0] {
-			return errorf(http.StatusBadRequest, "shape_mismatch", "data is ragged or does not match shape %v", shape)
+			return server.Errorf(http.StatusBadRequest, "shape_mismatch", "data is ragged or does not match shape %v", shape)
 		}
 		for _, e := range a {
 			if err := walk(e, dims[1:]); err != nil {
@@ -290,7 +290,7 @@ func shapeSize(shape []int64, limit int) (int, bool) {
 
 // v2Tensor packs outputs into one tensor: FP32 [n, dim] for vectors of one
 // length, else BYTES [n] of JSON texts.
-func (s *Server) v2Tensor(outs []models.Output) v2Output {
+func (s *Service) v2Tensor(outs []models.Output) v2Output {
 	name := s.v2OutputName()
 	if flat, dim, ok := vectors(outs); ok {
 		return v2Output{Name: name, Datatype: "FP32", Shape: []int64{int64(len(outs)), int64(dim)}, Data: flat}
@@ -325,12 +325,6 @@ func vectors(outs []models.Output) ([]float32, int, bool) {
 }
 
 // writeV2Error answers in the v2 protocol's error shape.
-func writeV2Error(w http.ResponseWriter, e *apiError) {
-	if e.Status == statusClientClosed {
-		return
-	}
-	if e.RetryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
-	}
-	writeJSON(w, e.Status, map[string]string{"error": e.Message})
+func writeV2Error(w http.ResponseWriter, e *server.Error) {
+	server.WriteErrorJSON(w, e.Status, e.RetryAfter, map[string]string{"error": e.Message})
 }

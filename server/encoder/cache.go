@@ -1,4 +1,4 @@
-package server
+package encoder
 
 import (
 	"container/list"

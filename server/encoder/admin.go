@@ -1,27 +1,27 @@
-package server
+package encoder
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/inferhq/infer/models"
+	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/batch"
 )
 
-// The admin API exists only when Config.AdminToken is set:
+// The admin API exists only when the host has an admin token
+// (server.Config.AdminToken):
 //
 //	GET   /admin/batching  the batching settings in effect
 //	PATCH /admin/batching  change any of {"batch", "max_latency", "policy", "workers"}
 //
 // Both need "Authorization: Bearer <token>". A PATCH applies whole or not at
-// all, within the server's request timeout: adding workers loads and warms
+// all, within the host's request timeout: adding workers loads and warms
 // new model instances first, and nothing changes unless all are ready;
 // values past the bounds of server/batch are refused with 422. A removed
 // worker finishes its current batch, then its instance is closed. The answer
@@ -44,7 +44,7 @@ func (b batching) MarshalJSON() ([]byte, error) {
 }
 
 // batching returns the settings in effect.
-func (s *Server) batching() batching {
+func (s *Service) batching() batching {
 	if b := s.batcher(); b != nil {
 		c := b.Config()
 		return batching{Batch: c.MaxBatch, MaxLatency: c.MaxLatency, Policy: c.Policy, Workers: b.Workers()}
@@ -53,30 +53,14 @@ func (s *Server) batching() batching {
 	return batching{Batch: c.MaxBatch, MaxLatency: c.MaxLatency, Policy: c.Policy, Workers: s.cfg.Workers}
 }
 
-func (s *Server) adminRoutes(mux *http.ServeMux) {
-	if s.cfg.AdminToken == "" {
-		return
-	}
-	mux.Handle("/admin/batching", s.authorized(Methods(map[string]http.Handler{
+// adminHandler serves GET and PATCH /admin/batching.
+func (s *Service) adminHandler() http.Handler {
+	return server.Methods(map[string]http.Handler{
 		http.MethodGet: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			writeJSON(w, http.StatusOK, s.batching())
+			server.WriteJSON(w, http.StatusOK, s.batching())
 		}),
 		http.MethodPatch: http.HandlerFunc(s.patchBatching),
-	}, refuseMethod)))
-}
-
-// authorized checks the bearer token in constant time.
-func (s *Server) authorized(h http.Handler) http.Handler {
-	want := []byte(s.cfg.AdminToken)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="infer admin"`)
-			writeError(w, errorf(http.StatusUnauthorized, "unauthorized", "admin API needs Authorization: Bearer <--admin-token>"))
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
+	}, server.RefuseMethod)
 }
 
 type batchingPatch struct {
@@ -135,55 +119,55 @@ func (p batchingPatch) apply(cfg batch.Config, workers int) (batch.Config, int, 
 	return cfg, workers, batch.ValidateWorkers(workers)
 }
 
-// patchBatching applies a PATCH whole or not at all, within the server's
+// patchBatching applies a PATCH whole or not at all, within the host's
 // request timeout, and answers with the settings in force.
-func (s *Server) patchBatching(w http.ResponseWriter, r *http.Request) {
+func (s *Service) patchBatching(w http.ResponseWriter, r *http.Request) {
 	b := s.batcher()
 	if b == nil {
-		writeError(w, errorf(http.StatusConflict, "not_local", "batches do not run in this process (not loaded yet, or distributed mode)"))
+		server.WriteError(w, server.Errorf(http.StatusConflict, "not_local", "batches do not run in this process (not loaded yet, or distributed mode)"))
 		return
 	}
 	p, err := decodePatch(http.MaxBytesReader(w, r.Body, 64<<10))
 	if err != nil {
-		writeError(w, errorf(http.StatusBadRequest, "malformed_json", "want one object of \"batch\", \"max_latency\", \"policy\", \"workers\": %v", err))
+		server.WriteError(w, server.Errorf(http.StatusBadRequest, "malformed_json", "want one object of \"batch\", \"max_latency\", \"policy\", \"workers\": %v", err))
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
+	ctx, cancel := context.WithTimeout(r.Context(), s.limits.Timeout)
 	defer cancel()
 	select { // one change at a time
 	case s.admin <- struct{}{}:
 		defer func() { <-s.admin }()
 	case <-ctx.Done():
-		writeError(w, s.adminError(ctx, "waiting for another admin change"))
+		server.WriteError(w, s.adminError(ctx, "waiting for another admin change"))
 		return
 	}
 	cfg, workers, err := p.apply(b.Config(), b.Workers())
 	if err != nil {
-		writeError(w, errorf(http.StatusUnprocessableEntity, "invalid_batching", "%v", err))
+		server.WriteError(w, server.Errorf(http.StatusUnprocessableEntity, "invalid_batching", "%v", err))
 		return
 	}
 	if err := s.setBatching(ctx, b, cfg, workers); err != nil {
 		if ctx.Err() != nil {
-			writeError(w, s.adminError(ctx, err.Error()))
+			server.WriteError(w, s.adminError(ctx, err.Error()))
 		} else {
-			writeError(w, errorf(http.StatusInternalServerError, "load_failed", "%v; nothing changed", err))
+			server.WriteError(w, server.Errorf(http.StatusInternalServerError, "load_failed", "%v; nothing changed", err))
 		}
 		return
 	}
 	st := s.batching()
 	s.log.Info("batching changed", "batch", st.Batch, "max_latency", st.MaxLatency, "policy", st.Policy, "workers", st.Workers)
-	writeJSON(w, http.StatusOK, st)
+	server.WriteJSON(w, http.StatusOK, st)
 }
 
 // adminError is the answer of a change cut short by its context: its client
-// went away, or it ran past the server's request timeout.
-func (s *Server) adminError(ctx context.Context, doing string) *apiError {
+// went away, or it ran past the host's request timeout.
+func (s *Service) adminError(ctx context.Context, doing string) *server.Error {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		e := errorf(http.StatusServiceUnavailable, "admin_timeout", "%s took longer than %v (--timeout); nothing changed", doing, s.cfg.Timeout)
+		e := server.Errorf(http.StatusServiceUnavailable, "admin_timeout", "%s took longer than %v (--timeout); nothing changed", doing, s.limits.Timeout)
 		e.RetryAfter = 1
 		return e
 	}
-	return errorf(statusClientClosed, "client_closed", "client went away")
+	return server.Errorf(server.StatusClientClosed, "client_closed", "client went away")
 }
 
 // setBatching puts cfg and the worker count in force, all of it or none: new
@@ -191,7 +175,7 @@ func (s *Server) adminError(ctx context.Context, doing string) *apiError {
 // them are ready before ctx ends. Removed workers finish their current batch;
 // the batcher then closes their instances (it owns them), and setBatching
 // waits for that while ctx lasts. s.admin must be held.
-func (s *Server) setBatching(ctx context.Context, b *batch.Batcher[models.Input, models.Output], cfg batch.Config, workers int) error {
+func (s *Service) setBatching(ctx context.Context, b *batch.Batcher[models.Input, models.Output], cfg batch.Config, workers int) error {
 	var added []models.Model
 	var timed []warmup
 	for i := b.Workers(); i < workers; i++ {

@@ -1,4 +1,4 @@
-package server_test
+package encoder_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/batch"
+	"github.com/inferhq/infer/server/encoder"
 	"github.com/inferhq/infer/server/servertest"
 )
 
@@ -18,7 +19,7 @@ const bearer = "Bearer s3cret"
 
 func TestAdminAPI(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ts := start(t, server.Config{AdminToken: "s3cret", Batch: batch.Config{MaxBatch: 8, MaxLatency: 5 * time.Millisecond}}, simModel(t, time.Millisecond, 0))
+		ts := startWith(t, server.Config{AdminToken: "s3cret"}, encoder.Config{Batch: batch.Config{MaxBatch: 8, MaxLatency: 5 * time.Millisecond}}, simModel(t, time.Millisecond, 0))
 		patch := `{"batch": 32, "max_latency": "20ms", "policy": "fixed", "workers": 3}`
 
 		if r := do(t, ts, "PATCH", "/admin/batching", "application/json", patch); r.status != 401 {
@@ -56,7 +57,7 @@ func TestAdminAPI(t *testing.T) {
 
 func TestAdminAPIAbsentWithoutToken(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ts := start(t, server.Config{}, simModel(t, time.Millisecond, 0))
+		ts := start(t, encoder.Config{}, simModel(t, time.Millisecond, 0))
 		if r := do(t, ts, "PATCH", "/admin/batching", "application/json", `{"batch": 2}`, "Authorization", "Bearer "); r.status != 404 {
 			t.Errorf("admin API without --admin-token: %d, want 404", r.status)
 		}
@@ -77,7 +78,7 @@ func adminGet(t *testing.T, ts *servertest.Server) map[string]any {
 func TestAdminRefusesHugeValues(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &counted{Factory: simModel(t, time.Millisecond, 0)}
-		ts := start(t, server.Config{AdminToken: "s3cret", Batch: batch.Config{MaxBatch: 8}}, f)
+		ts := startWith(t, server.Config{AdminToken: "s3cret"}, encoder.Config{Batch: batch.Config{MaxBatch: 8}}, f)
 		before := adminGet(t, ts)
 		for _, p := range []string{
 			`{"batch": 9223372036854775807}`,
@@ -111,7 +112,7 @@ func TestAdminRefusesHugeValues(t *testing.T) {
 func TestAdminPatchIsAllOrNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &counted{Factory: simModel(t, time.Millisecond, 0), failAt: 4} // 2 at start, then 2 more
-		ts := start(t, server.Config{AdminToken: "s3cret", Batch: batch.Config{MaxBatch: 8}}, f)
+		ts := startWith(t, server.Config{AdminToken: "s3cret"}, encoder.Config{Batch: batch.Config{MaxBatch: 8}}, f)
 		r := do(t, ts, "PATCH", "/admin/batching", "application/json", `{"batch": 16, "workers": 4}`, "Authorization", bearer)
 		if r.status < 500 {
 			t.Errorf("PATCH with a failing load = %d %s, want 5xx", r.status, r.raw)
@@ -131,7 +132,7 @@ func TestAdminCancelledPatchIsNotApplied(t *testing.T) {
 		f := &counted{Factory: simModel(t, time.Millisecond, 0), hold: make(chan struct{}, 10)}
 		f.hold <- struct{}{}
 		f.hold <- struct{}{} // the worker and the naive instance load at once
-		ts := start(t, server.Config{AdminToken: "s3cret", Batch: batch.Config{MaxBatch: 8}}, f)
+		ts := startWith(t, server.Config{AdminToken: "s3cret"}, encoder.Config{Batch: batch.Config{MaxBatch: 8}}, f)
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
 		if _, err := tryCtx(ctx, ts, "PATCH", "/admin/batching", "application/json", `{"batch": 16, "workers": 3}`, "Authorization", bearer); err == nil {
@@ -156,7 +157,7 @@ func TestAdminCancelledPatchIsNotApplied(t *testing.T) {
 func TestAdminWorkersStayTruthful(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &counted{Factory: simModel(t, time.Second, 0)}
-		ts := start(t, server.Config{AdminToken: "s3cret", Workers: 3, Batch: batch.Config{MaxBatch: 1, Policy: batch.Immediate}}, f)
+		ts := startWith(t, server.Config{AdminToken: "s3cret"}, encoder.Config{Workers: 3, Batch: batch.Config{MaxBatch: 1, Policy: batch.Immediate}}, f)
 		var wg sync.WaitGroup
 		for i := range 3 { // keep all three workers busy for 1s
 			wg.Go(func() { try(ts, "POST", "/batched", "text/plain", fmt.Sprint("busy ", i)) })

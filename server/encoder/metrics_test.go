@@ -1,4 +1,4 @@
-package server_test
+package encoder_test
 
 import (
 	"strings"
@@ -7,13 +7,13 @@ import (
 	"time"
 
 	"github.com/inferhq/infer/models"
-	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/batch"
+	"github.com/inferhq/infer/server/encoder"
 )
 
 func TestMetricsExposed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ts := start(t, server.Config{Batch: batch.Config{MaxLatency: time.Millisecond}}, simModel(t, time.Millisecond, 0))
+		ts := start(t, encoder.Config{Batch: batch.Config{MaxLatency: time.Millisecond}}, simModel(t, time.Millisecond, 0))
 		r := do(t, ts, "POST", "/batched", "text/plain", "hello")
 		do(t, ts, "POST", "/naive", "text/plain", "hello")
 		do(t, ts, "POST", "/v2/models/sim/infer", "application/json", `{"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": ["hello"]}]}`)
@@ -53,7 +53,7 @@ func (f tokens) Prepare(text string) (models.Input, error) {
 
 func TestPaddingReported(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ts := start(t, server.Config{Batch: batch.Config{MaxBatch: 8, MaxLatency: time.Second, Policy: batch.Fixed}}, tokens{simModel(t, time.Millisecond, 0)})
+		ts := start(t, encoder.Config{Batch: batch.Config{MaxBatch: 8, MaxLatency: time.Second, Policy: batch.Fixed}}, tokens{simModel(t, time.Millisecond, 0)})
 		r := do(t, ts, "POST", "/batched", "application/json", `{"inputs": ["one", "one two three four"]}`)
 		if st := r.header.Get("Server-Timing"); !strings.Contains(st, "pad;desc=1.60") { // 2 × 4 ÷ 5
 			t.Errorf("Server-Timing %q, want pad;desc=1.60", st)

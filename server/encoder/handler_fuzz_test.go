@@ -1,4 +1,4 @@
-package server_test
+package encoder_test
 
 import (
 	"bytes"
@@ -15,11 +15,12 @@ import (
 	"github.com/inferhq/infer/models/sim"
 	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/batch"
+	"github.com/inferhq/infer/server/encoder"
 	"github.com/inferhq/infer/server/servertest"
 )
 
 // FuzzHandler sends arbitrary requests to the whole handler of a running
-// server: every error is answered in the JSON shape, and nothing is a 500
+// host with the encoder API: every error is answered in the JSON shape, and nothing is a 500
 // (the sim model never fails).
 func FuzzHandler(f *testing.F) {
 	for _, tc := range [][5]string{
@@ -36,8 +37,8 @@ func FuzzHandler(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	h := servertest.Start(f, server.Config{MaxBody: 64 << 10, MaxItems: 8, Timeout: 2 * time.Second, AdminToken: "s3cret",
-		Batch: batch.Config{MaxBatch: 8, Policy: batch.Immediate}}, factory).Handler()
+	svc := newService(f, encoder.Config{MaxItems: 8, Batch: batch.Config{MaxBatch: 8, Policy: batch.Immediate}}, factory)
+	h := servertest.Start(f, server.Config{MaxBody: 64 << 10, Timeout: 2 * time.Second, AdminToken: "s3cret"}, svc).Handler()
 	f.Fuzz(func(t *testing.T, method, path, contentType string, body []byte, timeout string) {
 		u, err := url.Parse(path)
 		if err != nil || !strings.HasPrefix(u.Path, "/") || strings.ContainsAny(method, " \t\r\n") || method == "" {

@@ -1,4 +1,4 @@
-package server_test
+package encoder_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/inferhq/infer/models/sim"
 	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/batch"
+	"github.com/inferhq/infer/server/encoder"
 	"github.com/inferhq/infer/server/servertest"
 )
 
@@ -32,8 +33,8 @@ func TestReadinessAndDrain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		release := make(chan struct{})
 		f := slowFactory{simModel(t, 100*time.Millisecond, 0), release}
-		ts := servertest.StartWith(t, server.Config{Batch: batch.Config{MaxLatency: 10 * time.Millisecond}}, f,
-			servertest.Options{InMemory: true, NoWait: true})
+		svc := newService(t, encoder.Config{Batch: batch.Config{MaxLatency: 10 * time.Millisecond}}, f)
+		ts := servertest.StartWith(t, server.Config{}, servertest.Options{InMemory: true, NoWait: true}, svc)
 
 		if r := do(t, ts, "GET", "/healthz", "", ""); r.status != 200 {
 			t.Errorf("healthz while loading = %d, want 200", r.status)
@@ -77,7 +78,7 @@ func TestReadinessAndDrain(t *testing.T) {
 
 func TestBadInputDuringLoad(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ts := start(t, server.Config{Batch: batch.Config{MaxLatency: 2 * time.Millisecond}}, simModel(t, time.Millisecond, 10*time.Microsecond))
+		ts := start(t, encoder.Config{Batch: batch.Config{MaxLatency: 2 * time.Millisecond}}, simModel(t, time.Millisecond, 10*time.Microsecond))
 		var wg sync.WaitGroup
 		var good, bad atomic.Int64
 		for i := range 8 {

@@ -1,4 +1,4 @@
-package server_test
+package encoder_test
 
 import (
 	"fmt"
@@ -7,14 +7,14 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/batch"
+	"github.com/inferhq/infer/server/encoder"
 )
 
 func TestQueueFullIs429WithRetryAfter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newGated()
-		ts := start(t, server.Config{Batch: batch.Config{MaxBatch: 2, QueueCap: 4, Policy: batch.Immediate}, MaxItems: 4}, g)
+		ts := start(t, encoder.Config{Batch: batch.Config{MaxBatch: 2, QueueCap: 4, Policy: batch.Immediate}, MaxItems: 4}, g)
 
 		var wg sync.WaitGroup
 		codes := make(chan int, 10)
@@ -53,7 +53,7 @@ func TestQueueFullIs429WithRetryAfter(t *testing.T) {
 func TestDeadlineIs504(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// AdmitLate: otherwise the late request is refused at once with 429.
-		ts := start(t, server.Config{Batch: batch.Config{Policy: batch.Immediate, AdmitLate: true}}, simModel(t, 600*time.Millisecond, 0))
+		ts := start(t, encoder.Config{Batch: batch.Config{Policy: batch.Immediate, AdmitLate: true}}, simModel(t, 600*time.Millisecond, 0))
 		var wg sync.WaitGroup
 		for _, ep := range []string{"/batched", "/naive"} {
 			wg.Go(func() { try(ts, "POST", ep, "text/plain", "occupies the instance") })
@@ -79,7 +79,7 @@ func TestDeadlineIs504(t *testing.T) {
 
 func TestDeadlineUnreachableIs429(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ts := start(t, server.Config{Batch: batch.Config{MaxBatch: 1, Policy: batch.Immediate}}, simModel(t, 200*time.Millisecond, 0))
+		ts := start(t, encoder.Config{Batch: batch.Config{MaxBatch: 1, Policy: batch.Immediate}}, simModel(t, 200*time.Millisecond, 0))
 		// The warm-up taught the batcher the batch cost; now queue 5 behind
 		// a running one.
 		var wg sync.WaitGroup
@@ -106,7 +106,7 @@ func TestDeadlineUnreachableIs429(t *testing.T) {
 // then gets its 504 when that batch starts, uncomputed. Rare: ≤ 1 %.)
 func TestDeadlineBurstRefusedAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ts := start(t, server.Config{}, simModel(t, 200*time.Millisecond, 0))
+		ts := start(t, encoder.Config{}, simModel(t, 200*time.Millisecond, 0))
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		codes := map[int]int{}

@@ -1,7 +1,8 @@
-package server_test
+package encoder_test
 
 import (
 	"fmt"
+	"net/http"
 	"net/url"
 	"strings"
 	"testing"
@@ -11,11 +12,12 @@ import (
 	"github.com/inferhq/infer/models/sim"
 	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/batch"
+	"github.com/inferhq/infer/server/encoder"
 )
 
 func TestBodiesOnBothEndpoints(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ts := start(t, server.Config{Batch: batch.Config{MaxLatency: time.Millisecond}}, simModel(t, time.Millisecond, 0))
+		ts := start(t, encoder.Config{Batch: batch.Config{MaxLatency: time.Millisecond}}, simModel(t, time.Millisecond, 0))
 		want := []string{sim.Predict("Paris is the [MASK] of France.").Label, sim.Predict("a & b = c").Label}
 		for _, ep := range []string{"/naive", "/batched"} {
 			for _, tc := range []struct {
@@ -60,7 +62,7 @@ func TestBodiesOnBothEndpoints(t *testing.T) {
 
 func TestErrorContract(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ts := start(t, server.Config{MaxBody: 1024, MaxItems: 3, Batch: batch.Config{MaxLatency: time.Millisecond}}, simModel(t, time.Millisecond, 0))
+		ts := startWith(t, server.Config{MaxBody: 1024}, encoder.Config{MaxItems: 3, Batch: batch.Config{MaxLatency: time.Millisecond}}, simModel(t, time.Millisecond, 0))
 		for _, tc := range []struct {
 			name, method, path, ctype, body string
 			hdr                             []string
@@ -111,6 +113,34 @@ func TestErrorContract(t *testing.T) {
 		}
 		if r := do(t, ts, "POST", "/healthz", "", ""); r.status != 405 || r.header.Get("Allow") != "GET, HEAD" {
 			t.Errorf("POST /healthz: %d Allow = %q, want 405 with GET, HEAD", r.status, r.header.Get("Allow"))
+		}
+	})
+}
+
+// A body that stops arriving is answered 408 once the host's read timeout
+// (30 s) has passed, on every path and in each API's shape, quoting no
+// network error (those name the client's and the server's addresses).
+func TestSlowBodyAnswered408(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ts := start(t, encoder.Config{}, simModel(t, time.Millisecond, 0))
+		for _, tc := range []struct{ path, want string }{
+			{"/batched", `{"error":{"code":"body_timeout","message":"the body did not arrive in time"}}`},
+			{"/naive", `{"error":{"code":"body_timeout","message":"the body did not arrive in time"}}`},
+			{"/v2/models/sim/infer", `{"error":"the body did not arrive in time"}`},
+		} {
+			r, took, err := ts.DoStalled(http.MethodPost, tc.path, "application/json", `{"inputs": [`, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Status != 408 || strings.TrimSpace(r.Body) != tc.want {
+				t.Errorf("%s: a stalled body: %d %s, want 408 %s", tc.path, r.Status, r.Body, tc.want)
+			}
+			if took != 30*time.Second {
+				t.Errorf("%s: answered after %v, want the read timeout, 30s", tc.path, took)
+			}
+		}
+		if got := metric(t, ts, `infer_requests_total{code="408",endpoint="batched"}`); got != 1 {
+			t.Errorf(`infer_requests_total{code="408",endpoint="batched"} = %v, want 1`, got)
 		}
 	})
 }

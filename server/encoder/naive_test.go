@@ -1,4 +1,4 @@
-package server_test
+package encoder_test
 
 import (
 	"context"
@@ -9,8 +9,8 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/batch"
+	"github.com/inferhq/infer/server/encoder"
 )
 
 // A naive request runs alone, but in model calls of at most --batch items,
@@ -19,7 +19,7 @@ func TestNaiveCallsAreBoundedByTheBatchSize(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newGated()
 		close(g.gate)
-		ts := start(t, server.Config{Batch: batch.Config{MaxBatch: 4}}, g)
+		ts := start(t, encoder.Config{Batch: batch.Config{MaxBatch: 4}}, g)
 		var items []string
 		for i := range 10 {
 			items = append(items, fmt.Sprintf("%q", fmt.Sprint("item ", i)))
@@ -48,7 +48,7 @@ func TestNaiveCallsAreBoundedByTheBatchSize(t *testing.T) {
 func TestNaiveDropsAreCounted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newGated()
-		ts := start(t, server.Config{}, g)
+		ts := start(t, encoder.Config{}, g)
 		var wg sync.WaitGroup
 		wg.Go(func() { try(ts, "POST", "/naive", "text/plain", "holds the instance") })
 		<-g.started

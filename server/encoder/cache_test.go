@@ -1,4 +1,4 @@
-package server_test
+package encoder_test
 
 import (
 	"fmt"
@@ -8,13 +8,13 @@ import (
 	"time"
 
 	"github.com/inferhq/infer/models/sim"
-	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/batch"
+	"github.com/inferhq/infer/server/encoder"
 )
 
 func TestResultCache(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ts := start(t, server.Config{CacheSize: 2, Batch: batch.Config{MaxLatency: time.Millisecond}}, simModel(t, time.Millisecond, 0))
+		ts := start(t, encoder.Config{CacheSize: 2, Batch: batch.Config{MaxLatency: time.Millisecond}}, simModel(t, time.Millisecond, 0))
 		first := do(t, ts, "POST", "/batched", "application/json", `{"inputs": ["a", "b"]}`)
 		again := do(t, ts, "POST", "/batched", "application/json", `{"inputs": ["b", "a", "c"]}`)
 		if first.status != 200 || again.status != 200 {

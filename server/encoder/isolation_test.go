@@ -1,4 +1,4 @@
-package server_test
+package encoder_test
 
 import (
 	"fmt"
@@ -9,15 +9,15 @@ import (
 	"time"
 
 	"github.com/inferhq/infer/models/sim"
-	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/batch"
+	"github.com/inferhq/infer/server/encoder"
 )
 
 // A batch that fails as a whole is bisected: only the bad request gets 500.
 func TestFailedBatchIsolatesTheBadRequest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f, _ := sim.New(sim.Config{Fixed: 2 * time.Millisecond, FailOn: "poison", GoSleep: true})
-		ts := start(t, server.Config{Batch: batch.Config{MaxBatch: 16, MaxLatency: 30 * time.Millisecond, Policy: batch.Fixed}}, f)
+		ts := start(t, encoder.Config{Batch: batch.Config{MaxBatch: 16, MaxLatency: 30 * time.Millisecond, Policy: batch.Fixed}}, f)
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		got := map[string]int{}
@@ -56,7 +56,7 @@ func TestModelErrors(t *testing.T) {
 		g := newGated()
 		close(g.gate)
 		g.fail, g.panicOn = "bad", "explode"
-		ts := start(t, server.Config{Batch: batch.Config{MaxBatch: 8, MaxLatency: 50 * time.Millisecond, Policy: batch.Fixed}}, g)
+		ts := start(t, encoder.Config{Batch: batch.Config{MaxBatch: 8, MaxLatency: 50 * time.Millisecond, Policy: batch.Fixed}}, g)
 		r := do(t, ts, "POST", "/batched", "application/json", `{"inputs": ["good", "bad"]}`)
 		if r.status != 500 || r.code() != "model_error" || !strings.Contains(r.raw, "item 1") {
 			t.Errorf("a request with a failing item: %d %s, want 500 naming item 1", r.status, r.raw)
