@@ -88,7 +88,7 @@ func (rt *Router) proxy(ep *endpoint) http.Handler {
 			return
 		}
 		defer rt.track.leave()
-		timeout, err := server.RequestTimeout(r, rt.cfg.Timeout)
+		timeout, err := server.Limits{Timeout: rt.cfg.Timeout}.RequestTimeout(r)
 		if err != nil {
 			rt.refuse(w, newError(http.StatusBadRequest, "bad_timeout", "%v", err))
 			return
