@@ -6,7 +6,7 @@ VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X github.com/inferhq/infer/cmd.version=$(VERSION) -X github.com/inferhq/infer/cmd.commit=$(COMMIT)
 
-.PHONY: help setup build install test vet lint fmt-check bench fuzz demo try ci-bench ci-baseline clean
+.PHONY: help setup build install test vet lint fmt-check bench fuzz demo try ci-bench ci-baseline use-reference clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -53,10 +53,12 @@ bench: ## Go benchmarks of the batcher and the simulated accelerator
 # in the packages' testdata/fuzz; what a run finds is kept in the Go cache
 # (a failing input is written to testdata/fuzz and reported).
 FUZZTIME ?= 1000000x
-FUZZ := server:FuzzDecodeItems server:FuzzDecodeV2 server:FuzzRequestTimeout server:FuzzHandler \
-	loadgen:FuzzParseMetrics loadgen:FuzzServerTiming \
-	loadgen/llm:FuzzReader loadgen/llm:FuzzChunk loadgen/llm:FuzzEncoding
-fuzz: ## run each fuzz target for FUZZTIME (default 1000000x executions): decoders, deadlines, the whole handler, the metrics, Server-Timing and SSE parsers
+FUZZ := server:FuzzRequestTimeout server/encoder:FuzzDecodeItems server/encoder:FuzzDecodeV2 server/encoder:FuzzHandler \
+	loadgen/target:FuzzParseMetrics loadgen/attack:FuzzServerTiming \
+	loadgen/llm:FuzzReader loadgen/llm:FuzzChunk loadgen/llm:FuzzEncoding \
+	models/tfjs:FuzzRead models/sentencepiece:FuzzEncode \
+	models/llama:FuzzParseHeader models/llama/tokenizer:FuzzEncode
+fuzz: ## run each fuzz target for FUZZTIME (default 1000000x executions): decoders, deadlines, the whole handler, the metrics, Server-Timing and SSE parsers, TF.js manifests, SentencePiece, llama2.c headers and tokenizer
 	@set -e; for t in $(FUZZ); do \
 		echo "== $${t#*:} (./$${t%%:*}, $(FUZZTIME))"; \
 		$(GO) test -run='^$$' -fuzz="^$${t#*:}$$" -fuzztime=$(FUZZTIME) ./$${t%%:*}; \
@@ -86,6 +88,14 @@ ci-baseline: build ## re-measure ci/baseline/quick and ci/baseline/llm-quick (on
 	$(BIN) bench --scenario scenarios/quick.yaml --no-tui --report=false --out ci/baseline/quick
 	$(BIN) bench --scenario scenarios/llm-quick.yaml --no-tui --report=false --out ci/baseline/llm-quick
 	rm -f ci/baseline/quick/server.log ci/baseline/llm-quick/server.log
+
+# use-lite's expected ids and vectors, from its JavaScript reference (node and
+# npm); models/use's TestReferenceRegenerated checks them against a fresh run.
+USE_TESTDATA := models/use/testdata
+use-reference: ## regenerate models/use/testdata/reference.json with use-lite's JS reference (needs node and npm)
+	cd scripts/use-reference && npm ci --ignore-scripts --no-audit --no-fund
+	node scripts/use-reference/reference.js $(USE_TESTDATA)/sentences.json > $(USE_TESTDATA)/reference.json.tmp
+	mv $(USE_TESTDATA)/reference.json.tmp $(USE_TESTDATA)/reference.json
 
 clean:
 	rm -rf bin ci-out

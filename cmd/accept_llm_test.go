@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/inferhq/infer/loadgen"
 	"github.com/inferhq/infer/loadgen/llm/llmtest"
 	"github.com/inferhq/infer/loadgen/record"
+	"github.com/inferhq/infer/loadgen/target"
 )
 
 // The acceptance measurements of issue 12 through `infer bench` end to
@@ -52,7 +52,7 @@ func benchRun(t *testing.T, scenario string) (*record.Run, int, string) {
 	opts := &benchOptions{
 		Scenario: writeScenario(t, scenario), Out: dir, Output: "text", Log: logOptions{Level: "warn", Format: "text"},
 		Stdout: &stdout, Stderr: &stderr,
-		Launcher: loadgen.ExecLauncher{Path: os.Args[0], Env: []string{mainEnv + "=1"}},
+		Launcher: target.ExecLauncher{Path: os.Args[0], Env: []string{mainEnv + "=1"}},
 	}
 	code := exitCode(runBench(context.Background(), opts), &stderr)
 	run, err := record.ReadRun(dir)

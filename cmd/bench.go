@@ -16,6 +16,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/inferhq/infer/loadgen"
+	"github.com/inferhq/infer/loadgen/scenario"
+	"github.com/inferhq/infer/loadgen/target"
 	"github.com/inferhq/infer/loadgen/tui"
 	"github.com/inferhq/infer/report"
 )
@@ -41,7 +43,7 @@ type benchOptions struct {
 	Stderr   io.Writer
 	Terminal bool // stdin and stdout are a terminal: show the live view
 	// Launcher starts servers; nil: this infer binary, as a child process.
-	Launcher loadgen.Launcher
+	Launcher target.Launcher
 }
 
 func newCmdBench(runF func(context.Context, *benchOptions) error) *cobra.Command {
@@ -137,7 +139,7 @@ func runBench(ctx context.Context, opts *benchOptions) error {
 	if opts.Output != "text" && opts.Output != "json" {
 		return usageErrorf("--output %q: want text or json", opts.Output)
 	}
-	sc, err := loadgen.LoadFile(opts.Scenario)
+	sc, err := scenario.LoadFile(opts.Scenario)
 	if err != nil {
 		return usageErrorf("%v", err)
 	}
@@ -191,7 +193,7 @@ func runBench(ctx context.Context, opts *benchOptions) error {
 		if err != nil {
 			return fmt.Errorf("find the infer binary to start servers: %w", err)
 		}
-		launcher = loadgen.ExecLauncher{Path: self}
+		launcher = target.ExecLauncher{Path: self}
 	}
 	ver, rev := Version()
 	cfg := loadgen.Config{Dir: dir, Launcher: launcher, Version: ver, Commit: rev, Logger: logger,
@@ -199,7 +201,7 @@ func runBench(ctx context.Context, opts *benchOptions) error {
 
 	out, err := runSweep(ctx, opts, sc, cfg, live, stderr)
 	if err != nil {
-		if errors.Is(err, loadgen.ErrUnreachable) || errors.Is(err, loadgen.ErrAdminAPI) {
+		if errors.Is(err, target.ErrUnreachable) || errors.Is(err, target.ErrAdminAPI) {
 			return usageErrorf("%v", err)
 		}
 		return err
@@ -256,7 +258,7 @@ func adminToken(flag, env string) string {
 
 // runSweep runs the sweep with the live view, or with progress lines on
 // stderr.
-func runSweep(ctx context.Context, opts *benchOptions, sc *loadgen.Scenario, cfg loadgen.Config, live bool, stderr io.Writer) (*loadgen.Outcome, error) {
+func runSweep(ctx context.Context, opts *benchOptions, sc *scenario.Scenario, cfg loadgen.Config, live bool, stderr io.Writer) (*loadgen.Outcome, error) {
 	if !live {
 		lines := &tui.Lines{W: stderr}
 		cfg.Progress = lines.Put
@@ -300,15 +302,15 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 }
 
 // printPlan lists the points of the sweep.
-func printPlan(w io.Writer, sc *loadgen.Scenario) error {
-	plans := sc.Plans()
+func printPlan(w io.Writer, sc *scenario.Scenario) error {
+	plans := loadgen.Plans(sc)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "#\tPOINT\tSERVER")
 	for _, p := range plans {
 		server := strings.Join(p.Serve, " ")
 		if p.Serve == nil {
 			server = strings.Join(sc.Targets, ",")
-			if set := p.Settings(); len(set) > 0 {
+			if set := p.Settings.Flags(); len(set) > 0 {
 				server += " via admin API: " + strings.Join(set, " ")
 			}
 		}
@@ -327,9 +329,9 @@ func printPlan(w io.Writer, sc *loadgen.Scenario) error {
 	}
 	switch {
 	case sc.Server != nil:
-		plus = fmt.Sprintf(", plus %d server starts", sc.Switches(plans))
-	case len(plans) > 0 && len(plans[0].Settings()) > 0:
-		plus = fmt.Sprintf(", plus %d changes through the admin API", sc.Switches(plans))
+		plus = fmt.Sprintf(", plus %d server starts", loadgen.Switches(sc, plans))
+	case len(plans) > 0 && len(plans[0].Settings.Flags()) > 0:
+		plus = fmt.Sprintf(", plus %d changes through the admin API", loadgen.Switches(sc, plans))
 	}
 	_, err := fmt.Fprintf(w, "%d points, %d server configurations%s; load time %v (%d × %v)%s\n",
 		len(plans), groups, order, time.Duration(len(plans))*sc.Estimate(), len(plans), sc.Estimate(), plus)

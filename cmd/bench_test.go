@@ -16,6 +16,7 @@ import (
 
 	"github.com/inferhq/infer/loadgen"
 	"github.com/inferhq/infer/loadgen/record"
+	"github.com/inferhq/infer/loadgen/target"
 )
 
 // mainEnv makes the test binary run infer's command line: the bench tests
@@ -77,6 +78,33 @@ func writeScenario(t *testing.T, text string) string {
 
 // TestBenchUsageErrors: a bad scenario, a missing file or an unreachable
 // target is a clear message and exit code 2, at once.
+// TestBenchServeFlags: every flag infer bench gives the servers it starts
+// (package target renders them from a scenario's typed spec) is one that
+// infer serve takes, with a value it parses.
+func TestBenchServeFlags(t *testing.T) {
+	d := func(v time.Duration) *time.Duration { return &v }
+	for _, tc := range []struct {
+		name string
+		spec target.Serve
+		set  target.Settings
+	}{
+		{"encoder", target.Serve{Model: "sim", SimFixed: d(time.Millisecond), SimPerItem: d(0), SimFailOn: "poison", Devices: "cpu",
+			QueueCap: 512, Timeout: 5 * time.Second, Args: []string{"--max-items", "64"}},
+			target.Settings{Batch: 8, Workers: 2, MaxLatency: 5 * time.Millisecond, MaxLatencySet: true, Policy: "fixed",
+				Buckets: []int{16, 64}, BucketsSet: true}},
+		{"no buckets", target.Serve{Model: "sim"}, target.Settings{MaxLatencySet: true, BucketsSet: true}},
+		{"generation", target.Serve{Model: "sim-lm", SimStep: d(2 * time.Millisecond), SimPerSeq: d(100 * time.Microsecond),
+			SimPerPrefillToken: d(2 * time.Microsecond), KVTokens: 8192, QueueCap: 256, Timeout: 10 * time.Minute},
+			target.Settings{MaxSeqs: 8, MaxBatchedTokens: 512, MaxLatency: 20 * time.Millisecond, MaxLatencySet: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"--addr", "127.0.0.1:0"}, tc.spec.Flags(tc.set)...)
+			cmd := newCmdServe(func(_ context.Context, o *serveOptions) error { return nil })
+			execFlags(t, cmd, args, "")
+		})
+	}
+}
+
 func TestBenchUsageErrors(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -146,7 +174,7 @@ slo:
 	opts := &benchOptions{
 		Scenario: scenario, Out: dir, Output: "json", Log: logOptions{Level: "info", Format: "text"},
 		Stdout: &stdout, Stderr: &stderr,
-		Launcher: loadgen.ExecLauncher{Path: os.Args[0], Env: []string{mainEnv + "=1"}},
+		Launcher: target.ExecLauncher{Path: os.Args[0], Env: []string{mainEnv + "=1"}},
 	}
 	err := runBench(context.Background(), opts)
 	if code := exitCode(err, &stderr); code != exitThresholds {
@@ -193,7 +221,7 @@ func TestBenchDryRun(t *testing.T) {
 // ends.
 func serveTarget(t *testing.T, args ...string) string {
 	t.Helper()
-	l := loadgen.ExecLauncher{Path: os.Args[0], Env: []string{mainEnv + "=1"}}
+	l := target.ExecLauncher{Path: os.Args[0], Env: []string{mainEnv + "=1"}}
 	srv, err := l.Launch(context.Background(), args, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -318,7 +346,7 @@ slo:
 	opts := &benchOptions{
 		Scenario: scenario, Out: dir, Output: "json", Report: true, Log: logOptions{Level: "info", Format: "text"},
 		Stdout: &stdout, Stderr: &stderr,
-		Launcher: loadgen.ExecLauncher{Path: os.Args[0], Env: []string{mainEnv + "=1"}},
+		Launcher: target.ExecLauncher{Path: os.Args[0], Env: []string{mainEnv + "=1"}},
 	}
 	err := runBench(context.Background(), opts)
 	if code := exitCode(err, &stderr); code != exitThresholds {

@@ -10,9 +10,10 @@ import (
 
 	"github.com/inferhq/infer/loadgen/corpus"
 	"github.com/inferhq/infer/models"
-	"github.com/inferhq/infer/models/bert"
 	"github.com/inferhq/infer/models/compare"
 	"github.com/inferhq/infer/models/onnx"
+	"github.com/inferhq/infer/models/registry"
+	"github.com/inferhq/infer/models/simlm"
 )
 
 // infer models compare: the accuracy of one model against another.
@@ -74,7 +75,7 @@ twin (bert-base-int8, quantised into the cache on first use) or a path.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.Task, "task", string(bert.FillMask), "head of a built-in BERT model: fill-mask or embed")
+	f.StringVar(&opts.Task, "task", "", "head of built-in encoders with several: fill-mask or embed for BERT (default: the models' first)")
 	f.StringVar(&opts.Corpus, "corpus", "", "file of items, one a line: encoder inputs, or decoder prompts (default: the built-in masked-sentence corpus)")
 	f.IntVar(&opts.Items, "items", 0, "encoders: compare the first N items of the corpus (0: all)")
 	f.IntVar(&opts.Prompts, "prompts", defaultPrompts, "decoders: the first N corpus lines are the prompts")
@@ -107,34 +108,26 @@ func runModelsCompare(ctx context.Context, opts *modelsCompareOptions) error {
 	case opts.Threads < 0:
 		return usageErrorf("--threads %d: must not be negative", opts.Threads)
 	}
-	var paths [2]string
-	for i, m := range []string{opts.A, opts.B} {
-		p, _, err := modelPath(m, opts.Task, nil)
+	var ms [2]registry.Model
+	for i, name := range []string{opts.A, opts.B} {
+		m, err := (&modelOptions{Model: name}).lookup(quantizeModels)
 		if err != nil {
 			return err
 		}
-		paths[i] = p
+		ms[i] = m
 	}
-	_, decA, err := lookupDecoder(paths[0])
-	if err != nil {
-		return err
-	}
-	_, decB, err := lookupDecoder(paths[1])
-	if err != nil {
-		return err
-	}
-	if decA != decB {
-		return usageErrorf("%s and %s: one is a decoder, the other is not; compare models of one task", opts.A, opts.B)
+	if ms[0].Kind != ms[1].Kind {
+		return usageErrorf("%s is an %s and %s a %s: compare models of one kind", opts.A, ms[0].Kind, opts.B, ms[1].Kind)
 	}
 	texts, err := compareTexts(opts)
 	if err != nil {
 		return err
 	}
 	rep := compareReport{A: opts.A, B: opts.B}
-	if decA {
-		err = compareDecoders(ctx, opts, paths, texts, &rep)
+	if ms[0].Kind == registry.Decoder {
+		err = compareDecoders(ctx, opts, ms, texts, &rep)
 	} else {
-		err = compareEncoders(ctx, opts, paths, texts, &rep)
+		err = compareEncoders(ctx, opts, ms, texts, &rep)
 	}
 	if err != nil {
 		return err
@@ -159,15 +152,20 @@ func compareTexts(opts *modelsCompareOptions) ([]string, error) {
 	return texts, nil
 }
 
-func compareEncoders(ctx context.Context, opts *modelsCompareOptions, paths [2]string, texts []string, rep *compareReport) error {
+// modelOptions returns the settings of the models compared.
+func (opts *modelsCompareOptions) modelOptions() *modelOptions {
+	return &modelOptions{Task: opts.Task, TaskSet: opts.Task != "", Devices: models.DefaultDevices, Threads: opts.Threads,
+		OrtLib: opts.OrtLib, MaxSeqLen: opts.MaxSeqLen, Truncate: true}
+}
+
+func compareEncoders(ctx context.Context, opts *modelsCompareOptions, ms [2]registry.Model, texts []string, rep *compareReport) error {
 	if opts.Items > 0 && opts.Items < len(texts) {
 		texts = texts[:opts.Items]
 	}
 	var outs [2][]models.Output
 	var task string
-	for i, p := range paths {
-		mo := &modelOptions{Model: p, Task: opts.Task, Devices: "cpu", Threads: opts.Threads, OrtLib: opts.OrtLib, MaxSeqLen: opts.MaxSeqLen, Truncate: true}
-		f, err := mo.open(1, nil)
+	for i, m := range ms {
+		f, err := opts.modelOptions().openEncoder(m, 1, nil)
 		if err != nil {
 			return err
 		}
@@ -229,15 +227,14 @@ func candidateIDs(m onnx.Mask) []int64 {
 	return ids
 }
 
-func compareDecoders(ctx context.Context, opts *modelsCompareOptions, paths [2]string, texts []string, rep *compareReport) error {
+func compareDecoders(ctx context.Context, opts *modelsCompareOptions, ms [2]registry.Model, texts []string, rep *compareReport) error {
 	rep.Task = onnx.TaskTextGeneration
 	texts = texts[:min(opts.Prompts, len(texts))]
 	var steppers [2]compare.Stepper
 	var info models.DecoderInfo
 	var prompts [][]int32
-	for i, p := range paths {
-		mo := &modelOptions{Model: p, Devices: "cpu", Threads: opts.Threads, OrtLib: opts.OrtLib}
-		f, _, err := mo.openDecoder(0, 1, nil)
+	for i, m := range ms {
+		f, err := opts.modelOptions().openDecoder(m, 0, simlm.Config{}, nil)
 		if err != nil {
 			return err
 		}

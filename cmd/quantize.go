@@ -9,15 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/inferhq/infer/models/bert"
-	"github.com/inferhq/infer/models/gpt2"
-	"github.com/inferhq/infer/models/onnxgraph"
+	"github.com/inferhq/infer/models"
 	"github.com/inferhq/infer/models/quant"
+	"github.com/inferhq/infer/models/registry"
 )
 
 // infer models quantize, and the -int8 twins of the built-in models.
@@ -80,7 +78,7 @@ compare; see docs/quantization.md.`,
 	f.IntVar(&opts.Block, "block", 0, fmt.Sprintf("activations per row: weights along K that share a scale, 16 to 256 (0: %d)", quant.DefaultBlock))
 	f.StringArrayVar(&opts.Exclude, "exclude", nil, "keep in float32 the nodes whose name or weight name matches this pattern ('*' any run of characters but '/'); repeatable")
 	f.BoolVar(&opts.KeepHead, "keep-head", false, "keep the LM head (the product that makes the logits) in float32")
-	f.StringVar(&opts.Task, "task", string(bert.FillMask), "head of a built-in BERT model given as IN: fill-mask or embed")
+	f.StringVar(&opts.Task, "task", "", "head of a built-in encoder given as IN with several: fill-mask or embed for BERT (default: the model's first)")
 	f.BoolVar(&opts.JSON, "json", false, "print what was done as JSON")
 	return cmd
 }
@@ -103,7 +101,7 @@ func runModelsQuantize(_ context.Context, opts *modelsQuantizeOptions) error {
 	if st, err := os.Stat(filepath.Dir(opts.Out)); err != nil || !st.IsDir() {
 		return usageErrorf("%s: its directory does not exist", opts.Out)
 	}
-	in, _, err := modelPath(opts.In, opts.Task, nil)
+	in, err := graphOf(opts.In, opts.Task, nil)
 	if err != nil {
 		return err
 	}
@@ -159,59 +157,30 @@ func quantError(err error) error {
 	return err
 }
 
-// modelPath resolves a model named on the command line to its .onnx file:
-// a path as given, a built-in model generated into the cache on first use,
-// or a built-in's quantised twin (bert-base-int8, gpt2-small-int4),
-// quantised into the cache on first use. name is what to call the model.
-// task is the head of a BERT built-in.
-//
-// It is the glue of infer models quantize and compare until the model
-// registry resolves names, the twins' included, in one place.
-func modelPath(model, task string, log *slog.Logger) (path, name string, err error) {
-	base, opts, twin := quant.Twin(model)
-	if !twin || !isBuiltin(base) {
-		return builtinPath(model, task, log)
-	}
-	src, _, err := builtinPath(base, task, log)
+// graphOf resolves a model named on the command line, a built-in (generated
+// into the cache on first use) or a path, to its ONNX graph file; task is a
+// built-in encoder's head.
+func graphOf(model, task string, log *slog.Logger) (string, error) {
+	mo := &modelOptions{Model: model, Task: task, TaskSet: task != "", Devices: models.DefaultDevices}
+	m, err := mo.lookup(quantizeModels)
 	if err != nil {
-		return "", "", err
+		return "", err
 	}
-	start := time.Now()
-	path, err = quant.Ensure(onnxgraph.DefaultCacheDir(), src, opts)
+	s, err := mo.settings(1, log)
 	if err != nil {
-		return "", "", quantError(err)
+		return "", err
 	}
-	if log != nil {
-		log.Info("built-in model", "name", model, "path", path, "took", time.Since(start).Round(time.Millisecond))
+	path, err := m.Graph(s)
+	if err != nil {
+		if errors.Is(err, quant.ErrQuantized) {
+			return "", usageErrorf("%v", err)
+		}
+		return "", settingError(err)
 	}
-	return path, model, nil
+	return path, nil
 }
 
-// isBuiltin reports whether name is a built-in BERT or GPT-2 model.
-func isBuiltin(name string) bool {
-	_, err := bert.Lookup(name)
-	return err == nil || gpt2.IsBuiltin(name)
-}
-
-// builtinPath returns the file of a built-in model, generated into the
-// cache on first use, or checks that a path exists.
-func builtinPath(model, task string, log *slog.Logger) (string, string, error) {
-	switch {
-	case gpt2.IsBuiltin(model):
-		ref, _, err := lookupDecoder(model)
-		if err != nil {
-			return "", "", err
-		}
-		return ref.file(log)
-	case isBuiltin(model):
-		if log == nil {
-			log = slog.New(slog.DiscardHandler)
-		}
-		return (&modelOptions{Model: model, Task: task}).modelFile(log)
-	}
-	if _, err := os.Stat(model); err != nil {
-		return "", "", usageErrorf("%s: no such model: want a built-in %s or %s, a built-in's -int8 or -int4 twin, or a path (%v)",
-			model, builtinNames(), strings.Join(decoderNames(), "|"), err)
-	}
-	return model, strings.TrimSuffix(filepath.Base(model), ".onnx"), nil
-}
+// quantizeModels are the models infer models quantize and compare take:
+// those with an ONNX graph.
+var quantizeModels = modelUse{arg: "model", takes: func(e registry.Entry) bool { return !e.Simulated },
+	refuse: "a simulated model: it has no graph to quantise or compare"}

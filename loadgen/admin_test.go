@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/inferhq/infer/loadgen/target"
 )
 
 // startTarget starts a real server process (the test binary as a server)
@@ -21,14 +24,42 @@ func startTarget(t *testing.T, flags ...string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		srv.Stop(ctx)
 	})
-	if _, err := waitReady(context.Background(), http.DefaultClient, srv, 30*time.Second); err != nil {
+	if _, err := target.WaitReady(context.Background(), http.DefaultClient, srv, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	return srv.URL()
+}
+
+// adminSettings reads a server's batching settings from its admin API.
+func adminSettings(t *testing.T, url, token string) (b struct {
+	Batch      int    `json:"batch"`
+	Workers    int    `json:"workers"`
+	MaxLatency string `json:"max_latency"`
+	Policy     string `json:"policy"`
+	MaxSeqs    int    `json:"max_seqs"`
+}) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url+"/admin/batching", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s/admin/batching: %s", url, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&b); err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // TestRunAdminSweep sweeps the batching settings of an existing server
@@ -80,11 +111,7 @@ sweep:
 		}
 	}
 	// The server has its own settings back.
-	a := &admin{client: http.DefaultClient, token: "s3cret"}
-	b, err := a.check(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := adminSettings(t, url, "s3cret")
 	if b.Batch != 32 || b.Workers != 1 || b.MaxLatency != "20ms" || b.Policy != "adaptive" {
 		t.Errorf("after the run the target has %+v, want its own batch 32, 1 worker, 20ms, adaptive", b)
 	}
@@ -109,8 +136,8 @@ func TestRunAdminRefused(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "run")
 			start := time.Now()
 			_, err := Run(context.Background(), sc, Config{Dir: dir, AdminToken: tc.token})
-			if !errors.Is(err, ErrAdminAPI) {
-				t.Fatalf("Run = %v, want ErrAdminAPI", err)
+			if !errors.Is(err, target.ErrAdminAPI) {
+				t.Fatalf("Run = %v, want target.ErrAdminAPI", err)
 			}
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {

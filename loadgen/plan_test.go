@@ -5,10 +5,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/inferhq/infer/loadgen/scenario"
 )
 
 func TestPlans(t *testing.T) {
-	sc, err := Parse("s.yaml", ".", []byte(`
+	sc, err := scenario.Parse("s.yaml", ".", []byte(`
 server:
   model: sim
   sim_fixed: 1ms
@@ -26,7 +28,7 @@ sweep:
 	if err != nil {
 		t.Fatal(err)
 	}
-	plans := sc.Plans()
+	plans := Plans(sc)
 	var got []string
 	for _, p := range plans {
 		got = append(got, p.Point.Name)
@@ -41,7 +43,7 @@ sweep:
 	if !slices.Equal(got, want) {
 		t.Errorf("points =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	if got := sc.Shared(); got != "lat=5ms" {
+	if got := Shared(sc); got != "lat=5ms" {
 		t.Errorf("Shared() = %q, want lat=5ms (the one setting every batched point has)", got)
 	}
 	for i, p := range plans {
@@ -68,7 +70,7 @@ sweep:
 }
 
 func TestPlansOpenLoopAndTargets(t *testing.T) {
-	sc, err := Parse("s.yaml", ".", []byte(`
+	sc, err := scenario.Parse("s.yaml", ".", []byte(`
 target:
   urls: [http://a:1, http://b:2]
 payload:
@@ -84,7 +86,7 @@ sweep:
 		t.Fatal(err)
 	}
 	var got []string
-	for _, p := range sc.Plans() {
+	for _, p := range Plans(sc) {
 		got = append(got, p.Point.Name)
 		if p.Serve != nil || p.Point.Items != 4 || p.Point.Load.Mode != "open" || p.Point.Load.RampFrom != 1 {
 			t.Errorf("plan %+v", p)
@@ -112,7 +114,7 @@ sweep:
   policy: [fixed, adaptive]
 `)
 	var got []string
-	for _, p := range sc.Plans() {
+	for _, p := range Plans(sc) {
 		got = append(got, p.Point.Name)
 	}
 	want := []string{

@@ -6,9 +6,7 @@ package loadgen
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"slices"
@@ -16,13 +14,35 @@ import (
 	"sync"
 	"time"
 
+	"github.com/inferhq/infer/loadgen/attack"
 	"github.com/inferhq/infer/loadgen/llm"
 	"github.com/inferhq/infer/loadgen/record"
+	"github.com/inferhq/infer/loadgen/scenario"
+	"github.com/inferhq/infer/loadgen/target"
 )
 
 // llmSeed seeds the arrival pacers and the timeline's sample: each point
 // of a sweep gets the same arrival times.
 const llmSeed = 1
+
+// llmPayload makes an LLM scenario's requests: one generator for the
+// model, made anew when the model changes, so that its prompts' tokens are
+// cached across points.
+type llmPayload struct {
+	gen   *llm.Generator
+	model string
+}
+
+func (p *llmPayload) generator(lp *scenario.LLMPayload, model string) (*llm.Generator, error) {
+	if p.gen == nil || p.model != model {
+		g, err := llm.NewGenerator(lp.Config(model))
+		if err != nil {
+			return nil, err
+		}
+		p.gen, p.model = g, model
+	}
+	return p.gen, nil
+}
 
 // genProbeEvery is how often an LLM point reads the server's gauges
 // (running and waiting sequences, KV usage).
@@ -31,72 +51,41 @@ const genProbeEvery = 500 * time.Millisecond
 // genProbed takes what target i's /metrics said (samples, or err) for an
 // LLM scenario: whether it is an infer generation server (infer_gen_
 // metrics); what it lacks is said once.
-func (r *runner) genProbed(i int, base string, samples []sample, err error) {
-	switch g := genInfoOf(samples); {
+func (r *runner) genProbed(i int, base string, samples []target.Sample, err error) {
+	switch g := target.GenInfoOf(samples); {
 	case err != nil:
 		r.notice("%s/metrics: %s: the server's running and waiting sequences, KV usage and own TTFT are not measured", base,
 			strings.TrimPrefix(err.Error(), "GET "+base+"/metrics: "))
-	case !g.ok:
+	case !g.OK:
 		r.notice("%s/metrics has no infer_gen_ metrics: the server's running and waiting sequences, KV usage and own TTFT are not measured", base)
 	case i == 0:
 		r.gen = g
 	}
 }
 
-// llmModel names the model to ask for when neither target.model nor
-// /readyz did: the first of the target's /v1/models.
-func (r *runner) llmModel(ctx context.Context) {
-	if r.model != "" {
-		return
+// llmModel returns the model to ask for: model (target.model, or what
+// /readyz named), else the first of the first target's /v1/models (base
+// is its root).
+func (r *runner) llmModel(ctx context.Context, base, model string) string {
+	if model != "" {
+		return model
 	}
-	if m, err := firstModel(ctx, r.client, r.bases[0]); err == nil && m != "" {
-		r.model = m
-		return
+	if m, err := target.FirstModel(ctx, r.client, base); err == nil && m != "" {
+		return m
 	}
-	r.notice("%s: no model named (target.model) or listed (/v1/models): requests carry none, which some servers refuse", r.bases[0])
-}
-
-// firstModel returns the first model an OpenAI-compatible server lists at
-// /v1/models; base is the server's root (probeTargets drops a trailing
-// /v1).
-func firstModel(ctx context.Context, client *http.Client, base string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/models", nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET /v1/models: %s", resp.Status)
-	}
-	var list struct {
-		Data []struct {
-			ID string `json:"id"`
-		} `json:"data"`
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&list); err != nil {
-		return "", err
-	}
-	if len(list.Data) == 0 {
-		return "", nil
-	}
-	return list.Data[0].ID, nil
+	r.notice("%s: no model named (target.model) or listed (/v1/models): requests carry none, which some servers refuse", base)
+	return ""
 }
 
 // checkGenServer makes sure a server infer started serves a generative
 // model: one that is not has no OpenAI endpoints to load.
 func (r *runner) checkGenServer(ctx context.Context) error {
-	samples, err := scrape(ctx, r.client, r.bases[0])
+	samples, err := target.Scrape(ctx, r.client, r.servers.URLs()[0])
 	if err != nil {
 		return fmt.Errorf("read the server's /metrics: %w", err)
 	}
-	g := genInfoOf(samples)
-	if !g.ok {
+	g := target.GenInfoOf(samples)
+	if !g.OK {
 		return fmt.Errorf("server.model %s serves no generation endpoints (its /metrics has no infer_gen_batching_info): payload.api needs a generative model such as sim-lm", r.sc.Server.Model)
 	}
 	r.gen = g
@@ -118,38 +107,38 @@ type llmRun struct {
 }
 
 func (r *runner) newLLMRun(p Plan) *llmRun {
-	return &llmRun{r: r, p: p, label: genLabel(p.Point.Endpoint), cpuOK: true}
+	return &llmRun{r: r, p: p, label: target.GenLabel(p.Point.Endpoint), cpuOK: true}
 }
 
 // resolve returns the point as the server it now runs against has it:
 // what the sweep leaves to the server, from its /metrics.
 func (l *llmRun) resolve(ctx context.Context) record.Point {
 	r, pt, label := l.r, l.p.Point, l.label
-	if label != "" && r.gen.ok {
-		if samples, err := scrape(ctx, r.client, r.bases[0]); err == nil {
-			if g := genInfoOf(samples); g.ok {
+	if label != "" && r.gen.OK {
+		if samples, err := target.Scrape(ctx, r.client, r.servers.URLs()[0]); err == nil {
+			if g := target.GenInfoOf(samples); g.OK {
 				r.gen = g
 			}
 		}
 	}
-	if pt.Endpoint != EndpointNaive && label != "naive" && r.gen.ok {
+	if pt.Endpoint != target.EndpointNaive && label != "naive" && r.gen.OK {
 		// What the sweep leaves to the server, as the server says.
 		if pt.MaxSeqs == 0 {
-			pt.MaxSeqs = r.gen.maxSeqs
+			pt.MaxSeqs = r.gen.MaxSeqs
 		}
 		if pt.MaxBatchedTokens == 0 {
-			pt.MaxBatchedTokens = r.gen.mbt
+			pt.MaxBatchedTokens = r.gen.MaxBatchedTokens
 		}
 		if !l.p.LatencySet {
-			pt.Latency = record.Duration(r.gen.maxLatency)
+			pt.Latency = record.Duration(r.gen.MaxLatency)
 		}
 	}
 	switch label {
 	case "v1":
-		if r.gen.ok {
-			pt.Policy = r.gen.policy
-			if pt.Endpoint == EndpointContinuous && r.gen.policy != EndpointContinuous {
-				r.notice("endpoint continuous: the server's /v1 schedules with policy %s (infer serve --gen-policy)", r.gen.policy)
+		if r.gen.OK {
+			pt.Policy = r.gen.Policy
+			if pt.Endpoint == target.EndpointContinuous && r.gen.Policy != target.EndpointContinuous {
+				r.notice("endpoint continuous: the server's /v1 schedules with policy %s (infer serve --gen-policy)", r.gen.Policy)
 			}
 		}
 	case "static", "naive":
@@ -164,13 +153,10 @@ func (l *llmRun) repeat(ctx context.Context, rep int) (stop bool, err error) {
 		l.pt = l.resolve(ctx)
 	}
 	pt := l.pt
-	lp := r.sc.Payload.LLM
-	if r.llmGen == nil || r.llmGenModel != r.model {
-		g, err := llm.NewGenerator(lp.Config(r.model))
-		if err != nil {
-			return false, fmt.Errorf("point %q: payload: %w", pt.Name, err)
-		}
-		r.llmGen, r.llmGenModel = g, r.model
+	lp, model := r.sc.Payload.LLM, r.servers.Model()
+	source, err := r.payload.generator(lp, model)
+	if err != nil {
+		return false, fmt.Errorf("point %q: payload: %w", pt.Name, err)
 	}
 	conns := pt.Load.Concurrency
 	if pt.Load.Mode == "open" {
@@ -183,9 +169,9 @@ func (l *llmRun) repeat(ctx context.Context, rep int) (stop bool, err error) {
 	// another port, between repeats.
 	var clients []*llm.Client
 	var targets []string
-	for _, base := range r.bases {
-		c, err := llm.NewClient(llm.ClientConfig{BaseURL: base + llmPrefix(pt.Endpoint), HTTP: httpClient,
-			Timeout: r.sc.Load.Timeout, Tokenizer: llm.KnownTokenizer(r.model)})
+	for _, base := range r.servers.URLs() {
+		c, err := llm.NewClient(llm.ClientConfig{BaseURL: base + target.LLMPrefix(pt.Endpoint), HTTP: httpClient,
+			Timeout: r.sc.Load.Timeout, Tokenizer: llm.KnownTokenizer(model)})
 		if err != nil {
 			return false, fmt.Errorf("point %q: %w", pt.Name, err)
 		}
@@ -196,14 +182,14 @@ func (l *llmRun) repeat(ctx context.Context, rep int) (stop bool, err error) {
 		l.pt.Targets = targets
 	}
 	cfg := llm.RunConfig{
-		Clients: clients, Source: r.llmGen, API: lp.API, Stream: lp.Stream, Model: r.model,
+		Clients: clients, Source: source, API: lp.API, Stream: lp.Stream, Model: model,
 		Concurrency: pt.Load.Concurrency, MaxInFlight: r.sc.Load.MaxInFlight,
 		Warmup: r.sc.Load.Warmup, Duration: r.sc.Load.Duration, Drain: r.sc.Load.Drain,
 		SLO: r.sc.SLO.Record().LLM(), Seed: llmSeed, Histograms: true,
 		Progress: r.mon.llmLive, Cores: r.cfg.Cores,
 	}
 	if pt.Load.Mode == "open" {
-		pacer, err := r.llmPacer(pt.Load)
+		pacer, err := attack.NewPacer(pt.Load, cfg.Warmup, cfg.Duration, llmSeed)
 		if err != nil {
 			return false, fmt.Errorf("point %q: %w", pt.Name, err)
 		}
@@ -212,7 +198,7 @@ func (l *llmRun) repeat(ctx context.Context, rep int) (stop bool, err error) {
 	r.mon.startAttack(rep, pt.Load, cfg.Warmup, cfg.Duration)
 	r.mon.setPhase(PhaseWarmup)
 	r.mon.llmLive(llm.Snapshot{Phase: llm.PhaseWarmup}) // an LLM view from the start
-	w := &genWatch{r: r, label: l.label, gen: r.gen.ok && l.label != ""}
+	w := &genWatch{r: r, label: l.label, gen: r.gen.OK && l.label != ""}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -246,7 +232,7 @@ func (l *llmRun) record() *record.Record {
 	}
 	rec := buildLLMRecord(l.p.Index, l.pt, l.outs, l.servers)
 	rec.Partial = l.partial || len(l.outs) < r.sc.Load.Repeats
-	if l.cpuOK && r.server != nil {
+	if l.cpuOK && r.servers.PID() > 0 {
 		rec.Server.CPUSeconds = l.cpu.Seconds()
 	}
 	rec.Server.RSSBytes = l.rss
@@ -257,29 +243,19 @@ func (l *llmRun) record() *record.Record {
 	return rec
 }
 
-// llmPacer returns the open loop's arrivals: constant (or a ramp), or
-// Poisson or gamma at the level's rate.
-func (r *runner) llmPacer(l record.Load) (llm.Pacer, error) {
-	switch l.Arrival {
-	case "poisson", "gamma":
-		return NewGammaPacer(l.Rate, l.Burstiness, llmSeed)
-	}
-	return attack{load: l, warmup: r.sc.Load.Warmup, duration: r.sc.Load.Duration}.pacer(), nil
-}
-
 // ideal sets l's ideal tokens/s when the server runs a simulated model
 // whose costs it tells (sim-lm's).
 func (r *runner) ideal(pt record.Point, l *record.LLM) {
-	step, perSeq, perPrefill, ok := simCosts(l.Server.Params)
+	step, perSeq, perPrefill, ok := target.SimCosts(l.Server.Params)
 	if !ok || l.Completed == 0 {
 		return
 	}
 	slots := pt.MaxSeqs
-	if genLabel(pt.Endpoint) == "naive" {
+	if target.GenLabel(pt.Endpoint) == "naive" {
 		slots = 1
 	}
 	lo, lp := float64(l.OutputTokens)/float64(l.Completed), float64(l.PromptTokens)/float64(l.Completed)
-	l.Ideal = math.Round(idealTokens(step, perSeq, perPrefill, slots, lo, lp)*10) / 10
+	l.Ideal = math.Round(target.IdealTokens(step, perSeq, perPrefill, slots, lo, lp)*10) / 10
 }
 
 // llmNotices says once what an LLM point found missing.
@@ -311,7 +287,7 @@ type genWatch struct {
 	gen   bool // the server has infer_gen_ metrics for label
 
 	mu                   sync.Mutex
-	begin, end           genCounters
+	begin, end           target.GenCounters
 	haveBegin, haveEnd   bool
 	running, waiting, kv record.Gauge
 	samples              int
@@ -344,7 +320,7 @@ func (w *genWatch) run(ctx context.Context, start time.Time, warmup, duration ti
 			w.edge(ctx, false)
 		case now := <-tick.C:
 			if c, ok := w.read(ctx); ok {
-				w.r.mon.genLive(GenGauges{Running: c.running, Waiting: c.waiting, KV: c.kv / float64(len(w.r.bases)), MaxSeqs: w.r.gen.maxSeqs})
+				w.r.mon.genLive(GenGauges{Running: c.Running, Waiting: c.Waiting, KV: c.KV / float64(len(w.r.servers.URLs())), MaxSeqs: w.r.gen.MaxSeqs})
 				if now.After(winStart) && now.Before(winEnd) {
 					w.gauge(c)
 				}
@@ -354,34 +330,34 @@ func (w *genWatch) run(ctx context.Context, start time.Time, warmup, duration ti
 }
 
 // read scrapes the targets' counters for the label.
-func (w *genWatch) read(ctx context.Context) (genCounters, bool) {
+func (w *genWatch) read(ctx context.Context) (target.GenCounters, bool) {
 	if !w.gen {
-		return genCounters{}, false
+		return target.GenCounters{}, false
 	}
-	var sum genCounters
-	for _, base := range w.r.bases {
-		samples, err := scrape(ctx, w.r.client, base)
+	var sum target.GenCounters
+	for _, base := range w.r.servers.URLs() {
+		samples, err := target.Scrape(ctx, w.r.client, base)
 		if err != nil {
 			w.r.notice("%s/metrics: %v: the server's side of the points measured then is missing", base, err)
-			return genCounters{}, false
+			return target.GenCounters{}, false
 		}
-		c, ok := genOf(samples, w.label)
+		c, ok := target.GenOf(samples, w.label)
 		if !ok {
-			return genCounters{}, false
+			return target.GenCounters{}, false
 		}
-		sum.add(c)
+		sum.Add(c)
 	}
 	return sum, true
 }
 
-func (w *genWatch) gauge(c genCounters) {
+func (w *genWatch) gauge(c target.GenCounters) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n := float64(w.samples)
 	for _, g := range []struct {
 		g *record.Gauge
 		v float64
-	}{{&w.running, c.running}, {&w.waiting, c.waiting}, {&w.kv, c.kv / float64(len(w.r.bases))}} {
+	}{{&w.running, c.Running}, {&w.waiting, c.Waiting}, {&w.kv, c.KV / float64(len(w.r.servers.URLs()))}} {
 		g.g.Mean = (g.g.Mean*n + g.v) / (n + 1)
 		g.g.Max = max(g.g.Max, g.v)
 	}
@@ -394,11 +370,11 @@ func (w *genWatch) edge(ctx context.Context, first bool) {
 	var cpu time.Duration
 	cpuOK := false
 	var rss int64
-	if srv := w.r.server; srv != nil && srv.PID() > 0 {
+	if pid := w.r.servers.PID(); pid > 0 {
 		var err error
-		cpu, err = procCPU(srv.PID())
+		cpu, err = target.ProcCPU(pid)
 		cpuOK = err == nil
-		rss, _ = procRSS(srv.PID())
+		rss, _ = target.ProcRSS(pid)
 	}
 	if first && ok {
 		w.gauge(c)
@@ -424,17 +400,17 @@ func (w *genWatch) server(window time.Duration) *record.LLMServer {
 	if !w.haveBegin || !w.haveEnd {
 		return nil
 	}
-	s := genDelta(w.begin, w.end, window)
+	s := target.GenDelta(w.begin, w.end, window)
 	s.Running, s.Waiting, s.KV, s.Samples = w.running, w.waiting, w.kv, w.samples
 	g := w.r.gen
-	s.Policy, s.MaxSeqs, s.MaxBatchedTokens, s.KVTokens = g.policy, g.maxSeqs, g.mbt, g.kvTokens
+	s.Policy, s.MaxSeqs, s.MaxBatchedTokens, s.KVTokens = g.Policy, g.MaxSeqs, g.MaxBatchedTokens, g.KVTokens
 	if w.label != "v1" {
 		s.Policy = w.label
 	}
 	if w.label == "naive" {
 		s.MaxSeqs = 1
 	}
-	s.Model, s.Params = g.model, g.params
+	s.Model, s.Params = g.Model, g.Params
 	return s
 }
 
@@ -445,7 +421,7 @@ func buildLLMRecord(index int, pt record.Point, outs []*llm.Outcome, servers []*
 	if len(l.Errors) > 0 { // a server's texts
 		errs := make(map[string]int, len(l.Errors))
 		for k, n := range l.Errors {
-			errs[printable(k)] += n
+			errs[record.Printable(k)] += n
 		}
 		l.Errors = errs
 	}
@@ -576,8 +552,8 @@ func mergeLLM(outs []*llm.Outcome, servers []*record.LLMServer) *record.LLM {
 				m.Timing = &record.LLMTiming{}
 			}
 			n := float64(m.Timing.Timed + t.Timed)
-			m.Timing.QueueMean = round3((m.Timing.QueueMean*float64(m.Timing.Timed) + t.QueueMean*float64(t.Timed)) / n)
-			m.Timing.TTFTMean = round3((m.Timing.TTFTMean*float64(m.Timing.Timed) + t.TTFTMean*float64(t.Timed)) / n)
+			m.Timing.QueueMean = record.Round3((m.Timing.QueueMean*float64(m.Timing.Timed) + t.QueueMean*float64(t.Timed)) / n)
+			m.Timing.TTFTMean = record.Round3((m.Timing.TTFTMean*float64(m.Timing.Timed) + t.TTFTMean*float64(t.Timed)) / n)
 			m.Timing.Timed += t.Timed
 		}
 	}

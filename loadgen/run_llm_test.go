@@ -11,6 +11,7 @@ import (
 
 	"github.com/inferhq/infer/loadgen/llm/llmtest"
 	"github.com/inferhq/infer/loadgen/record"
+	"github.com/inferhq/infer/loadgen/target"
 )
 
 // TestRunLLMSweep runs an LLM sweep end to end against real sim-lm server
@@ -167,7 +168,7 @@ func TestRunLLMAdminSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Stop(context.Background())
-	if _, err := waitReady(context.Background(), http.DefaultClient, srv, 30*time.Second); err != nil {
+	if _, err := target.WaitReady(context.Background(), http.DefaultClient, srv, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	sc := mustParse(t, `
@@ -198,9 +199,7 @@ sweep:
 	if !slices.Equal(got, []int{2, 0, 3}) {
 		t.Errorf("max_seqs %v, want [2 0 3] (naive once)", got)
 	}
-	a := &admin{client: http.DefaultClient, token: "tok"}
-	b, err := a.check(context.Background(), srv.URL())
-	if err != nil || b.MaxSeqs != 4 {
-		t.Errorf("after the run: %+v, %v; want max_seqs 4 back", b, err)
+	if b := adminSettings(t, srv.URL(), "tok"); b.MaxSeqs != 4 {
+		t.Errorf("after the run: %+v; want max_seqs 4 back", b)
 	}
 }

@@ -21,11 +21,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inferhq/infer/loadgen/attack"
 	"github.com/inferhq/infer/loadgen/record"
+	"github.com/inferhq/infer/loadgen/scenario"
+	"github.com/inferhq/infer/loadgen/target"
 	"github.com/inferhq/infer/models/sim"
 	"github.com/inferhq/infer/models/simlm"
 	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/batch"
+	"github.com/inferhq/infer/server/encoder"
 	"github.com/inferhq/infer/server/generate"
 	"github.com/inferhq/infer/server/openai"
 )
@@ -79,14 +83,13 @@ func testServer(args []string) int {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
 		}
-		svc, err := openai.New(openai.Config{Engine: generate.Config{MaxSeqs: *maxSeqs, MaxBatchedTokens: *mbt, MaxLatency: *lat}, Timeout: *timeout}, f)
+		svc, err := openai.New(openai.Config{Engine: generate.Config{MaxSeqs: *maxSeqs, MaxBatchedTokens: *mbt, MaxLatency: *lat}}, f)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
 		}
-		srv, err := server.New(server.Config{Addr: *addr, Timeout: *timeout, Services: []server.Service{svc},
-			Collectors: svc.Collectors(), AdminToken: *adminToken,
-			Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}, nil)
+		srv, err := server.New(server.Config{Addr: *addr, Timeout: *timeout, AdminToken: *adminToken,
+			Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}, svc)
 		if err == nil {
 			err = srv.Run(ctx)
 		}
@@ -105,13 +108,17 @@ func testServer(args []string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	srv, err := server.New(server.Config{
-		Addr:       *addr,
-		Batch:      batch.Config{MaxBatch: *b, MaxLatency: *lat, Policy: batch.Policy(*policy), QueueCap: *queueCap},
-		Workers:    *workers,
-		AdminToken: *adminToken,
-		Logger:     slog.New(slog.NewTextHandler(os.Stderr, nil)),
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	svc, err := encoder.New(encoder.Config{
+		Batch:   batch.Config{MaxBatch: *b, MaxLatency: *lat, Policy: batch.Policy(*policy), QueueCap: *queueCap},
+		Workers: *workers,
+		Logger:  log,
 	}, factory)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	srv, err := server.New(server.Config{Addr: *addr, AdminToken: *adminToken, Logger: log}, svc)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -123,13 +130,13 @@ func testServer(args []string) int {
 	return 0
 }
 
-func testLauncher() Launcher {
-	return ExecLauncher{Path: os.Args[0], Env: []string{serverEnv + "=1"}}
+func testLauncher() target.Launcher {
+	return target.ExecLauncher{Path: os.Args[0], Env: []string{serverEnv + "=1"}}
 }
 
-func mustParse(t *testing.T, src string) *Scenario {
+func mustParse(t *testing.T, src string) *scenario.Scenario {
 	t.Helper()
-	sc, err := Parse("test.yaml", t.TempDir(), []byte(src))
+	sc, err := scenario.Parse("test.yaml", t.TempDir(), []byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +333,7 @@ sweep:
 
 func TestRunServerFails(t *testing.T) {
 	sc := mustParse(t, "server:\n  model: sim\nload:\n  concurrency: 1\n")
-	l := ExecLauncher{Path: "/bin/sh", Args: []string{"-c", "echo cannot load the model >&2; exit 3"}}
+	l := target.ExecLauncher{Path: "/bin/sh", Args: []string{"-c", "echo cannot load the model >&2; exit 3"}}
 	start := time.Now()
 	_, err := Run(context.Background(), sc, Config{Dir: t.TempDir(), Launcher: l})
 	if err == nil || !strings.Contains(err.Error(), "cannot load the model") || !strings.Contains(err.Error(), "exited before it was ready") {
@@ -348,8 +355,8 @@ func TestRunUnreachable(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "run")
 	start := time.Now()
 	_, err = Run(context.Background(), sc, Config{Dir: dir})
-	if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), url) {
-		t.Errorf("Run = %v, want ErrUnreachable naming %s", err, url)
+	if !errors.Is(err, target.ErrUnreachable) || !strings.Contains(err.Error(), url) {
+		t.Errorf("Run = %v, want target.ErrUnreachable naming %s", err, url)
 	}
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("failing took %v", took)
@@ -450,7 +457,7 @@ func TestRunSlowServer(t *testing.T) {
 	if r.AchievedRate > 100 || r.Throughput > 100 {
 		t.Errorf("achieved %v/s, throughput %v/s from a 50/s server", r.AchievedRate, r.Throughput)
 	}
-	row := RowOf(&r, SLO{})
+	row := RowOf(&r, scenario.SLO{})
 	if !strings.Contains(row.Notes(), record.FlagCoordinatedOmission) {
 		t.Errorf("summary notes %q do not show the flag", row.Notes())
 	}
@@ -473,15 +480,6 @@ func TestRunOverloadThroughput(t *testing.T) {
 	}
 	if r.Throughput < 60 || r.Throughput > 110 {
 		t.Errorf("throughput %v/s from a server that answers 100/s at most", r.Throughput)
-	}
-}
-
-func TestTailBuffer(t *testing.T) {
-	tb := &tailBuffer{max: 3}
-	io.WriteString(tb, "one\ntwo\nthr")
-	io.WriteString(tb, "ee\nfour\nfive")
-	if got, want := tb.String(), "three\nfour\nfive"; got != want {
-		t.Errorf("tail = %q, want %q", got, want)
 	}
 }
 
@@ -543,7 +541,7 @@ func TestRunCaughtUpStall(t *testing.T) {
 	if maxTick < 1200*time.Millisecond {
 		t.Errorf("the timeline's largest lag is %v; want the stall", maxTick)
 	}
-	if row := RowOf(&r, SLO{}); !strings.Contains(row.Notes(), record.FlagScheduleLag) {
+	if row := RowOf(&r, scenario.SLO{}); !strings.Contains(row.Notes(), record.FlagScheduleLag) {
 		t.Errorf("summary notes %q do not show the flag", row.Notes())
 	}
 }
@@ -573,7 +571,7 @@ func TestRunForeignServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := out.Records[0]
-	if !r.Valid || r.Status["200"] != r.Sent || r.Sent == 0 || r.Point.Expect != ExpectStatus {
+	if !r.Valid || r.Status["200"] != r.Sent || r.Sent == 0 || r.Point.Expect != target.ExpectStatus {
 		t.Errorf("valid %v (flags %v, generator CPU %.2f), status %v of %d sent, expect %q; want every answer a success by status",
 			r.Valid, r.Flags, r.GeneratorCPU, r.Status, r.Sent, r.Point.Expect)
 	}
@@ -594,7 +592,7 @@ func TestRunForeignServer(t *testing.T) {
 		t.Errorf("notices = %q, want the five gaps, each once", notices)
 	}
 	var text strings.Builder
-	if err := Summarize(out, SLO{}).WriteText(&text); err != nil {
+	if err := Summarize(out, scenario.SLO{}).WriteText(&text); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(text.String(), "note: "+ts.URL+" is not an infer server") {
@@ -606,36 +604,13 @@ func TestRunForeignServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = out.Records[0]
-	if r.Status[StatusInvalid] != r.Sent || r.Valid {
+	if r.Status[attack.StatusInvalid] != r.Sent || r.Valid {
 		t.Errorf("expect infer: status %v of %d sent, valid %v; want every answer invalid", r.Status, r.Sent, r.Valid)
 	}
 	text.Reset()
-	Summarize(out, SLO{}).WriteText(&text)
+	Summarize(out, scenario.SLO{}).WriteText(&text)
 	if !strings.Contains(text.String(), "failed in /predict c=2: response has 0 outputs, want 1 ×") {
 		t.Errorf("summary does not give the reason for the invalid answers:\n%s", text.String())
-	}
-}
-
-// TestProbeReadiness: a /readyz that answers 501 is no readiness; 404 and
-// 405 mean there is none, and the target counts as ready.
-func TestProbeReadiness(t *testing.T) {
-	for _, tc := range []struct {
-		status  int
-		wantErr string
-		noReady int
-	}{
-		{http.StatusOK, "", 0},
-		{http.StatusNotFound, "", 404},
-		{http.StatusMethodNotAllowed, "", 405},
-		{http.StatusNotImplemented, "not ready after 300ms (/readyz answers 501 Not Implemented)", 0},
-		{http.StatusServiceUnavailable, "not ready after 300ms (/readyz answers 503 Service Unavailable)", 0},
-	} {
-		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(tc.status) }))
-		_, noReady, err := probeTarget(context.Background(), ts.Client(), ts.URL, 300*time.Millisecond)
-		ts.Close()
-		if (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) || noReady != tc.noReady {
-			t.Errorf("/readyz %d: no readyz %d, error %v; want %d, %q", tc.status, noReady, err, tc.noReady, tc.wantErr)
-		}
 	}
 }
 
@@ -665,7 +640,7 @@ sweep:
 			t.Errorf("%s: metrics %+v, status %v of %d; want the batches counted and every answer good", r.Point.Name, r.Server.Metrics, r.Status, r.Sent)
 		}
 	}
-	if r := out.Records[1]; r.Point.Expect != ExpectKServe {
+	if r := out.Records[1]; r.Point.Expect != target.ExpectKServe {
 		t.Errorf("the v2 path's answers were checked as %q, want kserve", r.Point.Expect)
 	}
 	if len(out.Manifest.Notices) != 0 {
@@ -676,7 +651,7 @@ sweep:
 // TestNoticesBounded: a notice is said once, and a run keeps a bounded
 // number of them (a server's errors may differ every time).
 func TestNoticesBounded(t *testing.T) {
-	r := &runner{log: slog.New(slog.DiscardHandler)}
+	r := &runner{cfg: Config{Logger: slog.New(slog.DiscardHandler)}}
 	for i := range 2 * maxNotices {
 		r.notice("gap %d", i)
 		r.notice("gap %d", i)

@@ -1,10 +1,12 @@
 package loadgen
 
 import (
+	"maps"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/inferhq/infer/loadgen/attack"
 	"github.com/inferhq/infer/loadgen/llm"
 	"github.com/inferhq/infer/loadgen/record"
 )
@@ -28,7 +30,7 @@ const (
 type Snapshot struct {
 	Scenario string
 	// Shared are the settings every batched point has, which point names
-	// leave out (Scenario.Shared): like "w=1 lat=20ms".
+	// leave out (Shared): like "w=1 lat=20ms".
 	Shared  string
 	Dir     string // the run directory
 	Points  int    // points in the sweep
@@ -121,8 +123,8 @@ type monitor struct {
 	load             record.Load
 	perRepeat        time.Duration
 
-	buckets  [windowTicks]tally // the live window, by tick
-	measured int                // successful answers received in the current measured window
+	buckets  [windowTicks]attack.Tally // the live window, by tick
+	measured int                       // successful answers received in the current measured window
 	cur      int
 	ticks    int // ticks since the current point began, up to windowTicks-1
 	lastTick time.Time
@@ -150,7 +152,7 @@ func (m *monitor) startPoint(p Plan, repeats int, perRepeat, remaining time.Dura
 	m.snap.Status, m.snap.LastError = nil, ""
 	m.perRepeat, m.remaining = perRepeat, remaining
 	m.attackStart = time.Time{}
-	m.buckets = [windowTicks]tally{}
+	m.buckets = [windowTicks]attack.Tally{}
 	m.ticks = 0
 	m.lastTick = m.now()
 	m.spark = nil
@@ -159,7 +161,7 @@ func (m *monitor) startPoint(p Plan, repeats int, perRepeat, remaining time.Dura
 
 // llmLive keeps an LLM point's latest snapshot (llm.RunConfig.Progress).
 func (m *monitor) llmLive(s llm.Snapshot) {
-	s.LastError = printable(s.LastError) // a server's text
+	s.LastError = record.Printable(s.LastError) // a server's text
 	m.mu.Lock()
 	m.llm = &s
 	m.mu.Unlock()
@@ -214,21 +216,21 @@ func (m *monitor) stopping() {
 }
 
 // add counts one answer.
-func (m *monitor) add(o *outcome) {
+func (m *monitor) add(o *attack.Outcome) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.buckets[m.cur].add(o)
+	m.buckets[m.cur].Add(o)
 	if m.snap.Status == nil {
 		m.snap.Status = make(map[string]int)
 	}
-	m.snap.Status[o.status]++
-	if !o.ok() {
-		m.snap.LastError = o.errText
+	m.snap.Status[o.Status]++
+	if !o.OK() {
+		m.snap.LastError = o.ErrText
 		return
 	}
 	if !m.attackStart.IsZero() {
 		start := m.attackStart.Add(m.warmup)
-		if done := o.sent.Add(o.latency); !done.Before(start) && done.Before(start.Add(m.duration)) {
+		if done := o.Sent.Add(o.Latency); !done.Before(start) && done.Before(start.Add(m.duration)) {
 			m.measured++
 		}
 	}
@@ -239,13 +241,13 @@ func (m *monitor) tick() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.attackStart.IsZero() {
-		m.spark = append(m.spark, m.buckets[m.cur].hist.Quantile(0.99))
+		m.spark = append(m.spark, m.buckets[m.cur].Latency().Quantile(0.99))
 		if len(m.spark) > sparkLen {
 			m.spark = m.spark[len(m.spark)-sparkLen:]
 		}
 	}
 	m.cur = (m.cur + 1) % windowTicks
-	m.buckets[m.cur] = tally{}
+	m.buckets[m.cur] = attack.Tally{}
 	m.ticks = min(m.ticks+1, windowTicks-1)
 	m.lastTick = m.now()
 }
@@ -256,7 +258,7 @@ func (m *monitor) snapshot(tick time.Duration) Snapshot {
 	defer m.mu.Unlock()
 	now := m.now()
 	s := m.snap
-	s.Status = copyCounts(m.snap.Status)
+	s.Status = maps.Clone(m.snap.Status)
 	s.Finished = append([]Row(nil), m.snap.Finished...)
 	s.Notices = slices.Clone(m.snap.Notices)
 	s.Spark = append([]time.Duration(nil), m.spark...)
@@ -276,7 +278,7 @@ func (m *monitor) snapshot(tick time.Duration) Snapshot {
 				}
 			}
 		}
-		s.TargetRate = targetRate(m.load, in-m.warmup, m.duration)
+		s.TargetRate = attack.TargetRate(m.load, in-m.warmup, m.duration)
 	}
 	if m.llm != nil {
 		s.LLM = &LLMLive{Snapshot: *m.llm, Server: m.gen}
@@ -290,34 +292,17 @@ func (m *monitor) snapshot(tick time.Duration) Snapshot {
 		s.ETA = 0
 	}
 	// The live window: the finished buckets plus the filling one.
-	var agg tally
+	var agg attack.Tally
 	n := m.ticks + 1
 	for i := range n {
-		agg.merge(&m.buckets[(m.cur-i+windowTicks)%windowTicks])
+		agg.Merge(&m.buckets[(m.cur-i+windowTicks)%windowTicks])
 	}
 	s.Window = time.Duration(n-1)*tick + now.Sub(m.lastTick)
 	if s.Window > 0 {
-		s.RPS = float64(agg.sent) / s.Window.Seconds()
+		s.RPS = float64(agg.Sent()) / s.Window.Seconds()
 	}
-	s.P50, s.P99 = agg.hist.Quantile(0.5), agg.hist.Quantile(0.99)
-	s.LagP99, s.LagMax = agg.lag.Quantile(0.99), agg.lag.Max()
-	s.Batch = agg.serverSide().Batch
+	s.P50, s.P99 = agg.Latency().Quantile(0.5), agg.Latency().Quantile(0.99)
+	s.LagP99, s.LagMax = agg.Lag().Quantile(0.99), agg.Lag().Max()
+	s.Batch = agg.ServerSide().Batch
 	return s
-}
-
-// targetRate is an open loop's rate t into the measured window (negative t:
-// in the warm-up); 0 for closed loop.
-func targetRate(l record.Load, t, duration time.Duration) float64 {
-	switch {
-	case l.Mode != "open":
-		return 0
-	case l.Pacer != "ramp":
-		return l.Rate
-	case t <= 0:
-		return l.RampFrom
-	case t >= duration:
-		return l.Rate
-	default:
-		return l.RampFrom + (l.Rate-l.RampFrom)*t.Seconds()/duration.Seconds()
-	}
 }

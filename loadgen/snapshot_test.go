@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inferhq/infer/loadgen/attack"
 	"github.com/inferhq/infer/loadgen/record"
 )
 
@@ -27,9 +28,9 @@ func TestMonitorSnapshots(t *testing.T) {
 	// Two ticks of 250ms; 10 answers each, one a 429; batch sizes 4.
 	for range 2 {
 		for i := range 10 {
-			o := &outcome{status: "200", latency: time.Duration(i+1) * time.Millisecond, timed: true, timing: serverTiming{batch: 4}}
+			o := &attack.Outcome{Status: "200", Latency: time.Duration(i+1) * time.Millisecond, Timed: true, Timing: attack.ServerTiming{Batch: 4}}
 			if i == 9 {
-				o = &outcome{status: "429", errText: "HTTP 429 queue_full"}
+				o = &attack.Outcome{Status: "429", ErrText: "HTTP 429 queue_full"}
 			}
 			m.add(o)
 		}
@@ -96,10 +97,10 @@ func TestMonitorSnapshots(t *testing.T) {
 	// window alone, not the warm-up.
 	clock.t = m.attackStart.Add(1500 * time.Millisecond)
 	for i := range 30 {
-		m.add(&outcome{status: "200", sent: clock.t.Add(-time.Duration(i) * 10 * time.Millisecond), latency: time.Millisecond})
+		m.add(&attack.Outcome{Status: "200", Sent: clock.t.Add(-time.Duration(i) * 10 * time.Millisecond), Latency: time.Millisecond})
 	}
-	m.add(&outcome{status: "200", sent: m.attackStart, latency: 10 * time.Millisecond}) // answered in the warm-up
-	m.add(&outcome{status: "503", sent: clock.t})
+	m.add(&attack.Outcome{Status: "200", Sent: m.attackStart, Latency: 10 * time.Millisecond}) // answered in the warm-up
+	m.add(&attack.Outcome{Status: "503", Sent: clock.t})
 	s = m.snapshot(DefaultTick)
 	if s.PhaseElapsed != 500*time.Millisecond || s.PhaseTotal != 2*time.Second || s.MeasuredRPS != 60 {
 		t.Errorf("measuring %v of %v at %v/s; want 500ms of 2s, 30 answers in 0.5s = 60/s", s.PhaseElapsed, s.PhaseTotal, s.MeasuredRPS)

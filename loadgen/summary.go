@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/inferhq/infer/loadgen/record"
+	"github.com/inferhq/infer/loadgen/scenario"
 )
 
 // Row summarises one point's record.
@@ -73,7 +74,7 @@ type LLMRow struct {
 }
 
 // RowOf summarises r against slo.
-func RowOf(r *record.Record, slo SLO) Row {
+func RowOf(r *record.Record, slo scenario.SLO) Row {
 	row := Row{
 		Index: r.Index, Name: r.Point.Name, Sent: r.Sent,
 		TargetRate: r.TargetRate, AchievedRate: r.AchievedRate,
@@ -120,7 +121,7 @@ type Summary struct {
 	Dir      string `json:"dir"`
 	Points   int    `json:"points"` // planned
 	// Shared are the settings every batched point has, which point names
-	// leave out (Scenario.Shared).
+	// leave out (Shared).
 	Shared      string `json:"shared,omitempty"`
 	Rows        []Row  `json:"rows"`
 	Interrupted bool   `json:"interrupted,omitempty"`
@@ -139,7 +140,7 @@ type Summary struct {
 
 // Summarize judges the outcome of a run against the scenario's SLO.
 // Partial points are shown but not judged.
-func Summarize(o *Outcome, slo SLO) Summary {
+func Summarize(o *Outcome, slo scenario.SLO) Summary {
 	s := Summary{Scenario: o.Manifest.Scenario, Dir: o.Dir, Points: o.Points, Shared: o.Shared, Interrupted: o.Interrupted,
 		Notices: o.Manifest.Notices}
 	s.SLO.SLO, s.SLO.Require = slo.Record(), slo.Require

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/inferhq/infer/loadgen/record"
+	"github.com/inferhq/infer/loadgen/scenario"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -56,15 +57,15 @@ func TestSummarize(t *testing.T) {
 	o := sampleOutcome()
 	for _, tc := range []struct {
 		name       string
-		slo        SLO
+		slo        scenario.SLO
 		wantPassed bool
 		wantRow1   int // violations of the second row
 	}{
-		{"none", SLO{Require: "all"}, true, 0},
-		{"all fail", SLO{P99: time.Second, MaxErrorRate: 0.01, Require: "all"}, false, 2},
-		{"any pass", SLO{P99: time.Second, MaxErrorRate: 0.01, Require: "any"}, true, 2},
-		{"throughput", SLO{MinThroughput: 100, Require: "any"}, true, 0},
-		{"throughput all", SLO{MinThroughput: 100, Require: "all"}, false, 0},
+		{"none", scenario.SLO{Require: "all"}, true, 0},
+		{"all fail", scenario.SLO{P99: time.Second, MaxErrorRate: 0.01, Require: "all"}, false, 2},
+		{"any pass", scenario.SLO{P99: time.Second, MaxErrorRate: 0.01, Require: "any"}, true, 2},
+		{"throughput", scenario.SLO{MinThroughput: 100, Require: "any"}, true, 0},
+		{"throughput all", scenario.SLO{MinThroughput: 100, Require: "all"}, false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := Summarize(o, tc.slo)
@@ -79,7 +80,7 @@ func TestSummarize(t *testing.T) {
 }
 
 func TestSummaryGolden(t *testing.T) {
-	s := Summarize(sampleOutcome(), SLO{P99: time.Second, MaxErrorRate: 0.01, MinThroughput: 100, Require: "all"})
+	s := Summarize(sampleOutcome(), scenario.SLO{P99: time.Second, MaxErrorRate: 0.01, MinThroughput: 100, Require: "all"})
 	var text bytes.Buffer
 	if err := s.WriteText(&text); err != nil {
 		t.Fatal(err)
@@ -129,7 +130,7 @@ func llmOutcome() *Outcome {
 }
 
 func TestSummaryLLM(t *testing.T) {
-	slo := SLO{TTFTP99: 2 * time.Second, Require: "any"}
+	slo := scenario.SLO{TTFTP99: 2 * time.Second, Require: "any"}
 	s := Summarize(llmOutcome(), slo)
 	if !s.Passed || s.Rows[1].Violations[0] != "TTFT p99 11.7s > 2s" {
 		t.Errorf("passed %v, violations %q", s.Passed, s.Rows[1].Violations)
@@ -161,5 +162,21 @@ func TestSummaryLLM(t *testing.T) {
 	}
 	if f := back.Rows[2]["failures"].(map[string]any); f["stream_error"] != 3.0 {
 		t.Errorf("failures %v, want by cause", f)
+	}
+}
+
+// TestRowMeanBatch: a row's mean batch counts each batch once: /metrics'
+// items ÷ batches when the server was scraped, else Server-Timing's
+// batch-weighted figure; the response-weighted one is named apart.
+func TestRowMeanBatch(t *testing.T) {
+	ss := record.ServerSide{Batch: 16, ResponseBatch: 30.0625, Timed: 320}
+	rec := record.Record{Server: ss}
+	if got := RowOf(&rec, scenario.SLO{}).Batch; got != ss.Batch {
+		t.Errorf("row mean batch without /metrics = %v, want Server-Timing's batch-weighted %v", got, ss.Batch)
+	}
+	rec.Server.Metrics = &record.Metrics{Batches: 20, Items: 300, MeanBatch: 15}
+	row := RowOf(&rec, scenario.SLO{})
+	if row.Batch != 15 || row.ResponseBatch != ss.ResponseBatch {
+		t.Errorf("row mean batch %v, response batch %v; want /metrics' 15 and %v", row.Batch, row.ResponseBatch, ss.ResponseBatch)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/inferhq/infer/loadgen/record"
+	"github.com/inferhq/infer/loadgen/scenario"
 )
 
 // A pointRun is a point being measured, one repeat at a time, against the
@@ -27,14 +28,14 @@ func (r *runner) newRun(p Plan) pointRun {
 	return r.newClassicRun(p)
 }
 
-// blocks groups the plans, by index, into the sets whose repeats run
+// blocks groups the plans of s, by index, into the sets whose repeats run
 // together. By default each plan is its own block: its repeats run one
 // after another. With load.interleave, the plans of one endpoint and load
 // level form a block, and its rounds run repeat 1 of every server
 // configuration, then repeat 2 of every one, and so on: configurations
 // compared at a level then see the same machine, whatever it does over
 // minutes. Blocks are in the order of their first plan.
-func (s *Scenario) blocks(plans []Plan) [][]int {
+func blocks(s *scenario.Scenario, plans []Plan) [][]int {
 	if !s.Load.Interleave {
 		out := make([][]int, len(plans))
 		for i := range plans {
@@ -65,7 +66,7 @@ func (s *Scenario) blocks(plans []Plan) [][]int {
 type unit struct{ plan, rep int }
 
 // units lists the repeats of the blocks in the order they run.
-func (s *Scenario) units(blocks [][]int) []unit {
+func units(s *scenario.Scenario, blocks [][]int) []unit {
 	var out []unit
 	for _, b := range blocks {
 		for rep := 1; rep <= s.Load.Repeats; rep++ {
@@ -81,20 +82,20 @@ func (s *Scenario) units(blocks [][]int) []unit {
 // point's record once its block is done; it reports whether ctx cut it
 // short.
 func (r *runner) sweep(ctx context.Context, plans []Plan, w *record.Writer, out *Outcome) (interrupted bool, err error) {
-	blocks := r.sc.blocks(plans)
-	units := r.sc.units(blocks) // those not yet run
-	for _, b := range blocks {
-		n := len(b) * r.sc.Load.Repeats // this block's, at the head of units
+	bs := blocks(r.sc, plans)
+	todo := units(r.sc, bs) // those not yet run
+	for _, b := range bs {
+		n := len(b) * r.sc.Load.Repeats // this block's, at the head of todo
 		runs := map[int]pointRun{}      // by plan
 		stopped := false
-		for k, u := range units[:n] {
+		for k, u := range todo[:n] {
 			if ctx.Err() != nil {
 				stopped = true
 				break
 			}
 			p := plans[u.plan]
-			if k == 0 || units[k-1].plan != u.plan {
-				r.mon.startPoint(p, r.sc.Load.Repeats, r.sc.Load.Warmup+r.sc.Load.Duration, r.remaining(plans, units[k+1:], u.plan, p.Group))
+			if k == 0 || todo[k-1].plan != u.plan {
+				r.mon.startPoint(p, r.sc.Load.Repeats, r.sc.Load.Warmup+r.sc.Load.Duration, r.remaining(plans, todo[k+1:], u.plan, p.Group))
 			}
 			if err := r.serve(ctx, p); err != nil {
 				if ctx.Err() != nil {
@@ -116,7 +117,7 @@ func (r *runner) sweep(ctx context.Context, plans []Plan, w *record.Writer, out 
 				break
 			}
 		}
-		units = units[n:]
+		todo = todo[n:]
 		for _, i := range b {
 			run, ok := runs[i]
 			if !ok {
@@ -131,7 +132,7 @@ func (r *runner) sweep(ctx context.Context, plans []Plan, w *record.Writer, out 
 			}
 			out.Records = append(out.Records, *rec)
 			r.mon.finishPoint(RowOf(rec, r.sc.SLO))
-			r.log.Info("point done", "index", rec.Index, "name", rec.Point.Name, "throughput", rec.Throughput,
+			r.cfg.Logger.Info("point done", "index", rec.Index, "name", rec.Point.Name, "throughput", rec.Throughput,
 				"p99", rec.Latency.P99.D(), "flags", rec.Flags)
 		}
 		if stopped {
@@ -141,22 +142,31 @@ func (r *runner) sweep(ctx context.Context, plans []Plan, w *record.Writer, out 
 	return false, nil
 }
 
-// serve makes the server, or the targets' configuration, that of p's
-// group.
+// serve gives the servers the configuration of p's group, unless they
+// have it: a server infer starts is started anew, existing targets are
+// set through their admin API (when the sweep sets their settings).
 func (r *runner) serve(ctx context.Context, p Plan) error {
-	switch {
-	case r.sc.Server != nil && (r.server == nil || p.Group != r.group):
-		return r.startServer(ctx, p)
-	case r.admin != nil && (!r.applied || p.Group != r.group):
-		return r.configure(ctx, p)
+	if !r.servers.Pending(p.Group) {
+		return nil
+	}
+	if r.sc.Server == nil {
+		r.mon.setPhase(PhaseConfiguring)
+		return r.servers.Use(ctx, p.Group, p.Settings)
+	}
+	r.mon.setPhase(PhaseStarting)
+	if err := r.servers.Use(ctx, p.Group, p.Settings); err != nil {
+		return err
+	}
+	if r.sc.Payload.LLM != nil {
+		return r.checkGenServer(ctx)
 	}
 	return nil
 }
 
 // remaining estimates the time the units after the current one take,
 // leaving out the current point's own later repeats (the monitor counts
-// those): their load, and a server start, at the mean start time so far,
-// wherever the group changes.
+// those): their load, and a change of the servers' configuration, at the
+// mean time one took so far, wherever the group changes.
 func (r *runner) remaining(plans []Plan, rest []unit, current, group int) time.Duration {
 	perRepeat := r.sc.Load.Warmup + r.sc.Load.Duration
 	var d time.Duration
@@ -165,21 +175,20 @@ func (r *runner) remaining(plans []Plan, rest []unit, current, group int) time.D
 			d += perRepeat
 		}
 		if g := plans[u.plan].Group; g != group {
-			if r.sc.Server != nil && r.starts > 0 {
-				d += r.startTime / time.Duration(r.starts)
-			}
+			d += r.servers.SwitchTime()
 			group = g
 		}
 	}
 	return d
 }
 
-// Switches counts the times the sweep gives the server a configuration,
-// the first included, in the order its repeats run: the servers a
-// scenario with a server section starts, or the admin API's applies.
-func (s *Scenario) Switches(plans []Plan) int {
+// Switches counts the times the sweep of s gives the server a
+// configuration, the first included, in the order its repeats run: the
+// servers a scenario with a server section starts, or the admin API's
+// applies.
+func Switches(s *scenario.Scenario, plans []Plan) int {
 	n, group := 0, -1
-	for _, u := range s.units(s.blocks(plans)) {
+	for _, u := range units(s, blocks(s, plans)) {
 		if g := plans[u.plan].Group; g != group {
 			n++
 			group = g

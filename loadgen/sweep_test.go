@@ -38,11 +38,11 @@ sweep:
 		{true, []unit{{0, 1}, {0, 2}, {1, 1}, {1, 2}, {2, 1}, {4, 1}, {2, 2}, {4, 2}, {3, 1}, {5, 1}, {3, 2}, {5, 2}}},
 	} {
 		sc := mustParse(t, fmt.Sprintf(src, tc.interleave))
-		plans := sc.Plans()
+		plans := Plans(sc)
 		if len(plans) != 6 || plans[4].Point.Policy != "immediate" || plans[4].Point.Load.Concurrency != 1 {
 			t.Fatalf("plans: %+v", plans)
 		}
-		if got := sc.units(sc.blocks(plans)); !slices.Equal(got, tc.want) {
+		if got := units(sc, blocks(sc, plans)); !slices.Equal(got, tc.want) {
 			t.Errorf("interleave %v: units %v, want %v", tc.interleave, got, tc.want)
 		}
 	}

@@ -27,11 +27,11 @@ for c in "${checks[@]}"; do
 		;;
 	foreign)
 		echo "== foreign: a server that is not infer's (go test -run TestRunForeignServer)"
-		go test ./loadgen -run 'TestRunForeignServer$|TestProbeReadiness$' -count=1 -v | grep -E '^(--- |ok|FAIL)'
+		go test ./loadgen ./loadgen/target -run 'TestRunForeignServer$|TestProbeReadiness$' -count=1 -v | grep -E '^(--- |ok|FAIL)'
 		;;
 	batch)
 		echo "== batch: mean batch weighting (go test -run TestTallyMeanBatch)"
-		go test ./loadgen -run 'TestTallyMeanBatch$' -count=1 -v | grep -E '^(--- |ok|FAIL)'
+		go test ./loadgen/attack ./loadgen -run 'TestTallyMeanBatch$|TestRowMeanBatch$' -count=1 -v | grep -E '^(--- |ok|FAIL)'
 		;;
 	try)
 		PORT=${PORT:-8080}

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/inferhq/infer/loadgen"
+	"github.com/inferhq/infer/loadgen/attack"
 	"github.com/inferhq/infer/loadgen/llm"
 	"github.com/inferhq/infer/loadgen/llm/llmtest"
 	"github.com/inferhq/infer/loadgen/record"
@@ -266,7 +266,7 @@ func TestAcceptSchedule(t *testing.T) {
 	acceptOnly(t)
 	rate := envInt(t, "LLM_ACCEPT_RATE", 100)
 	window := time.Duration(envInt(t, "LLM_ACCEPT_SECONDS", 10)) * time.Second
-	poisson, err := loadgen.NewPoissonPacer(float64(rate), 1)
+	poisson, err := attack.NewPoissonPacer(float64(rate), 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,6 @@
 // tokens/s, goodput) into a record.LLM, and live snapshots for a view.
 //
 // It does not import vegeta: a Pacer has vegeta.Pacer's method set, so
-// package loadgen passes vegeta's pacers (and its own Poisson and gamma
-// ones) straight in.
+// package attack's pacers (vegeta's, and its Poisson and gamma ones) go
+// straight in.
 package llm

@@ -13,8 +13,8 @@ import (
 	"github.com/inferhq/infer/loadgen/record"
 )
 
-// Pacer is vegeta.Pacer's method set, so that vegeta's pacers (and
-// package loadgen's Poisson and gamma pacers) drive the open loop without
+// Pacer is vegeta.Pacer's method set, so that package attack's pacers
+// (vegeta's, and its Poisson and gamma ones) drive the open loop without
 // this package importing vegeta: Pace returns how long to wait before hit
 // number hits (from 0) given the time elapsed since the start, or stop.
 type Pacer interface {

@@ -10,9 +10,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
+	"unicode"
 )
 
 // File names inside a run directory.
@@ -230,6 +233,33 @@ func CountError(errs map[string]int, text string, n int) map[string]int {
 	errs[text] += n
 	return errs
 }
+
+// maxText bounds the runes Printable keeps of a text.
+const maxText = 200
+
+// Printable returns s with its control characters (terminal escapes among
+// them) replaced by '?', cut to 200 runes: what a server sends ends up on
+// terminals and in files.
+func Printable(s string) string {
+	var b strings.Builder
+	n := 0
+	for _, r := range s {
+		if n == maxText {
+			b.WriteString("…")
+			break
+		}
+		if !unicode.IsPrint(r) {
+			r = '?'
+		}
+		b.WriteRune(r)
+		n++
+	}
+	return b.String()
+}
+
+// Round3 rounds v to three decimals, as records keep their figures in
+// milliseconds (to the microsecond) and rates.
+func Round3(v float64) float64 { return math.Round(v*1e3) / 1e3 }
 
 // Percentiles of a latency distribution.
 type Percentiles struct {

@@ -147,3 +147,17 @@ func TestLegacyMeanBatch(t *testing.T) {
 		t.Errorf("written back as %s", b)
 	}
 }
+
+// TestPrintable: what a server sends reaches terminals and files without
+// its control characters, and bounded.
+func TestPrintable(t *testing.T) {
+	if got := Printable("\x1b[2J\x1b]0;owned\x07 ok é"); got != "?[2J?]0;owned? ok é" {
+		t.Errorf("Printable kept control characters: %q", got)
+	}
+	if got := Printable(strings.Repeat("é", 300)); len([]rune(got)) != maxText+1 || !strings.HasSuffix(got, "…") {
+		t.Errorf("Printable kept %d runes of 300, want %d and an ellipsis", len([]rune(got)), maxText)
+	}
+	if got := Round3(1.23456); got != 1.235 {
+		t.Errorf("Round3(1.23456) = %v, want 1.235", got)
+	}
+}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/inferhq/infer/loadgen"
 	"github.com/inferhq/infer/loadgen/llm"
+	"github.com/inferhq/infer/loadgen/target"
 )
 
 // IsTerminal reports whether f is a terminal.
@@ -242,7 +243,7 @@ func (m Model) liveLLM(s loadgen.Snapshot, line func(label, text string)) {
 	if v := g.Server; v != nil {
 		run := fmt.Sprintf("%.0f", v.Running)
 		slots := s.Point.MaxSeqs // the sweep's, else the /v1 engine's
-		if slots == 0 && genLabel(s.Point.Endpoint) == "v1" {
+		if slots == 0 && target.GenLabel(s.Point.Endpoint) == "v1" {
 			slots = v.MaxSeqs
 		}
 		if slots > 0 {
@@ -253,16 +254,6 @@ func (m Model) liveLLM(s loadgen.Snapshot, line func(label, text string)) {
 	if g.LastError != "" {
 		line("error", badStyle.Render(truncate(g.LastError, max(m.width-14, 20))))
 	}
-}
-
-// genLabel tells the /v1 engine's endpoint, whose --max-seqs the gauges
-// know (infer_gen_batching_info is the /v1 engine's).
-func genLabel(endpoint string) string {
-	switch endpoint {
-	case loadgen.EndpointContinuous, loadgen.LLMDefaultEndpoint:
-		return "v1"
-	}
-	return ""
 }
 
 // trimRate formats a rate without trailing zeros: 2, 1.9.

@@ -38,11 +38,13 @@ import (
 
 	ort "github.com/yalue/onnxruntime_go"
 
+	"github.com/inferhq/infer/internal/setting"
 	"github.com/inferhq/infer/models"
 )
 
-// Tokenizer turns text into token ids ([CLS] … [SEP]). *wordpiece.Tokenizer
-// satisfies it. It must be safe for concurrent use.
+// Tokenizer turns text into token ids: *wordpiece.Tokenizer ([CLS] …
+// [SEP]) and *sentencepiece.Tokenizer satisfy it. It must be safe for
+// concurrent use.
 type Tokenizer interface {
 	// AppendEncode appends the ids of text to dst, at most maxLen of them
 	// (maxLen <= 0: no limit), and reports whether it truncated.
@@ -66,14 +68,35 @@ type Config struct {
 	// Name is the model's name as clients address it. Default: the file's
 	// base name without ".onnx".
 	Name string
-	// MaxSeqLen is the most tokens of one item, [CLS] and [SEP] included.
-	// Default 128.
+	// MaxSeqLen is the most tokens of one item, [CLS] and [SEP] included
+	// where the tokenizer adds them; at least 3. Default DefaultMaxSeqLen.
 	MaxSeqLen int
 	// RejectLong refuses items longer than MaxSeqLen with
 	// models.ErrInputTooLong (HTTP 413). Default false: such items are
-	// truncated to their first MaxSeqLen-1 tokens and [SEP].
+	// truncated by the tokenizer (WordPiece: to their first MaxSeqLen-1
+	// tokens and [SEP]; SentencePiece: to their first MaxSeqLen tokens).
 	RejectLong bool
 	Runtime
+}
+
+// DefaultMaxSeqLen is Config.MaxSeqLen's default, in tokens: BERT's
+// sentence tasks fit in it, and a batch padded to it stays cheap.
+const DefaultMaxSeqLen = 128
+
+// The names of the settings in errors (*setting.Error).
+const (
+	SettingMaxSeqLen setting.Name = "max sequence length" // Config.MaxSeqLen
+	SettingThreads   setting.Name = "threads"             // Runtime.Threads
+	SettingKVTokens  setting.Name = "KV tokens"           // DecoderConfig.KVTokens
+	SettingContext   setting.Name = "context"             // DecoderConfig.Context
+)
+
+// Validate reports the settings New refuses, before it reads any file.
+func (c Config) Validate() error {
+	if c.MaxSeqLen < 0 || c.MaxSeqLen > 0 && c.MaxSeqLen < 3 {
+		return setting.Errorf(SettingMaxSeqLen, c.MaxSeqLen, "want at least 3 ([CLS], a token, [SEP])")
+	}
+	return c.Runtime.validate()
 }
 
 // Runtime is how a factory's instances run, the same for Config and
@@ -87,8 +110,9 @@ type Runtime struct {
 	// Workers is the number of instances that compute at the same time; it
 	// sets the default of Threads. Default 1.
 	Workers int
-	// Threads is the number of intra-op threads of each session. Default:
-	// the number of CPUs divided among the Workers, at least 1.
+	// Threads is the number of intra-op threads of each session; not
+	// negative. Default: the number of CPUs divided among the Workers, at
+	// least 1.
 	Threads int
 	// Spin lets ONNX Runtime's idle pool threads spin waiting for work.
 	// Default false: spinning threads would hold the cores that the HTTP
@@ -100,6 +124,39 @@ type Runtime struct {
 	// Logger receives what the factory decides (library, device, threads);
 	// nil discards it.
 	Logger *slog.Logger
+	// Rewrite, when set, replaces the model's graph before it is loaded:
+	// models/registry loads the quantised twins of its models so
+	// (bert-base-int8). Default nil: the graph is loaded as it is.
+	Rewrite *Rewrite
+}
+
+// A Rewrite makes the graph a factory loads from the model's graph.
+type Rewrite struct {
+	// File returns the file to load in place of the graph file path,
+	// which it must not modify.
+	File func(path string) (string, error)
+	// Suffix is added to the model's name ("-int8").
+	Suffix string
+}
+
+// apply returns the file to load in place of path, and the model's name
+// with r's suffix; path and name as they are for a nil r.
+func (r *Rewrite) apply(path, name string) (string, string, error) {
+	if r == nil {
+		return path, name, nil
+	}
+	file, err := r.File(path)
+	if err != nil {
+		return "", "", err
+	}
+	return file, name + r.Suffix, nil
+}
+
+func (r Runtime) validate() error {
+	if r.Threads < 0 {
+		return setting.Errorf(SettingThreads, r.Threads, "must not be negative")
+	}
+	return nil
 }
 
 // Factory loads one ONNX graph and makes model instances of it. It is a
@@ -127,14 +184,14 @@ func New(cfg Config) (*Factory, error) {
 	if cfg.Tokenizer == nil {
 		return nil, fmt.Errorf("onnx: no tokenizer")
 	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("onnx: %w", err)
+	}
 	if cfg.Name == "" {
 		cfg.Name = strings.TrimSuffix(filepath.Base(cfg.Path), ".onnx")
 	}
-	if cfg.MaxSeqLen <= 0 {
-		cfg.MaxSeqLen = 128
-	}
-	if cfg.MaxSeqLen < 3 {
-		return nil, fmt.Errorf("onnx: max sequence length %d: want at least 3 ([CLS], a token, [SEP])", cfg.MaxSeqLen)
+	if cfg.MaxSeqLen == 0 {
+		cfg.MaxSeqLen = DefaultMaxSeqLen
 	}
 	f := &Factory{cfg: cfg, log: cfg.Logger}
 	if f.log == nil {
@@ -144,6 +201,10 @@ func New(cfg Config) (*Factory, error) {
 		return nil, fmt.Errorf("onnx: model: %w", err)
 	}
 	var err error
+	if cfg.Path, cfg.Name, err = cfg.Rewrite.apply(cfg.Path, cfg.Name); err != nil {
+		return nil, err
+	}
+	f.cfg = cfg
 	if f.placement, err = place(cfg.Library, cfg.Devices, cfg.Threads, cfg.Workers, f.log); err != nil {
 		return nil, err
 	}
@@ -181,6 +242,9 @@ func (f *Factory) Info() models.Info {
 // Task returns TaskFillMask or TaskEmbed, as found from the graph's outputs.
 func (f *Factory) Task() string { return f.sig.head.task() }
 
+// Path returns the graph file the factory loads.
+func (f *Factory) Path() string { return f.cfg.Path }
+
 // Threads returns the intra-op threads of each session.
 func (f *Factory) Threads() int { return f.threads }
 
@@ -204,12 +268,17 @@ func (f *Factory) SHA256() (string, error) {
 	return f.hash, f.hashErr
 }
 
-// Prepare tokenizes one item. An item longer than MaxSeqLen tokens is
+// Prepare tokenizes one item. An item of no tokens (an empty text, with a
+// tokenizer that adds none of its own) is refused with
+// models.ErrInvalidInput. An item longer than MaxSeqLen tokens is
 // truncated, or refused with models.ErrInputTooLong under RejectLong. A
 // fill-mask item must hold a [MASK] within its first MaxSeqLen tokens, or it
 // is refused with models.ErrInvalidInput. It is safe for concurrent use.
 func (f *Factory) Prepare(text string) (models.Input, error) {
 	ids, truncated := f.cfg.Tokenizer.AppendEncode(nil, text, f.cfg.MaxSeqLen)
+	if len(ids) == 0 {
+		return models.Input{}, fmt.Errorf("%w: the text has no tokens", models.ErrInvalidInput)
+	}
 	if truncated && f.cfg.RejectLong {
 		return models.Input{}, fmt.Errorf("%w: more than %d tokens", models.ErrInputTooLong, f.cfg.MaxSeqLen)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/inferhq/infer/models"
+	"github.com/inferhq/infer/models/sentencepiece"
 	"github.com/inferhq/infer/models/wordpiece"
 )
 
@@ -185,6 +186,13 @@ func TestBadInput(t *testing.T) {
 	fillMask := newFactory(t, Config{Path: toyGraph{outputs: []string{"mask_positions"}}.build(t, dir, "fm")})
 	embed := newFactory(t, Config{Path: toyGraph{outputs: []string{"embedding"}}.build(t, dir, "embed")})
 	strict := newFactory(t, Config{Path: toyGraph{outputs: []string{"embedding"}}.build(t, dir, "strict"), RejectLong: true})
+	// A tokenizer that adds no [CLS] or [SEP]: an empty text has no tokens.
+	pieces, err := sentencepiece.New([]sentencepiece.Piece{{Text: "\ufffd"}, {Text: "▁word", Score: -1},
+		{Text: "▁", Score: -5}, {Text: "w", Score: -5}, {Text: "o", Score: -5}, {Text: "r", Score: -5}, {Text: "d", Score: -5}}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spEmbed := newFactory(t, Config{Path: toyGraph{outputs: []string{"embedding"}}.build(t, dir, "sp"), Tokenizer: pieces})
 	long := strings.Repeat("word ", 2000) // 10 000 characters
 	for _, tc := range []struct {
 		name    string
@@ -203,6 +211,8 @@ func TestBadInput(t *testing.T) {
 		{"CJK", fillMask, "东京是日本的[MASK]。", nil, -1},
 		{"invalid UTF-8", fillMask, "caf\xe9 [MASK] \xff", nil, -1},
 		{"control characters", embed, "\x00\x01\x7f", nil, -1},
+		{"no tokens", spEmbed, "", models.ErrInvalidInput, 0},
+		{"10000 characters, no [SEP]", spEmbed, long, nil, 128},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in, err := tc.f.Prepare(tc.text)

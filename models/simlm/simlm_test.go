@@ -146,3 +146,87 @@ func TestKVCapacityAndConsistencyAreChecked(t *testing.T) {
 		t.Error("New accepted a negative cost")
 	}
 }
+
+// step runs one step of seqs and returns the sampled tokens.
+func step(t *testing.T, d models.Decoder, seqs ...models.StepSeq) ([]int32, error) {
+	t.Helper()
+	next := make([]int32, len(seqs))
+	err := d.Step(context.Background(), seqs, next)
+	return next, err
+}
+
+// With block tables the KV follows the blocks: a sequence that starts after
+// another's cached blocks pays only for the rest of its prompt, answers as
+// if it had computed all of it, and the instance holds exactly the blocks in
+// its sequences' tables.
+func TestKVFollowsTheBlocks(t *testing.T) {
+	var waited []time.Duration
+	f, _ := New(Config{Step: time.Millisecond, PerSeq: 100 * time.Microsecond, PerPrefillToken: 10 * time.Microsecond,
+		Context: 128, KVTokens: 8 * 16, Wait: func(d time.Duration) { waited = append(waited, d) }})
+	d, _ := f.New(context.Background(), 0)
+	sd := d.(*Decoder)
+	prompt := make([]int32, 40)
+	for i := range prompt {
+		prompt[i] = int32(100 + i)
+	}
+	const B = 16
+	// The reference: the whole prompt without blocks.
+	want := generate(t, d, 9, prompt, models.Sampling{}, 6)
+
+	// Sequence 1 computes the prompt into blocks 0, 1, 2 and decodes.
+	got, err := step(t, d, models.StepSeq{ID: 1, Tokens: prompt, PromptLen: 40, Sample: true, BlockSize: B, Blocks: []int32{0, 1, 2}})
+	if err != nil || got[0] != want[0] {
+		t.Fatalf("first token %d, %v; want %d", got[0], err, want[0])
+	}
+	// Sequence 2 starts after the two full blocks: it feeds 8 tokens.
+	waited = waited[:0]
+	got, err = step(t, d,
+		models.StepSeq{ID: 1, Past: 40, Tokens: got[:1], PromptLen: 40, Sample: true, BlockSize: B, Blocks: []int32{0, 1, 2}},
+		models.StepSeq{ID: 2, Past: 32, Tokens: prompt[32:], PromptLen: 40, Sample: true, BlockSize: B, Blocks: []int32{0, 1, 5}})
+	if err != nil || got[0] != want[1] || got[1] != want[0] {
+		t.Fatalf("tokens %v, %v; want %d (sequence 1's second) and %d (sequence 2's first, as a miss's)", got, err, want[1], want[0])
+	}
+	if want := time.Millisecond + 100*time.Microsecond + 8*10*time.Microsecond; waited[0] != want {
+		t.Errorf("step cost %v, want %v: the cached tokens cost nothing", waited[0], want)
+	}
+	if sd.HeldBlocks() != 4 || sd.Held() != 41+40 {
+		t.Errorf("holds %d blocks, %d tokens; want 4 (0, 1, 2, 5), 81", sd.HeldBlocks(), sd.Held())
+	}
+	// A sequence that starts past the prompt (a recompute after a
+	// preemption) reads the prompt's hash from its block.
+	d.Free(1)
+	if _, err := step(t, d, models.StepSeq{ID: 3, Past: 32, Tokens: []int32{7, 7, 7, 7, 7, 7, 7, 7}, PromptLen: 20, Sample: true, BlockSize: B, Blocks: []int32{0, 1, 6}}); err != nil {
+		t.Fatal(err)
+	}
+	if sd.HeldBlocks() != 4 {
+		t.Errorf("holds %d blocks after 1 left and 3 came, want 4 (0, 1, 5, 6)", sd.HeldBlocks())
+	}
+	// The device's own checks.
+	for _, tc := range []struct {
+		name string
+		seq  models.StepSeq
+		want error
+	}{
+		{"writes a block another holds", models.StepSeq{ID: 4, Tokens: prompt[:3], PromptLen: 3, BlockSize: B, Blocks: []int32{0}}, ErrBadStep},
+		{"starts after a block never filled", models.StepSeq{ID: 4, Past: 16, Tokens: prompt[:3], PromptLen: 19, BlockSize: B, Blocks: []int32{7, 3}}, ErrBadStep},
+		{"starts mid-block", models.StepSeq{ID: 4, Past: 8, Tokens: prompt[:3], PromptLen: 11, BlockSize: B, Blocks: []int32{0}}, ErrBadStep},
+		{"a table too short", models.StepSeq{ID: 4, Tokens: prompt[:20], PromptLen: 20, BlockSize: B, Blocks: []int32{3}}, ErrBadStep},
+		{"a block outside the pool", models.StepSeq{ID: 4, Tokens: prompt[:3], PromptLen: 3, BlockSize: B, Blocks: []int32{8}}, ErrKVFull},
+		{"another block size while blocks are held", models.StepSeq{ID: 4, Tokens: prompt[:3], PromptLen: 3, BlockSize: 8, Blocks: []int32{3}}, ErrBadStep},
+	} {
+		if _, err := step(t, d, tc.seq); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+		d.Free(4) // as the engine frees the sequences of a failed step
+	}
+	d.Free(2)
+	d.Free(3)
+	if sd.HeldBlocks() != 0 || sd.Held() != 0 {
+		t.Errorf("holds %d blocks, %d tokens after all left", sd.HeldBlocks(), sd.Held())
+	}
+	// Freed sequences leave their blocks' contents: a new one starts after
+	// blocks 0 and 1 and answers as the miss did.
+	if got, err := step(t, d, models.StepSeq{ID: 5, Past: 32, Tokens: prompt[32:], PromptLen: 40, Sample: true, BlockSize: B, Blocks: []int32{0, 1, 2}}); err != nil || got[0] != want[0] {
+		t.Errorf("after the others left: %d, %v; want %d", got[0], err, want[0])
+	}
+}

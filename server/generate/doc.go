@@ -3,11 +3,12 @@
 // streams each request's tokens as they are produced. Like server/batch it
 // has no HTTP and no model inside; server/openai puts an HTTP API on it.
 //
-// One goroutine (Run) owns the waiting queue, the running set and the
-// decoder; Generate admits a request and returns its Stream. The scheduler
-// decides and the decoder computes: the decoder instance owns the KV cache
-// of the sequences it holds, and the engine keeps their sizes within the
-// capacity.
+// One goroutine (Run) owns the waiting queue, the running set, the KV
+// blocks and the decoder; Generate admits a request and returns its Stream.
+// The scheduler decides and the decoder computes: the engine names the
+// blocks of the decoder instance's KV and gives each sequence its block
+// table; the decoder stores keys and values where the table says (see
+// models.StepSeq).
 //
 // # Policies
 //
@@ -34,21 +35,45 @@
 // since each extra step pays the step's fixed cost while the running
 // sequences wait (TestSimThroughputContinuousVsStatic).
 //
+// # KV blocks and the prefix cache
+//
+// The KV is held in blocks of Config.BlockSize tokens (16 by default);
+// Config.KVTokens / BlockSize of them. A full block of computed tokens is
+// cached, known by a hash of its tokens chained with its parent block's
+// hash, so equal tokens after a different prefix are a different block
+// (a hit is checked against the block's own tokens and parent, so a hash
+// collision can only miss). Cached blocks are shared by reference count. A
+// request starts after the longest run of cached blocks its prompt begins
+// with, leaving at least its last prompt token to compute (for its
+// logits): those tokens cost no compute and no step budget. Blocks nobody
+// references stay cached until a new block is needed and no empty one is
+// left; then they are evicted least recently used first (a sequence's later
+// blocks before its earlier ones, which more prompts share). A referenced
+// block is never evicted. Generated tokens fill blocks too, so the next turn
+// of a chat, which carries the answer, finds it cached.
+//
+// The cache is on unless Config.NoPrefixCache, and off for a decoder that
+// cannot reuse KV (models.DecoderInfo.BlockKV false). StepInfo counts vLLM's
+// prefix_cache_queries and prefix_cache_hits; a request's cached tokens are
+// in its Timing.
+//
 // # KV admission and preemption (by recompute)
 //
-// The engine counts the tokens each running sequence holds in the KV. The
-// head of the waiting queue is admitted only when its whole prompt (after a
-// preemption: its prompt and the tokens it had generated), plus one token of
-// headroom for each running sequence, fits in the free KV; the head is never
-// skipped, so long prompts are not starved by shorter ones behind them. When
-// a step's tokens do not fit, the most recently admitted running sequence is
-// preempted: its KV is freed, and it returns to the head of the waiting
-// queue, to be recomputed (prefilled again from its prompt and generated
-// tokens) when it fits; no request is admitted in a step that preempted. The
+// The engine counts blocks. The head of the waiting queue is admitted only
+// when the blocks of its whole prompt (after a preemption: its prompt and
+// the tokens it had generated) and one more token, plus the blocks each
+// running sequence needs to grow by one token, fit in the free blocks
+// (empty, or cached and evictable); a cached prefix costs only the blocks
+// nobody else holds. The head is never skipped, so long prompts are not
+// starved by shorter ones behind them. When a step's tokens do not fit, the
+// most recently admitted running sequence is preempted: it drops its
+// references (its blocks stay cached unless evicted) and returns to the head
+// of the waiting queue, to be recomputed when it fits, after whatever of it
+// is still cached; no request is admitted in a step that preempted. The
 // decoder's determinism contract (models.Sampling) makes the recomputed
 // sequence continue exactly where it stopped. Static reserves instead: a
-// batch is formed only while its prompts plus rows × its longest max tokens
-// fit, so it never preempts.
+// batch is formed only while the blocks of its prompts plus rows × its
+// longest max tokens fit, so it never preempts.
 //
 // # Per sequence
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"slices"
 	"sync"
@@ -40,10 +41,11 @@ var (
 	ErrDecoder = errors.New("generate: decoder failed")
 )
 
-// Limits on a request's stop strings.
+// Limits on a request's stop strings and cache salt.
 const (
-	MaxStops   = 16
-	MaxStopLen = 256 // bytes
+	MaxStops     = 16
+	MaxStopLen   = 256 // bytes
+	MaxCacheSalt = 256 // bytes
 )
 
 // Request is one generation request.
@@ -67,6 +69,11 @@ type Request struct {
 	Stop []string
 	// Sampling is passed to the decoder.
 	Sampling models.Sampling
+	// CacheSalt, if set, confines the request's use of the prefix cache
+	// to requests with the same salt (vLLM's cache_salt): a tenant's
+	// requests cannot find, or time, another's cached prompts. At most
+	// MaxCacheSalt bytes.
+	CacheSalt string
 }
 
 // Engine schedules generation steps over one decoder instance. Its methods
@@ -75,6 +82,7 @@ type Engine struct {
 	dec  models.Decoder
 	info models.DecoderInfo
 	tok  models.Tokenizer
+	ctok models.ContextTokenizer // tok, if its bytes depend on the token before
 	cfg  atomic.Pointer[Config]
 
 	mu       sync.Mutex // guards incoming and closed
@@ -84,7 +92,8 @@ type Engine struct {
 
 	queued    atomic.Int64 // waiting requests (incoming and waiting)
 	nrunning  atomic.Int64
-	kvUsed    atomic.Int64
+	kvUsed    atomic.Int64 // blocks in use
+	kvBlocks  atomic.Int64 // blocks in all
 	cancelled atomic.Int64 // sequences whose context ended, not yet swept
 	life      atomic.Int64 // EWMA of a sequence's running time, ns
 	started   atomic.Bool
@@ -92,7 +101,9 @@ type Engine struct {
 	// Owned by Run's goroutine.
 	waiting []*seq // FCFS; preempted sequences return to the front
 	running []*seq // in admission order
-	kv      int    // tokens in the KV: sum of running[i].computed
+	pool    *blockPool
+	seed    maphash.Seed
+	hits    []int32 // scratch: the cached blocks a waiting request would start after
 	nextID  models.SeqID
 	steps   []models.StepSeq
 	stepOf  []*seq
@@ -110,11 +121,20 @@ type seq struct {
 	computed  int // tokens in the decoder's KV
 	planned   int // tokens scheduled in the step being planned
 	generated int
+	cached    int // prompt tokens found cached at its first start
 	text      text
 	out       *Stream
 	gone      atomic.Bool // its context is done: goneErr is set
 	goneErr   error       // the context's error; written before gone
 	stopAfter func() bool
+
+	// Its KV blocks: blocks[i] holds positions [i·size, (i+1)·size), the
+	// first cachedBlocks of them known to be cached. hashes are the
+	// chained hashes of its full blocks of tokens, at block size hashSize.
+	blocks       []int32
+	cachedBlocks int
+	hashes       []uint64
+	hashSize     int
 
 	arrived  time.Time
 	admitted time.Time // first admission
@@ -130,38 +150,61 @@ func (s *seq) prefilling() bool {
 // New returns an engine over dec, a model described by info whose text
 // tok decodes. The engine does not close dec.
 func New(cfg Config, dec models.Decoder, info models.DecoderInfo, tok models.Tokenizer) (*Engine, error) {
+	cfg = cfg.WithModelDefaults(info.Engine)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if info.Context <= 1 || info.KVTokens <= 0 {
 		return nil, fmt.Errorf("decoder info: context %d, KV tokens %d: want a context of 2 or more and a KV capacity", info.Context, info.KVTokens)
 	}
-	if cfg.KVTokens > info.KVTokens {
-		return nil, fmt.Errorf("KV tokens %d exceeds the model instance's capacity (%d)", cfg.KVTokens, info.KVTokens)
+	if err := cfg.CheckModel(info); err != nil {
+		return nil, err
 	}
 	cfg = cfg.withDefaults(info.KVTokens)
-	if cfg.KVTokens < info.Context {
-		return nil, fmt.Errorf("KV tokens %d is less than the model's context (%d): a long sequence could never run", cfg.KVTokens, info.Context)
+	if err := checkBlocks(cfg, info); err != nil {
+		return nil, err
 	}
-	e := &Engine{dec: dec, info: info, tok: tok, wake: make(chan struct{}, 1), pad: []int32{info.EOS}}
+	cfg.NoPrefixCache = cfg.NoPrefixCache || !info.BlockKV
+	e := &Engine{dec: dec, info: info, tok: tok, wake: make(chan struct{}, 1), pad: []int32{info.EOS}, seed: maphash.MakeSeed()}
+	e.ctok, _ = tok.(models.ContextTokenizer)
+	e.pool = newBlockPool(cfg.BlockSize, cfg.KVTokens, e.seed)
+	e.kvBlocks.Store(int64(e.pool.total()))
 	e.cfg.Store(&cfg)
 	return e, nil
+}
+
+// checkBlocks says whether a sequence of the whole context fits in the KV
+// at cfg's block size.
+func checkBlocks(cfg Config, info models.DecoderInfo) error {
+	blocks, need := cfg.KVTokens/cfg.BlockSize, (info.Context+cfg.BlockSize-1)/cfg.BlockSize
+	if blocks < need {
+		return fmt.Errorf("block size %d: the KV's %d tokens make %d blocks, and a sequence of the model's context (%d tokens) needs %d", cfg.BlockSize, cfg.KVTokens, blocks, info.Context, need)
+	}
+	return nil
 }
 
 // Config returns the configuration in effect, defaults filled in.
 func (e *Engine) Config() Config { return *e.cfg.Load() }
 
-// Reconfigure changes Policy, MaxSeqs, MaxBatchedTokens and MaxLatency from
-// the next step on; the other fields keep their values. Zero fields take
-// their defaults. Switching to Static makes the running sequences one batch
-// that nobody joins; switching away from it drops its finished rows.
+// Reconfigure changes Policy, MaxSeqs, MaxBatchedTokens, MaxLatency,
+// BlockSize and NoPrefixCache from the next step on; the other fields keep
+// their values. Zero fields take their defaults, the model's first.
+// Switching to Static makes the running sequences one batch that nobody
+// joins; switching away from it drops its finished rows. Turning the prefix
+// cache off forgets what it holds. A new block size empties the KV: the
+// running sequences are preempted, to be recomputed on the new blocks.
 func (e *Engine) Reconfigure(c Config) error {
+	c = c.WithModelDefaults(e.info.Engine)
 	if err := c.Validate(); err != nil {
 		return err
 	}
 	n := *e.cfg.Load()
-	d := Config{Policy: c.Policy, MaxSeqs: c.MaxSeqs, MaxBatchedTokens: c.MaxBatchedTokens, MaxLatency: c.MaxLatency}.withDefaults(n.KVTokens)
-	n.Policy, n.MaxSeqs, n.MaxBatchedTokens, n.MaxLatency = d.Policy, d.MaxSeqs, d.MaxBatchedTokens, d.MaxLatency
+	d := Config{Policy: c.Policy, MaxSeqs: c.MaxSeqs, MaxBatchedTokens: c.MaxBatchedTokens, MaxLatency: c.MaxLatency, BlockSize: c.BlockSize}.withDefaults(n.KVTokens)
+	n.Policy, n.MaxSeqs, n.MaxBatchedTokens, n.MaxLatency, n.BlockSize = d.Policy, d.MaxSeqs, d.MaxBatchedTokens, d.MaxLatency, d.BlockSize
+	n.NoPrefixCache = c.NoPrefixCache || !e.info.BlockKV
+	if err := checkBlocks(n, e.info); err != nil {
+		return err
+	}
 	e.cfg.Store(&n)
 	e.signal()
 	return nil
@@ -173,9 +216,10 @@ func (e *Engine) Waiting() int { return int(e.queued.Load()) }
 // Running returns the number of running sequences.
 func (e *Engine) Running() int { return int(e.nrunning.Load()) }
 
-// KVUsage returns the fraction of the KV capacity in use, 0 to 1.
+// KVUsage returns the fraction of the KV blocks in use (held by running
+// sequences; cached blocks nobody holds are free), 0 to 1.
 func (e *Engine) KVUsage() float64 {
-	return float64(e.kvUsed.Load()) / float64(e.cfg.Load().KVTokens)
+	return float64(e.kvUsed.Load()) / float64(e.kvBlocks.Load())
 }
 
 // Backlog estimates how long the waiting requests need to start, from the
@@ -286,6 +330,8 @@ func (e *Engine) check(req *Request) (int, error) {
 		return 0, fmt.Errorf("%w: %d prompt tokens + %d max tokens > context %d", ErrMaxTokensTooLarge, n, req.MaxTokens, ctxLen)
 	case len(req.Stop) > MaxStops:
 		return 0, fmt.Errorf("%w: %d stop strings; at most %d", ErrInvalidRequest, len(req.Stop), MaxStops)
+	case len(req.CacheSalt) > MaxCacheSalt:
+		return 0, fmt.Errorf("%w: cache salt of %d bytes; at most %d", ErrInvalidRequest, len(req.CacheSalt), MaxCacheSalt)
 	}
 	for _, s := range req.Stop {
 		if len(s) == 0 || len(s) > MaxStopLen {
@@ -407,10 +453,11 @@ func (e *Engine) sweep() {
 	e.publish()
 }
 
-// release frees a running sequence's KV.
+// release frees a running sequence's KV: its blocks stay cached unless
+// evicted.
 func (e *Engine) release(s *seq) {
 	e.dec.Free(s.id)
-	e.kv -= s.computed
+	e.pool.drop(s)
 	s.computed = 0
 }
 
@@ -435,404 +482,7 @@ func (e *Engine) end(s *seq, err error) {
 // publish updates the gauges that other goroutines read. The KV goes
 // first: a reader that sees the running count drop sees its KV gone too.
 func (e *Engine) publish() {
-	e.kvUsed.Store(int64(e.kv))
+	e.kvBlocks.Store(int64(e.pool.total()))
+	e.kvUsed.Store(int64(e.pool.used()))
 	e.nrunning.Store(int64(len(e.running)))
-}
-
-// step plans and runs one step. It returns ran false when there was nothing
-// to run, with the time to look again if a static batch is forming.
-func (e *Engine) step(ctx context.Context, cfg *Config, draining bool) (time.Time, bool) {
-	info := StepInfo{KVTokens: cfg.KVTokens}
-	if cfg.Policy != Static {
-		e.dropIdle()
-	}
-	var wakeAt time.Time
-	if cfg.Policy == Static {
-		wakeAt = e.planStatic(cfg, draining, &info)
-	} else {
-		e.planContinuous(cfg, &info)
-	}
-	e.steps, e.stepOf = e.steps[:0], e.stepOf[:0]
-	for _, s := range e.running {
-		if s.planned == 0 {
-			continue
-		}
-		st := models.StepSeq{ID: s.id, Past: s.computed, PromptLen: s.promptLen, Sampling: s.req.Sampling}
-		if s.idle {
-			st.Tokens, st.Sample = e.pad, true
-		} else {
-			st.Tokens = s.tokens[s.computed : s.computed+s.planned]
-			st.Sample = s.computed+s.planned == len(s.tokens)
-		}
-		if len(st.Tokens) == 1 && st.Past >= s.promptLen {
-			info.Decodes++
-		} else {
-			info.PrefillTokens += len(st.Tokens)
-		}
-		if s.idle {
-			info.Idle++
-		}
-		e.steps = append(e.steps, st)
-		e.stepOf = append(e.stepOf, s)
-	}
-	if len(e.steps) == 0 {
-		e.publish()
-		return wakeAt, false
-	}
-	info.Seqs = len(e.steps)
-	e.publish()
-	if cap(e.next) < len(e.steps) {
-		e.next = make([]int32, len(e.steps))
-	}
-	next := e.next[:len(e.steps)]
-	start := time.Now()
-	err := e.call(ctx, next)
-	info.Duration = time.Since(start)
-	e.apply(cfg, next, err, &info)
-	e.publish()
-	info.Running, info.Waiting, info.KVUsed = len(e.running), len(e.waiting), e.kv
-	if cfg.OnStep != nil {
-		cfg.OnStep(info)
-	}
-	return time.Time{}, true
-}
-
-// call runs the decoder's step, turning a panic into an error.
-func (e *Engine) call(ctx context.Context, next []int32) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("decoder panicked: %v", r)
-		}
-	}()
-	return e.dec.Step(ctx, e.steps, next)
-}
-
-// planner tracks the budget of the step being planned.
-type planner struct {
-	e       *Engine
-	budget  int
-	kvFree  int
-	preempt int
-}
-
-// reserve makes room in the KV for n more tokens of s, preempting the most
-// recently admitted running sequences as needed. It returns false when s
-// itself was preempted.
-func (p *planner) reserve(s *seq, n int) bool {
-	for p.kvFree < n {
-		v := p.e.running[len(p.e.running)-1]
-		p.kvFree += v.computed + v.planned
-		p.budget += v.planned
-		p.e.preemptLast()
-		p.preempt++
-		if v == s {
-			return false
-		}
-	}
-	return true
-}
-
-// planContinuous schedules running decodes first, then the running
-// sequences' prompt chunks, then (unless it preempted) admits waiting
-// requests in arrival order while the budget, MaxSeqs and the KV allow.
-func (e *Engine) planContinuous(cfg *Config, info *StepInfo) {
-	p := &planner{e: e, budget: cfg.MaxBatchedTokens, kvFree: cfg.KVTokens - e.kv}
-	decodes := func() {
-		for i := 0; i < len(e.running); i++ {
-			s := e.running[i]
-			if s.prefilling() {
-				continue
-			}
-			if !p.reserve(s, 1) {
-				break
-			}
-			s.planned = 1
-			p.kvFree--
-			p.budget--
-		}
-	}
-	prefills := func() {
-		for i := 0; i < len(e.running) && p.budget > 0; i++ {
-			s := e.running[i]
-			if !s.prefilling() || s.planned > 0 {
-				continue
-			}
-			n := min(len(s.tokens)-s.computed, p.budget)
-			if !p.reserve(s, n) {
-				break
-			}
-			s.planned = n
-			p.kvFree -= n
-			p.budget -= n
-		}
-	}
-	if cfg.SeparatePrefill {
-		prefills()
-		e.admit(cfg, p)
-		if p.preempt == 0 && !e.anyPlanned() {
-			decodes()
-		}
-	} else {
-		decodes()
-		prefills()
-		if p.preempt == 0 {
-			e.admit(cfg, p)
-		}
-	}
-	info.Preempted = p.preempt
-}
-
-func (e *Engine) anyPlanned() bool {
-	for _, s := range e.running {
-		if s.planned > 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// admit starts waiting requests in arrival order (a preempted sequence first):
-// the head is admitted when a slot and budget are free and its whole prompt
-// (with the tokens it had generated, after a preemption), plus one token of
-// headroom for each running sequence, fits in the free KV. The head is never
-// skipped, so a long prompt is not starved by shorter ones behind it.
-func (e *Engine) admit(cfg *Config, p *planner) {
-	for len(e.waiting) > 0 && len(e.running) < cfg.maxSeqs() && p.budget > 0 {
-		w := e.waiting[0]
-		need := len(w.tokens)
-		if need+len(e.running)+1 > p.kvFree {
-			return
-		}
-		n := min(need, p.budget)
-		e.start(w)
-		w.planned = n
-		p.kvFree -= n
-		p.budget -= n
-	}
-}
-
-// start moves the head of the waiting queue to the running set.
-func (e *Engine) start(w *seq) {
-	e.waiting = e.waiting[1:]
-	e.queued.Add(-1)
-	e.nextID++
-	w.id = e.nextID
-	w.computed = 0
-	if w.admitted.IsZero() {
-		w.admitted = time.Now()
-	}
-	e.running = append(e.running, w)
-}
-
-// preemptLast preempts the most recently admitted running sequence: its KV
-// is freed and it returns to the front of the waiting queue, to be
-// recomputed from its prompt and generated tokens.
-func (e *Engine) preemptLast() {
-	v := e.running[len(e.running)-1]
-	e.running = e.running[:len(e.running)-1]
-	e.release(v)
-	v.planned = 0
-	v.preempts++
-	e.waiting = slices.Insert(e.waiting, 0, v)
-	e.queued.Add(1)
-}
-
-// dropIdle removes a static batch's finished rows (after a switch away
-// from Static).
-func (e *Engine) dropIdle() {
-	e.running = slices.DeleteFunc(e.running, func(s *seq) bool {
-		if s.idle {
-			e.release(s)
-			return true
-		}
-		return false
-	})
-}
-
-// planStatic forms a batch when none runs, within MaxLatency of the first
-// waiting request's arrival, and steps every row of the running batch,
-// finished or not. It returns when to look again while a batch forms.
-func (e *Engine) planStatic(cfg *Config, draining bool, info *StepInfo) time.Time {
-	if !slices.ContainsFunc(e.running, func(s *seq) bool { return !s.idle }) {
-		// Every row left (finished, or its client went away): the batch
-		// is over.
-		for _, s := range e.running {
-			e.release(s)
-		}
-		e.running = e.running[:0]
-	}
-	if len(e.running) == 0 {
-		if len(e.waiting) == 0 {
-			return time.Time{}
-		}
-		slots := cfg.maxSeqs()
-		if until := e.waiting[0].arrived.Add(cfg.MaxLatency); len(e.waiting) < slots && !draining && time.Now().Before(until) {
-			return until
-		}
-		// Reserve what the batch can grow to: every row runs until the
-		// longest answer is done.
-		prompts, longest := 0, 0
-		for len(e.waiting) > 0 && len(e.running) < slots {
-			w := e.waiting[0]
-			l := max(longest, w.maxTokens-w.generated)
-			if len(e.running) > 0 && prompts+len(w.tokens)+(len(e.running)+1)*l > cfg.KVTokens {
-				break
-			}
-			prompts += len(w.tokens)
-			longest = l
-			e.start(w)
-			w.planned = len(w.tokens)
-		}
-		return time.Time{}
-	}
-	// The batch runs: every row steps, the finished ones on padding.
-	p := &planner{e: e, budget: math.MaxInt, kvFree: cfg.KVTokens - e.kv}
-	for i := 0; i < len(e.running); i++ {
-		s := e.running[i]
-		n := 1
-		if s.prefilling() && !s.idle {
-			n = len(s.tokens) - s.computed
-		}
-		if s.idle && s.computed+1 > e.info.Context {
-			continue // a finished row stops growing at the context
-		}
-		if !p.reserve(s, n) {
-			break
-		}
-		s.planned = n
-		p.kvFree -= n
-	}
-	info.Preempted = p.preempt
-	return time.Time{}
-}
-
-// apply takes a step's results: it records the sampled tokens, streams them,
-// and removes the sequences that finished.
-func (e *Engine) apply(cfg *Config, next []int32, err error, info *StepInfo) {
-	now := time.Now()
-	if err != nil {
-		info.Err = err
-		err = fmt.Errorf("%w: %v", ErrDecoder, err)
-	}
-	removed := false
-	for i, s := range e.stepOf {
-		s.computed += s.planned
-		e.kv += s.planned
-		sample := e.steps[i].Sample
-		s.planned = 0
-		if err != nil {
-			s.finish = "failed"
-			removed = true
-			continue
-		}
-		if !sample || s.idle {
-			continue
-		}
-		info.Generated++
-		var first *Timing
-		if s.generated == 0 {
-			first = &Timing{Queue: s.admitted.Sub(s.arrived), Batch: len(e.steps), FirstToken: now.Sub(s.arrived)}
-		}
-		e.accept(s, next[i], first)
-		if s.finish != "" {
-			info.Finished++
-			removed = true
-		}
-	}
-	if !removed {
-		return
-	}
-	if cfg.Policy == Static {
-		e.endStaticRows(err, now)
-		return
-	}
-	e.running = slices.DeleteFunc(e.running, func(s *seq) bool {
-		if s.finish == "" {
-			return false
-		}
-		e.release(s)
-		if e.endRow(s, err) {
-			e.observeLife(now.Sub(s.admitted))
-		}
-		return true
-	})
-}
-
-// endStaticRows answers the static batch's rows that finished (or all of
-// them, after a decoder failure): they stay in the batch, idle, until every
-// row has finished; then the batch is freed.
-func (e *Engine) endStaticRows(err error, now time.Time) {
-	all := true
-	for _, s := range e.running {
-		if !s.idle && (s.finish != "" || err != nil) {
-			s.idle = true
-			e.endRow(s, err)
-		}
-		all = all && s.idle
-	}
-	if !all {
-		return
-	}
-	if err == nil {
-		e.observeLife(now.Sub(e.running[0].admitted))
-	}
-	for _, s := range e.running {
-		e.release(s)
-	}
-	e.running = e.running[:0]
-}
-
-// finishCut marks a sequence cut for a slow reader.
-const finishCut FinishReason = "cut"
-
-// endRow answers a sequence that left the step; true when it finished.
-func (e *Engine) endRow(s *seq, err error) bool {
-	switch {
-	case err != nil:
-		e.end(s, err)
-	case s.finish == finishCut:
-		e.end(s, ErrSlowReader)
-	default:
-		e.end(s, nil)
-		return true
-	}
-	return false
-}
-
-// observeLife folds a finished sequence's running time into the estimate.
-func (e *Engine) observeLife(d time.Duration) {
-	old := e.life.Load()
-	if old == 0 {
-		e.life.Store(int64(d))
-		return
-	}
-	e.life.Store(old + (int64(d)-old)/8)
-}
-
-// accept records a sampled token: the stop rules, the released text and the
-// stream.
-func (e *Engine) accept(s *seq, tok int32, first *Timing) {
-	s.tokens = append(s.tokens, tok)
-	s.generated++
-	mayStop := s.generated >= s.req.MinTokens
-	isEOS := tok == e.info.EOS
-	var b []byte
-	if !isEOS {
-		b = e.tok.TokenBytes(tok)
-	}
-	txt, hit := s.text.add(b, mayStop)
-	switch {
-	case hit:
-		s.finish = Stop
-	case isEOS && mayStop && !s.req.IgnoreEOS:
-		s.finish = Stop
-	case s.generated >= s.maxTokens || len(s.tokens) >= e.info.Context:
-		s.finish = Length
-	}
-	if s.finish != "" && !hit {
-		txt += s.text.flush()
-	}
-	if !s.out.push(Token{ID: tok, Text: txt, Finish: s.finish}, first) {
-		s.finish = finishCut
-	}
 }

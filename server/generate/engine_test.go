@@ -21,10 +21,23 @@ const ms = time.Millisecond
 // start runs an engine over f until the test ends.
 func start(t *testing.T, cfg Config, f *fake) *Engine {
 	t.Helper()
-	e, err := New(cfg, f, fakeInfo, letters{})
+	return startWith(t, cfg, f, letters{})
+}
+
+// startWith runs an engine over f with the tokenizer tok until the test
+// ends.
+func startWith(t *testing.T, cfg Config, f *fake, tok models.Tokenizer) *Engine {
+	t.Helper()
+	e, err := New(cfg, f, fakeInfo, tok)
 	if err != nil {
 		t.Fatal(err)
 	}
+	runUntilCleanup(t, e)
+	return e
+}
+
+// runUntilCleanup runs e until the test ends.
+func runUntilCleanup(t *testing.T, e *Engine) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
@@ -34,7 +47,6 @@ func start(t *testing.T, cfg Config, f *fake) *Engine {
 			t.Errorf("Run() = %v", err)
 		}
 	})
-	return e
 }
 
 // answer is a request whose answer has L tokens (EOS last) after a prompt
@@ -179,6 +191,28 @@ func TestStopRulesPerSequence(t *testing.T) {
 			})
 		})
 	}
+}
+
+// pairs is a models.ContextTokenizer: a token after another reads as the
+// two letters.
+type pairs struct{ letters }
+
+func (p pairs) TokenBytesAfter(prev, id int32) []byte {
+	return append(slices.Clone(p.TokenBytes(prev)), p.TokenBytes(id)...)
+}
+
+// TestContextTokenizerSeesTheTokenBefore: with a tokenizer whose bytes
+// depend on the token before (SentencePiece's space after BOS), each
+// generated token's text is read after the one before it, the first after
+// the prompt's last.
+func TestContextTokenizerSeesTheTokenBefore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := startWith(t, Config{}, newFake(), pairs{})
+		o := <-run(t, t.Context(), e, answer(5, 1)) // "bcde" after "a", then EOS
+		if o.err != nil || o.text != "abbccdde" {
+			t.Errorf("got %q (%v), want \"abbccdde\"", o.text, o.err)
+		}
+	})
 }
 
 func TestStopStringIsHeldBackUntilDecided(t *testing.T) {
@@ -338,30 +372,7 @@ func TestManyConcurrentStreamsGetTheirOwnTokens(t *testing.T) {
 			wg.Go(func() {
 				req := answer(L, n)
 				req.MaxTokens = m
-				s, err := e.Generate(t.Context(), req)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				var toks []Token
-				for err == nil {
-					toks, err = s.Next(t.Context(), toks)
-				}
-				if err != io.EOF {
-					t.Errorf("stream %d: %v", i, err)
-				}
-				want, k := expected(L, n, m)
-				var got strings.Builder
-				for j, tk := range toks {
-					got.WriteString(tk.Text)
-					if wantID := fakeToken(L, n, n+j); tk.ID != wantID {
-						t.Errorf("stream %d token %d = %d, want %d", i, j, tk.ID, wantID)
-						return
-					}
-				}
-				if got.String() != want || len(toks) != k || s.Result().CompletionTokens != k {
-					t.Errorf("stream %d: %q (%d tokens), want %q (%d)", i, got.String(), len(toks), want, k)
-				}
+				checkStream(t, e, i, req, L, m)
 			})
 		}
 		wg.Wait()
@@ -369,6 +380,38 @@ func TestManyConcurrentStreamsGetTheirOwnTokens(t *testing.T) {
 			t.Errorf("decoder holds %d tokens after all finished", f.Held())
 		}
 	})
+}
+
+// checkStream generates req, stream number i, and checks that it gets
+// exactly the fake's answer of L tokens (at most m; 0: no cap), token by
+// token.
+func checkStream(t *testing.T, e *Engine, i int, req Request, L, m int) {
+	n := len(req.Prompt)
+	s, err := e.Generate(t.Context(), req)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	var toks []Token
+	for err == nil {
+		toks, err = s.Next(t.Context(), toks)
+	}
+	if err != io.EOF {
+		t.Errorf("stream %d: %v", i, err)
+		return
+	}
+	want, k := expected(L, n, m)
+	var got strings.Builder
+	for j, tk := range toks {
+		got.WriteString(tk.Text)
+		if wantID := fakeToken(L, n, n+j); tk.ID != wantID {
+			t.Errorf("stream %d token %d = %d, want %d", i, j, tk.ID, wantID)
+			return
+		}
+	}
+	if got.String() != want || len(toks) != k || s.Result().CompletionTokens != k {
+		t.Errorf("stream %d: %q (%d tokens), want %q (%d)", i, got.String(), len(toks), want, k)
+	}
 }
 
 func TestDisconnectAndDeadlineFreeKVAtTheNextStep(t *testing.T) {

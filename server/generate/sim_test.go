@@ -12,6 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/inferhq/infer/models"
 	"github.com/inferhq/infer/models/simlm"
 	"github.com/inferhq/infer/server/generate"
 )
@@ -24,6 +25,7 @@ import (
 
 type simLoad struct {
 	tokens, prompt, requests int64
+	cached                   int64 // prompt tokens found in the prefix cache
 	ttft                     []time.Duration
 	elapsed                  time.Duration
 }
@@ -35,44 +37,67 @@ var words = strings.Fields(`the of and to in is was he for it with as his on be 
 	where much your way down should because each just those people how too little state good very make world still`)
 
 func simulate(t *testing.T, cfg generate.Config, clients int, run time.Duration) simLoad {
-	return simulateLoad(t, cfg, clients, 0, run)
+	return simulateLoad(t, cfg, clients, 0, run, wordsRequest)
+}
+
+// wordsRequest is the acceptance load's request: a prompt of 32–512 words,
+// max_tokens lognormal (median 100, sigma 0.8, at most 1024), ignore_eos.
+func wordsRequest(rng *rand.Rand, tok models.Tokenizer) generate.Request {
+	n := 32 + rng.IntN(512-32+1)
+	var b strings.Builder
+	for range n {
+		b.WriteString(words[rng.IntN(len(words))])
+		b.WriteByte(' ')
+	}
+	m := min(1024, max(1, int(math.Round(100*math.Exp(0.8*rng.NormFloat64())))))
+	return generate.Request{Prompt: tok.Encode(b.String()), MaxTokens: m, IgnoreEOS: true}
+}
+
+// simCosts are the sim's default costs (infer serve --model sim-lm).
+var simCosts = simlm.Config{Step: 8 * time.Millisecond, PerSeq: 250 * time.Microsecond, PerPrefillToken: 20 * time.Microsecond}
+
+// startSim runs an engine over a fresh sim-lm instance with the default
+// costs, in virtual time; call it inside a synctest bubble. stop drains
+// the engine.
+func startSim(t *testing.T, cfg generate.Config) (e *generate.Engine, tok models.Tokenizer, stop func()) {
+	t.Helper()
+	sc := simCosts
+	sc.Wait = time.Sleep
+	f, err := simlm.New(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec, _ := f.New(context.Background(), 0)
+	e, err = generate.New(cfg, dec, f.Decoder(), f.Tokenizer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- e.Run(ctx) }()
+	return e, f.Tokenizer(), func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
 }
 
 // simulateLoad runs clients closed-loop clients, or with rate > 0 Poisson
-// arrivals at rate requests per second.
-func simulateLoad(t *testing.T, cfg generate.Config, clients int, rate float64, run time.Duration) simLoad {
+// arrivals at rate requests per second, each sending requests made by
+// newReq.
+func simulateLoad(t *testing.T, cfg generate.Config, clients int, rate float64, run time.Duration, newReq func(*rand.Rand, models.Tokenizer) generate.Request) simLoad {
 	t.Helper()
 	var out simLoad
 	synctest.Test(t, func(t *testing.T) {
-		f, err := simlm.New(simlm.Config{Step: 8 * time.Millisecond, PerSeq: 250 * time.Microsecond,
-			PerPrefillToken: 20 * time.Microsecond, Wait: time.Sleep})
-		if err != nil {
-			t.Fatal(err)
-		}
-		dec, _ := f.New(context.Background(), 0)
-		e, err := generate.New(cfg, dec, f.Decoder(), f.Tokenizer())
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, stop := context.WithCancel(context.Background())
-		done := make(chan error)
-		go func() { done <- e.Run(ctx) }()
-		tok := f.Tokenizer()
+		e, tok, stop := startSim(t, cfg)
 		end := time.Now().Add(run)
 		var mu sync.Mutex
 		var wg sync.WaitGroup
-		var tokens, prompt, requests atomic.Int64
+		var tokens, prompt, cached, requests atomic.Int64
 		start := time.Now()
 		one := func(rng *rand.Rand) bool {
-			n := 32 + rng.IntN(512-32+1)
-			var b strings.Builder
-			for range n {
-				b.WriteString(words[rng.IntN(len(words))])
-				b.WriteByte(' ')
-			}
-			m := min(1024, max(1, int(math.Round(100*math.Exp(0.8*rng.NormFloat64())))))
-			req := generate.Request{Prompt: tok.Encode(b.String()), MaxTokens: m, IgnoreEOS: true}
-			s, err := e.Generate(context.Background(), req)
+			s, err := e.Generate(context.Background(), newReq(rng, tok))
 			if err != nil {
 				t.Error(err)
 				return false
@@ -87,6 +112,7 @@ func simulateLoad(t *testing.T, cfg generate.Config, clients int, rate float64, 
 			}
 			tokens.Add(int64(res.CompletionTokens))
 			prompt.Add(int64(res.PromptTokens))
+			cached.Add(int64(res.CachedTokens))
 			requests.Add(1)
 			mu.Lock()
 			out.ttft = append(out.ttft, res.FirstToken)
@@ -111,8 +137,7 @@ func simulateLoad(t *testing.T, cfg generate.Config, clients int, rate float64, 
 		wg.Wait()
 		out.elapsed = min(time.Since(start), run)
 		stop()
-		<-done
-		out.tokens, out.prompt, out.requests = tokens.Load(), prompt.Load(), requests.Load()
+		out.tokens, out.prompt, out.cached, out.requests = tokens.Load(), prompt.Load(), cached.Load(), requests.Load()
 	})
 	return out
 }
@@ -121,7 +146,7 @@ func simulateLoad(t *testing.T, cfg generate.Config, clients int, rate float64, 
 // Lo / (Lo·(a/B + b) + c·Lp) tokens per second.
 func ideal(l simLoad, slots int) float64 {
 	lo, lp := float64(l.tokens)/float64(l.requests), float64(l.prompt)/float64(l.requests)
-	a, b, c := 0.008, 0.00025, 0.00002
+	a, b, c := simCosts.Step.Seconds(), simCosts.PerSeq.Seconds(), simCosts.PerPrefillToken.Seconds()
 	return lo / (lo*(a/float64(slots)+b) + c*lp)
 }
 
@@ -169,8 +194,8 @@ func TestSimTTFTUnderPoissonLoad(t *testing.T) {
 	const slots = 32
 	static := simulate(t, generate.Config{MaxSeqs: slots, Policy: generate.Static, MaxLatency: 100 * time.Millisecond}, 64, 120*time.Second)
 	rate := 0.6 * float64(static.requests) / static.elapsed.Seconds()
-	cont := simulateLoad(t, generate.Config{MaxSeqs: slots}, 0, rate, 300*time.Second)
-	stat := simulateLoad(t, generate.Config{MaxSeqs: slots, Policy: generate.Static, MaxLatency: 100 * time.Millisecond}, 0, rate, 300*time.Second)
+	cont := simulateLoad(t, generate.Config{MaxSeqs: slots}, 0, rate, 300*time.Second, wordsRequest)
+	stat := simulateLoad(t, generate.Config{MaxSeqs: slots, Policy: generate.Static, MaxLatency: 100 * time.Millisecond}, 0, rate, 300*time.Second, wordsRequest)
 	t.Logf("Poisson %.2f requests/s (60%% of static's %.2f/s): p99 TTFT continuous %v (%d requests), static %v (%d)",
 		rate, rate/0.6, p99(cont.ttft), cont.requests, p99(stat.ttft), stat.requests)
 	if got := p99(cont.ttft); got > 150*time.Millisecond {

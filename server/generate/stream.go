@@ -42,6 +42,10 @@ type Timing struct {
 	// FirstToken is the time from Generate to the end of that step (time
 	// to first token, as the engine sees it).
 	FirstToken time.Duration
+	// CachedTokens is the prompt tokens found in the prefix cache when the
+	// sequence started (OpenAI's usage.prompt_tokens_details.cached_tokens):
+	// their KV was reused, not computed.
+	CachedTokens int
 }
 
 // Result is the outcome of a sequence that finished.

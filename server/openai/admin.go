@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"cmp"
 	"encoding/json"
 	"net/http"
 	"time"
@@ -9,15 +10,18 @@ import (
 	"github.com/inferhq/infer/server/generate"
 )
 
-// The admin API of a generative model (mounted by the server behind its
-// admin token):
+// The admin API of a generative model (mounted on the host behind its admin
+// token):
 //
 //	GET   /admin/batching  the /v1 engine's settings in effect
 //	PATCH /admin/batching  change any of {"policy", "max_seqs",
-//	                       "max_batched_tokens", "max_latency"}
+//	                       "max_batched_tokens", "max_latency",
+//	                       "prefix_cache", "block_size"}
 //
 // A PATCH applies all of its fields or none, from the engine's next step,
-// and answers with what is in force.
+// and answers with what is in force. Turning prefix_cache off forgets what
+// the cache holds; a new block_size empties the KV (the running sequences
+// are recomputed).
 
 type batching struct {
 	Policy           generate.Policy `json:"policy"`
@@ -25,11 +29,14 @@ type batching struct {
 	MaxBatchedTokens int             `json:"max_batched_tokens"`
 	KVTokens         int             `json:"kv_tokens"`
 	MaxLatency       string          `json:"max_latency"`
+	PrefixCache      bool            `json:"prefix_cache"`
+	BlockSize        int             `json:"block_size"`
 }
 
 // logAttrs are b's fields for a log line.
 func (b batching) logAttrs() []any {
-	return []any{"policy", b.Policy, "max_seqs", b.MaxSeqs, "max_batched_tokens", b.MaxBatchedTokens, "kv_tokens", b.KVTokens, "max_latency", b.MaxLatency}
+	return []any{"policy", b.Policy, "max_seqs", b.MaxSeqs, "max_batched_tokens", b.MaxBatchedTokens, "kv_tokens", b.KVTokens,
+		"max_latency", b.MaxLatency, "prefix_cache", b.PrefixCache, "block_size", b.BlockSize}
 }
 
 type batchingPatch struct {
@@ -37,6 +44,8 @@ type batchingPatch struct {
 	MaxSeqs          *int    `json:"max_seqs"`
 	MaxBatchedTokens *int    `json:"max_batched_tokens"`
 	MaxLatency       *string `json:"max_latency"`
+	PrefixCache      *bool   `json:"prefix_cache"`
+	BlockSize        *int    `json:"block_size"`
 }
 
 // v1 is the engine behind /v1 (nil before Load).
@@ -47,14 +56,15 @@ func (s *Service) batching() batching {
 	if e := s.v1(); e != nil {
 		c = e.Config()
 	}
-	return batching{Policy: c.Policy, MaxSeqs: c.MaxSeqs, MaxBatchedTokens: c.MaxBatchedTokens, KVTokens: c.KVTokens, MaxLatency: c.MaxLatency.String()}
+	return batching{Policy: c.Policy, MaxSeqs: c.MaxSeqs, MaxBatchedTokens: c.MaxBatchedTokens, KVTokens: c.KVTokens, MaxLatency: c.MaxLatency.String(),
+		PrefixCache: !c.NoPrefixCache && s.dinfo.BlockKV, BlockSize: cmp.Or(c.BlockSize, generate.DefaultBlockSize)}
 }
 
-// Admin handles GET and PATCH /admin/batching.
-func (s *Service) Admin() http.Handler {
+// admin handles GET and PATCH /admin/batching.
+func (s *Service) admin() http.Handler {
 	return server.Methods(map[string]http.Handler{
 		http.MethodGet: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			writeJSON(w, http.StatusOK, s.batching())
+			server.WriteJSON(w, http.StatusOK, s.batching())
 		}),
 		http.MethodPatch: http.HandlerFunc(s.patchBatching),
 	}, refuseMethod)
@@ -70,7 +80,7 @@ func (s *Service) patchBatching(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil {
-		writeError(w, invalid(http.StatusBadRequest, "", "malformed_json", `want {"policy", "max_seqs", "max_batched_tokens", "max_latency"}: %v`, err))
+		writeError(w, invalid(http.StatusBadRequest, "", "malformed_json", `want {"policy", "max_seqs", "max_batched_tokens", "max_latency", "prefix_cache", "block_size"}: %v`, err))
 		return
 	}
 	s.adminMu.Lock()
@@ -106,11 +116,21 @@ func (s *Service) patchBatching(w http.ResponseWriter, r *http.Request) {
 		}
 		c.MaxLatency = d
 	}
+	if p.PrefixCache != nil {
+		if *p.PrefixCache && !s.dinfo.BlockKV {
+			writeError(w, invalid(http.StatusUnprocessableEntity, "prefix_cache", "invalid_prefix_cache", "model %s cannot reuse KV across requests (its decoder does not store KV by blocks), so its prefix cache stays off", s.info.Name))
+			return
+		}
+		c.NoPrefixCache = !*p.PrefixCache
+	}
+	if p.BlockSize != nil {
+		c.BlockSize = *p.BlockSize
+	}
 	if err := e.Reconfigure(c); err != nil {
 		writeError(w, invalid(http.StatusUnprocessableEntity, "", "invalid_batching", "%v", err))
 		return
 	}
 	st := s.batching()
 	s.log.Info("batching changed", st.logAttrs()...)
-	writeJSON(w, http.StatusOK, st)
+	server.WriteJSON(w, http.StatusOK, st)
 }

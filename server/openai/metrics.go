@@ -8,10 +8,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/inferhq/infer/server/generate"
+	"github.com/inferhq/infer/server/metric"
 )
 
 // Metrics are named after vLLM's (vllm:X is infer_gen_X here) so that
-// dashboards map; the endpoint label is v1, static or naive.
+// dashboards map; the endpoint label is v1, static or naive. Those that
+// infer bench reads back are named in package metric.
 type metrics struct {
 	requests     *prometheus.CounterVec
 	success      *prometheus.CounterVec
@@ -24,6 +26,8 @@ type metrics struct {
 	promptTokens *prometheus.CounterVec
 	genTokens    *prometheus.CounterVec
 	preemptions  *prometheus.CounterVec
+	cacheQueries *prometheus.CounterVec
+	cacheHits    *prometheus.CounterVec
 	stepDur      *prometheus.HistogramVec
 	stepBatch    *prometheus.HistogramVec
 	stepTokens   *prometheus.HistogramVec
@@ -43,6 +47,8 @@ type epMetrics struct {
 	promptTokens prometheus.Counter
 	genTokens    prometheus.Counter
 	preemptions  prometheus.Counter
+	cacheQueries prometheus.Counter
+	cacheHits    prometheus.Counter
 	stepDur      prometheus.Observer
 	stepBatch    prometheus.Observer
 	stepTokens   prometheus.Observer
@@ -71,29 +77,33 @@ func newMetrics(s *Service) *metrics {
 	m := &metrics{
 		requests: counter("infer_gen_requests_total",
 			"Generation requests by endpoint and HTTP status (499: the client went away).", "code"),
-		success: counter("infer_gen_request_success_total",
+		success: counter(metric.GenRequestSuccess,
 			"Requests that finished, by finish reason (stop, length).", "finished_reason"),
 		aborted: counter("infer_gen_requests_aborted_total",
 			"Requests that ended before finishing, by reason (client_gone, deadline, slow_reader, write_failed, model_error).", "reason"),
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "infer_gen_in_flight_requests",
 			Help: "Generation requests being handled."}, ep),
-		ttft: hist("infer_gen_time_to_first_token_seconds",
+		ttft: hist(metric.GenTTFT,
 			"Time from a request's arrival to its first token (first event written, for a stream).", latencyBuckets),
-		tpot: hist("infer_gen_time_per_output_token_seconds",
+		tpot: hist(metric.GenTPOT,
 			"Per request: (e2e latency - time to first token) / (output tokens - 1).", tokenBuckets),
-		e2e: hist("infer_gen_e2e_request_latency_seconds",
+		e2e: hist(metric.GenE2E,
 			"Time from a request's arrival to its last token.", latencyBuckets),
-		queue: hist("infer_gen_request_queue_time_seconds",
+		queue: hist(metric.GenQueueTime,
 			"Time a request waited before its first step.", latencyBuckets),
-		promptTokens: counter("infer_gen_prompt_tokens_total",
+		promptTokens: counter(metric.GenPromptTokens,
 			"Prompt tokens of admitted requests."),
-		genTokens: counter("infer_gen_generation_tokens_total",
+		genTokens: counter(metric.GenGeneratedTokens,
 			"Tokens generated."),
-		preemptions: counter("infer_gen_num_preemptions_total",
+		preemptions: counter(metric.GenPreemptions,
 			"Sequences preempted (their KV freed, to be recomputed) to make room."),
-		stepDur: hist("infer_gen_step_duration_seconds",
+		cacheQueries: counter(metric.GenPrefixCacheQueries,
+			"Prompt tokens of requests started while the prefix cache is on (vLLM's prefix_cache_queries)."),
+		cacheHits: counter(metric.GenPrefixCacheHits,
+			"Of those, the tokens found in the prefix cache, whose KV was reused (vLLM's prefix_cache_hits)."),
+		stepDur: hist(metric.GenStepDuration,
 			"Time the model spent on one engine step.", stepBuckets),
-		stepBatch: hist("infer_gen_step_batch_size",
+		stepBatch: hist(metric.GenStepBatch,
 			"Sequences in one engine step (a static batch's finished rows included).", batchBuckets),
 		stepTokens: hist("infer_gen_iteration_tokens_total",
 			"Tokens fed to the model in one engine step (decodes plus prefill).", tokensBuckets),
@@ -109,6 +119,8 @@ func newMetrics(s *Service) *metrics {
 			promptTokens: m.promptTokens.WithLabelValues(e.name),
 			genTokens:    m.genTokens.WithLabelValues(e.name),
 			preemptions:  m.preemptions.WithLabelValues(e.name),
+			cacheQueries: m.cacheQueries.WithLabelValues(e.name),
+			cacheHits:    m.cacheHits.WithLabelValues(e.name),
 			stepDur:      m.stepDur.WithLabelValues(e.name),
 			stepBatch:    m.stepBatch.WithLabelValues(e.name),
 			stepTokens:   m.stepTokens.WithLabelValues(e.name),
@@ -123,12 +135,12 @@ func newMetrics(s *Service) *metrics {
 			})
 		}
 		m.gauges = append(m.gauges,
-			gauge("infer_gen_num_requests_running", "Sequences running (in the batch).", func(g *generate.Engine) float64 { return float64(g.Running()) }),
-			gauge("infer_gen_num_requests_waiting", "Requests waiting to start.", func(g *generate.Engine) float64 { return float64(g.Waiting()) }),
-			gauge("infer_gen_kv_cache_usage_perc", "Fraction of the KV capacity in use (0 to 1).", func(g *generate.Engine) float64 { return g.KVUsage() }),
+			gauge(metric.GenRunning, "Sequences running (in the batch).", func(g *generate.Engine) float64 { return float64(g.Running()) }),
+			gauge(metric.GenWaiting, "Requests waiting to start.", func(g *generate.Engine) float64 { return float64(g.Waiting()) }),
+			gauge(metric.GenKVUsage, "Fraction of the KV capacity in use (0 to 1).", func(g *generate.Engine) float64 { return g.KVUsage() }),
 		)
 	}
-	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "infer_gen_model_info",
+	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: metric.GenModelInfo,
 		Help:        "The generative model served and its settings (a simulated model's costs); always 1.",
 		ConstLabels: prometheus.Labels{"model": s.info.Name, "backend": s.info.Backend, "params": s.info.Params}})
 	info.Set(1)
@@ -138,7 +150,7 @@ func newMetrics(s *Service) *metrics {
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return append([]prometheus.Collector{m.requests, m.success, m.aborted, m.inFlight, m.ttft, m.tpot, m.e2e, m.queue,
-		m.promptTokens, m.genTokens, m.preemptions, m.stepDur, m.stepBatch, m.stepTokens}, m.gauges...)
+		m.promptTokens, m.genTokens, m.preemptions, m.cacheQueries, m.cacheHits, m.stepDur, m.stepBatch, m.stepTokens}, m.gauges...)
 }
 
 // observeStep runs on the engine's goroutine after each step.
@@ -151,6 +163,10 @@ func (e *epMetrics) observeStep(si generate.StepInfo) {
 	}
 	if si.Preempted > 0 {
 		e.preemptions.Add(float64(si.Preempted))
+	}
+	if si.PrefixQueries > 0 {
+		e.cacheQueries.Add(float64(si.PrefixQueries))
+		e.cacheHits.Add(float64(si.PrefixHits))
 	}
 }
 
@@ -197,14 +213,15 @@ func (e *epMetrics) aborted(reason string) { e.m.aborted.WithLabelValues(e.name,
 // admin API may change at run time.
 type batchingCollector struct{ s *Service }
 
-var batchingDesc = prometheus.NewDesc("infer_gen_batching_info",
+var batchingDesc = prometheus.NewDesc(metric.GenBatchingInfo,
 	"The /v1 generation engine's settings in effect; always 1.",
-	[]string{"policy", "max_seqs", "max_batched_tokens", "kv_tokens", "max_latency"}, nil)
+	[]string{"policy", "max_seqs", "max_batched_tokens", "kv_tokens", "max_latency", "prefix_cache", "block_size"}, nil)
 
 func (c batchingCollector) Describe(ch chan<- *prometheus.Desc) { ch <- batchingDesc }
 
 func (c batchingCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.s.batching()
 	ch <- prometheus.MustNewConstMetric(batchingDesc, prometheus.GaugeValue, 1,
-		string(st.Policy), strconv.Itoa(st.MaxSeqs), strconv.Itoa(st.MaxBatchedTokens), strconv.Itoa(st.KVTokens), st.MaxLatency)
+		string(st.Policy), strconv.Itoa(st.MaxSeqs), strconv.Itoa(st.MaxBatchedTokens), strconv.Itoa(st.KVTokens), st.MaxLatency,
+		strconv.FormatBool(st.PrefixCache), strconv.Itoa(st.BlockSize))
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -32,8 +31,9 @@ type request struct {
 	StreamOptions       *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
-	IgnoreEOS bool `json:"ignore_eos"`
-	MinTokens int  `json:"min_tokens"`
+	IgnoreEOS bool   `json:"ignore_eos"`
+	MinTokens int    `json:"min_tokens"`
+	CacheSalt string `json:"cache_salt"` // vLLM's: the prefix cache is shared only among requests with the same salt
 
 	N        *int            `json:"n"`
 	BestOf   *int            `json:"best_of"`
@@ -58,21 +58,6 @@ type parsed struct {
 	chat         bool
 	stream       bool
 	includeUsage bool
-}
-
-// readBody reads the body, at most limit bytes.
-func readBody(r *http.Request, limit int64) ([]byte, error) {
-	if r.ContentLength > limit {
-		return nil, invalid(http.StatusRequestEntityTooLarge, "", "body_too_large", "request body exceeds %d bytes", limit)
-	}
-	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
-	if err != nil {
-		return nil, invalid(http.StatusBadRequest, "", "bad_body", "reading body: %v", err)
-	}
-	if int64(len(b)) > limit {
-		return nil, invalid(http.StatusRequestEntityTooLarge, "", "body_too_large", "request body exceeds %d bytes", limit)
-	}
-	return b, nil
 }
 
 // parse decodes and validates a body.
@@ -149,7 +134,7 @@ func (h *handler) parse(body []byte, chat bool) (*parsed, error) {
 	if req.MinTokens < 0 || req.MinTokens > p.gen.MaxTokens {
 		return nil, invalid(http.StatusUnprocessableEntity, "min_tokens", "invalid_value", "min_tokens %d: want 0 to max tokens (%d)", req.MinTokens, p.gen.MaxTokens)
 	}
-	p.gen.MinTokens, p.gen.IgnoreEOS = req.MinTokens, req.IgnoreEOS
+	p.gen.MinTokens, p.gen.IgnoreEOS, p.gen.CacheSalt = req.MinTokens, req.IgnoreEOS, req.CacheSalt
 	if p.gen.Stop, err = parseStop(req.Stop); err != nil {
 		return nil, err
 	}

@@ -1,0 +1,110 @@
+package registry
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/inferhq/infer/models"
+	"github.com/inferhq/infer/models/bert"
+	"github.com/inferhq/infer/models/onnx"
+	"github.com/inferhq/infer/models/onnx/onnxtest"
+	"github.com/inferhq/infer/models/onnxgraph"
+	"github.com/inferhq/infer/models/quant"
+	"github.com/inferhq/infer/models/sim"
+)
+
+// Every built-in with weights has an -int8 twin, and every such decoder an
+// -int4 one, derived from the table; the simulated models have none.
+func TestTwinsOfEveryBuiltin(t *testing.T) {
+	for _, e := range entries {
+		if e.Name == "" || e.Of != "" {
+			continue
+		}
+		for _, ts := range TwinSuffixes {
+			m, err := Lookup(e.Name + ts.Suffix)
+			want := !e.Simulated && (ts.Suffix == "-int8" || e.Kind == Decoder)
+			switch {
+			case want && (err != nil || m.Of != e.Name || m.Kind != e.Kind || m.Context != e.Context || m.Engine != e.Engine):
+				t.Errorf("Lookup(%s%s) = %+v, %v; want the twin of %s", e.Name, ts.Suffix, m.Entry, err, e.Name)
+			case !want && err == nil:
+				t.Errorf("Lookup(%s%s) = %s; want no such model", e.Name, ts.Suffix, m)
+			}
+		}
+	}
+	if m, err := Lookup("BERT-Mini-INT8"); err != nil || m.Name != "bert-mini-int8" {
+		t.Errorf("Lookup(BERT-Mini-INT8) = %v, %v", m, err)
+	}
+}
+
+// A twin is quantised into the cache on first use, once, under the twin's
+// name; Graph gives a built-in's float32 graph without loading it.
+func TestOpenTwins(t *testing.T) {
+	cache := t.TempDir()
+	var logs bytes.Buffer
+	s := Settings{CacheDir: cache, Task: "embed", Logger: slogTo(&logs)}
+	m, _ := Lookup("bert-tiny-int8")
+	f, err := m.Encoder(s)
+	onnxtest.SkipWithoutRuntime(t, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if info := f.Info(); info.Name != "bert-tiny-int8" || info.Task != "embed" {
+		t.Errorf("bert-tiny-int8 = %+v", info)
+	}
+	path := f.(*onnx.Factory).Path()
+	info, err := onnxgraph.Inspect(path)
+	if err != nil || !strings.HasPrefix(info.Metadata[quant.MetaQuantization], "int8") || filepath.Dir(path) != cache {
+		t.Errorf("bert-tiny-int8 loaded %s (%v): want a quantised graph in the cache", path, err)
+	}
+	if !strings.Contains(logs.String(), "name=bert-tiny-int8") {
+		t.Errorf("log = %s", logs.String())
+	}
+	before, _ := os.Stat(path)
+	f2, err := m.Encoder(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f2.Close()
+	if after, _ := os.Stat(path); f2.(*onnx.Factory).Path() != path || !after.ModTime().Equal(before.ModTime()) {
+		t.Errorf("a second open made %s anew", f2.(*onnx.Factory).Path())
+	}
+
+	g, _ := Lookup("gpt2-tiny-int4")
+	d, err := g.Decoder(Settings{CacheDir: cache, KVTokens: 2048})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	dinfo, err := onnxgraph.Inspect(d.(*onnx.DecoderFactory).Path())
+	if d.Info().Name != "gpt2-tiny-int4" || d.Decoder().KVTokens != 2048 || err != nil ||
+		!strings.HasPrefix(dinfo.Metadata[quant.MetaQuantization], "int4") {
+		t.Errorf("gpt2-tiny-int4 = %s %+v, %v %v", d.Info().Name, d.Decoder(), dinfo.Metadata, err)
+	}
+
+	base, _ := Lookup("bert-tiny")
+	arch, _ := bert.Lookup("bert-tiny")
+	graph, err := base.Graph(s)
+	if err != nil || graph != filepath.Join(cache, bert.Spec{Arch: arch, Task: bert.Embed}.FileName()) {
+		t.Errorf("Graph(bert-tiny embed) = %s, %v", graph, err)
+	}
+	if _, err := m.Graph(s); !errors.Is(err, quant.ErrQuantized) {
+		t.Errorf("Graph(bert-tiny-int8) = %v, want ErrQuantized", err)
+	}
+}
+
+// A twin whose original does not load through models/onnx is refused,
+// not opened as the original under the twin's name.
+func TestTwinNeedsRewrite(t *testing.T) {
+	e := Entry{Name: "plain", Kind: Encoder, OpenEncoder: func(string, Settings) (models.Factory, error) {
+		return encoder(sim.New(sim.Config{}))
+	}}
+	tw := twin(e, "-int8")
+	if f, err := tw.OpenEncoder("", Settings{}); f != nil || !errors.Is(err, errNoRewrite) {
+		t.Errorf("twin of a model without Rewrite = %v, %v", f, err)
+	}
+}
