@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -207,6 +208,7 @@ func runBench(ctx context.Context, opts *benchOptions) error {
 		return err
 	}
 	summary := loadgen.Summarize(out, sc.SLO)
+	compareSwept(ctx, summary.Models, logger)
 	if opts.Output == "json" {
 		enc := json.NewEncoder(opts.Stdout)
 		enc.SetIndent("", "  ")
@@ -240,6 +242,22 @@ func runBench(ctx context.Context, opts *benchOptions) error {
 		return errInterrupted
 	}
 	return nil
+}
+
+// compareSwept measures the accuracy of each model of a sweep of models
+// against the first (infer models compare on bounded inputs), so that the
+// summary gives speed, memory and accuracy together. A model it cannot
+// compare (a simulated one, another task) says why.
+func compareSwept(ctx context.Context, rows []loadgen.ModelRow, log *slog.Logger) {
+	for i := 1; i < len(rows) && ctx.Err() == nil; i++ {
+		start := time.Now()
+		acc, err := accuracy(ctx, rows[0].Model, rows[i].Model)
+		if err != nil {
+			acc = "not measured: " + err.Error()
+		}
+		rows[i].Accuracy = acc
+		log.Info("compared models", "a", rows[0].Model, "b", rows[i].Model, "took", time.Since(start).Round(time.Millisecond))
+	}
 }
 
 // adminToken is the targets' admin token: the flag's, else the variable

@@ -98,37 +98,7 @@ type compareReport struct {
 }
 
 func runModelsCompare(ctx context.Context, opts *modelsCompareOptions) error {
-	switch {
-	case opts.Items < 0 || opts.Items > maxCompareItems:
-		return usageErrorf("--items %d: want 0 to %d", opts.Items, maxCompareItems)
-	case opts.Prompts < 1 || opts.Prompts > maxComparePrompts:
-		return usageErrorf("--prompts %d: want 1 to %d", opts.Prompts, maxComparePrompts)
-	case opts.Tokens < 0:
-		return usageErrorf("--tokens %d: must not be negative", opts.Tokens)
-	case opts.Threads < 0:
-		return usageErrorf("--threads %d: must not be negative", opts.Threads)
-	}
-	var ms [2]registry.Model
-	for i, name := range []string{opts.A, opts.B} {
-		m, err := (&modelOptions{Model: name}).lookup(quantizeModels)
-		if err != nil {
-			return err
-		}
-		ms[i] = m
-	}
-	if ms[0].Kind != ms[1].Kind {
-		return usageErrorf("%s is an %s and %s a %s: compare models of one kind", opts.A, ms[0].Kind, opts.B, ms[1].Kind)
-	}
-	texts, err := compareTexts(opts)
-	if err != nil {
-		return err
-	}
-	rep := compareReport{A: opts.A, B: opts.B}
-	if ms[0].Kind == registry.Decoder {
-		err = compareDecoders(ctx, opts, ms, texts, &rep)
-	} else {
-		err = compareEncoders(ctx, opts, ms, texts, &rep)
-	}
+	rep, err := compareModels(ctx, opts)
 	if err != nil {
 		return err
 	}
@@ -137,6 +107,72 @@ func runModelsCompare(ctx context.Context, opts *modelsCompareOptions) error {
 	}
 	printComparison(opts.Stdout, rep)
 	return nil
+}
+
+// compareModels measures opts.B against opts.A.
+func compareModels(ctx context.Context, opts *modelsCompareOptions) (compareReport, error) {
+	var rep compareReport
+	switch {
+	case opts.Items < 0 || opts.Items > maxCompareItems:
+		return rep, usageErrorf("--items %d: want 0 to %d", opts.Items, maxCompareItems)
+	case opts.Prompts < 1 || opts.Prompts > maxComparePrompts:
+		return rep, usageErrorf("--prompts %d: want 1 to %d", opts.Prompts, maxComparePrompts)
+	case opts.Tokens < 0:
+		return rep, usageErrorf("--tokens %d: must not be negative", opts.Tokens)
+	case opts.Threads < 0:
+		return rep, usageErrorf("--threads %d: must not be negative", opts.Threads)
+	}
+	var ms [2]registry.Model
+	for i, name := range []string{opts.A, opts.B} {
+		m, err := (&modelOptions{Model: name}).lookup(quantizeModels)
+		if err != nil {
+			return rep, err
+		}
+		ms[i] = m
+	}
+	if ms[0].Kind != ms[1].Kind {
+		return rep, usageErrorf("%s is an %s and %s a %s: compare models of one kind", opts.A, ms[0].Kind, opts.B, ms[1].Kind)
+	}
+	texts, err := compareTexts(opts)
+	if err != nil {
+		return rep, err
+	}
+	rep = compareReport{A: opts.A, B: opts.B}
+	if ms[0].Kind == registry.Decoder {
+		err = compareDecoders(ctx, opts, ms, texts, &rep)
+	} else {
+		err = compareEncoders(ctx, opts, ms, texts, &rep)
+	}
+	return rep, err
+}
+
+// benchCompare bounds the comparison infer bench makes of a sweep's
+// models: the first items of the built-in corpus, or prompts and tokens
+// of a decoder.
+var benchCompare = modelsCompareOptions{Items: 256, Prompts: 8, Tokens: 64, MaxSeqLen: 128}
+
+// accuracy says in one line how closely model b follows model a, on
+// benchCompare's inputs: what infer bench adds to a sweep of models.
+func accuracy(ctx context.Context, a, b string) (string, error) {
+	opts := benchCompare
+	opts.A, opts.B = a, b
+	rep, err := compareModels(ctx, &opts)
+	if err != nil {
+		return "", err
+	}
+	var parts []string
+	if r := rep.Embedding; r != nil {
+		parts = append(parts, fmt.Sprintf("embedding cosine mean %.4f, p1 %.4f, min %.4f over %d items; ranking Kendall's tau %.4f",
+			r.Cosine.Mean, r.Cosine.P1, r.Cosine.Min, r.Items, r.KendallTau))
+	}
+	if r := rep.FillMask; r != nil {
+		parts = append(parts, fmt.Sprintf("fill-mask top-1 agreement %.4f, top-5 overlap %.4f over %d masks", r.Top1, r.Top5, r.Masks))
+	}
+	if r := rep.Decoding; r != nil {
+		parts = append(parts, fmt.Sprintf("teacher-forced top-1 agreement %.4f over %d tokens; greedy runs agree for %.1f tokens on average; log-prob %.3f vs %.3f",
+			r.Top1, r.Positions, r.Diverge.Mean, r.LogProbB, r.LogProbA))
+	}
+	return strings.Join(parts, "; "), nil
 }
 
 // compareTexts returns the corpus: a file's lines or the built-in masked

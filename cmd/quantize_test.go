@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/inferhq/infer/loadgen/target"
 	"github.com/inferhq/infer/models/bert"
 	"github.com/inferhq/infer/models/gpt2"
 	"github.com/inferhq/infer/models/onnx"
@@ -206,4 +208,47 @@ func TestCompareDecoders(t *testing.T) {
 	if code, text := infer(t, "models", "compare", src, tinyBert(t, bert.Embed)); code != exitUsage || !strings.Contains(text, "decoder") {
 		t.Errorf("a decoder against an encoder: exit %d, %s", code, text)
 	}
+}
+
+// infer bench runs a sweep of models side by side, one server each, and
+// its summary gives each model's throughput, p99 and memory with the
+// accuracy of the second against the first.
+func TestBenchModels(t *testing.T) {
+	src := tinyBert(t, bert.FillMask)
+	q := filepath.Join(t.TempDir(), "tiny-int8.onnx")
+	if code, text := infer(t, "models", "quantize", src, q); code != exitOK {
+		t.Fatalf("quantize: %s", text)
+	}
+	scenario := writeScenario(t, fmt.Sprintf(`
+name: models
+server: {}
+load:
+  concurrency: 2
+  warmup: 100ms
+  duration: 400ms
+sweep:
+  model: [%s, %s]
+  batch: 8
+`, src, q))
+	var stdout, stderr bytes.Buffer
+	opts := &benchOptions{
+		Scenario: scenario, Out: filepath.Join(t.TempDir(), "run"), Output: "text", Log: logOptions{Level: "info", Format: "text"},
+		Stdout: &stdout, Stderr: &stderr,
+		Launcher: target.ExecLauncher{Path: os.Args[0], Env: []string{mainEnv + "=1"}},
+	}
+	err := runBench(context.Background(), opts)
+	skipWithoutRuntime(t, err)
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, stderr.String())
+	}
+	text := stdout.String()
+	want := regexp.MustCompile(`models side by side \(ratios to \S+tiny-fill-mask.onnx\):
+  \S+tiny-fill-mask.onnx: \S+ items/s \(1.00×\), p99 \S+ \(1.00×\), RSS \d+ MiB \(1.00×\) at batched c=2
+  \S+tiny-int8.onnx: \S+ items/s \(\d+\.\d\d×\), p99 \S+ \(\d+\.\d\d×\), RSS \d+ MiB \(\d+\.\d\d×\) at batched c=2
+    against \S+: fill-mask top-1 agreement (0\.9\d+|1\.0000), top-5 overlap \d\.\d+ over \d+ masks
+`)
+	if !want.MatchString(text) {
+		t.Errorf("summary:\n%s\nwant the models side by side", text)
+	}
+	t.Logf("summary:\n%s", text)
 }

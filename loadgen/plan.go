@@ -35,28 +35,33 @@ type Plan struct {
 }
 
 // Plans expands the sweep of sc. Points that share a server
-// configuration are consecutive, in the order buckets, policy, max
+// configuration are consecutive, in the order model, buckets, policy, max
 // latency, workers, batch (batch varies fastest); within one
 // configuration, endpoints, then load levels.
 // The naive endpoint does not depend on the batching settings, so it is
-// measured once per load level, with the first configuration.
+// measured once per load level and model, with the model's first
+// configuration.
 func Plans(sc *scenario.Scenario) []Plan {
 	var plans []Plan
+	naive := map[string]bool{} // the models whose naive points are planned
 	for g, set := range settings(sc.Sweep) {
 		var serve []string
 		if sc.Server != nil {
 			serve = sc.Server.Flags(set)
 		}
 		for _, ep := range sc.Sweep.Endpoints {
-			if ep == "naive" && g > 0 {
-				continue
+			if ep == "naive" {
+				if naive[set.Model] {
+					continue
+				}
+				naive[set.Model] = true
 			}
 			scale := 1
 			if sc.Load.PerWorker && ep != "naive" {
 				scale = max(set.Workers, 1)
 			}
 			for level, load := range loads(sc, scale) {
-				p := record.Point{Endpoint: ep, Load: load, Items: sc.Payload.N}
+				p := record.Point{Model: set.Model, Endpoint: ep, Load: load, Items: sc.Payload.N}
 				if ep != "naive" {
 					p.Batch, p.Workers, p.Latency, p.Policy = set.Batch, set.Workers, record.Duration(set.MaxLatency), set.Policy
 					p.Buckets = set.Buckets
@@ -74,6 +79,20 @@ func Plans(sc *scenario.Scenario) []Plan {
 // settings returns each combination of the sweep's server dimensions: the
 // server configurations, in the order they run.
 func settings(s scenario.Sweep) []target.Settings {
+	var out []target.Settings
+	models := s.Model
+	if len(models) == 0 {
+		models = []string{""} // the server's own
+	}
+	for _, m := range models {
+		out = append(out, batchSettings(s, m)...)
+	}
+	return out
+}
+
+// batchSettings returns each combination of the sweep's batching
+// dimensions, for model m.
+func batchSettings(s scenario.Sweep, m string) []target.Settings {
 	or := func(n int) int { return max(n, 1) }
 	var out []target.Settings
 	// A generation server's max_batched_tokens and max_seqs take the
@@ -84,7 +103,7 @@ func settings(s scenario.Sweep) []target.Settings {
 			for li := range or(len(s.MaxLatency)) {
 				for wi := range or(len(s.Workers) + len(s.MaxBatchedTokens)) {
 					for bi := range or(len(s.Batch) + len(s.MaxSeqs)) {
-						var c target.Settings
+						c := target.Settings{Model: m}
 						if len(s.MaxBatchedTokens) > 0 {
 							c.MaxBatchedTokens = s.MaxBatchedTokens[wi]
 						}
@@ -138,17 +157,17 @@ func loads(s *scenario.Scenario, scale int) []record.Load {
 }
 
 // dims names the server dimensions of a sweep.
-type dims struct{ batch, workers, latency, policy, buckets, maxSeqs, mbt bool }
+type dims struct{ model, batch, workers, latency, policy, buckets, maxSeqs, mbt bool }
 
 // varied returns the dimensions the sweep gives more than one value.
 func varied(s scenario.Sweep) dims {
-	return dims{len(s.Batch) > 1, len(s.Workers) > 1, len(s.MaxLatency) > 1, len(s.Policy) > 1, len(s.Buckets) > 1,
+	return dims{len(s.Model) > 1, len(s.Batch) > 1, len(s.Workers) > 1, len(s.MaxLatency) > 1, len(s.Policy) > 1, len(s.Buckets) > 1,
 		len(s.MaxSeqs) > 1, len(s.MaxBatchedTokens) > 1}
 }
 
 // single returns the dimensions the sweep gives one value.
 func single(s scenario.Sweep) dims {
-	return dims{len(s.Batch) == 1, len(s.Workers) == 1, len(s.MaxLatency) == 1, len(s.Policy) == 1, len(s.Buckets) == 1,
+	return dims{len(s.Model) == 1, len(s.Batch) == 1, len(s.Workers) == 1, len(s.MaxLatency) == 1, len(s.Policy) == 1, len(s.Buckets) == 1,
 		len(s.MaxSeqs) == 1, len(s.MaxBatchedTokens) == 1}
 }
 
@@ -158,7 +177,11 @@ func single(s scenario.Sweep) dims {
 // sweep gives one value is the same on every point, and said once
 // (Shared).
 func pointName(p record.Point, show dims, batching bool) string {
-	parts := []string{p.Endpoint}
+	var parts []string
+	if show.model && p.Model != "" {
+		parts = append(parts, p.Model)
+	}
+	parts = append(parts, p.Endpoint)
 	if batching {
 		parts = append(parts, settingParts(p, show)...)
 	}
@@ -224,7 +247,11 @@ func Shared(sc *scenario.Scenario) string {
 	if len(s.MaxBatchedTokens) == 1 {
 		p.MaxBatchedTokens = s.MaxBatchedTokens[0]
 	}
-	return strings.Join(settingParts(p, single(s)), " ")
+	parts := settingParts(p, single(s))
+	if len(s.Model) == 1 {
+		parts = append([]string{s.Model[0]}, parts...)
+	}
+	return strings.Join(parts, " ")
 }
 
 func loadName(l record.Load) string {

@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -126,5 +127,52 @@ sweep:
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("points =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// A sweep of models starts one server per model, each with its own naive
+// points; the points are named by their model.
+func TestPlansModels(t *testing.T) {
+	sc, err := scenario.Parse("s.yaml", ".", []byte(`
+server:
+  devices: cpu
+load:
+  concurrency: 8
+sweep:
+  model: [bert-base, bert-base-int8]
+  endpoints: [naive, batched]
+  batch: [8, 32]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plans := Plans(sc)
+	var got []string
+	for _, p := range plans {
+		got = append(got, fmt.Sprintf("%d %s: %s", p.Group, p.Point.Name, strings.Join(p.Serve[:2], " ")))
+	}
+	want := []string{
+		"0 bert-base naive c=8: --model bert-base",
+		"0 bert-base batched b=8 c=8: --model bert-base",
+		"1 bert-base batched b=32 c=8: --model bert-base",
+		"2 bert-base-int8 naive c=8: --model bert-base-int8",
+		"2 bert-base-int8 batched b=8 c=8: --model bert-base-int8",
+		"3 bert-base-int8 batched b=32 c=8: --model bert-base-int8",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("points =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if plans[3].Point.Model != "bert-base-int8" {
+		t.Errorf("point %+v: want its model", plans[3].Point)
+	}
+	one, err := scenario.Parse("s.yaml", ".", []byte("server: {}\nload:\n  concurrency: 8\nsweep:\n  model: bert-mini-int8\n  batch: [8, 32]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := Shared(one); got != "bert-mini-int8" {
+		t.Errorf("Shared(one model) = %q, want the model", got)
+	}
+	if got := Plans(one)[0].Point.Name; got != "batched b=8 c=8" {
+		t.Errorf("point of one model = %q, want it named without the model", got)
 	}
 }

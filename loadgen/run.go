@@ -318,6 +318,9 @@ func (r *runner) manifest(start time.Time) record.Manifest {
 	if r.sc.Server != nil {
 		m.Model = r.sc.Server.Model
 		m.ModelHash = fileHash(m.Model)
+		if m.Model == "" {
+			m.Model = strings.Join(r.sc.Sweep.Model, ",")
+		}
 	} else {
 		m.Model = r.info.Model
 		m.Runtime = r.info.Backend

@@ -122,9 +122,12 @@ type Summary struct {
 	Points   int    `json:"points"` // planned
 	// Shared are the settings every batched point has, which point names
 	// leave out (Shared).
-	Shared      string `json:"shared,omitempty"`
-	Rows        []Row  `json:"rows"`
-	Interrupted bool   `json:"interrupted,omitempty"`
+	Shared string `json:"shared,omitempty"`
+	Rows   []Row  `json:"rows"`
+	// Models are the models of a sweep of models side by side; nil
+	// without sweep.model.
+	Models      []ModelRow `json:"models,omitempty"`
+	Interrupted bool       `json:"interrupted,omitempty"`
 	// Notices are what the run found missing or assumed, each said once.
 	Notices []string `json:"notices,omitempty"`
 	SLO     struct {
@@ -144,6 +147,7 @@ func Summarize(o *Outcome, slo scenario.SLO) Summary {
 	s := Summary{Scenario: o.Manifest.Scenario, Dir: o.Dir, Points: o.Points, Shared: o.Shared, Interrupted: o.Interrupted,
 		Notices: o.Manifest.Notices}
 	s.SLO.SLO, s.SLO.Require = slo.Record(), slo.Require
+	s.Models = modelRows(o.Records)
 	judged, passed := 0, 0
 	for i := range o.Records {
 		row := RowOf(&o.Records[i], slo)
@@ -187,6 +191,7 @@ func (s Summary) WriteText(w io.Writer) error {
 	} else {
 		s.table(&b)
 	}
+	s.modelsTable(&b)
 	s.tail(&b)
 	_, err := io.WriteString(w, b.String())
 	return err

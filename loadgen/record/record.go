@@ -74,6 +74,7 @@ func (s SLO) LLM() LLMSLO {
 // Point is the configuration of one sweep point.
 type Point struct {
 	Name     string   `json:"name"`              // human label, e.g. "batched b=64 w=2 rate=400"
+	Model    string   `json:"model,omitempty"`   // the model of the server infer started, when the sweep set it
 	Endpoint string   `json:"endpoint"`          // "naive", "batched", "v2", or a URL path
 	Targets  []string `json:"targets"`           // URLs the load was sent to
 	Batch    int      `json:"batch,omitempty"`   // server --batch, when infer started or configured it

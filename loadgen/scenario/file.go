@@ -77,6 +77,7 @@ type (
 		Drain       *string       `yaml:"drain"`
 	}
 	fileSweep struct {
+		Model      list[string] `yaml:"model"`
 		Endpoints  list[string] `yaml:"endpoints"`
 		Batch      list[int]    `yaml:"batch"`
 		Workers    list[int]    `yaml:"workers"`

@@ -176,6 +176,9 @@ func (l Load) Open() bool { return len(l.Rates) > 0 }
 // existing targets through their admin API; Buckets only servers infer
 // starts.
 type Sweep struct {
+	// Model are the models of a server infer starts, one server each, side
+	// by side (bert-base and bert-base-int8); empty: server.model alone.
+	Model      []string
 	Endpoints  []string // "naive", "batched", "v2", or a URL path. Default [batched].
 	Batch      []int
 	Workers    []int

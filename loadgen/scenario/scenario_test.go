@@ -178,6 +178,11 @@ func TestParseErrors(t *testing.T) {
 		{"require", "server:\n  model: sim\nload:\n  concurrency: 8\nslo:\n  require: most\n", 6, "slo.require"},
 		{"syntax", "server:\n  model: [sim\nload:\n  concurrency: 8\n", 3, "must be specified"},
 		{"duplicate key", "server:\n  model: sim\nserver:\n  model: sim\n", 3, "already defined"},
+		{"models of targets", "target:\n  urls: http://a:1\nload:\n  concurrency: 8\nsweep:\n  model: [a, b]\n", 6, "sweep.model: infer starts one server per model"},
+		{"model twice", "server: {}\nload:\n  concurrency: 8\nsweep:\n  model: [bert-base, bert-base-int8, bert-base]\n", 5, "sweep.model[2] bert-base: named twice"},
+		{"model and models", "server:\n  model: sim\nload:\n  concurrency: 8\nsweep:\n  model: [a, b]\n", 2, "server.model and sweep.model"},
+		{"empty model", "server: {}\nload:\n  concurrency: 8\nsweep:\n  model: [a, \"\"]\n", 5, "sweep.model[1]: empty"},
+		{"decoder model", "server: {}\nload:\n  concurrency: 8\nsweep:\n  model: [gpt2-small, gpt2-small-int8]\n", 5, "sweep.model[0] gpt2-small is a generative model"},
 		{"not a mapping", "- a\n- b\n", 1, "sequence was used where mapping is expected"},
 		{"empty", "", 0, "want one YAML document"},
 	} {

@@ -75,7 +75,7 @@ func (v *validator) scenario(fs *fileScenario, dir string) *Scenario {
 	case fs.Target != nil:
 		sc.Targets, sc.Model, sc.AdminTokenEnv = v.target(fs.Target)
 	default:
-		sc.Server = v.server(fs.Server, fs.Sweep != nil && len(fs.Sweep.Buckets) > 0, gen)
+		sc.Server = v.server(fs.Server, fs.Sweep != nil && len(fs.Sweep.Buckets) > 0, fs.Sweep != nil && len(fs.Sweep.Model) > 0, gen)
 	}
 	if gen {
 		sc.Payload = v.llmPayload(fs.Payload, dir)
@@ -136,10 +136,13 @@ func checkBaseURL(s string) error {
 }
 
 // server validates the server section; bucketSweep tells that the sweep
-// sets --buckets.
-func (v *validator) server(s *fileServer, bucketSweep, gen bool) *target.Serve {
+// sets --buckets, modelSweep that it sets the model.
+func (v *validator) server(s *fileServer, bucketSweep, modelSweep, gen bool) *target.Serve {
 	spec := &target.Serve{Model: s.Model}
 	switch {
+	case modelSweep && s.Model != "":
+		v.errorf("$.server.model", "server.model and sweep.model: name the models in sweep.model alone")
+	case modelSweep:
 	case s.Model == "" && gen:
 		v.errorf("$.server", "server.model: name the generative model to serve, such as sim-lm")
 	case s.Model == "":
@@ -356,6 +359,7 @@ func (v *validator) sweep(s *fileSweep, server, gen bool) Sweep {
 		s = &fileSweep{}
 	}
 	out := Sweep{Batch: s.Batch, Workers: s.Workers, Policy: s.Policy, Buckets: s.Buckets}
+	v.models(s, &out, server, gen)
 	if gen {
 		v.llmSweep(s, &out, server)
 		v.maxLatencies(s, &out)
@@ -421,6 +425,36 @@ func (v *validator) sweep(s *fileSweep, server, gen bool) Sweep {
 		v.batching(fmt.Sprintf("$.sweep.policy[%d]", i), "sweep.policy", batch.Config{Policy: batch.Policy(p)}, "")
 	}
 	return out
+}
+
+// maxModels bounds sweep.model: each model is one server started, loaded
+// and measured in turn.
+const maxModels = 16
+
+// models checks sweep.model into out.
+func (v *validator) models(s *fileSweep, out *Sweep, server, gen bool) {
+	if len(s.Model) == 0 {
+		return
+	}
+	if !server {
+		v.errorf("$.sweep.model", "sweep.model: infer starts one server per model; it needs a server: section, not target:")
+		return
+	}
+	if len(s.Model) > maxModels {
+		v.errorf("$.sweep.model", "sweep.model: %d models; at most %d", len(s.Model), maxModels)
+	}
+	for i, m := range s.Model {
+		path := fmt.Sprintf("$.sweep.model[%d]", i)
+		switch {
+		case m == "":
+			v.errorf(path, "sweep.model[%d]: empty; name a model (a built-in such as bert-base-int8, or an .onnx path)", i)
+		case slices.Contains(s.Model[:i], m):
+			v.errorf(path, "sweep.model[%d] %s: named twice; run the scenario again (load.repeats) to measure a model twice", i, m)
+		case !gen && decoderHint(m):
+			v.errorf(path, "sweep.model[%d] %s is a generative model: set payload.api (completions or chat) to load its OpenAI-compatible endpoints", i, m)
+		}
+	}
+	out.Model = s.Model
 }
 
 // maxLatencies checks sweep.max_latency into out.

@@ -1,6 +1,7 @@
 package target
 
 import (
+	"cmp"
 	"strconv"
 	"strings"
 	"time"
@@ -36,6 +37,9 @@ type Serve struct {
 // gives its server; a zero field is left to the server. A started server
 // gets them as flags (Flags), an existing one through its admin API.
 type Settings struct {
+	// Model replaces the Serve's model (a sweep of models); a started
+	// server's only: the admin API cannot change a target's model.
+	Model          string
 	Batch, Workers int
 	MaxLatency     time.Duration
 	MaxLatencySet  bool // MaxLatency is set: zero is a setting too
@@ -74,7 +78,7 @@ const (
 // Flags returns the `infer serve` flags (without --addr, which the
 // launcher adds) of s under settings set.
 func (s *Serve) Flags(set Settings) []string {
-	f := []string{flagModel, s.Model}
+	f := []string{flagModel, cmp.Or(set.Model, s.Model)}
 	dur := func(flag string, d *time.Duration) {
 		if d != nil {
 			f = append(f, flag, d.String())
