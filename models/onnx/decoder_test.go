@@ -68,8 +68,15 @@ func testModel(t testing.TB, spec gpt2.Spec) string {
 // defaults (Path is set here).
 func openTestDecoder(t testing.TB, spec gpt2.Spec, cfg DecoderConfig) (*DecoderFactory, *Decoder) {
 	t.Helper()
-	requireRuntime(t)
 	cfg.Path = testModel(t, spec)
+	return openDecoderConfig(t, cfg)
+}
+
+// openDecoderConfig returns an instance of the decoder cfg opens, with its
+// factory.
+func openDecoderConfig(t testing.TB, cfg DecoderConfig) (*DecoderFactory, *Decoder) {
+	t.Helper()
+	requireRuntime(t)
 	f, err := OpenDecoder(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -170,18 +170,8 @@ func ids(m Mask) []int64 {
 // openDecoderFile returns an instance of the decoder at path.
 func openDecoderFile(t testing.TB, path string) *Decoder {
 	t.Helper()
-	requireRuntime(t)
-	f, err := OpenDecoder(DecoderConfig{Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
-	m, err := f.New(context.Background(), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	return m.(*Decoder)
+	_, d := openDecoderConfig(t, DecoderConfig{Path: path})
+	return d
 }
 
 // TestQuantizedDecoderBatchComposition: gpt2-tiny quantised as a decoder

@@ -773,16 +773,7 @@ func (f *File) WriteTo(w io.Writer) (int64, error) {
 			closer.Close()
 		}
 	}
-	if ew.err == nil {
-		ew.err = ew.w.Flush()
-	}
-	if ew.err != nil {
-		return cw.n, fmt.Errorf("write model: %w", ew.err)
-	}
-	if cw.n != total {
-		return cw.n, fmt.Errorf("wrote %d bytes, computed %d: the encoder is inconsistent", cw.n, total)
-	}
-	return cw.n, nil
+	return ew.end(cw, total)
 }
 
 // copy copies n bytes of r; fewer is an error.

@@ -137,16 +137,7 @@ func (m *Model) WriteTo(w io.Writer) (int64, error) {
 		}
 	}
 	ew.write(parts[2], parts[3])
-	if ew.err == nil {
-		ew.err = ew.w.Flush()
-	}
-	if ew.err != nil {
-		return cw.n, fmt.Errorf("write model: %w", ew.err)
-	}
-	if cw.n != total {
-		return cw.n, fmt.Errorf("wrote %d bytes, computed %d: the encoder is inconsistent", cw.n, total)
-	}
-	return cw.n, nil
+	return ew.end(cw, total)
 }
 
 // tensorSize returns the encoded size of a weight's TensorProto whose fields
@@ -172,6 +163,22 @@ func lengthPrefix(num protowire.Number, n int64) []byte {
 type errWriter struct {
 	w   *bufio.Writer
 	err error
+}
+
+// end flushes the model written through cw and checks that its bytes are
+// the total computed beforehand.
+func (e *errWriter) end(cw *countWriter, total int64) (int64, error) {
+	if e.err == nil {
+		e.err = e.w.Flush()
+	}
+	n := cw.n
+	if e.err != nil {
+		return n, fmt.Errorf("write model: %w", e.err)
+	}
+	if n != total {
+		return n, fmt.Errorf("wrote %d bytes, computed %d: the encoder is inconsistent", n, total)
+	}
+	return n, nil
 }
 
 func (e *errWriter) write(bs ...[]byte) {
