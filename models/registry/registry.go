@@ -36,6 +36,10 @@
 //     its factory's models.DecoderInfo.Engine; zero for the engine's own,
 //     an accelerator's), and Context when it is known before loading.
 //
+// A built-in with weights that loads through models/onnx with the
+// settings' runtime (Settings.runtime) gets its quantised twins (-int8, and
+// -int4 for a decoder) with no more code: see twin.go.
+//
 // registry_test.go then checks that the new name resolves, and infer models
 // list, --help and the unknown-model errors name it with no other change.
 package registry
