@@ -246,7 +246,7 @@ func (s Summary) table(b *strings.Builder) {
 // failures by cause and the schedule lag.
 func (s Summary) llmTable(b *strings.Builder) {
 	open := slices.ContainsFunc(s.Rows, func(r Row) bool { return r.TargetRate > 0 })
-	good := s.SLO.TTFTP99 > 0 || s.SLO.TPOTP99 > 0 || s.SLO.E2ELP99 > 0 || s.SLO.MinGoodput > 0
+	good := s.SLO.TTFTP99 > 0 || s.SLO.TPOTP99 > 0 || s.SLO.E2ELP99 > 0 || s.SLO.MinGoodput > 0 || s.SLO.MinGoodputFraction > 0
 	head := []string{"POINT"}
 	if open {
 		head = append(head, "SENT/s")
@@ -426,6 +426,9 @@ func (s Summary) thresholds() string {
 	}
 	if s.SLO.MinGoodput > 0 {
 		th = append(th, fmt.Sprintf("goodput ≥ %g/s", s.SLO.MinGoodput))
+	}
+	if s.SLO.MinGoodputFraction > 0 {
+		th = append(th, fmt.Sprintf("good ≥ %g%%", 100*s.SLO.MinGoodputFraction))
 	}
 	return strings.Join(th, ", ")
 }

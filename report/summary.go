@@ -119,6 +119,9 @@ func sloText(s record.SLO) string {
 			parts = append(parts, d.name+" p99 ≤ "+fmtMs(d.v.Ms()))
 		}
 	}
+	if s.MinGoodputFraction > 0 {
+		parts = append(parts, "good requests ≥ "+num(100*s.MinGoodputFraction)+" %")
+	}
 	if s.MinGoodput > 0 {
 		parts = append(parts, "goodput ≥ "+num(s.MinGoodput)+" req/s")
 	}
