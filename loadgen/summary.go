@@ -136,6 +136,9 @@ type Summary struct {
 	// thresholds passes.
 	Passed  bool   `json:"passed"`
 	Verdict string `json:"verdict"`
+	// Capacity ranks a capacity search's configurations (load.search) by
+	// the highest load meeting the SLO; the verdict is then theirs.
+	Capacity []record.Capacity `json:"capacity,omitempty"`
 }
 
 // Summarize judges the outcome of a run against the scenario's SLO.
@@ -156,6 +159,8 @@ func Summarize(o *Outcome, slo scenario.SLO) Summary {
 		}
 	}
 	switch {
+	case o.Search:
+		s.judgeSearch(o, slo.Require)
 	case !slo.Set():
 		s.Passed, s.Verdict = true, "no thresholds set"
 	case judged == 0:
@@ -187,6 +192,7 @@ func (s Summary) WriteText(w io.Writer) error {
 	} else {
 		s.table(&b)
 	}
+	s.capacityTable(&b)
 	s.tail(&b)
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -349,7 +355,9 @@ func (s Summary) tail(b *strings.Builder) {
 	for _, n := range s.Notices {
 		fmt.Fprintf(b, "note: %s\n", n)
 	}
-	if s.Interrupted {
+	if s.Interrupted && len(s.Capacity) > 0 {
+		fmt.Fprintln(b, "stopped: the capacities marked ? are partial")
+	} else if s.Interrupted {
 		done := 0
 		for _, r := range s.Rows {
 			if !r.Partial {

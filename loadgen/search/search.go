@@ -150,6 +150,8 @@ type Probe struct {
 	// Partial says the probe's measurements were cut short (the measure
 	// function failed): it decided nothing.
 	Partial bool
+	// End is set on the search's last probe: why it ended.
+	End End
 }
 
 // Spread returns the smallest and largest margin of p's measurements.
@@ -228,9 +230,9 @@ type state struct {
 
 func (s *state) run(measure Measure, probed func(Probe)) Result {
 	level, phase := s.cfg.From, Bracket
-	end := Budget
+	var end End
 	var err error
-	for len(s.probes) < s.cfg.MaxProbes {
+	for {
 		p := Probe{N: len(s.probes) + 1, Level: level, Phase: phase}
 		var whys []string
 		for {
@@ -251,15 +253,15 @@ func (s *state) run(measure Measure, probed func(Probe)) Result {
 		}
 		p.Repeated = strings.Join(whys, ", ")
 		if err != nil {
+			end = Failed
 			if len(p.Measurements) > 0 {
-				p.Partial = true
+				p.Partial, p.End = true, Failed
 				p.Passed, p.Failed = s.passed, s.failed
 				s.probes = append(s.probes, p)
 				if probed != nil {
 					probed(p)
 				}
 			}
-			end = Failed
 			break
 		}
 		p.Margin, p.Unsteady = decide(p.Measurements)
@@ -270,13 +272,18 @@ func (s *state) run(measure Measure, probed func(Probe)) Result {
 			s.failed = level
 		}
 		p.Passed, p.Failed = s.passed, s.failed
+		next, e, done := s.next(level)
+		if !done && len(s.probes)+1 == s.cfg.MaxProbes {
+			e, done = Budget, true
+		}
+		if done {
+			p.End, end = e, e
+		}
 		s.probes = append(s.probes, p)
 		if probed != nil {
 			probed(p)
 		}
-		next, e, done := s.next(level)
 		if done {
-			end = e
 			break
 		}
 		level = next

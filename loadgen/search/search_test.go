@@ -39,6 +39,16 @@ func TestRunLinear(t *testing.T) {
 	if len(seen) != len(r.Probes) {
 		t.Errorf("probed %d times for %d probes", len(seen), len(r.Probes))
 	}
+	for i, p := range seen {
+		if want := End(""); i == len(seen)-1 {
+			want = Converged
+			if p.End != want {
+				t.Errorf("last probe's end %q, want %q", p.End, want)
+			}
+		} else if p.End != want {
+			t.Errorf("probe %d's end %q, want none", p.N, p.End)
+		}
+	}
 	for _, p := range r.Probes {
 		near := p.Level/423 >= 1/Near && p.Level/423 <= Near
 		n := 1
@@ -117,6 +127,9 @@ func TestRunEnds(t *testing.T) {
 			}
 			if (r.Err != nil) != (tc.end == Failed) || (r.Err != nil && !errors.Is(r.Err, boom)) {
 				t.Errorf("err = %v", r.Err)
+			}
+			if last := r.Probes[len(r.Probes)-1]; tc.end != Failed && last.End != tc.end {
+				t.Errorf("last probe's end %q, want %q", last.End, tc.end)
 			}
 		})
 	}
@@ -245,7 +258,7 @@ func TestRunCutShort(t *testing.T) {
 		return Measurement{Margin: x / 420}, nil
 	}, func(p Probe) { seen = append(seen, p) })
 	last := r.Probes[len(r.Probes)-1]
-	if r.End != Failed || !errors.Is(r.Err, boom) || !last.Partial || last.Level != 400 || len(last.Measurements) != 1 ||
+	if r.End != Failed || !errors.Is(r.Err, boom) || !last.Partial || last.End != Failed || last.Level != 400 || len(last.Measurements) != 1 ||
 		last.Passed != 200 || last.Failed != 0 || r.Passed != 200 || len(seen) != 3 {
 		t.Errorf("end %v err %v, last probe %+v, bracket %v–%v, %d probed", r.End, r.Err, last, r.Passed, r.Failed, len(seen))
 	}
