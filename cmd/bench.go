@@ -303,6 +303,9 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 
 // printPlan lists the points of the sweep.
 func printPlan(w io.Writer, sc *scenario.Scenario) error {
+	if sc.Load.Search != nil {
+		return printSearchPlan(w, sc)
+	}
 	plans := loadgen.Plans(sc)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "#\tPOINT\tSERVER")

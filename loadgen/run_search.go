@@ -39,9 +39,9 @@ func SearchPlans(sc *scenario.Scenario) []Plan {
 	return Plans(&one)
 }
 
-// configName names a plan's configuration without its load: "batched
+// ConfigName names a plan's configuration without its load: "batched
 // b=64", "naive".
-func configName(sc *scenario.Scenario, p record.Point) string {
+func ConfigName(sc *scenario.Scenario, p record.Point) string {
 	parts := []string{p.Endpoint}
 	if p.Endpoint != "naive" {
 		parts = append(parts, settingParts(p, varied(sc.Sweep))...)
@@ -89,8 +89,9 @@ func (r *runner) search(ctx context.Context, tpls []Plan, w *record.Writer, out 
 			return true, nil
 		}
 		start := time.Now()
-		name := configName(r.sc, tpl.Point)
+		name := ConfigName(r.sc, tpl.Point)
 		r.mon.startSearch(ci, len(tpls), name, r.sc.Load.Search)
+		r.mon.startPoint(tpl, 1, r.sc.Load.Warmup+r.sc.Load.Duration, 0)
 		if err := r.serve(ctx, tpl); err != nil {
 			if ctx.Err() != nil {
 				return true, nil

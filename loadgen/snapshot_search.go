@@ -43,6 +43,8 @@ type SearchStep struct {
 	Measured int     // its measurements
 	Unsteady bool
 	Partial  bool
+	// Passed and Failed are the bracket after it (SearchLive's).
+	Passed, Failed float64
 }
 
 // startSearch begins the search of configuration ci (from 0) of n.
@@ -88,7 +90,7 @@ func (m *monitor) probed(p search.Probe, rs *record.Search) {
 		return
 	}
 	s.Steps = append(s.Steps, SearchStep{Level: p.Level, Pass: rs.Pass, Margin: rs.Margin, Measured: len(p.Measurements),
-		Unsteady: p.Unsteady, Partial: p.Partial})
+		Unsteady: p.Unsteady, Partial: p.Partial, Passed: p.Passed, Failed: p.Failed})
 	s.Passed, s.Failed = p.Passed, p.Failed
 	c := search.Config{From: s.From, To: s.To, Whole: s.Over == record.OverClients, Tolerance: s.Tolerance, MaxProbes: s.MaxProbes}
 	s.Left = c.Left(len(s.Steps), p.Level, p.Passed, p.Failed)

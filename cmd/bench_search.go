@@ -1,0 +1,40 @@
+package cmd
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/inferhq/infer/loadgen"
+	"github.com/inferhq/infer/loadgen/scenario"
+)
+
+// printSearchPlan lists the configurations a capacity search searches,
+// and its bounds.
+func printSearchPlan(w io.Writer, sc *scenario.Scenario) error {
+	s := sc.Load.Search
+	plans := loadgen.SearchPlans(sc)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "#\tCONFIGURATION\tSERVER")
+	for i, p := range plans {
+		server := strings.Join(p.Serve, " ")
+		if p.Serve == nil {
+			server = strings.Join(sc.Targets, ",")
+			if set := p.Settings.Flags(); len(set) > 0 {
+				server += " via admin API: " + strings.Join(set, " ")
+			}
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\n", i, loadgen.ConfigName(sc, p.Point), server)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	per := sc.Load.Warmup + sc.Load.Duration
+	_, err := fmt.Fprintf(w, "%d configurations, each searched over %s from %s to %s: growing ×%g, then halving to within %g %%, "+
+		"at most %d levels of up to %d measurements; load time at most %v (%d × %d × %d × %v)\n",
+		len(plans), s.Over, loadgen.LevelText(s.Over, s.From), loadgen.LevelText(s.Over, s.To), s.Growth, 100*s.Tolerance,
+		s.MaxPoints, s.Repeats, time.Duration(len(plans)*s.MaxPoints*s.Repeats)*per, len(plans), s.MaxPoints, s.Repeats, per)
+	return err
+}
