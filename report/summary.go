@@ -31,6 +31,7 @@ func (v *view) summary(res *Result) string {
 	v.writeFacts(&b)
 	v.writeWarnings(&b)
 	v.writeBest(&b)
+	v.writeCapacity(&b)
 	v.writePolicies(&b)
 	v.writeBucketing(&b)
 	v.writeInjected(&b)
