@@ -32,9 +32,13 @@ func printSearchPlan(w io.Writer, sc *scenario.Scenario) error {
 		return err
 	}
 	per := sc.Load.Warmup + sc.Load.Duration
-	_, err := fmt.Fprintf(w, "%d configurations, each searched over %s from %s to %s: growing ×%g, then halving to within %g %%, "+
+	what := fmt.Sprintf("%d configurations, each", len(plans))
+	if len(plans) == 1 {
+		what = "1 configuration,"
+	}
+	_, err := fmt.Fprintf(w, "%s searched over %s from %s to %s: growing ×%g, then halving to within %g %%, "+
 		"at most %d levels of up to %d measurements; load time at most %v (%d × %d × %d × %v)\n",
-		len(plans), s.Over, loadgen.LevelText(s.Over, s.From), loadgen.LevelText(s.Over, s.To), s.Growth, 100*s.Tolerance,
+		what, s.Over, loadgen.LevelText(s.Over, s.From), loadgen.LevelText(s.Over, s.To), s.Growth, 100*s.Tolerance,
 		s.MaxPoints, s.Repeats, time.Duration(len(plans)*s.MaxPoints*s.Repeats)*per, len(plans), s.MaxPoints, s.Repeats, per)
 	return err
 }

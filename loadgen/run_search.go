@@ -101,6 +101,7 @@ func (r *runner) search(ctx context.Context, tpls []Plan, w *record.Writer, out 
 		var (
 			run      pointRun
 			plan     Plan
+			level    float64       // plan's
 			perLevel time.Duration // the mean time of a measurement so far
 			measured int
 			writeErr error
@@ -108,11 +109,12 @@ func (r *runner) search(ctx context.Context, tpls []Plan, w *record.Writer, out 
 			probes         int
 			passed, failed float64
 		)
-		measure := func(level float64, rep int) (search.Measurement, error) {
+		measure := func(x float64, rep int) (search.Measurement, error) {
 			if ctx.Err() != nil {
 				return search.Measurement{}, errStopped
 			}
 			if rep == 1 {
+				level = x
 				plan = atLevel(r.sc, tpl, level, index)
 				index++
 				run = r.newRun(plan)
@@ -137,47 +139,67 @@ func (r *runner) search(ctx context.Context, tpls []Plan, w *record.Writer, out 
 			measured++
 			perLevel += (time.Since(began) - perLevel) / time.Duration(measured)
 			last, unsteady := run.last()
+			doubt := doubtOf(last, unsteady)
 			if last.ErrorRate() > 0 || last.Sent == 0 {
 				if err := target.Reachable(ctx, r.servers.URLs()); err != nil && ctx.Err() == nil {
 					return search.Measurement{}, &targetFailedError{err}
 				}
 			}
-			return search.Measurement{Margin: Margin(last, r.sc.SLO), Unsteady: unsteady}, nil
+			return search.Measurement{Margin: Margin(last, r.sc.SLO), Doubt: doubt}, nil
 		}
-		var failure error // why the search failed, once it has
+		var written pointRun // the run whose record was written last
+		write := func(rec *record.Record, p search.Probe, s *record.Search) {
+			rec.Flags = append(rec.Flags, record.FlagSearch)
+			rec.Search = s
+			if err := w.Write(rec); err != nil && writeErr == nil {
+				writeErr = fmt.Errorf("write results: %w", err)
+			}
+			written = run
+			out.Records = append(out.Records, *rec)
+			r.mon.finishPoint(RowOf(rec, r.sc.SLO))
+			r.mon.probed(p, s)
+			r.cfg.Logger.Info("probe done", "config", name, "level", p.Level, "pass", s.Pass, "margin", s.Margin,
+				"bracket", fmt.Sprintf("%v–%v", p.Passed, p.Failed), "end", s.End)
+		}
+		var partial *search.Probe // a probe cut short after some measurements
 		probed := func(p search.Probe) {
+			if p.Partial {
+				partial = &p
+				return
+			}
 			rec := run.record()
 			if rec == nil {
 				return
 			}
-			rec.Flags = append(rec.Flags, record.FlagSearch)
 			s := r.probeRecord(ci, name, cfg, p)
-			if p.End == search.Failed {
-				s.End, s.Why = r.failedEnd(failure, p.Level)
+			if p.End != "" {
+				s.Why = r.why(p, cfg, RowOf(rec, r.sc.SLO).Violations)
+			}
+			write(rec, p, s)
+			probes, passed, failed = p.N, p.Passed, p.Failed
+		}
+		res := search.Run(cfg, measure, probed)
+		if res.End == search.Failed && run != nil && run != written {
+			// The level measured when the search failed: what it measured
+			// of it, partial.
+			p := search.Probe{N: probes + 1, Level: level, Phase: search.Bracket, Passed: passed, Failed: failed, Partial: true, End: search.Failed}
+			if failed > 0 {
+				p.Phase = search.Bisect
+			}
+			if partial != nil {
+				p = *partial
+			}
+			if rec := run.record(); rec != nil {
+				s := r.probeRecord(ci, name, cfg, p)
+				s.End, s.Why = r.failedEnd(res.Err, p.Level)
 				rec.Partial = true
 				if s.End == record.EndTargetFailed {
 					rec.Flags = append(rec.Flags, record.FlagTargetFailed)
 					rec.Valid = false
 				}
-			} else if p.End != "" {
-				s.Why = r.why(p, cfg, RowOf(rec, r.sc.SLO).Violations)
+				write(rec, p, s)
 			}
-			rec.Search = s
-			if err := w.Write(rec); err != nil && writeErr == nil {
-				writeErr = fmt.Errorf("write results: %w", err)
-			}
-			out.Records = append(out.Records, *rec)
-			r.mon.finishPoint(RowOf(rec, r.sc.SLO))
-			r.mon.probed(p, s)
-			probes, passed, failed = p.N, p.Passed, p.Failed
-			r.cfg.Logger.Info("probe done", "config", name, "level", p.Level, "pass", p.Pass, "margin", round3(p.Margin),
-				"bracket", fmt.Sprintf("%v–%v", p.Passed, p.Failed), "end", s.End)
 		}
-		res := search.Run(cfg, func(level float64, rep int) (search.Measurement, error) {
-			m, err := measure(level, rep)
-			failure = err
-			return m, err
-		}, probed)
 		elapsed[ci] = time.Since(start)
 		if writeErr != nil {
 			return false, writeErr
@@ -197,6 +219,23 @@ func (r *runner) search(ctx context.Context, tpls []Plan, w *record.Writer, out 
 		return false, res.Err
 	}
 	return false, nil
+}
+
+// doubtOf says why a measurement's figures are in doubt, for a search to
+// measure its level again: its throughput drifted, its sends fell behind
+// their schedule, or the load generator saturated; "" when none. A held
+// back open loop (coordinated omission) and failures are no doubt: they
+// are what the SLO judges.
+func doubtOf(r *record.Record, unsteady bool) string {
+	if unsteady {
+		return record.FlagUnsteady
+	}
+	for _, f := range r.Flags {
+		if f == record.FlagScheduleLag || f == record.FlagGeneratorSaturated {
+			return f
+		}
+	}
+	return ""
 }
 
 // probeRecord is the Search of a probe's record.

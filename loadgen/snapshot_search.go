@@ -20,7 +20,7 @@ type SearchLive struct {
 	MaxProbes       int
 	// Probe is the probe being measured (from 1), at Level, in its
 	// Repeat-th measurement (from 1; a level near the SLO's bounds, or
-	// unsteady, is measured again).
+	// one in doubt, is measured again).
 	Probe  int
 	Level  float64
 	Repeat int
@@ -41,7 +41,7 @@ type SearchStep struct {
 	Pass     bool
 	Margin   float64 // the median of its measurements' (search.Measurement)
 	Measured int     // its measurements
-	Unsteady bool
+	Doubtful bool    // every measurement was in doubt (search.Probe)
 	Partial  bool
 	// Passed and Failed are the bracket after it (SearchLive's).
 	Passed, Failed float64
@@ -90,7 +90,7 @@ func (m *monitor) probed(p search.Probe, rs *record.Search) {
 		return
 	}
 	s.Steps = append(s.Steps, SearchStep{Level: p.Level, Pass: rs.Pass, Margin: rs.Margin, Measured: len(p.Measurements),
-		Unsteady: p.Unsteady, Partial: p.Partial, Passed: p.Passed, Failed: p.Failed})
+		Doubtful: p.Doubtful, Partial: p.Partial, Passed: p.Passed, Failed: p.Failed})
 	s.Passed, s.Failed = p.Passed, p.Failed
 	c := search.Config{From: s.From, To: s.To, Whole: s.Over == record.OverClients, Tolerance: s.Tolerance, MaxProbes: s.MaxProbes}
 	s.Left = c.Left(len(s.Steps), p.Level, p.Passed, p.Failed)

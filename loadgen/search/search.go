@@ -3,8 +3,8 @@
 // misses the SLO, then bisects between the highest level that met it and
 // the lowest that missed it until the two are within a tolerance. A
 // measurement near the SLO's bounds is repeated and the median of the
-// repeats decides; an unsteady one (Drift) is repeated before it is
-// trusted. The package measures nothing itself: the caller's function
+// repeats decides; one in doubt (unsteady, by Drift, or otherwise
+// flagged) is repeated before it is trusted. The package measures nothing itself: the caller's function
 // does, so the logic is tested with fakes, exactly, in no time.
 package search
 
@@ -35,7 +35,7 @@ type Config struct {
 	// MaxProbes bounds the levels measured. Default 12; 2 to 100.
 	MaxProbes int
 	// Repeats bounds the measurements of one level: a level whose
-	// measurement is unsteady or near the SLO's bounds is measured again,
+	// measurement is in doubt or near the SLO's bounds is measured again,
 	// up to Repeats times in all. Default 3; 1 (never again) to 9.
 	Repeats int
 }
@@ -54,8 +54,9 @@ const (
 )
 
 // Near is how close to the SLO's bounds a measurement is near them: a
-// margin (Measurement.Margin) within a factor Near of 1, from 0.8 to 1.25.
-const Near = 1.25
+// margin (Measurement.Margin) within a factor Near of 1, from 0.67 to 1.5.
+// A shared machine's stalls move a p99 by that much.
+const Near = 1.5
 
 // MaxMargin caps a margin: a level with no successful request, whose
 // latency is unknown, misses its bounds by this factor.
@@ -108,9 +109,11 @@ type Measurement struct {
 	// good share allowed ÷ the good share…): at most 1 meets every
 	// bound. At most MaxMargin.
 	Margin float64
-	// Unsteady says the measurement drifted across its window (Drift):
-	// it is measured again before it is trusted.
-	Unsteady bool
+	// Doubt says why the measurement's figures are in doubt ("" when
+	// they are not): "unsteady" (its throughput drifted across its
+	// window, Drift), or a flag such as "schedule-lag". Such a level is
+	// measured again, and a measurement without doubt outvotes it.
+	Doubt string
 }
 
 // Phase is a probe's part of the search.
@@ -122,11 +125,9 @@ const (
 	Bisect  Phase = "bisect"  // halving the bracket
 )
 
-// Why a level was measured more than once.
-const (
-	RepeatUnsteady = "unsteady"
-	RepeatNear     = "near the SLO"
-)
+// RepeatNear says a level was measured again because its margin was
+// near the SLO's bounds; a doubt (Measurement.Doubt) is the other reason.
+const RepeatNear = "near the SLO"
 
 // Probe is a level measured, once or more.
 type Probe struct {
@@ -134,15 +135,15 @@ type Probe struct {
 	Level        float64
 	Phase        Phase
 	Measurements []Measurement
-	// Margin is the median margin of the steady measurements (of all,
-	// when none is steady): it decides Pass.
+	// Margin is the median margin of the measurements without doubt (of
+	// all, when each is in doubt): it decides Pass.
 	Margin float64
 	Pass   bool
-	// Unsteady says no measurement was steady: the verdict rests on
-	// unsteady ones.
-	Unsteady bool
-	// Repeated says why the level was measured more than once: "",
-	// RepeatUnsteady, RepeatNear, or both joined by ", ".
+	// Doubtful says every measurement was in doubt: the verdict rests on
+	// them.
+	Doubtful bool
+	// Repeated says why the level was measured more than once: the
+	// doubts and RepeatNear, joined by ", "; "" when it was not.
 	Repeated string
 	// Passed and Failed are the bracket after this probe: the highest
 	// level that met the SLO and the lowest that missed it; 0 for none.
@@ -264,7 +265,7 @@ func (s *state) run(measure Measure, probed func(Probe)) Result {
 			}
 			break
 		}
-		p.Margin, p.Unsteady = decide(p.Measurements)
+		p.Margin, p.Doubtful = decide(p.Measurements)
 		p.Pass = p.Margin <= 1
 		if p.Pass {
 			s.passed = level
@@ -346,36 +347,36 @@ func (s *state) mid() float64 {
 }
 
 // again reports whether a level measured ms so far is measured once more,
-// and why: while no measurement is steady; and while the steady ones'
-// median is near the SLO's bounds, until one verdict holds a majority of
-// Repeats.
+// and why: while every measurement is in doubt; and while the median of
+// those without doubt is near the SLO's bounds, until one verdict holds a
+// majority of Repeats.
 func (s *state) again(ms []Measurement) (string, bool) {
 	if len(ms) >= s.cfg.Repeats {
 		return "", false
 	}
-	steady := margins(ms, true)
-	if len(steady) == 0 {
-		return RepeatUnsteady, true
+	trusted := margins(ms, true)
+	if len(trusted) == 0 {
+		return ms[len(ms)-1].Doubt, true
 	}
-	if m := median(steady); m < 1/Near || m > Near {
+	if m := median(trusted); m < 1/Near || m > Near {
 		return "", false
 	}
 	pass := 0
-	for _, m := range steady {
+	for _, m := range trusted {
 		if m <= 1 {
 			pass++
 		}
 	}
 	need := s.cfg.Repeats/2 + 1
-	if pass >= need || len(steady)-pass >= need {
+	if pass >= need || len(trusted)-pass >= need {
 		return "", false
 	}
 	return RepeatNear, true
 }
 
-// decide returns the median margin of the steady measurements, or of all
-// when none is steady (unsteady then true).
-func decide(ms []Measurement) (margin float64, unsteady bool) {
+// decide returns the median margin of the measurements without doubt,
+// or of all when each is in doubt (doubtful then true).
+func decide(ms []Measurement) (margin float64, doubtful bool) {
 	m := margins(ms, true)
 	if len(m) == 0 {
 		return median(margins(ms, false)), true
@@ -383,11 +384,12 @@ func decide(ms []Measurement) (margin float64, unsteady bool) {
 	return median(m), false
 }
 
-// margins returns the margins of ms, of the steady ones only when steady.
-func margins(ms []Measurement, steady bool) []float64 {
+// margins returns the margins of ms, of those without doubt only when
+// trusted.
+func margins(ms []Measurement, trusted bool) []float64 {
 	var out []float64
 	for _, m := range ms {
-		if !steady || !m.Unsteady {
+		if !trusted || m.Doubt == "" {
 			out = append(out, m.Margin)
 		}
 	}

@@ -69,8 +69,8 @@ func TestRunLinear(t *testing.T) {
 			t.Errorf("bracket widened from %v–%v to %v–%v", a.Passed, a.Failed, b.Passed, b.Failed)
 		}
 	}
-	if r.Measurements() != 15 {
-		t.Errorf("measurements = %d, want 15", r.Measurements())
+	if r.Measurements() != 16 {
+		t.Errorf("measurements = %d, want 16", r.Measurements())
 	}
 }
 
@@ -195,11 +195,11 @@ func TestRunNoisyBoundary(t *testing.T) {
 	}
 }
 
-// TestRunUnsteady: an unsteady measurement is measured again and set
-// aside once a steady one exists; a level never steady is decided by all
-// of its measurements, and says so.
-func TestRunUnsteady(t *testing.T) {
-	u := func(m float64) Measurement { return Measurement{Margin: m, Unsteady: true} }
+// TestRunDoubts: a measurement in doubt (unsteady, say) is measured again
+// and set aside once one without doubt exists; a level never free of
+// doubt is decided by all of its measurements, and says so.
+func TestRunDoubts(t *testing.T) {
+	u := func(m float64) Measurement { return Measurement{Margin: m, Doubt: "unsteady"} }
 	st := func(m float64) Measurement { return Measurement{Margin: m} }
 	s := script{
 		100: {u(2), st(0.4)},            // unsteady miss, then a clear steady pass: passes
@@ -215,20 +215,20 @@ func TestRunUnsteady(t *testing.T) {
 	for _, tc := range []struct {
 		level    float64
 		pass     bool
-		unsteady bool
+		doubtful bool
 		n        int
 		repeated string
 	}{
-		{100, true, false, 2, RepeatUnsteady},
-		{200, true, true, 3, RepeatUnsteady},
+		{100, true, false, 2, "unsteady"},
+		{200, true, true, 3, "unsteady"},
 		{400, false, false, 3, RepeatNear},
-		{300, false, false, 3, RepeatUnsteady + ", " + RepeatNear},
+		{300, false, false, 3, "unsteady, " + RepeatNear},
 		{250, true, false, 1, ""},
 	} {
 		p := r.Probes[slices.IndexFunc(r.Probes, func(p Probe) bool { return p.Level == tc.level })]
-		if p.Pass != tc.pass || p.Unsteady != tc.unsteady || len(p.Measurements) != tc.n || p.Repeated != tc.repeated {
-			t.Errorf("level %v: pass %v unsteady %v, %d measurements, repeated %q; want %v %v %d %q",
-				tc.level, p.Pass, p.Unsteady, len(p.Measurements), p.Repeated, tc.pass, tc.unsteady, tc.n, tc.repeated)
+		if p.Pass != tc.pass || p.Doubtful != tc.doubtful || len(p.Measurements) != tc.n || p.Repeated != tc.repeated {
+			t.Errorf("level %v: pass %v doubtful %v, %d measurements, repeated %q; want %v %v %d %q",
+				tc.level, p.Pass, p.Doubtful, len(p.Measurements), p.Repeated, tc.pass, tc.doubtful, tc.n, tc.repeated)
 		}
 	}
 	if r.End != Converged || r.Passed != 250 || r.Failed != 300 {
@@ -239,9 +239,9 @@ func TestRunUnsteady(t *testing.T) {
 		if rep > 1 {
 			t.Fatalf("level %v measured %d times with repeats 1", x, rep)
 		}
-		return Measurement{Margin: x / 420, Unsteady: true}, nil
+		return Measurement{Margin: x / 420, Doubt: "schedule-lag"}, nil
 	}, nil)
-	if r.End != Converged || !r.Probes[0].Unsteady {
+	if r.End != Converged || !r.Probes[0].Doubtful {
 		t.Errorf("end %v, first probe %+v", r.End, r.Probes[0])
 	}
 }

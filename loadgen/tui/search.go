@@ -67,8 +67,8 @@ func searchView(s *loadgen.SearchLive, width int) string {
 			if st.Measured > 1 {
 				note = fmt.Sprintf(" ×%d", st.Measured)
 			}
-			if st.Unsteady {
-				note += " unsteady"
+			if st.Doubtful {
+				note += " in doubt"
 			}
 			row := fmt.Sprintf("%3d %9s %s %5s ", skip+i+1, num(st.Level), mark, marginText(st.Margin)) +
 				ladder(lo, hi, st.Passed, st.Failed, st.Level, barW) + dimStyle.Render(note)

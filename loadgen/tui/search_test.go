@@ -24,7 +24,7 @@ func searching() loadgen.Snapshot {
 			{Level: 100, Pass: true, Margin: 0.3, Measured: 1, Passed: 100},
 			{Level: 200, Pass: true, Margin: 0.42, Measured: 1, Passed: 200},
 			{Level: 400, Pass: true, Margin: 0.93, Measured: 2, Passed: 400},
-			{Level: 800, Pass: false, Margin: 1000, Measured: 1, Passed: 400, Failed: 800, Unsteady: true},
+			{Level: 800, Pass: false, Margin: 1000, Measured: 1, Passed: 400, Failed: 800, Doubtful: true},
 		},
 		Found: []record.Capacity{{Name: "batched b=8", Over: record.OverRate, Capacity: 338, Failed: 350}},
 	}
@@ -43,7 +43,7 @@ func TestViewSearch(t *testing.T) {
 		"config 2/2 · probe 6", "batched b=64 rate=600/s",
 		"search   batched b=64 · probe 6 of ≤12 at 600 req/s · measurement 2",
 		"bracket  400 ✓ … 800 ✗ req/s (100 % wide)  to within 5 %",
-		"  1        50 ✓ 0.31× ▕┃━━━", "  4       400 ✓ 0.93× ", "×2", "  5       800 ✗    ≫1 ", "unsteady",
+		"  1        50 ✓ 0.31× ▕┃━━━", "  4       400 ✓ 0.93× ", "×2", "  5       800 ✗    ≫1 ", "in doubt",
 		"found    batched b=8: 338 req/s (350 missed)",
 	} {
 		if !strings.Contains(view, want) {
