@@ -81,16 +81,17 @@ func (e *targetFailedError) Unwrap() error { return e.err }
 // set.
 func (r *runner) search(ctx context.Context, tpls []Plan, w *record.Writer, out *Outcome) (interrupted bool, err error) {
 	cfg := r.sc.Load.Search.Config().WithDefaults()
-	index := 0
 	elapsed := map[int]time.Duration{}
 	defer func() { out.Capacities = capacities(out.Records, elapsed) }()
+	index := 0 // of the next probe's record
 	for ci, tpl := range tpls {
 		if ctx.Err() != nil {
 			return true, nil
 		}
 		start := time.Now()
-		name := ConfigName(r.sc, tpl.Point)
-		r.mon.startSearch(ci, len(tpls), name, r.sc.Load.Search)
+		c := &configSearch{r: r, ctx: ctx, cfg: cfg, ci: ci, configs: len(tpls), name: ConfigName(r.sc, tpl.Point), tpl: tpl,
+			w: w, out: out, index: index}
+		r.mon.startSearch(ci, len(tpls), c.name, r.sc.Load.Search)
 		r.mon.startPoint(tpl, 1, r.sc.Load.Warmup+r.sc.Load.Duration, 0)
 		if err := r.serve(ctx, tpl); err != nil {
 			if ctx.Err() != nil {
@@ -98,111 +99,12 @@ func (r *runner) search(ctx context.Context, tpls []Plan, w *record.Writer, out 
 			}
 			return false, err
 		}
-		var (
-			run      pointRun
-			plan     Plan
-			level    float64       // plan's
-			perLevel time.Duration // the mean time of a measurement so far
-			measured int
-			writeErr error
-			// The search so far: probes decided, the bracket after them.
-			probes         int
-			passed, failed float64
-		)
-		measure := func(x float64, rep int) (search.Measurement, error) {
-			if ctx.Err() != nil {
-				return search.Measurement{}, errStopped
-			}
-			if rep == 1 {
-				level = x
-				plan = atLevel(r.sc, tpl, level, index)
-				index++
-				run = r.newRun(plan)
-			}
-			left := cfg.Left(probes, level, passed, failed)
-			fresh := cfg.Left(0, 0, 0, 0)
-			per := r.sc.Load.Warmup + r.sc.Load.Duration
-			if measured > 0 {
-				per = perLevel
-			}
-			remaining := time.Duration(left+fresh*(len(tpls)-ci-1))*per + time.Duration(len(tpls)-ci-1)*r.servers.SwitchTime()
-			r.mon.startPoint(plan, 1, r.sc.Load.Warmup+r.sc.Load.Duration, remaining)
-			r.mon.searchLevel(level, rep)
-			began := time.Now()
-			stop, err := run.repeat(ctx, rep)
-			if err != nil {
-				return search.Measurement{}, err
-			}
-			if stop {
-				return search.Measurement{}, errStopped
-			}
-			measured++
-			perLevel += (time.Since(began) - perLevel) / time.Duration(measured)
-			last, unsteady := run.last()
-			doubt := doubtOf(last, unsteady)
-			if last.ErrorRate() > 0 || last.Sent == 0 {
-				if err := target.Reachable(ctx, r.servers.URLs()); err != nil && ctx.Err() == nil {
-					return search.Measurement{}, &targetFailedError{err}
-				}
-			}
-			return search.Measurement{Margin: Margin(last, r.sc.SLO), Doubt: doubt}, nil
-		}
-		var written pointRun // the run whose record was written last
-		write := func(rec *record.Record, p search.Probe, s *record.Search) {
-			rec.Flags = append(rec.Flags, record.FlagSearch)
-			rec.Search = s
-			if err := w.Write(rec); err != nil && writeErr == nil {
-				writeErr = fmt.Errorf("write results: %w", err)
-			}
-			written = run
-			out.Records = append(out.Records, *rec)
-			r.mon.finishPoint(RowOf(rec, r.sc.SLO))
-			r.mon.probed(p, s)
-			r.cfg.Logger.Info("probe done", "config", name, "level", p.Level, "pass", s.Pass, "margin", s.Margin,
-				"bracket", fmt.Sprintf("%v–%v", p.Passed, p.Failed), "end", s.End)
-		}
-		var partial *search.Probe // a probe cut short after some measurements
-		probed := func(p search.Probe) {
-			if p.Partial {
-				partial = &p
-				return
-			}
-			rec := run.record()
-			if rec == nil {
-				return
-			}
-			s := r.probeRecord(ci, name, cfg, p)
-			if p.End != "" {
-				s.Why = r.why(p, cfg, RowOf(rec, r.sc.SLO).Violations)
-			}
-			write(rec, p, s)
-			probes, passed, failed = p.N, p.Passed, p.Failed
-		}
-		res := search.Run(cfg, measure, probed)
-		if res.End == search.Failed && run != nil && run != written {
-			// The level measured when the search failed: what it measured
-			// of it, partial.
-			p := search.Probe{N: probes + 1, Level: level, Phase: search.Bracket, Passed: passed, Failed: failed, Partial: true, End: search.Failed}
-			if failed > 0 {
-				p.Phase = search.Bisect
-			}
-			if partial != nil {
-				p = *partial
-			}
-			if rec := run.record(); rec != nil {
-				s := r.probeRecord(ci, name, cfg, p)
-				s.End, s.Why = r.failedEnd(res.Err, p.Level)
-				rec.Partial = true
-				if s.End == record.EndTargetFailed {
-					rec.Flags = append(rec.Flags, record.FlagTargetFailed)
-					rec.Valid = false
-				}
-				write(rec, p, s)
-			}
-		}
+		res := search.Run(cfg, c.measure, c.probed)
+		c.finish(res)
+		index = c.index
 		elapsed[ci] = time.Since(start)
-		if writeErr != nil {
-			return false, writeErr
+		if c.writeErr != nil {
+			return false, c.writeErr
 		}
 		if res.End != search.Failed {
 			continue
@@ -213,12 +115,145 @@ func (r *runner) search(ctx context.Context, tpls []Plan, w *record.Writer, out 
 			return true, nil
 		case errors.As(res.Err, &tf):
 			out.TargetFailed = tf.Error()
-			r.notice("the target stopped answering during the search of %s: %v; the result is partial", name, tf.err)
+			r.notice("the target stopped answering during the search of %s: %v; the result is partial", c.name, tf.err)
 			return false, nil
 		}
 		return false, res.Err
 	}
 	return false, nil
+}
+
+// configSearch is the search of one configuration: the callbacks of
+// search.Run, and what they share.
+type configSearch struct {
+	r           *runner
+	ctx         context.Context // the run's: a search is a call of search()
+	cfg         search.Config
+	ci, configs int // this configuration (from 0), of how many
+	name        string
+	tpl         Plan
+	w           *record.Writer
+	out         *Outcome
+	index       int // of the next probe's record
+	writeErr    error
+
+	run      pointRun // the level being measured
+	plan     Plan
+	level    float64
+	written  pointRun      // the run whose record was written last
+	partial  *search.Probe // a probe cut short after some measurements
+	perLevel time.Duration // the mean time of a measurement so far
+	measured int
+	// The search so far: probes decided, the bracket after them.
+	probes         int
+	passed, failed float64
+}
+
+// measure measures level x once (search.Measure); rep counts from 1.
+func (c *configSearch) measure(x float64, rep int) (search.Measurement, error) {
+	r, ctx := c.r, c.ctx
+	if ctx.Err() != nil {
+		return search.Measurement{}, errStopped
+	}
+	if rep == 1 {
+		c.level, c.plan = x, atLevel(r.sc, c.tpl, x, c.index)
+		c.index++
+		c.run = r.newRun(c.plan)
+	}
+	r.mon.startPoint(c.plan, 1, r.sc.Load.Warmup+r.sc.Load.Duration, c.remaining())
+	r.mon.searchLevel(x, rep)
+	began := time.Now()
+	stop, err := c.run.repeat(ctx, rep)
+	if err != nil {
+		return search.Measurement{}, err
+	}
+	if stop {
+		return search.Measurement{}, errStopped
+	}
+	c.measured++
+	c.perLevel += (time.Since(began) - c.perLevel) / time.Duration(c.measured)
+	last, unsteady := c.run.last()
+	if last.ErrorRate() > 0 || last.Sent == 0 {
+		if err := target.Reachable(ctx, r.servers.URLs()); err != nil && ctx.Err() == nil {
+			return search.Measurement{}, &targetFailedError{err}
+		}
+	}
+	return search.Measurement{Margin: Margin(last, r.sc.SLO), Doubt: doubtOf(last, unsteady)}, nil
+}
+
+// remaining estimates the time the search's later measurements take: the
+// probes this configuration likely needs, and a fresh search of each
+// configuration after it, at the mean time of a measurement so far.
+func (c *configSearch) remaining() time.Duration {
+	per := c.r.sc.Load.Warmup + c.r.sc.Load.Duration
+	if c.measured > 0 {
+		per = c.perLevel
+	}
+	after := c.configs - c.ci - 1
+	left := c.cfg.Left(c.probes, c.level, c.passed, c.failed) + after*c.cfg.Left(0, 0, 0, 0)
+	return time.Duration(left)*per + time.Duration(after)*c.r.servers.SwitchTime()
+}
+
+// probed writes the record of a probe decided (search.Run's probed).
+func (c *configSearch) probed(p search.Probe) {
+	if p.Partial {
+		c.partial = &p // finish writes it
+		return
+	}
+	rec := c.run.record()
+	if rec == nil {
+		return
+	}
+	s := c.r.probeRecord(c.ci, c.name, c.cfg, p)
+	if p.End != "" {
+		s.Why = c.r.why(p, c.cfg, RowOf(rec, c.r.sc.SLO).Violations)
+	}
+	c.write(rec, p, s)
+	c.probes, c.passed, c.failed = p.N, p.Passed, p.Failed
+}
+
+// finish writes the record of the level a failed search was measuring,
+// as far as it was measured, partial.
+func (c *configSearch) finish(res search.Result) {
+	if res.End != search.Failed || c.run == nil || c.run == c.written {
+		return
+	}
+	rec := c.run.record()
+	if rec == nil {
+		return
+	}
+	p := search.Probe{N: c.probes + 1, Level: c.level, Phase: search.Bracket, Passed: c.passed, Failed: c.failed,
+		Partial: true, End: search.Failed}
+	if c.failed > 0 {
+		p.Phase = search.Bisect
+	}
+	if c.partial != nil {
+		p = *c.partial
+	}
+	s := c.r.probeRecord(c.ci, c.name, c.cfg, p)
+	s.End, s.Why = c.r.failedEnd(res.Err, p.Level)
+	rec.Partial = true
+	if s.End == record.EndTargetFailed {
+		rec.Flags = append(rec.Flags, record.FlagTargetFailed)
+		rec.Valid = false
+	}
+	c.write(rec, p, s)
+}
+
+// write writes a probe's record and shows it.
+func (c *configSearch) write(rec *record.Record, p search.Probe, s *record.Search) {
+	r := c.r
+	rec.Flags = append(rec.Flags, record.FlagSearch)
+	rec.Search = s
+	if err := c.w.Write(rec); err != nil && c.writeErr == nil {
+		c.writeErr = fmt.Errorf("write results: %w", err)
+	}
+	c.written = c.run
+	c.out.Records = append(c.out.Records, *rec)
+	r.mon.finishPoint(RowOf(rec, r.sc.SLO))
+	r.mon.probed(p, s)
+	r.cfg.Logger.Info("probe done", "config", c.name, "level", p.Level, "pass", s.Pass, "margin", s.Margin,
+		"bracket", fmt.Sprintf("%v–%v", p.Passed, p.Failed), "end", s.End)
 }
 
 // doubtOf says why a measurement's figures are in doubt, for a search to

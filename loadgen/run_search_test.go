@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inferhq/infer/loadgen/llm/llmtest"
 	"github.com/inferhq/infer/loadgen/record"
 	"github.com/inferhq/infer/loadgen/scenario"
 	"github.com/inferhq/infer/loadgen/search"
@@ -105,6 +107,73 @@ func TestSearchForeignServer(t *testing.T) {
 	last := snaps.last()
 	if last.Search == nil || len(last.Search.Found) != 1 || last.Search.Found[0].Capacity != 8 || last.Phase != PhaseDone {
 		t.Errorf("last snapshot's search = %+v", last.Search)
+	}
+}
+
+// TestSearchLLMForeignServer: a streaming OpenAI-compatible server that
+// is not infer's, of a known capacity (4 streams; the fifth refused with
+// 429), is searched over clients and its capacity found exactly.
+func TestSearchLLMForeignServer(t *testing.T) {
+	fake := llmtest.New(llmtest.Config{Timing: llmtest.Timing{FirstToken: 5 * time.Millisecond, Interval: time.Millisecond}, Tokens: 8})
+	sem := make(chan struct{}, 4)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasPrefix(r.URL.Path, "/v1/") {
+			http.NotFound(w, r)
+			return
+		}
+		select {
+		case sem <- struct{}{}:
+		default:
+			http.Error(w, `{"error":{"message":"busy"}}`, http.StatusTooManyRequests)
+			return
+		}
+		// The stream's slot is freed before its last bytes go out, as
+		// in slotServer: a client that got its answer finds it free.
+		rel := &releaser{ResponseWriter: w, release: func() { <-sem }}
+		fake.ServeHTTP(rel, r)
+		rel.once.Do(rel.release)
+	}))
+	defer ts.Close()
+	sc := mustParse(t, "target:\n  urls: "+ts.URL+"/v1\n  model: fake\npayload:\n  api: completions\n  output_tokens: 8\n"+
+		"load:\n  search: {over: clients, to: 16}\n  warmup: 100ms\n  duration: 500ms\n  drain: 2s\nslo:\n  ttft_p99: 1s\n")
+	out, err := Run(context.Background(), sc, Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Capacities) != 1 {
+		t.Fatalf("capacities = %+v", out.Capacities)
+	}
+	if c := out.Capacities[0]; c.Capacity != 4 || c.Failed != 5 || c.End != string(search.Converged) || c.OutputTokensPerS <= 0 {
+		var levels []string
+		for _, r := range out.Records {
+			levels = append(levels, fmt.Sprintf("%v:%v(%.2f)", r.Search.Level, r.Search.Pass, r.Search.Margin))
+		}
+		t.Errorf("capacity %+v after %v; want 4 streams, 5 refused", c, levels)
+	}
+	for _, r := range out.Records {
+		if r.LLM == nil || len(r.LLM.Seconds) != 0 { // a half-second window has no whole second
+			t.Errorf("record %s: LLM %v", r.Point.Name, r.LLM != nil)
+		}
+	}
+}
+
+// releaser calls release once, at the stream's [DONE] or its end.
+type releaser struct {
+	http.ResponseWriter
+	release func()
+	once    sync.Once
+}
+
+func (r *releaser) Write(b []byte) (int, error) {
+	if strings.Contains(string(b), "[DONE]") {
+		r.once.Do(r.release)
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+func (r *releaser) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
 	}
 }
 
@@ -209,7 +278,7 @@ func TestSearchStopped(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	progress := func(s Snapshot) {
-		if len(s.Finished) >= 2 && s.Phase == PhaseMeasuring {
+		if s.Search != nil && s.Search.Probe == 3 && s.Phase == PhaseMeasuring {
 			cancel()
 		}
 	}

@@ -180,7 +180,7 @@ func (v *view) capacityChart() (*figure, string) {
 		addFlaggedLegend(f)
 	}
 	slo := v.run.Manifest.SLO
-	f.note("Each marker is a level measured, in the order the search chose it: it grows until a level misses the SLO (%s), then halves the bracket between the highest level that met it and the lowest that missed it. ×n: measured n times (near the SLO's bounds, or unsteady); the median decided.", sloText(slo))
+	f.note("Each marker is a level measured, in the order the search chose it: it grows until a level misses the SLO (%s), then halves the bracket between the highest level that met it and the lowest that missed it. ×n: measured n times (near the SLO's bounds, or in doubt: unsteady, behind its schedule or with a saturated generator); the median decided.", sloText(slo))
 	for _, c := range caps {
 		if c.Why != "" {
 			f.note("%s: %s.", c.Name, c.Why)

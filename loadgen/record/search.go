@@ -87,8 +87,8 @@ type Capacity struct {
 	// a search still running when the run stopped.
 	End string `json:"end,omitempty"`
 	Why string `json:"why,omitempty"`
-	// Partial says the search was cut short: stopped, or its target
-	// failed.
+	// Partial says the search was cut short: stopped (End "" or
+	// "stopped"), or its target failed.
 	Partial bool `json:"partial,omitempty"`
 	// Index is the record of the probe at Capacity (-1: none), whose
 	// throughput (successful requests/s) and, for LLM points, output
@@ -128,6 +128,9 @@ func Capacities(recs []Record) []Capacity {
 			c.End, c.Why = s.End, s.Why
 		}
 		c.Partial = c.Partial || r.Partial || s.End == EndTargetFailed || s.End == EndStopped
+	}
+	for i := range out {
+		out[i].Partial = out[i].Partial || out[i].End == "" // a search without an end was cut short
 	}
 	for i := range recs {
 		r := &recs[i]
