@@ -3,7 +3,6 @@ package cmd
 import (
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -19,14 +18,7 @@ func printSearchPlan(w io.Writer, sc *scenario.Scenario) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "#\tCONFIGURATION\tSERVER")
 	for i, p := range plans {
-		server := strings.Join(p.Serve, " ")
-		if p.Serve == nil {
-			server = strings.Join(sc.Targets, ",")
-			if set := p.Settings.Flags(); len(set) > 0 {
-				server += " via admin API: " + strings.Join(set, " ")
-			}
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\n", i, loadgen.ConfigName(sc, p.Point), server)
+		fmt.Fprintf(tw, "%d\t%s\t%s\n", i, loadgen.ConfigName(sc, p.Point), serverText(sc, p))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -315,23 +315,9 @@ func msText(ms float64) string {
 // (the first left-aligned), each row's notes beside it, or on a line of
 // their own when they would pass tableWidth.
 func (s Summary) writeCells(b *strings.Builder, cells [][]string) {
-	head := cells[0]
-	widths := make([]int, len(head))
-	for _, row := range cells {
-		for i, c := range row {
-			widths[i] = max(widths[i], utf8.RuneCountInString(c))
-		}
-	}
-	for i, row := range cells {
+	for i, text := range aligned(cells) {
 		var line strings.Builder
-		for j, c := range row {
-			pad := strings.Repeat(" ", widths[j]-utf8.RuneCountInString(c))
-			if j == 0 {
-				line.WriteString(c + pad)
-			} else {
-				line.WriteString("  " + pad + c)
-			}
-		}
+		line.WriteString(text)
 		notes := ""
 		switch {
 		case i > 0:
@@ -374,6 +360,34 @@ func (s Summary) tail(b *strings.Builder) {
 		fmt.Fprintf(b, "SLO %s: %s, %s\n", th, verdict, s.Verdict)
 	}
 	fmt.Fprintf(b, "results in %s\n", s.Dir)
+}
+
+// aligned renders each row of cells padded to its columns' widths, the
+// first left-aligned, the others right-aligned, two spaces apart.
+func aligned(cells [][]string) []string {
+	var widths []int
+	for _, row := range cells {
+		for i, c := range row {
+			if i == len(widths) {
+				widths = append(widths, 0)
+			}
+			widths[i] = max(widths[i], utf8.RuneCountInString(c))
+		}
+	}
+	out := make([]string, len(cells))
+	for i, row := range cells {
+		var line strings.Builder
+		for j, c := range row {
+			pad := strings.Repeat(" ", widths[j]-utf8.RuneCountInString(c))
+			if j == 0 {
+				line.WriteString(c + pad)
+			} else {
+				line.WriteString("  " + pad + c)
+			}
+		}
+		out[i] = line.String()
+	}
+	return out
 }
 
 // short formats a rate to three significant digits at most: "1526",

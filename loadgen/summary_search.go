@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/inferhq/infer/loadgen/record"
 )
@@ -77,14 +76,12 @@ func (s Summary) capacityTable(b *strings.Builder) {
 		head += " (" + th + ")"
 	}
 	b.WriteString(head + ", highest first:\n")
-	cells := [][]string{{"#", "CONFIGURATION", "CAPACITY", "BRACKET", "PROBES", "TIME"}}
-	for i, c := range s.Capacity {
-		rank := strconv.Itoa(i + 1)
+	cells := [][]string{{"CONFIGURATION", "CAPACITY", "BRACKET", "PROBES", "TIME"}}
+	for _, c := range s.Capacity {
 		capText := LevelText(c.Over, c.Capacity)
 		if c.Capacity == 0 {
-			rank, capText = "-", "none"
+			capText = "none"
 		}
-		bracket := bracketText(c)
 		if c.Partial {
 			capText += "?"
 		}
@@ -92,28 +89,10 @@ func (s Summary) capacityTable(b *strings.Builder) {
 		if c.Elapsed > 0 {
 			took = fmtClock(c.Elapsed.D())
 		}
-		cells = append(cells, []string{rank, c.Name, capText, bracket, fmt.Sprintf("%d/%d", c.Probes, c.Measurements), took})
+		cells = append(cells, []string{c.Name, capText, bracketText(c), fmt.Sprintf("%d/%d", c.Probes, c.Measurements), took})
 	}
-	widths := make([]int, len(cells[0]))
-	for _, row := range cells {
-		for j, c := range row {
-			widths[j] = max(widths[j], utf8.RuneCountInString(c))
-		}
-	}
-	for _, row := range cells {
-		var line strings.Builder
-		for j, c := range row {
-			pad := strings.Repeat(" ", widths[j]-utf8.RuneCountInString(c))
-			switch j {
-			case 0:
-				line.WriteString(pad + c)
-			case 1:
-				line.WriteString("  " + c + pad)
-			default:
-				line.WriteString("  " + pad + c)
-			}
-		}
-		b.WriteString(strings.TrimRight(line.String(), " ") + "\n")
+	for _, line := range aligned(cells) {
+		b.WriteString(strings.TrimRight(line, " ") + "\n")
 	}
 	b.WriteString("  (PROBES: levels/measurements; a capacity with ? is partial)\n")
 	for _, c := range s.Capacity {

@@ -431,8 +431,11 @@ func (c Config) Left(probes int, last, passed, failed float64) int {
 	var n int
 	switch {
 	case probes == 0:
-		// Guess: the capacity is a few growths above From.
-		n = 3 + halvings(c.From, c.From*c.Growth)
+		// Guess: the capacity is halfway to To on a log scale, at most
+		// six growths above From, and the last growth needs halving.
+		grow := math.Ceil(math.Log(c.To/c.From) / math.Log(c.Growth) / 2)
+		x := c.From * math.Pow(c.Growth, grow)
+		n = int(min(grow, 6)) + 1 + halvings(x/c.Growth, x)
 	case passed == 0:
 		n = 0
 	case failed == 0:

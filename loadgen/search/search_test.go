@@ -340,6 +340,12 @@ func TestDrift(t *testing.T) {
 		{"rising 3 %: within the bound", ramp(10, 394, 406), false},
 		{"rising 20 %, drowned in noise", noisy(ramp(10, 360, 440), 400), false},
 		{"too short to judge", ramp(3, 100, 400), false},
+		// Seconds that wander together (an AR(1) series, correlation 0.9:
+		// long requests' tokens span seconds) fit a slope of 30 % that
+		// would be 3.9 standard errors from flat if they were
+		// independent: 1.3 once their correlation is counted.
+		{"correlated seconds that wander", []float64{113, 126, 124, 114, 102, 102, 91, 78, 82, 85, 92, 84, 86, 86, 73, 81, 86, 111,
+			112, 109, 121, 121, 128, 121, 121, 129, 133, 131, 117, 120, 119, 124, 124, 132, 129, 128, 132, 118, 112, 106}, false},
 		{"nothing measured", ramp(10, 0, 0), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -41,7 +41,7 @@ func searchView(s *loadgen.SearchLive, width int) string {
 	var b strings.Builder
 	line := func(label, text string) { b.WriteString("  " + labelStyle.Render(label) + text + "\n") }
 	unit := unitOf(s.Over)
-	now := fmt.Sprintf("%s · probe %d of ≤%d at %s %s", s.Name, max(s.Probe, 1), s.MaxProbes, num(s.Level), unit)
+	now := fmt.Sprintf("%s · probe %d of ≤%d at %s", s.Name, max(s.Probe, 1), s.MaxProbes, loadgen.LevelText(s.Over, s.Level))
 	if s.Repeat > 1 {
 		now += fmt.Sprintf(" · measurement %d", s.Repeat)
 	}
