@@ -40,13 +40,12 @@ func searchDone(s *loadgen.SearchLive) float64 {
 func searchView(s *loadgen.SearchLive, width int) string {
 	var b strings.Builder
 	line := func(label, text string) { b.WriteString("  " + labelStyle.Render(label) + text + "\n") }
-	unit := unitOf(s.Over)
 	now := fmt.Sprintf("%s · probe %d of ≤%d at %s", s.Name, max(s.Probe, 1), s.MaxProbes, loadgen.LevelText(s.Over, s.Level))
 	if s.Repeat > 1 {
 		now += fmt.Sprintf(" · measurement %d", s.Repeat)
 	}
 	line("search", truncate(now, max(width-11, 20)))
-	line("bracket", bracketText(s.Passed, s.Failed, unit)+dimStyle.Render(fmt.Sprintf("  to within %s %%", num(100*s.Tolerance))))
+	line("bracket", bracketText(s.Passed, s.Failed, s.Over)+dimStyle.Render(fmt.Sprintf("  to within %s %%", num(100*s.Tolerance))))
 	steps := s.Steps
 	skip := max(len(steps)-searchSteps, 0)
 	if len(steps) > 0 {
@@ -82,9 +81,9 @@ func searchView(s *loadgen.SearchLive, width int) string {
 		text := c.Name + ": "
 		switch {
 		case c.Capacity > 0 && c.Failed > 0:
-			text += fmt.Sprintf("%s %s (%s missed)", num(c.Capacity), unit, num(c.Failed))
+			text += fmt.Sprintf("%s (%s missed)", loadgen.LevelText(c.Over, c.Capacity), num(c.Failed))
 		case c.Capacity > 0:
-			text += fmt.Sprintf("at least %s %s", num(c.Capacity), unit)
+			text += "at least " + loadgen.LevelText(c.Over, c.Capacity)
 		default:
 			text += "no level meets the SLO"
 		}
@@ -119,16 +118,16 @@ func ladder(lo, hi, passed, failed, level float64, width int) string {
 	return "▕" + string(cells) + "▏"
 }
 
-// bracketText renders a bracket: "400 ✓ … 800 ✗ req/s", "≥ 400 req/s",
-// "< 50 req/s".
-func bracketText(passed, failed float64, unit string) string {
+// bracketText renders a bracket of a search over over: "400 ✓ … 800 ✗
+// req/s (100 % wide)", "≥ 400 req/s", "< 2 clients".
+func bracketText(passed, failed float64, over string) string {
 	switch {
 	case passed > 0 && failed > 0:
-		return fmt.Sprintf("%s ✓ … %s ✗ %s (%s %% wide)", num(passed), num(failed), unit, num(math.Round(100*(failed-passed)/passed)))
+		return fmt.Sprintf("%s ✓ … %s ✗ %s (%s %% wide)", num(passed), num(failed), unitOf(over), num(math.Round(100*(failed-passed)/passed)))
 	case passed > 0:
-		return "≥ " + num(passed) + " " + unit
+		return "≥ " + loadgen.LevelText(over, passed)
 	case failed > 0:
-		return "< " + num(failed) + " " + unit
+		return "< " + loadgen.LevelText(over, failed)
 	}
 	return "-"
 }
@@ -169,10 +168,9 @@ func (l *searchLines) put(w io.Writer, s *loadgen.SearchLive) {
 	if s == nil {
 		return
 	}
-	unit := unitOf(s.Over)
 	for _, c := range s.Found[min(l.found, len(s.Found)):] {
 		if c.Capacity > 0 {
-			fmt.Fprintf(w, "capacity of %s: %s %s (%s)\n", c.Name, num(c.Capacity), unit, bracketText(c.Capacity, c.Failed, unit))
+			fmt.Fprintf(w, "capacity of %s: %s (%s)\n", c.Name, loadgen.LevelText(c.Over, c.Capacity), bracketText(c.Capacity, c.Failed, s.Over))
 		} else {
 			fmt.Fprintf(w, "capacity of %s: no level meets the SLO\n", c.Name)
 		}
@@ -189,8 +187,8 @@ func (l *searchLines) put(w io.Writer, s *loadgen.SearchLive) {
 		if st.Partial {
 			verdict = "cut short"
 		}
-		fmt.Fprintf(w, "search %s: %s %s %s (margin %s, %d measurement%s) → bracket %s\n", s.Name, num(st.Level), unit, verdict,
-			marginText(st.Margin), st.Measured, plural(st.Measured), bracketText(st.Passed, st.Failed, unit))
+		fmt.Fprintf(w, "search %s: %s %s (margin %s, %d measurement%s) → bracket %s\n", s.Name, loadgen.LevelText(s.Over, st.Level), verdict,
+			marginText(st.Margin), st.Measured, plural(st.Measured), bracketText(st.Passed, st.Failed, s.Over))
 	}
 	l.steps = len(s.Steps)
 }
