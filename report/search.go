@@ -111,9 +111,9 @@ func (v *view) capacityChart() (*figure, string) {
 		for _, r := range probes {
 			lo, hi = min(lo, r.Search.Level), max(hi, r.Search.Level)
 		}
-		log := needsLog(lo, hi) || hi/lo > 8
+		logY := needsLog(lo, hi) || hi/lo > 8
 		top, bottom := hi*1.15, 0.0
-		if log {
+		if logY {
 			top, bottom = hi*1.3, lo/1.3
 		}
 		band := &bands{}
@@ -161,7 +161,7 @@ func (v *view) capacityChart() (*figure, string) {
 		}
 		p.X.Tick.Marker = ts
 		p.X.Min, p.X.Max = 0.4, float64(len(probes))+0.9
-		if log {
+		if logY {
 			logAxis(&p.Y, bottom*1.2, top/1.2)
 		} else {
 			p.Y.Min, p.Y.Max = 0, top
