@@ -17,7 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/inferhq/infer/models/bert"
-	"github.com/inferhq/infer/models/onnx"
+	"github.com/inferhq/infer/models/onnx/onnxtest"
 	"github.com/inferhq/infer/server/batch"
 )
 
@@ -34,8 +34,10 @@ func TestServeFlags(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if cfg.Addr != "127.0.0.1:8080" || cfg.Batch.MaxBatch != 64 || cfg.Batch.MaxLatency != 100*time.Millisecond ||
-				cfg.Workers != 1 || cfg.Batch.Policy != batch.Adaptive || fmt.Sprint(cfg.Batch.Buckets) != "[16 32 64]" || cfg.Timeout != 30*time.Second || cfg.MaxBody != 1<<20 {
+			h, e := cfg.Host, cfg.Encoder
+			if h.Addr != "127.0.0.1:8080" || e.Batch.MaxBatch != 64 || e.Batch.MaxLatency != 100*time.Millisecond ||
+				e.Workers != 1 || e.Batch.Policy != batch.Adaptive || fmt.Sprint(e.Batch.Buckets) != "[16 32 64]" || h.Timeout != 30*time.Second || h.MaxBody != 1<<20 ||
+				h.DrainTimeout != 30*time.Second || h.IdleTimeout != 75*time.Second || h.MaxConns != 0 || e.MaxItems != 0 {
 				t.Errorf("defaults = %+v", cfg)
 			}
 			if o.Model.Model != "bert-mini" || o.Model.Task != "fill-mask" || o.Model.MaxSeqLen != 128 || !o.Model.Truncate ||
@@ -50,8 +52,9 @@ func TestServeFlags(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if cfg.Batch.MaxBatch != 32 || cfg.Batch.MaxLatency != 5*time.Millisecond || cfg.Workers != 4 ||
-					cfg.Batch.Policy != batch.Immediate || cfg.Batch.QueueCap != 512 || cfg.MaxBody != 64<<10 || cfg.Addr != ":9000" {
+				h, e := cfg.Host, cfg.Encoder
+				if e.Batch.MaxBatch != 32 || e.Batch.MaxLatency != 5*time.Millisecond || e.Workers != 4 ||
+					e.Batch.Policy != batch.Immediate || e.Batch.QueueCap != 512 || h.MaxBody != 64<<10 || h.Addr != ":9000" {
 					t.Errorf("config = %+v", cfg)
 				}
 				if o.Model.SimPerItem != 100*time.Microsecond {
@@ -66,6 +69,13 @@ func TestServeFlags(t *testing.T) {
 		{args: []string{"--cache-size", "100000000000"}, wantErr: "cache size"},
 		{args: []string{"--policy", "sometimes"}, wantErr: "unknown batching policy"},
 		{args: []string{"--max-body", "lots"}, wantErr: `--max-body "lots": want a positive size`},
+		{args: []string{"--max-body", "65MiB"}, wantErr: "max body 68157440 bytes: want 1 to 67108864"},
+		{args: []string{"--max-conns", "-1"}, wantErr: "max conns -1: want 1 to 1048576"},
+		{args: []string{"--max-items", "-1"}, wantErr: "max items -1: must not be negative"},
+		{args: []string{"--queue-cap", "-1"}, wantErr: "queue capacity -1"},
+		{args: []string{"--cache-ttl", "-1s"}, wantErr: "TTL must not be negative"},
+		{args: []string{"--timeout", "0s"}, wantErr: "--timeout 0s: must be positive"},
+		{args: []string{"--workers", "0"}, wantErr: "--workers 0: must be at least 1"},
 		{args: []string{"--queue-cap", "10", "--max-items", "20"}, wantErr: "exceeds the queue capacity"},
 		{args: []string{"extra"}, wantErr: "takes no arguments"},
 	} {
@@ -112,23 +122,36 @@ func execFlags(t *testing.T, cmd *cobra.Command, args []string, wantErr string) 
 }
 
 func TestUnknownModel(t *testing.T) {
+	t.Setenv(bert.CacheDirEnv, t.TempDir())
 	for _, tc := range []struct {
 		o       modelOptions
+		use     modelUse
 		wantErr string
 	}{
-		{modelOptions{Model: "gpt-17", Devices: "cpu", MaxSeqLen: 128}, "unknown model"},
-		{modelOptions{Model: "sim", Devices: "tpu"}, "--devices"},
-		{modelOptions{Model: "bert-mini", Task: "translate", Devices: "cpu", MaxSeqLen: 128}, "unknown task"},
-		{modelOptions{Model: "bert-mini", Devices: "cpu", MaxSeqLen: 2}, "--max-seq-len 2"},
-		{modelOptions{Model: "no/such/model.onnx", Devices: "cpu", MaxSeqLen: 128}, "no such file"},
+		{modelOptions{Model: "gpt-17", Devices: "cpu", MaxSeqLen: 128}, serveModels, `--model "gpt-17": unknown model; want sim, sim-lm, a built-in bert-tiny|bert-mini|bert-small|bert-medium|bert-base or gpt2-tiny|gpt2-mini|gpt2-small, or a path to a decoder export directory or an .onnx file`},
+		{modelOptions{Model: "bert-mni", Devices: "cpu", MaxSeqLen: 128}, serveModels, `--model "bert-mni": unknown model (did you mean "bert-mini"?); want sim, sim-lm, a built-in`},
+		{modelOptions{Model: "simlm", Devices: "cpu"}, serveModels, `(did you mean "sim-lm"?)`},
+		// infer worker serves encoders: it suggests and names those only.
+		{modelOptions{Model: "simlm", Devices: "cpu"}, workerModels, `--model "simlm": unknown model (did you mean "sim"?); want sim, a built-in bert-tiny|bert-mini|bert-small|bert-medium|bert-base, or a path to an .onnx file`},
+		{modelOptions{Model: "gpt2-tiny", Devices: "cpu"}, workerModels, "--model gpt2-tiny: a generative model: infer worker serves encoder models"},
+		{modelOptions{Model: "sim-lm", Devices: "cpu"}, benchModels, "model sim-lm: a simulated decoder"},
+		{modelOptions{Model: "sim", Devices: "tpu"}, serveModels, "--devices"},
+		{modelOptions{Model: "bert-mini", Task: "translate", TaskSet: true, Devices: "cpu", MaxSeqLen: 128}, serveModels, "--task translate: unknown task of bert-mini (want fill-mask or embed)"},
+		{modelOptions{Model: "bert-mini", Devices: "cpu", MaxSeqLen: 2}, serveModels, "--max-seq-len 2: want at least 3"},
+		{modelOptions{Model: "bert-mini", Devices: "cpu", Threads: -1}, serveModels, "--threads -1: must not be negative"},
+		{modelOptions{Model: "sim", Devices: "cpu", SimFixed: -time.Millisecond}, serveModels, "--sim-fixed -1ms: must not be negative"},
+		{modelOptions{Model: "no/such/model.onnx", Devices: "cpu", MaxSeqLen: 128}, serveModels, "--model: stat no/such/model.onnx: no such file"},
 	} {
-		_, err := tc.o.open(1, nil)
+		_, err := tc.o.open(tc.use, 1, nil)
 		if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 			t.Errorf("open(%+v) = %v, want an error containing %q", tc.o, err, tc.wantErr)
 		}
 		var ue *usageError
 		if !errors.As(err, &ue) {
 			t.Errorf("open(%+v) = %v, want a usage error", tc.o, err)
+		}
+		if strings.Contains(fmt.Sprint(err), "infer serve: also") {
+			t.Errorf("open(%+v) = %v: it speaks of another command", tc.o, err)
 		}
 	}
 }
@@ -167,7 +190,7 @@ func TestExitCodes(t *testing.T) {
 // TestHelpGolden keeps the user-facing help text under review: run
 // go test ./cmd -run Golden -update after changing a flag.
 func TestHelpGolden(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"serve", "--help"}, {"models", "--help"}, {"models", "bench", "--help"}, {"models", "calibrate", "--help"}, {"bench", "--help"}, {"report", "--help"}} {
+	for _, args := range [][]string{{"--help"}, {"serve", "--help"}, {"models", "--help"}, {"models", "bench", "--help"}, {"models", "calibrate", "--help"}, {"bench", "--help"}, {"report", "--help"}, {"route", "--help"}} {
 		name := strings.Join(append([]string{"infer"}, args[:len(args)-1]...), "_") + ".help"
 		t.Run(name, func(t *testing.T) {
 			var out bytes.Buffer
@@ -249,18 +272,6 @@ func runInfer(t *testing.T, args ...string) (string, error) {
 	return out.String(), err
 }
 
-// skipWithoutRuntime skips when err says the ONNX Runtime is missing, unless
-// INFER_REQUIRE_ORT=1 (CI), where it fails.
-func skipWithoutRuntime(t *testing.T, err error) {
-	t.Helper()
-	if errors.Is(err, onnx.ErrNoRuntime) {
-		if os.Getenv("INFER_REQUIRE_ORT") == "1" {
-			t.Fatal(err)
-		}
-		t.Skip("no ONNX Runtime (run scripts/setup-ort.sh)")
-	}
-}
-
 func TestModelsCommands(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv(bert.CacheDirEnv, filepath.Join(dir, "cache"))
@@ -281,7 +292,7 @@ func TestModelsCommands(t *testing.T) {
 	}
 
 	out, err = runInfer(t, "models", "bench", "bert-tiny", "--batch", "1,3", "--duration", "20ms", "--json")
-	skipWithoutRuntime(t, err)
+	onnxtest.SkipWithoutRuntime(t, err)
 	var rep benchReport
 	if err != nil || json.Unmarshal([]byte(out), &rep) != nil {
 		t.Fatalf("models bench = %v:\n%s", err, out)

@@ -112,9 +112,11 @@ func (v *view) capacityChart() (*figure, string) {
 			lo, hi = min(lo, r.Search.Level), max(hi, r.Search.Level)
 		}
 		logY := needsLog(lo, hi) || hi/lo > 8
-		top, bottom := hi*1.15, 0.0
+		// An open end of the bracket reaches the axis's end (bands clip);
+		// a log scale takes no 0.
+		top, bottom := math.Inf(1), 0.0
 		if logY {
-			top, bottom = hi*1.3, lo/1.3
+			bottom = math.SmallestNonzeroFloat64
 		}
 		band := &bands{}
 		var pass, miss plotter.XYs
@@ -162,9 +164,9 @@ func (v *view) capacityChart() (*figure, string) {
 		p.X.Tick.Marker = ts
 		p.X.Min, p.X.Max = 0.4, float64(len(probes))+0.9
 		if logY {
-			logAxis(&p.Y, bottom*1.2, top/1.2)
+			logAxis(&p.Y, lo, hi, false)
 		} else {
-			p.Y.Min, p.Y.Max = 0, top
+			linearAxis(&p.Y, 0, hi, 0.15)
 		}
 		f.panels = append(f.panels, p)
 	}
@@ -346,16 +348,15 @@ func (v *view) paretoChart() (*figure, string) {
 		ylo, yhi = min(ylo, slo.P99.Ms()), max(yhi, slo.P99.Ms())
 		f.add("SLO "+sloText(record.SLO{P99: slo.P99}), lineThumb(line(sloColor, 1.5, 3, 3), nil))
 	}
-	p.X.Min, p.X.Max = 0, xmax*1.08
+	linearAxis(&p.X, 0, xmax, 0.08)
 	if llm && xlo > 0.3*xmax { // per-user speeds bunch up: their range
 		pad := max(0.08*(xmax-xlo), 0.02*xmax)
-		p.X.Min, p.X.Max = xlo-pad, xmax+pad
+		p.X.Min, p.X.Max = niceRange(xlo-pad, xmax+pad)
 	}
-	switch {
-	case !llm && needsLog(ylo, yhi):
-		logAxis(&p.Y, ylo, yhi)
-	default:
-		p.Y.Min, p.Y.Max = 0, yhi*1.1
+	if !llm && needsLog(ylo, yhi) {
+		logAxis(&p.Y, ylo, yhi, false)
+	} else {
+		linearAxis(&p.Y, 0, yhi, 0.1)
 	}
 	f.add("Pareto front", lineThumb(line(color.Black, 1.8), &ring))
 	if flagged {
