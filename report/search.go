@@ -344,7 +344,7 @@ func (v *view) paretoChart() (*figure, string) {
 	p.Add(names)
 	slo := v.run.Manifest.SLO
 	if !llm && slo.P99 > 0 {
-		sloLine(p, slo.P99.Ms())
+		names.keepOff = append(names.keepOff, sloLine(p, slo.P99.Ms()))
 		ylo, yhi = min(ylo, slo.P99.Ms()), max(yhi, slo.P99.Ms())
 		f.add("SLO "+sloText(record.SLO{P99: slo.P99}), lineThumb(line(sloColor, 1.5, 3, 3), nil))
 	}
