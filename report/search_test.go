@@ -48,6 +48,11 @@ func TestWriteSearch(t *testing.T) {
 			t.Errorf("summary.md lacks %q:\n%s", want, summary)
 		}
 	}
+	// Its points that meet the SLO are all of one configuration: no
+	// "next best" table, not even an empty one.
+	if strings.Contains(summary, "next best") {
+		t.Errorf("summary.md names next best configurations of a run of one:\n%s", summary)
+	}
 	// The same capacities from the records alone, as for a run whose
 	// manifest was not rewritten at its end.
 	run.Manifest.Capacities = nil
