@@ -119,10 +119,10 @@ func (v *view) capacityChart() (*figure, string) {
 			bottom = math.SmallestNonzeroFloat64
 		}
 		band := &bands{}
-		var pass, miss plotter.XYs
-		var passHollow, missHollow []bool
+		marks := &markers{}
 		var lx, ly []float64
 		var lt []string
+		var lm []int
 		for i, r := range probes {
 			s := r.Search
 			x := float64(i + 1)
@@ -134,35 +134,33 @@ func (v *view) capacityChart() (*figure, string) {
 				b1 = s.Failed
 			}
 			band.add(x, b0, b1)
-			xy := plotter.XY{X: x, Y: s.Level}
 			hollow := !trusted(r)
 			flagged = flagged || hollow
 			if s.Pass {
-				pass, passHollow = append(pass, xy), append(passHollow, hollow)
+				marks.add(x, s.Level, glyph(passColor, circle, hollow, 5))
 			} else {
-				miss, missHollow = append(miss, xy), append(missHollow, hollow)
+				marks.add(x, s.Level, glyph(missColor, diamond, hollow, 5))
 			}
 			text := num(s.Level)
 			if n := len(s.Margins); n > 1 {
 				text += fmt.Sprintf(" ×%d", n)
 			}
-			lx, ly, lt = append(lx, x), append(ly, s.Level), append(lt, text)
+			lx, ly, lt, lm = append(lx, x), append(ly, s.Level), append(lt, text), append(lm, i)
 		}
 		p.Add(band)
 		if c.Capacity > 0 { // named in the title
 			p.Add(hline(c.Capacity, line(capColor, 1.5, 5, 3)))
 		}
-		p.Add(&plotter.Scatter{XYs: pass, GlyphStyleFunc: func(i int) draw.GlyphStyle { return glyph(passColor, circle, passHollow[i], 5) }})
-		p.Add(&plotter.Scatter{XYs: miss, GlyphStyleFunc: func(i int) draw.GlyphStyle { return glyph(missColor, diamond, missHollow[i], 5) }})
+		p.Add(marks)
 		names := newLabels(lx, ly, lt, 9, 8, -3, draw.XLeft)
-		names.avoid = true
+		names.avoid, names.marks, names.mark = true, marks, lm // keep off the markers
 		p.Add(names)
 		var ts plot.ConstantTicks
 		for i := range probes {
 			ts = append(ts, plot.Tick{Value: float64(i + 1), Label: fmt.Sprint(i + 1)})
 		}
 		p.X.Tick.Marker = ts
-		p.X.Min, p.X.Max = 0.4, float64(len(probes))+0.9
+		p.X.Min, p.X.Max = 0.4, float64(len(probes))+1.6 // room for the last label
 		if logY {
 			logAxis(&p.Y, lo, hi, false)
 		} else {
