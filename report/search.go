@@ -331,14 +331,17 @@ func (v *view) paretoChart() (*figure, string) {
 	fxys := make(plotter.XYs, len(front))
 	var lx, ly []float64
 	var lt []string
+	var lm []int
+	ring := draw.GlyphStyle{Color: color.Black, Radius: vg.Points(7), Shape: marker{shape: circle, outline: true}}
+	rings := &markers{}
 	for i, pt := range front {
 		fxys[i] = plotter.XY{X: pt.x, Y: pt.y}
-		lx, ly, lt = append(lx, pt.x), append(ly, pt.y), append(lt, v.configLabel(pt.r)+" "+shortLoad(pt.r.Point.Load))
+		rings.add(pt.x, pt.y, ring)
+		lx, ly, lt, lm = append(lx, pt.x), append(ly, pt.y), append(lt, v.configLabel(pt.r)+" "+shortLoad(pt.r.Point.Load)), append(lm, i)
 	}
-	ring := draw.GlyphStyle{Color: color.Black, Radius: vg.Points(7), Shape: marker{shape: circle, outline: true}}
-	p.Add(&plotter.Line{XYs: fxys, LineStyle: line(color.Black, 1.8)}, &plotter.Scatter{XYs: fxys, GlyphStyle: ring})
+	p.Add(&plotter.Line{XYs: fxys, LineStyle: line(color.Black, 1.8)}, rings)
 	names := newLabels(lx, ly, lt, 9, 9, 3, draw.XLeft)
-	names.avoid = true
+	names.avoid, names.marks, names.mark = true, rings, lm // keep off the front's rings
 	p.Add(names)
 	slo := v.run.Manifest.SLO
 	if !llm && slo.P99 > 0 {
