@@ -89,8 +89,9 @@ is done, next to manifest.json. On a terminal a live view shows the sweep; q
 or Ctrl-C stops it, keeping the finished points and the current one (marked
 partial).
 
-Exit codes: 0 done (or stopped with q); 1 failure; 2 bad scenario, flags or
-unreachable target; 3 SLO thresholds not met; 130 stopped by a signal.`,
+Exit codes: 0 done; 1 failure; 2 bad scenario, flags or unreachable target;
+3 SLO thresholds not met, or no point to judge; 130 stopped before the end
+(q, Ctrl-C or a signal: STOPPED, never a verdict).`,
 		Example: `  infer bench --scenario scenarios/quick.yaml
   infer bench -s scenarios/sim-gpu.yaml --out results/sim-gpu --no-tui
   infer bench -s scenarios/quick.yaml --target http://10.0.0.5:8080,http://10.0.0.6:8080
@@ -234,10 +235,12 @@ func runBench(ctx context.Context, opts *benchOptions) error {
 		}
 	}
 	switch {
+	case out.Interrupted || ctx.Err() != nil:
+		// Stopped by q, Ctrl-C in the live view or a signal: never a
+		// verdict, whatever the finished points say.
+		return errStopped
 	case !summary.Passed:
-		return &thresholdError{verdict: summary.Verdict}
-	case ctx.Err() != nil:
-		return errInterrupted
+		return &thresholdError{verdict: summary.Verdict, unjudged: summary.Outcome == loadgen.OutcomeUnjudged}
 	}
 	return nil
 }
