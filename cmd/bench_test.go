@@ -128,7 +128,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"unreachable", []string{"bench", "-s", good, "--target", closed, "--no-tui", "-o", filepath.Join(t.TempDir(), "r")},
 			"target " + closed + ": unreachable"},
 		{"bad target", []string{"bench", "-s", good, "--target", "localhost:8080"}, "want an http:// or https:// URL"},
-		{"no scenario", []string{"bench"}, "--scenario"},
+		{"no scenario", []string{"bench"}, "-s quick), or a server: infer bench --target"},
 		{"bad output", []string{"bench", "-s", good, "--output", "xml"}, "--output"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
