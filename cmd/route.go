@@ -242,9 +242,9 @@ func runRoute(ctx context.Context, opts *routeOptions) error {
 	if token == "" {
 		token = os.Getenv("INFER_ADMIN_TOKEN")
 	}
-	ln, err := net.Listen("tcp", opts.Addr)
+	ln, err := listen(opts.Addr)
 	if err != nil {
-		return fmt.Errorf("listen: %w", err)
+		return err
 	}
 	return serveRouter(ctx, ln, rt, routeHost{token: token, drain: opts.DrainTimeout, idle: opts.IdleTimeout, timeout: cfg.Timeout, log: cfg.Logger})
 }

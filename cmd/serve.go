@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"time"
 
@@ -218,8 +219,15 @@ func runServe(ctx context.Context, opts *serveOptions) error {
 	if err != nil {
 		return err
 	}
+	// The address is bound before the model loads: a busy port is found
+	// in a moment, not after minutes of loading.
+	ln, err := listen(opts.Addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
 	if m.Kind == registry.Decoder {
-		return serveDecoder(ctx, opts, cfg.Host, m)
+		return serveDecoder(ctx, opts, cfg.Host, m, ln)
 	}
 	factory, err := opts.Model.openEncoder(m, opts.Workers, log)
 	if err != nil {
@@ -237,13 +245,13 @@ func runServe(ctx context.Context, opts *serveOptions) error {
 	if err != nil {
 		return usageErrorf("%v", err)
 	}
-	return srv.Run(ctx)
+	return srv.Serve(ctx, ln)
 }
 
 // serveDecoder serves the generative model m through the OpenAI-compatible
 // API. Every flag is checked before the model is loaded, or generated on
 // first use.
-func serveDecoder(ctx context.Context, opts *serveOptions, cfg server.Config, m registry.Model) error {
+func serveDecoder(ctx context.Context, opts *serveOptions, cfg server.Config, m registry.Model, ln net.Listener) error {
 	if opts.Broker != "" {
 		return usageErrorf("--broker: distributed mode serves encoder models only, not %s", opts.Model.Model)
 	}
@@ -271,7 +279,7 @@ func serveDecoder(ctx context.Context, opts *serveOptions, cfg server.Config, m 
 	if err != nil {
 		return usageErrorf("%v", err)
 	}
-	return srv.Run(ctx)
+	return srv.Serve(ctx, ln)
 }
 
 // decoderEngine returns the engine configuration of the flags, with the
