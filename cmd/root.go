@@ -60,15 +60,18 @@ func signalContext() (context.Context, func()) {
 func newCmdRoot(stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "infer",
-		Short: "Serve a model with dynamic batching, load-test it, and report the results",
+		Short: "Serve models (OpenAI-compatible LLM API), load-test any server, report",
 		Long: `infer serves a model through a naive and a dynamically batched endpoint side
-by side, load-tests inference servers, and draws the results.`,
+by side, and LLMs through an OpenAI-compatible API with continuous batching;
+it load-tests any inference server and draws the results. Guide: docs/.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return &usageError{msg: flagError(err), cmd: c.CommandPath()}
+		return &usageError{msg: unknownFlag(c, flagError(err)), cmd: c.CommandPath()}
 	})
+	cobra.AddTemplateFunc("flagUsages", flagUsages)
+	root.SetUsageTemplate(usageTemplate)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(newCmdServe(nil), newCmdModels(), newCmdVersion(nil))

@@ -28,6 +28,15 @@ import (
 // IsTerminal reports whether f is a terminal.
 func IsTerminal(f *os.File) bool { return term.IsTerminal(f.Fd()) }
 
+// Width returns the columns of the terminal f, or 0 when f is not one.
+func Width(f *os.File) int {
+	w, _, err := term.GetSize(f.Fd())
+	if err != nil {
+		return 0
+	}
+	return w
+}
+
 // Feed carries snapshots from a run to a view: Put never blocks, and a
 // snapshot not yet read is replaced by a newer one. One goroutine may Put.
 type Feed struct{ ch chan loadgen.Snapshot }
