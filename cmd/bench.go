@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -248,24 +250,29 @@ func runBench(ctx context.Context, opts *benchOptions) error {
 		dir = loadgen.DefaultDir(sc, time.Now())
 	}
 	live := opts.Terminal && !opts.NoTUI
-	// Logs share stderr with the progress lines, or go to a file in the run
-	// directory while the live view owns the terminal.
+	// Logs go to a file in the run directory; with progress lines on
+	// stderr, its warnings and errors go there too (the progress lines say
+	// the rest in words).
 	stderr := &lockedWriter{w: opts.Stderr}
-	logOut := io.Writer(stderr)
-	if live {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("create run directory: %w", err)
-		}
-		f, err := os.Create(filepath.Join(dir, "bench.log"))
-		if err != nil {
-			return fmt.Errorf("create log: %w", err)
-		}
-		defer f.Close()
-		logOut = f
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create run directory: %w", err)
 	}
-	logger, err := opts.Log.logger(logOut)
+	logFile, err := os.Create(filepath.Join(dir, "bench.log"))
+	if err != nil {
+		return fmt.Errorf("create log: %w", err)
+	}
+	defer logFile.Close()
+	logger, err := opts.Log.logger(logFile)
 	if err != nil {
 		return err
+	}
+	if !live {
+		warn := opts.Log
+		if lvl, err := levelOf(warn.Level); err == nil && lvl < slog.LevelWarn {
+			warn.Level = "warn"
+		}
+		toStderr, _ := warn.logger(stderr)
+		logger = slog.New(teeHandler{logger.Handler(), toStderr.Handler()})
 	}
 	launcher := opts.Launcher
 	if launcher == nil {
@@ -369,6 +376,39 @@ func runSweep(ctx context.Context, opts *benchOptions, sc *scenario.Scenario, cf
 		cfg.Logger.Error("live view", "err", viewErr)
 	}
 	return out, runErr
+}
+
+// teeHandler sends each record to every handler that takes its level.
+type teeHandler []slog.Handler
+
+func (t teeHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return slices.ContainsFunc(t, func(h slog.Handler) bool { return h.Enabled(ctx, l) })
+}
+
+func (t teeHandler) Handle(ctx context.Context, r slog.Record) error {
+	var errs []error
+	for _, h := range t {
+		if h.Enabled(ctx, r.Level) {
+			errs = append(errs, h.Handle(ctx, r.Clone()))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (t teeHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	out := make(teeHandler, len(t))
+	for i, h := range t {
+		out[i] = h.WithAttrs(as)
+	}
+	return out
+}
+
+func (t teeHandler) WithGroup(name string) slog.Handler {
+	out := make(teeHandler, len(t))
+	for i, h := range t {
+		out[i] = h.WithGroup(name)
+	}
+	return out
 }
 
 // lockedWriter serializes writes from several goroutines.

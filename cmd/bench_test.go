@@ -202,6 +202,13 @@ slo:
 	if !strings.Contains(stderr.String(), "done batched c=4") {
 		t.Errorf("no progress lines on stderr:\n%s", stderr.String())
 	}
+	// Info logs go to bench.log, not between the progress lines.
+	if strings.Contains(stderr.String(), `msg="point done"`) {
+		t.Errorf("raw log lines on stderr:\n%s", stderr.String())
+	}
+	if log, err := os.ReadFile(filepath.Join(dir, "bench.log")); err != nil || !strings.Contains(string(log), `msg="point done"`) {
+		t.Errorf("bench.log: %v\n%s", err, log)
+	}
 }
 
 func TestBenchDryRun(t *testing.T) {

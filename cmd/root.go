@@ -93,10 +93,19 @@ func (o *logOptions) bind(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.Format, "log-format", "text", "log format: text or json")
 }
 
-func (o logOptions) logger(w io.Writer) (*slog.Logger, error) {
+// levelOf parses a --log-level.
+func levelOf(s string) (slog.Level, error) {
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(o.Level)); err != nil {
-		return nil, usageErrorf("--log-level %q: want debug, info, warn or error", o.Level)
+	if err := level.UnmarshalText([]byte(s)); err != nil {
+		return 0, usageErrorf("--log-level %q: want debug, info, warn or error", s)
+	}
+	return level, nil
+}
+
+func (o logOptions) logger(w io.Writer) (*slog.Logger, error) {
+	level, err := levelOf(o.Level)
+	if err != nil {
+		return nil, err
 	}
 	hopts := &slog.HandlerOptions{Level: level}
 	switch strings.ToLower(o.Format) {

@@ -207,10 +207,11 @@ const tableWidth = 80
 // directory.
 func (s Summary) WriteText(w io.Writer) error {
 	var b strings.Builder
+	llm := slices.ContainsFunc(s.Rows, func(r Row) bool { return r.LLMRow != nil })
 	if s.Shared != "" {
-		fmt.Fprintf(&b, "every batched point: %s\n", s.Shared)
+		fmt.Fprintln(&b, SharedText(s.Shared, llm))
 	}
-	if slices.ContainsFunc(s.Rows, func(r Row) bool { return r.LLMRow != nil }) {
+	if llm {
 		s.llmTable(&b)
 	} else {
 		s.table(&b)
