@@ -39,7 +39,7 @@ const defaultModel = "bert-mini"
 // bind binds --model and the model's settings.
 func (o *modelOptions) bind(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.Model, "model", defaultModel,
-		"model: sim (simulated accelerator), a built-in "+builtinNames(isEncoder)+", or a path to "+registry.Formats(isEncoder))
+		"model: sim (simulated accelerator), a built-in one ("+nameList(isEncoder)+"), or a path to "+registry.Formats(isEncoder))
 	o.bindSettings(cmd)
 }
 
@@ -50,7 +50,7 @@ func (o *modelOptions) bindSettings(cmd *cobra.Command) {
 	f.StringVar(&o.Task, "task", string(bert.FillMask), "head of a built-in model: fill-mask or embed (a file's task comes from its outputs)")
 	f.StringVar(&o.Devices, "devices", models.DefaultDevices, "devices for the model instances: cpu, auto, or cuda:0[,cuda:1…]; workers are assigned round-robin")
 	f.IntVar(&o.Threads, "threads", 0, "ONNX Runtime intra-op threads per session (0: the CPUs divided among the sessions)")
-	f.StringVar(&o.OrtLib, "ort-lib", "", "ONNX Runtime shared library (default: $ONNXRUNTIME_LIB, then "+onnx.SetupPath+", then the system's)")
+	f.StringVar(&o.OrtLib, "ort-lib", "", "ONNX Runtime shared library (default: $ONNXRUNTIME_LIB, then where scripts/setup-ort.sh puts it, then the system's)")
 	f.IntVar(&o.MaxSeqLen, "max-seq-len", onnx.DefaultMaxSeqLen, "most tokens of one item, [CLS] and [SEP] included")
 	f.BoolVar(&o.Truncate, "truncate", true, "truncate longer items to --max-seq-len; with --truncate=false they are refused with 413")
 	f.DurationVar(&o.SimFixed, "sim-fixed", sim.DefaultFixed, "sim: fixed cost of any batch")
@@ -68,6 +68,11 @@ func isDecoder(e registry.Entry) bool { return e.Kind == registry.Decoder }
 // "bert-tiny|bert-mini|…".
 func builtinNames(keep func(registry.Entry) bool) string {
 	return strings.Join(registry.Builtins(func(e registry.Entry) bool { return !e.Simulated && keep(e) }), "|")
+}
+
+// nameList is builtinNames as a list that help can wrap: "a, b, c".
+func nameList(keep func(registry.Entry) bool) string {
+	return strings.ReplaceAll(builtinNames(keep), "|", ", ")
 }
 
 // A modelUse is what a command takes as a model, and how its errors name

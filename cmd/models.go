@@ -255,7 +255,7 @@ func newCmdModelsInfo(runF func(context.Context, *modelsInfoOptions) error) *cob
 	opts := &modelsInfoOptions{}
 	return &cobra.Command{
 		Use:   "info FILE",
-		Short: "Show an .onnx file's inputs, outputs, parameters, opset and metadata",
+		Short: "Show an .onnx file's inputs, outputs, parameters and metadata",
 		Args:  exactArgs(1, "an .onnx file"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Path, opts.Out = args[0], cmd.OutOrStdout()
@@ -354,7 +354,7 @@ func newCmdModelsBench(runF func(context.Context, *modelsBenchOptions) error) *c
 	opts := &modelsBenchOptions{}
 	cmd := &cobra.Command{
 		Use:   "bench MODEL",
-		Short: "Measure a model alone: items/s and latency per batch size (the offline ceiling)",
+		Short: "Measure a model alone: items/s and latency per batch size",
 		Long: `Measure a model with no server around it: batches of each size run back to
 back on one instance, and the items per second and the latency of a batch are
 reported for each size. This is the ceiling a server of the model can reach on
@@ -484,7 +484,7 @@ func newCmdModelsCalibrate(runF func(context.Context, *modelsBenchOptions) error
 	opts := &modelsBenchOptions{}
 	cmd := &cobra.Command{
 		Use:   "calibrate MODEL",
-		Short: "Fit t(n) = fixed + per_item·n to a model's offline bench, for --model sim",
+		Short: "Fit t(n) = fixed + per_item·n to an offline bench, for --model sim",
 		Long: `Run the offline bench of MODEL (as infer models bench does), fit the batch
 latency t(n) = fixed + per_item·n by least squares, and print the matching
 infer serve --model sim flags, so that batching can be studied with a simulated

@@ -61,7 +61,7 @@ func newCmdRoute(runF func(context.Context, *routeOptions) error) *cobra.Command
 	opts := &routeOptions{MaxBody: byteSize(d.MaxBody)}
 	cmd := &cobra.Command{
 		Use:   "route",
-		Short: "Spread requests over replicas of a model server by key, load or prompt prefix",
+		Short: "Spread requests over model server replicas by key, load or prefix",
 		Long: `Route requests over several replicas of a model server (infer serve, or any
 OpenAI-compatible server: vLLM, SGLang, llama.cpp, Ollama), by a policy:
 
@@ -99,10 +99,12 @@ GET /admin/replicas lists the replicas and POST /admin/replicas/NAME/drain
 (or /undrain) takes one out of rotation (or back).`,
 		Example: `  infer serve --model sim --addr 127.0.0.1:8081 &
   infer serve --model sim --addr 127.0.0.1:8082 &
-  infer route --upstream http://127.0.0.1:8081,http://127.0.0.1:8082 --policy least-request
+  infer route --upstream http://127.0.0.1:8081,http://127.0.0.1:8082 \
+    --policy least-request
   curl -d 'Paris is the [MASK] of France.' 127.0.0.1:8080/batched
 
-  infer route --upstream 'http://10.0.0.1:8000;w=2' --upstream http://10.0.0.2:8000 --policy hash --hash-key user
+  infer route --upstream 'http://10.0.0.1:8000;w=2' \
+    --upstream http://10.0.0.2:8000 --policy hash --hash-key user
   infer route --upstream dns://vllm-headless.default.svc:8000 --policy scored`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -242,9 +244,9 @@ func runRoute(ctx context.Context, opts *routeOptions) error {
 	if token == "" {
 		token = os.Getenv("INFER_ADMIN_TOKEN")
 	}
-	ln, err := net.Listen("tcp", opts.Addr)
+	ln, err := listen(opts.Addr)
 	if err != nil {
-		return fmt.Errorf("listen: %w", err)
+		return err
 	}
 	return serveRouter(ctx, ln, rt, routeHost{token: token, drain: opts.DrainTimeout, idle: opts.IdleTimeout, timeout: cfg.Timeout, log: cfg.Logger})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"time"
 
@@ -45,64 +46,34 @@ func newCmdServe(runF func(context.Context, *serveOptions) error) *cobra.Command
 	opts := &serveOptions{MaxBody: server.DefaultMaxBody}
 	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "Serve a model through naive and batched endpoints side by side",
-		Long: `Serve a model over HTTP through two endpoints side by side:
+		Short: "Serve a model: batched endpoints or an OpenAI-compatible API",
+		Long: `Serve a model over HTTP. An encoder gets two endpoints side by side: POST
+/naive (each request alone) and POST /batched (dynamic batches of at most
+--batch items, none waiting longer than --max-latency; --policy decides
+within that), plus KServe v2, /v1/embeddings, /healthz, /readyz, /metrics.
 
-  POST /naive    each request runs alone on its own model instance (in model
-                 calls of at most --batch items)
-  POST /batched  requests are queued and run in dynamic batches
+A generative model (sim-lm, a built-in GPT-2 or Llama decoder, or an export
+by path) is served through an OpenAI-compatible API, so any OpenAI client or
+LLM benchmark works by base URL (http://ADDR/v1): /v1/completions and
+/v1/chat/completions with continuous batching, streamed with "stream": true,
+the same under /static/v1 and /naive/v1. --model sim-lm is a fake OpenAI
+server with known timing that needs no GPU.
 
-plus KServe v2 (POST /v2/models/{name}/infer), /healthz, /readyz and /metrics.
-
-A batch never holds more than --batch items, and never waits for company
-longer than --max-latency after its first item arrived. Within that, --policy
-decides how long it waits:
-
-  adaptive   (default) only when waiting pays, judged from the measured
-             arrival rate and batch cost: docs/serving.md has the rule
-  fixed      until it holds --batch items or --max-latency has passed
-  immediate  not at all: a free worker takes whatever is queued
-
-Overload is refused at once with 429: beyond --queue-cap items, or when the
-backlog would outlast a request's deadline (--timeout, shortened per request
-by X-Request-Timeout). Open connections are capped by --max-conns (at the cap
-the longest idle one is closed first) and closed after --idle-timeout idle.
-On SIGINT/SIGTERM the server drains: /readyz turns 503, every answer carries
-Connection: close, admitted requests finish within --drain-timeout. A second
-signal exits at once.
-
-A generative (decoder) model, --model sim-lm, a built-in GPT-2 decoder
-(gpt2-tiny, gpt2-mini, gpt2-small on ONNX Runtime) or a decoder export by
-path, is served instead through an OpenAI-compatible API, so that any OpenAI
-client or LLM benchmark works by base URL (http://ADDR/v1):
-
-  POST /v1/completions, /v1/chat/completions   continuous batching (--gen-policy)
-  POST /static/v1/…   static batching: a batch forms within --max-latency, up
-                      to --max-seqs, and nothing joins until all of it is done
-  POST /naive/v1/…    one sequence at a time
-  GET  /v1/models     (and under each prefix)
-
-"stream": true answers with Server-Sent Events, one event per token. Each
-prefix has its own model instance. Continuous batching runs one step at a
-time over every running sequence (up to --max-seqs): decodes first, then
-prompt chunks within --max-batched-tokens; a new request joins at the next
-step, a finished one leaves at once. KV is kept within --kv-tokens: a request
-starts only when its whole prompt fits, and when the running sequences
-outgrow it the newest is preempted and later recomputed. --queue-cap bounds
-the waiting requests per prefix (default 16 × --max-seqs), --timeout each
-request's deadline (waiting for a static batch of long answers takes more
-than the default). --batch, --workers, --policy and --buckets apply to
-encoder models only.`,
+Overload is refused at once with 429; SIGINT or SIGTERM drains, a second
+signal exits. Guide: docs/serving.md (encoders), docs/generation.md (LLMs).`,
 		Example: `  infer serve --batch 64 --max-latency 100ms
   infer serve --model sim --sim-fixed 4ms --sim-per-item 0.1ms --workers 4
   curl -d 'Paris is the [MASK] of France.' 127.0.0.1:8080/batched
 
   infer serve --model sim-lm --max-seqs 32
-  curl -N 127.0.0.1:8080/v1/completions -d '{"prompt": "Once upon a time", "max_tokens": 32, "stream": true}'
-  curl 127.0.0.1:8080/static/v1/chat/completions -d '{"messages": [{"role": "user", "content": "Hi"}]}'
+  curl -N 127.0.0.1:8080/v1/completions \
+    -d '{"prompt": "Once upon a time", "max_tokens": 32, "stream": true}'
+  curl 127.0.0.1:8080/static/v1/chat/completions \
+    -d '{"messages": [{"role": "user", "content": "Hi"}]}'
 
   infer serve --model gpt2-tiny --kv-tokens 8192
-  infer serve --model ./gpt2-onnx/   # optimum-cli export onnx --model gpt2 gpt2-onnx/`,
+  optimum-cli export onnx --model gpt2 gpt2-onnx/   # elsewhere, then:
+  infer serve --model ./gpt2-onnx/`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Stderr = cmd.ErrOrStderr()
@@ -132,10 +103,19 @@ encoder models only.`,
 	f.DurationVar(&opts.CacheTTL, "cache-ttl", 0, "how long a cached result stays valid (0: until evicted)")
 	f.StringVar(&opts.Broker, "broker", "", "Redis URL (redis://[user:pass@]host:port/db, rediss://…): /batched admits into its stream for infer worker processes (--queue-cap bounds the stream)")
 	opts.Model.bind(cmd)
-	f.Lookup("model").Usage = "model: sim (simulated accelerator), a built-in encoder " + builtinNames(isEncoder) + ", a generative model served through the OpenAI API: sim-lm (simulated) or a built-in decoder " +
-		builtinNames(isDecoder) + ", or a path: an .onnx file (an encoder, or a decoder with a KV cache) or a decoder export directory"
+	f.Lookup("model").Usage = "model: sim (simulated accelerator), a built-in encoder (" + nameList(isEncoder) + "), a generative model served through the OpenAI API: sim-lm (simulated) or a built-in decoder (" +
+		nameList(isDecoder) + "), or a path: an .onnx file (an encoder, or a decoder with a KV cache) or a decoder export directory"
 	opts.Gen.bind(cmd)
 	opts.Log.bind(cmd)
+	groupFlags(cmd,
+		[2]string{"Model", "model task max-seq-len truncate"},
+		[2]string{"Network", "addr timeout max-body max-items max-conns idle-timeout drain-timeout admin-token"},
+		[2]string{"Encoder batching", "batch max-latency policy buckets no-isolation workers queue-cap admit-late cache-size cache-ttl"},
+		[2]string{"Generation (decoder models)", "max-seqs max-batched-tokens kv-tokens gen-policy stream-interval prefix-cache block-size"},
+		[2]string{"Simulation (sim, sim-lm)", "sim-fixed sim-per-item sim-fail-on sim-step sim-per-seq sim-per-prefill-token"},
+		[2]string{"ONNX Runtime", "devices threads ort-lib"},
+		[2]string{"Distributed", "broker"},
+	)
 	return cmd
 }
 
@@ -218,8 +198,15 @@ func runServe(ctx context.Context, opts *serveOptions) error {
 	if err != nil {
 		return err
 	}
+	// The address is bound before the model loads: a busy port is found
+	// in a moment, not after minutes of loading.
+	ln, err := listen(opts.Addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
 	if m.Kind == registry.Decoder {
-		return serveDecoder(ctx, opts, cfg.Host, m)
+		return serveDecoder(ctx, opts, cfg.Host, m, ln)
 	}
 	factory, err := opts.Model.openEncoder(m, opts.Workers, log)
 	if err != nil {
@@ -237,13 +224,13 @@ func runServe(ctx context.Context, opts *serveOptions) error {
 	if err != nil {
 		return usageErrorf("%v", err)
 	}
-	return srv.Run(ctx)
+	return srv.Serve(ctx, ln)
 }
 
 // serveDecoder serves the generative model m through the OpenAI-compatible
 // API. Every flag is checked before the model is loaded, or generated on
 // first use.
-func serveDecoder(ctx context.Context, opts *serveOptions, cfg server.Config, m registry.Model) error {
+func serveDecoder(ctx context.Context, opts *serveOptions, cfg server.Config, m registry.Model, ln net.Listener) error {
 	if opts.Broker != "" {
 		return usageErrorf("--broker: distributed mode serves encoder models only, not %s", opts.Model.Model)
 	}
@@ -271,7 +258,7 @@ func serveDecoder(ctx context.Context, opts *serveOptions, cfg server.Config, m 
 	if err != nil {
 		return usageErrorf("%v", err)
 	}
-	return srv.Run(ctx)
+	return srv.Serve(ctx, ln)
 }
 
 // decoderEngine returns the engine configuration of the flags, with the

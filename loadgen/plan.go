@@ -239,3 +239,53 @@ func loadName(l record.Load) string {
 }
 
 func fmtRate(r float64) string { return strconv.FormatFloat(r, 'f', -1, 64) }
+
+// abbreviations are the short names of point names, in words.
+var abbreviations = []struct{ short, long string }{
+	{"b=", "b batch size"}, {"w=", "w workers"}, {"lat=", "lat max latency"}, {"c=", "c clients"},
+	{"seqs=", "seqs max sequences"}, {"mbt=", "mbt max batched tokens"}, {"rate=", "rate arrivals/s"},
+}
+
+// Legend explains the abbreviations a point name uses: "b batch size · w
+// workers · c clients"; "" when it uses none.
+func Legend(name string) string {
+	var parts []string
+	for _, a := range abbreviations {
+		if strings.HasPrefix(name, a.short) || strings.Contains(name, " "+a.short) {
+			parts = append(parts, a.long)
+		}
+	}
+	return strings.Join(parts, " · ")
+}
+
+// SharedText says the settings every point with batching has (Shared), in
+// words: "every batched point: max latency 10ms"; for LLM runs "every
+// batching point: max 8 sequences".
+func SharedText(shared string, llm bool) string {
+	var words []string
+	for part := range strings.FieldsSeq(shared) {
+		k, v, ok := strings.Cut(part, "=")
+		switch {
+		case !ok:
+			words = append(words, "policy "+part)
+		case k == "b":
+			words = append(words, "batch size "+v)
+		case k == "w" && v == "1":
+			words = append(words, "1 worker")
+		case k == "w":
+			words = append(words, v+" workers")
+		case k == "lat":
+			words = append(words, "max latency "+v)
+		case k == "seqs":
+			words = append(words, "max "+v+" sequences")
+		case k == "mbt":
+			words = append(words, "max "+v+" batched tokens")
+		default:
+			words = append(words, k+" "+v)
+		}
+	}
+	if llm {
+		return "every continuous and static point: " + strings.Join(words, ", ")
+	}
+	return "every batched point: " + strings.Join(words, ", ")
+}

@@ -22,7 +22,7 @@ import (
 )
 
 // llmSeed seeds the arrival pacers and the timeline's sample: each point
-// of a sweep gets the same arrival times.
+// of a sweep gets the same arrival times, repeat r the seed llmSeed+r-1.
 const llmSeed = 1
 
 // llmPayload makes an LLM scenario's requests: one generator for the
@@ -191,7 +191,9 @@ func (l *llmRun) repeat(ctx context.Context, rep int) (stop bool, err error) {
 		Progress: r.mon.llmLive, Cores: r.cfg.Cores,
 	}
 	if pt.Load.Mode == "open" {
-		pacer, err := attack.NewPacer(pt.Load, cfg.Warmup, cfg.Duration, llmSeed)
+		// Each repeat draws its own schedule: the same draws repeated
+		// would repeat their chance.
+		pacer, err := attack.NewPacer(pt.Load, cfg.Warmup, cfg.Duration, llmSeed+uint64(rep-1))
 		if err != nil {
 			return false, fmt.Errorf("point %q: %w", pt.Name, err)
 		}

@@ -52,7 +52,7 @@ func (s *Summary) judgeSearch(o *Outcome, require string) {
 	case o.TargetFailed != "":
 		s.Passed, s.Verdict = false, "the target stopped answering mid-search: the result is partial"
 	case judged == 0:
-		s.Passed, s.Verdict = true, "no search finished"
+		s.Outcome, s.Verdict = OutcomeUnjudged, "no search finished"
 	case require == "any":
 		s.Passed = met > 0
 		s.Verdict = fmt.Sprintf("%d of %d configurations meet the SLO at some load (any must)", met, judged)

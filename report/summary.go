@@ -535,7 +535,9 @@ func loadMode(l record.Load) string {
 	return "open loop"
 }
 
-// loadTarget is the load level a point was asked for.
+// loadTarget is the load level a point was asked for: the nominal rate,
+// and beside it the rate random arrivals drew when that differs ("2
+// (drawn 2.9)").
 func loadTarget(r *record.Record) string {
 	l := r.Point.Load
 	if l.Mode == "closed" || (l.Rate == 0 && l.Concurrency > 0) {
@@ -544,7 +546,10 @@ func loadTarget(r *record.Record) string {
 	if l.Pacer == "ramp" {
 		return num(l.RampFrom) + "→" + num(l.Rate)
 	}
-	return num(r.TargetRate)
+	if drawn, ok := r.DrawnRate(); ok {
+		return num(l.Rate) + " (drawn " + num(drawn) + ")"
+	}
+	return num(l.Rate)
 }
 
 func (v *view) writeOffline(b *strings.Builder) {

@@ -114,6 +114,26 @@ type Load struct {
 	Burstiness float64 `json:"burstiness,omitempty"`
 }
 
+// Nominal is the open loop's level: its rate, a ramp's mean; 0 in closed
+// loop.
+func (l Load) Nominal() float64 {
+	switch {
+	case l.Mode == "closed":
+		return 0
+	case l.Pacer == "ramp":
+		return (l.RampFrom + l.Rate) / 2
+	}
+	return l.Rate
+}
+
+// DrawnRate returns the rate a random schedule's draws came to in the
+// measured time (TargetRate), and whether it differs enough from the
+// nominal level (more than 0.5 %) to be shown beside it.
+func (r *Record) DrawnRate() (float64, bool) {
+	n := r.Point.Load.Nominal()
+	return r.TargetRate, n > 0 && r.TargetRate > 0 && math.Abs(r.TargetRate/n-1) > 0.005
+}
+
 // Record is the result of one sweep point, over all its repeats.
 type Record struct {
 	Index    int       `json:"index"` // position in the sweep, from 0
@@ -121,8 +141,12 @@ type Record struct {
 	Start    time.Time `json:"start"`
 	Duration Duration  `json:"duration"` // measured time, warm-up excluded, summed over repeats
 
-	Sent         int     `json:"sent"`          // requests sent in the measured time
-	TargetRate   float64 `json:"target_rate"`   // requests/s asked for (open loop), 0 for closed loop
+	Sent int `json:"sent"` // requests sent in the measured time
+	// TargetRate is the requests/s the schedule asked for in the measured
+	// time (open loop; 0 in closed loop): the level's rate (a ramp's
+	// mean), or with random arrivals the rate the draws came to
+	// (DrawnRate), beside point.load.rate, the nominal level.
+	TargetRate   float64 `json:"target_rate"`
 	AchievedRate float64 `json:"achieved_rate"` // requests/s actually sent
 	// Throughput is the successful answers received per second in the
 	// measured time, whenever their requests were sent: the server's real

@@ -28,6 +28,15 @@ import (
 // IsTerminal reports whether f is a terminal.
 func IsTerminal(f *os.File) bool { return term.IsTerminal(f.Fd()) }
 
+// Width returns the columns of the terminal f, or 0 when f is not one.
+func Width(f *os.File) int {
+	w, _, err := term.GetSize(f.Fd())
+	if err != nil {
+		return 0
+	}
+	return w
+}
+
 // Feed carries snapshots from a run to a view: Put never blocks, and a
 // snapshot not yet read is replaced by a newer one. One goroutine may Put.
 type Feed struct{ ch chan loadgen.Snapshot }
@@ -150,9 +159,11 @@ func (m Model) View() string {
 	w := max(m.width, 40)
 	over := m.done || s.Phase == loadgen.PhaseDone
 	var b strings.Builder
-	progress, done, stopped := fmt.Sprintf("%d/%d points", s.Done, s.Points), sweepDone(s), s.Done < s.Points
+	done := sweepDone(s)
+	progress, stopped := fmt.Sprintf("%.0f%% · %d/%d points done", 100*done, s.Done, s.Points), s.Done < s.Points
 	if s.Search != nil {
-		progress, done, stopped = searchHead(s.Search), searchDone(s.Search), s.Stopping
+		done, stopped = searchDone(s.Search), s.Stopping
+		progress = fmt.Sprintf("%.0f%% · %s", 100*done, searchHead(s.Search))
 	}
 	head := titleStyle.Render("infer bench · "+s.Scenario) + fmt.Sprintf("   %s · %s elapsed", progress, fmtDur(s.Elapsed))
 	switch {
@@ -169,7 +180,10 @@ func (m Model) View() string {
 		return b.String()
 	}
 	if s.Shared != "" {
-		b.WriteString(dimStyle.Render(truncate("every batched point: "+s.Shared, w)) + "\n")
+		b.WriteString(dimStyle.Render(truncate(loadgen.SharedText(s.Shared, s.LLM != nil), w)) + "\n")
+	}
+	if l := loadgen.Legend(s.Point.Name); l != "" && s.Done < s.Points {
+		b.WriteString(dimStyle.Render(truncate(l, w)) + "\n")
 	}
 	b.WriteString("\n")
 
@@ -237,6 +251,9 @@ func (m Model) liveLLM(s loadgen.Snapshot, line func(label, text string)) {
 	g := s.LLM
 	window := dimStyle.Render("last " + fmtDur(g.Window))
 	rate := fmt.Sprintf("%.0f tokens/s · %.2f req/s %s", g.TokensPerS, g.RequestsPerS, window)
+	if g.Window < time.Second {
+		rate = dimStyle.Render("… (after the first second)")
+	}
 	if s.TargetRate > 0 {
 		rate += fmt.Sprintf(" · target %s/s", trimRate(s.TargetRate))
 	}
@@ -274,6 +291,9 @@ func trimRate(r float64) string { return strconv.FormatFloat(math.Round(r*100)/1
 func (m Model) liveAnswers(s loadgen.Snapshot, line func(label, text string)) {
 	window := dimStyle.Render("last " + fmtDur(s.Window))
 	rate := fmt.Sprintf("%.1f answers/s %s", s.RPS, window)
+	if s.Window < time.Second {
+		rate, window = dimStyle.Render("… (after the first second)"), ""
+	}
 	if s.TargetRate > 0 {
 		rate += fmt.Sprintf(" · target %.0f/s", s.TargetRate)
 		if s.Phase == loadgen.PhaseMeasuring && s.RPS < 0.95*s.TargetRate && s.Window >= time.Second {
@@ -305,12 +325,15 @@ func (m Model) liveAnswers(s loadgen.Snapshot, line func(label, text string)) {
 
 // sweepDone is the share of the sweep done, counting the current point's
 // progress.
+// sweepDone is the share of the sweep done, by time: the elapsed time of
+// the elapsed time plus the ETA, so that the bar, the percentage and the
+// ETA agree (with interleaved repeats no point is done until its last
+// repeat, so points done lag far behind).
 func sweepDone(s loadgen.Snapshot) float64 {
-	done := float64(s.Done)
-	if s.PointTotal > 0 && s.Done < s.Points && s.Phase != loadgen.PhaseDone {
-		done += float64(s.PointElapsed) / float64(s.PointTotal)
+	if s.Phase == loadgen.PhaseDone || s.Done >= s.Points {
+		return fraction(float64(s.Done), float64(s.Points))
 	}
-	return fraction(done, float64(s.Points))
+	return fraction(float64(s.Elapsed), float64(s.Elapsed+s.ETA))
 }
 
 // bar draws a progress bar width cells wide, done (0…1) of it full.
