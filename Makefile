@@ -55,9 +55,9 @@ bench: ## Go benchmarks of the batcher and the simulated accelerator
 FUZZTIME ?= 1000000x
 FUZZ := server:FuzzDecodeItems server:FuzzDecodeV2 server:FuzzRequestTimeout server:FuzzHandler \
 	loadgen/target:FuzzParseMetrics loadgen/attack:FuzzServerTiming \
-	loadgen/llm:FuzzReader loadgen/llm:FuzzChunk loadgen/llm:FuzzEncoding \
+	loadgen/llm:FuzzReader loadgen/llm:FuzzChunk loadgen/llm:FuzzEncoding loadgen/llm:FuzzReadTrace \
 	models/tfjs:FuzzRead models/sentencepiece:FuzzEncode
-fuzz: ## run each fuzz target for FUZZTIME (default 1000000x executions): decoders, deadlines, the whole handler, the metrics, Server-Timing and SSE parsers, TF.js manifests, SentencePiece
+fuzz: ## run each fuzz target for FUZZTIME (default 1000000x executions): decoders, deadlines, the whole handler, the metrics, Server-Timing and SSE parsers, trace files, TF.js manifests, SentencePiece
 	@set -e; for t in $(FUZZ); do \
 		echo "== $${t#*:} (./$${t%%:*}, $(FUZZTIME))"; \
 		$(GO) test -run='^$$' -fuzz="^$${t#*:}$$" -fuzztime=$(FUZZTIME) ./$${t%%:*}; \

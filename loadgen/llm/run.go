@@ -131,6 +131,9 @@ func (c *RunConfig) check() error {
 	case c.MaxInFlight < 0 || c.MaxInFlight > MaxStreams:
 		return bad("max in flight %d, want 0 (default) to %d", c.MaxInFlight, MaxStreams)
 	}
+	if _, ok := c.Source.(SessionSource); ok && c.Pacer != nil {
+		return bad("a multi-turn workload runs its sessions on a closed loop, not on a pacer")
+	}
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = DefaultMaxInFlight
 	}
@@ -329,6 +332,10 @@ func (r *runner) openLoop(ctx context.Context, winEnd time.Time) {
 // when answered until the window's end or ctx, and returns then: the
 // clients' last streams drain (or are cut off) as the open loop's do.
 func (r *runner) closedLoop(ctx context.Context, winEnd time.Time) {
+	if ss, ok := r.cfg.Source.(SessionSource); ok {
+		r.sessions(ctx, winEnd, ss)
+		return
+	}
 	var next atomic.Uint64
 	for range r.cfg.Concurrency {
 		r.wg.Add(1)
@@ -345,16 +352,62 @@ func (r *runner) closedLoop(ctx context.Context, winEnd time.Time) {
 				res := r.pool.Get().(*Result)
 				res.Intended, res.Queued = now, 0
 				r.wg.Add(1)
-				r.stream(r.client(i), req, res)
+				r.stream(r.client(i), req, res, nil)
 			}
 		}()
 	}
-	t := time.NewTimer(time.Until(winEnd))
-	defer t.Stop()
+	waitUntil(ctx, winEnd)
+}
+
+// waitUntil waits until t or ctx is done; it reports whether t came.
+func waitUntil(ctx context.Context, t time.Time) bool {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
 	select {
-	case <-t.C:
+	case <-timer.C:
+		return true
 	case <-ctx.Done():
+		return false
 	}
+}
+
+// sessions runs a multi-turn workload on the closed loop: each of
+// Concurrency clients runs one session after another, each turn sent when
+// the last was answered and the think time has passed, until the window's
+// end or ctx. A session keeps to one frontend (Clients), whose cache holds
+// its conversation; one whose turn fails ends there.
+func (r *runner) sessions(ctx context.Context, winEnd time.Time, ss SessionSource) {
+	var next atomic.Uint64
+	think := ss.ThinkTime()
+	for range r.cfg.Concurrency {
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			defer r.recoverPanic()
+			for ctx.Err() == nil {
+				k := next.Add(1) - 1
+				sess, c := ss.Session(k), r.client(k)
+				for req := sess.Next(); req != nil; req = sess.Next() {
+					if due := time.Now().Add(think); sess.Turn() > 1 && think > 0 && (!due.Before(winEnd) || !waitUntil(ctx, due)) {
+						return // the next turn would come after the window
+					}
+					now := time.Now()
+					if !now.Before(winEnd) {
+						return
+					}
+					res := r.pool.Get().(*Result)
+					res.Intended, res.Queued = now, 0
+					r.wg.Add(1)
+					r.stream(c, req, res, func(res *Result) {
+						if res.OK() {
+							sess.Answer(string(res.Text()), res.OutputTokens)
+						}
+					})
+				}
+			}
+		}()
+	}
+	waitUntil(ctx, winEnd)
 }
 
 // client returns the client of request i.
@@ -367,13 +420,13 @@ func (r *runner) launch(c *Client, req *Request, res *Result, done func()) {
 	r.wg.Add(1)
 	go func() {
 		defer done()
-		r.stream(c, req, res)
+		r.stream(c, req, res, nil)
 	}()
 }
 
-// stream sends one request and folds it into the stats; the caller has
-// done r.wg.Add(1).
-func (r *runner) stream(c *Client, req *Request, res *Result) {
+// stream sends one request and folds it into the stats, after handing the
+// result to after (when not nil); the caller has done r.wg.Add(1).
+func (r *runner) stream(c *Client, req *Request, res *Result, after func(*Result)) {
 	defer r.wg.Done()
 	defer r.recoverPanic()
 	r.open.Add(1)
@@ -383,6 +436,9 @@ func (r *runner) stream(c *Client, req *Request, res *Result) {
 	if res.OK() {
 		// The live count took a chunk for a token; usage says better.
 		r.tokens.Add(int64(res.OutputTokens - len(res.Chunks)))
+	}
+	if after != nil {
+		after(res)
 	}
 	r.stats.Add(res)
 	r.pool.Put(res)
