@@ -203,6 +203,9 @@ type TraceCache struct {
 	LRU       float64 `json:"lru,omitempty"`
 	Capacity  int     `json:"capacity_blocks,omitempty"`
 	BlockSize int     `json:"block_size"`
+	// Warm is set when a repeat ran on a server whose cache held earlier
+	// load (not restarted since), which the figures above do not model.
+	Warm bool `json:"warm,omitempty"`
 }
 
 // OnOff renders a setting that is on or off.
