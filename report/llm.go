@@ -25,10 +25,12 @@ type llmSeries struct {
 	MaxSeqs, MBT int
 	Latency      record.Duration
 	Policy       string
+	Cache        string // the prefix cache: "on", "off", "" when the sweep left it
 }
 
 func llmSeriesOf(p record.Point) llmSeries {
-	return llmSeries{Endpoint: p.Endpoint, MaxSeqs: p.MaxSeqs, MBT: p.MaxBatchedTokens, Latency: p.Latency, Policy: p.Policy}
+	return llmSeries{Endpoint: p.Endpoint, MaxSeqs: p.MaxSeqs, MBT: p.MaxBatchedTokens, Latency: p.Latency, Policy: p.Policy,
+		Cache: cacheOf(p)}
 }
 
 // llmGroups groups the LLM points by series, in the order: continuous,
@@ -37,7 +39,7 @@ func (v *view) llmGroups() ([]llmSeries, map[llmSeries][]*record.Record) {
 	order, groups := groupBy(v.recs, func(r *record.Record) (llmSeries, bool) { return llmSeriesOf(r.Point), r.LLM != nil })
 	slices.SortStableFunc(order, func(a, b llmSeries) int {
 		return cmp.Or(cmp.Compare(endpointRank(a.Endpoint), endpointRank(b.Endpoint)), cmp.Compare(a.Endpoint, b.Endpoint),
-			cmp.Compare(a.MaxSeqs, b.MaxSeqs), cmp.Compare(a.MBT, b.MBT), cmp.Compare(a.Latency, b.Latency))
+			cmp.Compare(a.MaxSeqs, b.MaxSeqs), cmp.Compare(a.MBT, b.MBT), cmp.Compare(a.Latency, b.Latency), cmp.Compare(b.Cache, a.Cache))
 	})
 	for _, recs := range groups {
 		slices.SortFunc(recs, func(a, b *record.Record) int { return compareLoad(a.Point.Load, b.Point.Load) })
@@ -87,6 +89,9 @@ func (v *view) llmLabel(s llmSeries) string {
 	}
 	if vary(func(o llmSeries) string { return o.Latency.D().String() }) {
 		name += " max-lat " + s.Latency.D().String()
+	}
+	if vary(func(o llmSeries) string { return o.Cache }) && s.Cache != "" {
+		name += " cache " + s.Cache
 	}
 	return name
 }
@@ -143,6 +148,8 @@ func (v *view) llmSummary(res *Result, title string) string {
 	v.writeEndpoints(&b)
 	v.writeIdeal(&b)
 	v.writeServerSide(&b)
+	v.writePrefix(&b)
+	v.writeTurns(&b)
 	writeCharts(&b, res.Charts)
 	v.writeLLMPoints(&b)
 	if res.Comparison != nil {
