@@ -241,8 +241,17 @@ func TestReferenceLLM(t *testing.T) {
 	}
 	for _, k := range []string{"api", "stream", "prompt_tokens", "output_tokens", "ignore_eos", "temperature", "prompts", "arrival",
 		"burstiness", "max_in_flight", "drain", "endpoints", "max_seqs", "max_batched_tokens", "max_latency", "ttft_p99", "tpot_p99",
-		"e2el_p99", "min_goodput", "sim_step", "sim_per_seq", "sim_per_prefill_token", "kv_tokens", "urls", "model"} {
+		"e2el_p99", "min_goodput", "sim_step", "sim_per_seq", "sim_per_prefill_token", "kv_tokens", "urls", "model",
+		"block_size", "prefix_cache"} {
 		if !strings.Contains(string(src), "  "+k+":") {
+			t.Errorf("reference-llm.yaml does not document %s", k)
+		}
+	}
+	// The workloads, one at a time, are documented in comments, each
+	// with every key of its own.
+	for _, k := range []string{"# shared_prefix: {groups:", "prefix_tokens:", "question_tokens:", "pick:", "# multi_turn: {turns:",
+		"think_time:", "first_tokens:", "message_tokens:", "# trace: {file:", "speed:", "start:", "duration:", "scale:"} {
+		if !strings.Contains(string(src), k) {
 			t.Errorf("reference-llm.yaml does not document %s", k)
 		}
 	}
