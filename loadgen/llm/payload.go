@@ -383,7 +383,7 @@ func ReadPrompts(r io.Reader) (prompts []Prompt, skipped int, err error) {
 		}
 	} else {
 		for line := 1; ; line++ {
-			b, rerr := readLine(br)
+			b, rerr := readBounded(br, maxPromptLine)
 			if rerr != nil && rerr != io.EOF {
 				return nil, 0, &PromptFileError{Line: line, Err: rerr}
 			}
@@ -469,20 +469,5 @@ func firstByte(br *bufio.Reader) (byte, error) {
 			}
 		}
 		return b[0], nil
-	}
-}
-
-// readLine reads one line, bounded.
-func readLine(br *bufio.Reader) ([]byte, error) {
-	var line []byte
-	for {
-		part, isPrefix, err := br.ReadLine()
-		line = append(line, part...)
-		if len(line) > maxPromptLine {
-			return nil, fmt.Errorf("line over %d bytes", maxPromptLine)
-		}
-		if err != nil || !isPrefix {
-			return line, err
-		}
 	}
 }

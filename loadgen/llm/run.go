@@ -330,30 +330,20 @@ func (r *runner) openLoop(ctx context.Context, winEnd time.Time) {
 
 // closedLoop starts Concurrency clients, each sending its next request
 // when answered until the window's end or ctx, and returns then: the
-// clients' last streams drain (or are cut off) as the open loop's do.
+// clients' last streams drain (or are cut off) as the open loop's do. A
+// SessionSource's clients run sessions (see sessions).
 func (r *runner) closedLoop(ctx context.Context, winEnd time.Time) {
-	if ss, ok := r.cfg.Source.(SessionSource); ok {
-		r.sessions(ctx, winEnd, ss)
-		return
-	}
 	var next atomic.Uint64
+	client := func() { r.requests(ctx, winEnd, &next) }
+	if ss, ok := r.cfg.Source.(SessionSource); ok {
+		client = func() { r.sessions(ctx, winEnd, ss, &next) }
+	}
 	for range r.cfg.Concurrency {
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
 			defer r.recoverPanic()
-			for ctx.Err() == nil {
-				i := next.Add(1) - 1
-				req := r.cfg.Source.Request(i)
-				now := time.Now()
-				if !now.Before(winEnd) {
-					return
-				}
-				res := r.pool.Get().(*Result)
-				res.Intended, res.Queued = now, 0
-				r.wg.Add(1)
-				r.stream(r.client(i), req, res, nil)
-			}
+			client()
 		}()
 	}
 	waitUntil(ctx, winEnd)
@@ -371,43 +361,51 @@ func waitUntil(ctx context.Context, t time.Time) bool {
 	}
 }
 
-// sessions runs a multi-turn workload on the closed loop: each of
-// Concurrency clients runs one session after another, each turn sent when
-// the last was answered and the think time has passed, until the window's
-// end or ctx. A session keeps to one frontend (Clients), whose cache holds
-// its conversation; one whose turn fails ends there.
-func (r *runner) sessions(ctx context.Context, winEnd time.Time, ss SessionSource) {
-	var next atomic.Uint64
-	think := ss.ThinkTime()
-	for range r.cfg.Concurrency {
+// requests is one closed-loop client: it sends the next request (by next)
+// when its last was answered, until the window's end or ctx.
+func (r *runner) requests(ctx context.Context, winEnd time.Time, next *atomic.Uint64) {
+	for ctx.Err() == nil {
+		i := next.Add(1) - 1
+		req := r.cfg.Source.Request(i)
+		now := time.Now()
+		if !now.Before(winEnd) {
+			return
+		}
+		res := r.pool.Get().(*Result)
+		res.Intended, res.Queued = now, 0
 		r.wg.Add(1)
-		go func() {
-			defer r.wg.Done()
-			defer r.recoverPanic()
-			for ctx.Err() == nil {
-				k := next.Add(1) - 1
-				sess, c := ss.Session(k), r.client(k)
-				for req := sess.Next(); req != nil; req = sess.Next() {
-					if due := time.Now().Add(think); sess.Turn() > 1 && think > 0 && (!due.Before(winEnd) || !waitUntil(ctx, due)) {
-						return // the next turn would come after the window
-					}
-					now := time.Now()
-					if !now.Before(winEnd) {
-						return
-					}
-					res := r.pool.Get().(*Result)
-					res.Intended, res.Queued = now, 0
-					r.wg.Add(1)
-					r.stream(c, req, res, func(res *Result) {
-						if res.OK() {
-							sess.Answer(string(res.Text()), res.OutputTokens)
-						}
-					})
-				}
-			}
-		}()
+		r.stream(r.client(i), req, res, nil)
 	}
-	waitUntil(ctx, winEnd)
+}
+
+// sessions is one closed-loop client of a multi-turn workload: it runs
+// one session (by next) after another, each turn sent when the last was
+// answered and the think time has passed, until the window's end or ctx.
+// A session keeps to one frontend (Clients), whose cache holds its
+// conversation; one whose turn fails ends there.
+func (r *runner) sessions(ctx context.Context, winEnd time.Time, ss SessionSource, next *atomic.Uint64) {
+	think := ss.ThinkTime()
+	for ctx.Err() == nil {
+		k := next.Add(1) - 1
+		sess, c := ss.Session(k), r.client(k)
+		for req := sess.Next(); req != nil; req = sess.Next() {
+			if due := time.Now().Add(think); sess.Turn() > 1 && think > 0 && (!due.Before(winEnd) || !waitUntil(ctx, due)) {
+				return // the next turn would come after the window
+			}
+			now := time.Now()
+			if !now.Before(winEnd) {
+				return
+			}
+			res := r.pool.Get().(*Result)
+			res.Intended, res.Queued = now, 0
+			r.wg.Add(1)
+			r.stream(c, req, res, func(res *Result) {
+				if res.OK() {
+					sess.Answer(string(res.Text()), res.OutputTokens)
+				}
+			})
+		}
+	}
 }
 
 // client returns the client of request i.

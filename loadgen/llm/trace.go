@@ -179,7 +179,8 @@ func parseTraceLine(b []byte) (TraceRecord, error) {
 	return TraceRecord{Timestamp: ts, Input: int(in), Output: int(out), HashIDs: hs}, nil
 }
 
-// readBounded reads one line of at most limit bytes.
+// readBounded reads one line of at most limit bytes (of a prompt or a
+// trace file).
 func readBounded(br *bufio.Reader, limit int) ([]byte, error) {
 	var line []byte
 	for {

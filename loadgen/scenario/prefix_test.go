@@ -171,22 +171,27 @@ func TestParseWorkloadErrors(t *testing.T) {
 		{"block size over", "server:\n  model: sim-lm\n  block_size: 4096\n" + "payload:\n  api: chat\n" + loadC, 3, "server.block_size: block size 4096"},
 		{"block size on encoder", "server:\n  model: sim\n  block_size: 16\n" + loadC, 3, "server.block_size is a generation server's"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := scenario.Parse("s.yaml", dir, []byte(tc.src))
-			if err == nil {
-				t.Fatalf("Parse succeeded, want an error containing %q", tc.want)
-			}
-			var se *scenario.ScenarioError
-			if !errors.As(err, &se) {
-				t.Fatalf("error %v (%T) is not a *scenario.ScenarioError", err, err)
-			}
-			if !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("error = %q, want it to contain %q", err, tc.want)
-			}
-			if se.Line != tc.line {
-				t.Errorf("error at line %d, want %d (%v)", se.Line, tc.line, err)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { wantScenarioError(t, dir, tc.src, tc.line, tc.want) })
+	}
+}
+
+// wantScenarioError parses src (its files relative to dir) and checks that
+// it fails with a *scenario.ScenarioError at line that says want.
+func wantScenarioError(t *testing.T, dir, src string, line int, want string) {
+	t.Helper()
+	_, err := scenario.Parse("s.yaml", dir, []byte(src))
+	if err == nil {
+		t.Fatalf("Parse succeeded, want an error containing %q", want)
+	}
+	var se *scenario.ScenarioError
+	if !errors.As(err, &se) {
+		t.Fatalf("error %v (%T) is not a *scenario.ScenarioError", err, err)
+	}
+	if !strings.Contains(err.Error(), want) {
+		t.Errorf("error = %q, want it to contain %q", err, want)
+	}
+	if se.Line != line {
+		t.Errorf("error at line %d, want %d (%v)", se.Line, line, err)
 	}
 }
 

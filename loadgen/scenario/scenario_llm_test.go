@@ -193,22 +193,7 @@ func TestParseLLMErrors(t *testing.T) {
 		{"temperature on encoder", "server:\n  model: sim\npayload:\n  temperature: 0\n" + loadC, 4, "set payload.api"},
 		{"per worker", head + "load:\n  concurrency: 4\n  per_worker: true\n", 7, "no workers to scale by"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := scenario.Parse("s.yaml", t.TempDir(), []byte(tc.src))
-			if err == nil {
-				t.Fatalf("Parse succeeded, want an error containing %q", tc.want)
-			}
-			var se *scenario.ScenarioError
-			if !errors.As(err, &se) {
-				t.Fatalf("error %v (%T) is not a *scenario.ScenarioError", err, err)
-			}
-			if !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("error = %q, want it to contain %q", err, tc.want)
-			}
-			if se.Line != tc.line {
-				t.Errorf("error at line %d, want %d (%v)", se.Line, tc.line, err)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { wantScenarioError(t, t.TempDir(), tc.src, tc.line, tc.want) })
 	}
 }
 
