@@ -56,8 +56,9 @@ FUZZTIME ?= 1000000x
 FUZZ := server:FuzzDecodeItems server:FuzzDecodeV2 server:FuzzRequestTimeout server:FuzzHandler \
 	loadgen/target:FuzzParseMetrics loadgen/attack:FuzzServerTiming \
 	loadgen/llm:FuzzReader loadgen/llm:FuzzChunk loadgen/llm:FuzzEncoding loadgen/llm:FuzzReadTrace \
-	models/tfjs:FuzzRead models/sentencepiece:FuzzEncode
-fuzz: ## run each fuzz target for FUZZTIME (default 1000000x executions): decoders, deadlines, the whole handler, the metrics, Server-Timing and SSE parsers, trace files, TF.js manifests, SentencePiece
+	models/tfjs:FuzzRead models/sentencepiece:FuzzEncode \
+	models/llama:FuzzParseHeader models/llama/tokenizer:FuzzEncode
+fuzz: ## run each fuzz target for FUZZTIME (default 1000000x executions): decoders, deadlines, the whole handler, the metrics, Server-Timing and SSE parsers, trace files, TF.js manifests, SentencePiece, llama2.c headers and tokenizer
 	@set -e; for t in $(FUZZ); do \
 		echo "== $${t#*:} (./$${t%%:*}, $(FUZZTIME))"; \
 		$(GO) test -run='^$$' -fuzz="^$${t#*:}$$" -fuzztime=$(FUZZTIME) ./$${t%%:*}; \

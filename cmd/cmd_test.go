@@ -17,7 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/inferhq/infer/models/bert"
-	"github.com/inferhq/infer/models/onnx"
+	"github.com/inferhq/infer/models/onnx/onnxtest"
 	"github.com/inferhq/infer/server/batch"
 )
 
@@ -112,23 +112,36 @@ func execFlags(t *testing.T, cmd *cobra.Command, args []string, wantErr string) 
 }
 
 func TestUnknownModel(t *testing.T) {
+	t.Setenv(bert.CacheDirEnv, t.TempDir())
 	for _, tc := range []struct {
 		o       modelOptions
+		use     modelUse
 		wantErr string
 	}{
-		{modelOptions{Model: "gpt-17", Devices: "cpu", MaxSeqLen: 128}, "unknown model"},
-		{modelOptions{Model: "sim", Devices: "tpu"}, "--devices"},
-		{modelOptions{Model: "bert-mini", Task: "translate", Devices: "cpu", MaxSeqLen: 128}, "unknown task"},
-		{modelOptions{Model: "bert-mini", Devices: "cpu", MaxSeqLen: 2}, "--max-seq-len 2"},
-		{modelOptions{Model: "no/such/model.onnx", Devices: "cpu", MaxSeqLen: 128}, "no such file"},
+		{modelOptions{Model: "gpt-17", Devices: "cpu", MaxSeqLen: 128}, serveModels, `--model "gpt-17": unknown model; want sim, sim-lm, a built-in bert-tiny|bert-mini|bert-small|bert-medium|bert-base or gpt2-tiny|gpt2-mini|gpt2-small, or a path to a decoder export directory or an .onnx file`},
+		{modelOptions{Model: "bert-mni", Devices: "cpu", MaxSeqLen: 128}, serveModels, `--model "bert-mni": unknown model (did you mean "bert-mini"?); want sim, sim-lm, a built-in`},
+		{modelOptions{Model: "simlm", Devices: "cpu"}, serveModels, `(did you mean "sim-lm"?)`},
+		// infer worker serves encoders: it suggests and names those only.
+		{modelOptions{Model: "simlm", Devices: "cpu"}, workerModels, `--model "simlm": unknown model (did you mean "sim"?); want sim, a built-in bert-tiny|bert-mini|bert-small|bert-medium|bert-base, or a path to an .onnx file`},
+		{modelOptions{Model: "gpt2-tiny", Devices: "cpu"}, workerModels, "--model gpt2-tiny: a generative model: infer worker serves encoder models"},
+		{modelOptions{Model: "sim-lm", Devices: "cpu"}, benchModels, "model sim-lm: a simulated decoder"},
+		{modelOptions{Model: "sim", Devices: "tpu"}, serveModels, "--devices"},
+		{modelOptions{Model: "bert-mini", Task: "translate", TaskSet: true, Devices: "cpu", MaxSeqLen: 128}, serveModels, "--task translate: unknown task of bert-mini (want fill-mask or embed)"},
+		{modelOptions{Model: "bert-mini", Devices: "cpu", MaxSeqLen: 2}, serveModels, "--max-seq-len 2: want at least 3"},
+		{modelOptions{Model: "bert-mini", Devices: "cpu", Threads: -1}, serveModels, "--threads -1: must not be negative"},
+		{modelOptions{Model: "sim", Devices: "cpu", SimFixed: -time.Millisecond}, serveModels, "--sim-fixed -1ms: must not be negative"},
+		{modelOptions{Model: "no/such/model.onnx", Devices: "cpu", MaxSeqLen: 128}, serveModels, "--model: stat no/such/model.onnx: no such file"},
 	} {
-		_, err := tc.o.open(1, nil)
+		_, err := tc.o.open(tc.use, 1, nil)
 		if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 			t.Errorf("open(%+v) = %v, want an error containing %q", tc.o, err, tc.wantErr)
 		}
 		var ue *usageError
 		if !errors.As(err, &ue) {
 			t.Errorf("open(%+v) = %v, want a usage error", tc.o, err)
+		}
+		if strings.Contains(fmt.Sprint(err), "infer serve: also") {
+			t.Errorf("open(%+v) = %v: it speaks of another command", tc.o, err)
 		}
 	}
 }
@@ -249,18 +262,6 @@ func runInfer(t *testing.T, args ...string) (string, error) {
 	return out.String(), err
 }
 
-// skipWithoutRuntime skips when err says the ONNX Runtime is missing, unless
-// INFER_REQUIRE_ORT=1 (CI), where it fails.
-func skipWithoutRuntime(t *testing.T, err error) {
-	t.Helper()
-	if errors.Is(err, onnx.ErrNoRuntime) {
-		if os.Getenv("INFER_REQUIRE_ORT") == "1" {
-			t.Fatal(err)
-		}
-		t.Skip("no ONNX Runtime (run scripts/setup-ort.sh)")
-	}
-}
-
 func TestModelsCommands(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv(bert.CacheDirEnv, filepath.Join(dir, "cache"))
@@ -281,7 +282,7 @@ func TestModelsCommands(t *testing.T) {
 	}
 
 	out, err = runInfer(t, "models", "bench", "bert-tiny", "--batch", "1,3", "--duration", "20ms", "--json")
-	skipWithoutRuntime(t, err)
+	onnxtest.SkipWithoutRuntime(t, err)
 	var rep benchReport
 	if err != nil || json.Unmarshal([]byte(out), &rep) != nil {
 		t.Fatalf("models bench = %v:\n%s", err, out)

@@ -11,10 +11,29 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inferhq/infer/models"
 	"github.com/inferhq/infer/models/bert"
 	"github.com/inferhq/infer/models/onnx"
+	"github.com/inferhq/infer/models/onnx/onnxtest"
+	"github.com/inferhq/infer/models/registry"
+	"github.com/inferhq/infer/models/simlm"
 	"github.com/inferhq/infer/server/generate"
 )
+
+// openDecoder opens the decoder the options of infer serve name.
+func openDecoder(t *testing.T, o *serveOptions) models.DecoderFactory {
+	t.Helper()
+	m, err := o.Model.lookup(serveModels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := o.Model.openDecoder(m, o.Gen.KVTokens, o.Gen.simLM(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
 
 func TestServeDecoderFlags(t *testing.T) {
 	t.Setenv(bert.CacheDirEnv, t.TempDir()) // gpt2-tiny is generated there
@@ -31,18 +50,18 @@ func TestServeDecoderFlags(t *testing.T) {
 			if o.Gen.SimStep != 8*time.Millisecond || o.Gen.SimPerSeq != 250*time.Microsecond || o.Gen.SimPerPrefillToken != 20*time.Microsecond {
 				t.Errorf("sim-lm defaults = %+v", o.Gen)
 			}
-			f, err := decoderFactory(&o.Model, &o.Gen, nil)
-			if err != nil || f == nil || f.Info().Name != "sim-lm" || f.Decoder().KVTokens != 65536 {
-				t.Errorf("decoderFactory(sim-lm) = %v, %v", f, err)
+			f := openDecoder(t, o)
+			if f.Info().Name != "sim-lm" || f.Decoder().KVTokens != simlm.DefaultKVTokens {
+				t.Errorf("sim-lm = %s %+v", f.Info().Name, f.Decoder())
 			}
-			for _, name := range []string{"bert-mini", "sim", "no-such-model", "testdata/infer.help"} {
-				if f, err := decoderFactory(&modelOptions{Model: name}, &o.Gen, nil); f != nil || err != nil {
-					t.Errorf("decoderFactory(%s) = %v, %v; want nil, nil (not a decoder)", name, f, err)
+			for _, name := range []string{"bert-mini", "sim", "testdata/infer.help"} {
+				if m, err := (&modelOptions{Model: name}).lookup(serveModels); err != nil || m.Kind != registry.Encoder {
+					t.Errorf("lookup(%s) = %v %v, %v; want an encoder", name, m, m.Kind, err)
 				}
 			}
 			// Only decoders come in directories: one that holds no export is an error.
-			if f, err := decoderFactory(&modelOptions{Model: "testdata"}, &o.Gen, nil); f != nil || err == nil || !strings.Contains(err.Error(), "holds none of") {
-				t.Errorf("decoderFactory(testdata) = %v, %v; want the files it lacks", f, err)
+			if _, err := (&modelOptions{Model: "testdata"}).lookup(serveModels); err == nil || !strings.Contains(err.Error(), "holds none of") {
+				t.Errorf("lookup(testdata) = %v; want the files it lacks", err)
 			}
 		}},
 		{args: []string{"--model", "sim-lm", "--max-seqs", "64", "--max-batched-tokens", "512", "--kv-tokens", "8192", "--gen-policy", "static",
@@ -51,7 +70,7 @@ func TestServeDecoderFlags(t *testing.T) {
 				if cfg.Policy != generate.Static || cfg.MaxSeqs != 64 || cfg.MaxBatchedTokens != 512 || cfg.KVTokens != 8192 || cfg.MaxLatency != 20*time.Millisecond || cfg.QueueCap != 100 {
 					t.Errorf("engine = %+v", cfg)
 				}
-				f, _ := decoderFactory(&o.Model, &o.Gen, nil)
+				f := openDecoder(t, o)
 				if f.Decoder().KVTokens != 8192 || !strings.Contains(f.Info().Params, "step=4ms per_seq=100µs per_prefill_token=10µs") {
 					t.Errorf("sim-lm = %s, %+v", f.Info().Params, f.Decoder())
 				}
@@ -61,7 +80,7 @@ func TestServeDecoderFlags(t *testing.T) {
 				t.Errorf("engine = %+v, want the prefix cache off, blocks of 32", cfg)
 			}
 		}},
-		{args: []string{"--model", "sim-lm", "--block-size", "5000"}, wantErr: "block size 5000: want 1 to 1024"},
+		{args: []string{"--model", "sim-lm", "--block-size", "5000"}, wantErr: "--block-size 5000: want 1 to 1024 tokens"},
 		{args: []string{"--model", "sim-lm", "--max-seqs", "-1"}, wantErr: "--max-seqs -1"},
 		{args: []string{"--model", "sim-lm", "--max-batched-tokens", "-1"}, wantErr: "--max-batched-tokens -1"},
 		{args: []string{"--model", "sim-lm", "--max-seqs", "100000"}, wantErr: "--max-seqs 100000"},
@@ -69,8 +88,8 @@ func TestServeDecoderFlags(t *testing.T) {
 		{args: []string{"--model", "sim-lm", "--gen-policy", "eager"}, wantErr: "unknown generation policy"},
 		{args: []string{"--model", "sim-lm", "--kv-tokens", "-1"}, wantErr: "--kv-tokens -1"},
 		{args: []string{"--model", "sim-lm", "--queue-cap", "1000000"}, wantErr: "--queue-cap 1000000"},
-		{args: []string{"--model", "sim-lm", "--sim-step", "-1ms"}, wantErr: "negative cost"},
-		{args: []string{"--model", "sim-lm", "--kv-tokens", "100"}, wantErr: "less than the context"},
+		{args: []string{"--model", "sim-lm", "--sim-step", "-1ms"}, wantErr: "--sim-step -1ms: must not be negative"},
+		{args: []string{"--model", "sim-lm", "--kv-tokens", "100"}, wantErr: "--kv-tokens 100: want at least the model's context (4096 tokens)"},
 		// GPT-2 on ONNX Runtime: the CPU defaults, the KV bound shared by
 		// the decoder and its engines.
 		{args: []string{"--model", "gpt2-tiny"}, check: func(t *testing.T, o *serveOptions, cfg generate.Config) {
@@ -83,7 +102,7 @@ func TestServeDecoderFlags(t *testing.T) {
 				t.Errorf("engine = %+v", cfg)
 			}
 		}},
-		{args: []string{"--model", "gpt2-tiny", "--kv-tokens", "512"}, wantErr: "--kv-tokens 512: less than the context of gpt2-tiny (1024 tokens)"},
+		{args: []string{"--model", "gpt2-tiny", "--kv-tokens", "512"}, wantErr: "--kv-tokens 512: want at least the model's context (1024 tokens)"},
 		{args: []string{"--model", "gpt2-tiny", "--kv-tokens", "-5"}, wantErr: "--kv-tokens -5"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -95,14 +114,14 @@ func TestServeDecoderFlags(t *testing.T) {
 				if _, err := o.config(); err != nil {
 					return err
 				}
-				d, context, ok, err := o.Model.generative()
-				if err != nil || !ok {
-					return fmt.Errorf("generative() = %v, %v, want a generative model", ok, err)
+				m, err := o.Model.lookup(serveModels)
+				if err != nil || m.Kind != registry.Decoder {
+					return fmt.Errorf("lookup() = %v %v, %v, want a generative model", m, m.Kind, err)
 				}
-				if ecfg, err = o.decoderEngine(d, context); err != nil {
+				if ecfg, err = o.decoderEngine(m); err != nil {
 					return err
 				}
-				f, err := decoderFactory(&o.Model, &o.Gen, nil)
+				f, err := o.Model.openDecoder(m, o.Gen.KVTokens, o.Gen.simLM(), nil)
 				if errors.Is(err, onnx.ErrNoRuntime) {
 					noRuntime = err
 					return nil
@@ -113,15 +132,15 @@ func TestServeDecoderFlags(t *testing.T) {
 				defer f.Close()
 				if o.Model.Model == "gpt2-tiny" {
 					if d, ok := f.(*onnx.DecoderFactory); !ok || d.Decoder().KVTokens != cmp.Or(o.Gen.KVTokens, 16384) || d.Threads() != runtime.NumCPU() {
-						return fmt.Errorf("decoderFactory(gpt2-tiny) = %T %+v", f, f.Decoder())
+						return fmt.Errorf("openDecoder(gpt2-tiny) = %T %+v", f, f.Decoder())
 					}
 				}
-				return fitKV(ecfg, f)
+				return settingError(ecfg.CheckModel(f.Decoder()))
 			})
 			if !execFlags(t, cmd, tc.args, tc.wantErr) {
 				return
 			}
-			skipWithoutRuntime(t, noRuntime)
+			onnxtest.SkipWithoutRuntime(t, noRuntime)
 			tc.check(t, got, ecfg)
 		})
 	}
@@ -142,7 +161,7 @@ func TestServeChecksFlagsBeforeLoading(t *testing.T) {
 		{[]string{"--model", "gpt2-tiny", "--max-seqs", "8", "--max-batched-tokens", "4"}, "--max-batched-tokens 4"},
 		{[]string{"--model", "gpt2-tiny", "--gen-policy", "eager"}, "unknown generation policy"},
 		{[]string{"--model", "gpt2-tiny", "--queue-cap", "1000000"}, "--queue-cap 1000000"},
-		{[]string{"--model", "gpt2-tiny", "--kv-tokens", "512"}, "--kv-tokens 512: less than the context of gpt2-tiny (1024 tokens)"},
+		{[]string{"--model", "gpt2-tiny", "--kv-tokens", "512"}, "--kv-tokens 512: want at least the model's context (1024 tokens)"},
 		{[]string{"--model", "gpt2-tiny", "--devices", "tpu"}, "--devices"},
 		{[]string{"--model", "gpt2-tiny", "--broker", "redis://127.0.0.1:1/0"}, "--broker: distributed mode serves encoder models only"},
 		{[]string{"--model", "bert-mini", "--broker", "http://127.0.0.1:1"}, "--broker: broker url"},

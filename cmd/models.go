@@ -6,22 +6,22 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/inferhq/infer/internal/suggest"
 	"github.com/inferhq/infer/loadgen"
 	"github.com/inferhq/infer/loadgen/corpus"
 	"github.com/inferhq/infer/models/bert"
 	"github.com/inferhq/infer/models/ceiling"
-	"github.com/inferhq/infer/models/gpt2"
 	"github.com/inferhq/infer/models/onnx"
 	"github.com/inferhq/infer/models/onnxgraph"
+	"github.com/inferhq/infer/models/registry"
 )
 
 func newCmdModels() *cobra.Command {
@@ -63,7 +63,7 @@ func newCmdModelsList(runF func(context.Context, *modelsListOptions) error) *cob
 		Short: "List the built-in models and whether they are cached",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts.Out, opts.CacheDir = cmd.OutOrStdout(), bert.DefaultCacheDir()
+			opts.Out, opts.CacheDir = cmd.OutOrStdout(), onnxgraph.DefaultCacheDir()
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
@@ -72,36 +72,101 @@ func newCmdModelsList(runF func(context.Context, *modelsListOptions) error) *cob
 	}
 }
 
+// runModelsList writes a table of the built-in encoders, then one of the
+// decoders, from the model registry.
 func runModelsList(_ context.Context, opts *modelsListOptions) error {
-	tw := tabwriter.NewWriter(opts.Out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tLAYERS\tHIDDEN\tHEADS\tPARAMS fill-mask\tPARAMS embed\tCACHED")
-	for _, a := range bert.Archs() {
-		var cached []string
-		for _, t := range bert.Tasks() {
-			if _, err := os.Stat(filepath.Join(opts.CacheDir, bert.Spec{Arch: a, Task: t}.FileName())); err == nil {
-				cached = append(cached, string(t))
+	var encoders, decoders, simulated []registry.Entry
+	for _, e := range registry.Entries() {
+		switch {
+		case e.Name == "":
+			continue
+		case e.Kind == registry.Encoder:
+			encoders = append(encoders, e)
+		default:
+			decoders = append(decoders, e)
+		}
+		if e.Simulated {
+			simulated = append(simulated, e)
+		}
+	}
+	var tasks []string // the encoders' tasks, one column of parameters each
+	for _, e := range encoders {
+		for _, t := range e.Tasks {
+			if !slices.Contains(tasks, t) {
+				tasks = append(tasks, t)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%s\n", a, a.Layers, a.Hidden, a.Heads,
-			millions(a.Params(bert.FillMask)), millions(a.Params(bert.Embed)), orDash(strings.Join(cached, ",")))
+	}
+	tw := tabwriter.NewWriter(opts.Out, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, "NAME\tLAYERS\tHIDDEN\tHEADS")
+	for _, t := range tasks {
+		fmt.Fprint(tw, "\tPARAMS "+t)
+	}
+	fmt.Fprintln(tw, "\tCACHED")
+	for _, e := range encoders {
+		l := e.Listing
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s", e.Name, count(l.Layers), count(l.Hidden), count(l.Heads))
+		for _, t := range tasks {
+			fmt.Fprint(tw, "\t"+params(l, t))
+		}
+		fmt.Fprintf(tw, "\t%s\n", cachedTasks(e, opts.CacheDir))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	fmt.Fprintln(opts.Out)
-	if err := listDecoders(opts.Out, opts.CacheDir); err != nil {
+	fmt.Fprintln(tw, "NAME\tLAYERS\tHIDDEN\tHEADS\tCONTEXT\tPARAMS\tKV/TOKEN\tCACHED")
+	for _, e := range decoders {
+		l, task := e.Listing, ""
+		if len(e.Tasks) > 0 {
+			task = e.Tasks[0]
+		}
+		kv := "-"
+		if l.KVBytesPerToken > 0 {
+			kv = kib(l.KVBytesPerToken)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, count(l.Layers), count(l.Hidden), count(l.Heads), count(l.Context),
+			params(l, task), kv, cachedTasks(e, opts.CacheDir))
+	}
+	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(opts.Out, "\ntasks: %s, %s (BERT), %s (GPT-2) · cache: %s\n", bert.FillMask, bert.Embed, gpt2.Task, opts.CacheDir)
+	var names, families []string
+	for _, e := range simulated {
+		names = append(names, e.Name)
+	}
+	for _, e := range slices.Concat(encoders, decoders) {
+		if f := strings.Join(e.Tasks, ", ") + " (" + e.Family + ")"; e.Family != "" && !slices.Contains(families, f) {
+			families = append(families, f)
+		}
+	}
+	fmt.Fprintf(opts.Out, "\n%s: simulated accelerators, with no weights; infer serve's --sim-* flags set their cost\n", strings.Join(names, ", "))
+	fmt.Fprintf(opts.Out, "tasks: %s · cache: %s\n", strings.Join(families, ", "), opts.CacheDir)
 	return nil
 }
 
-func decoderNames() []string {
-	var names []string
-	for _, a := range gpt2.Archs() {
-		names = append(names, a.String())
+// count shows n, or "-" for 0 (not known, or not applicable).
+func count(n int) string {
+	if n == 0 {
+		return "-"
 	}
-	return names
+	return strconv.Itoa(n)
+}
+
+// params shows the parameters of l's model for task, or "-".
+func params(l registry.Listing, task string) string {
+	if n, ok := l.Params[task]; ok {
+		return millions(n)
+	}
+	return "-"
+}
+
+// cachedTasks shows the tasks of e whose files are in dir, or "-".
+func cachedTasks(e registry.Entry, dir string) string {
+	if e.Cached == nil {
+		return "-"
+	}
+	return orDash(strings.Join(e.Cached(dir), ","))
 }
 
 func millions(n int64) string { return fmt.Sprintf("%.1fM", float64(n)/1e6) }
@@ -141,36 +206,41 @@ func newCmdModelsGen(runF func(context.Context, *modelsGenOptions) error) *cobra
 		},
 	}
 	cmd.Flags().StringVar(&opts.Task, "task", string(bert.FillMask), "head of a BERT model: fill-mask or embed")
-	cmd.Flags().Uint64Var(&opts.Seed, "seed", 1, "seed of the random weights")
+	cmd.Flags().Uint64Var(&opts.Seed, "seed", onnxgraph.DefaultSeed, "seed of the random weights")
 	cmd.Flags().StringVarP(&opts.Output, "output", "o", "", "file to write (default NAME-TASK.onnx, for a decoder NAME.onnx)")
 	return cmd
 }
 
 func runModelsGen(_ context.Context, opts *modelsGenOptions) error {
-	if a, err := gpt2.Lookup(opts.Name); err == nil {
-		return genDecoder(opts, a)
+	generated := func(e registry.Entry) bool { return e.Write != nil }
+	m, err := registry.Lookup(opts.Name)
+	if err != nil || !generated(m.Entry) {
+		names := registry.Builtins(generated)
+		hint := ""
+		if s := suggest.Closest(strings.ToLower(opts.Name), names); s != "" {
+			hint = fmt.Sprintf(" (did you mean %q?)", s)
+		}
+		return usageErrorf("%q: no built-in model to generate of that name%s; want %s", opts.Name, hint, strings.Join(names, ", "))
 	}
-	arch, err := bert.Lookup(opts.Name)
-	if err != nil {
-		return usageErrorf("%v; or a decoder: %s", err, strings.Join(decoderNames(), ", "))
+	task := ""
+	if opts.TaskSet {
+		task = opts.Task
 	}
-	task, err := bert.ParseTask(opts.Task)
-	if err != nil {
-		return usageErrorf("--task: %v", err)
+	if task, err = m.Task(task); err != nil {
+		return settingError(err)
 	}
 	path := opts.Output
 	if path == "" {
-		path = fmt.Sprintf("%s-%s.onnx", arch, task)
+		path = m.Name + ".onnx"
+		if len(m.Tasks) > 1 {
+			path = fmt.Sprintf("%s-%s.onnx", m.Name, task)
+		}
 	}
 	start := time.Now()
-	err = onnxgraph.WriteFile(path, func(w io.Writer) error {
-		return bert.Generate(w, bert.Spec{Arch: arch, Task: task, Seed: opts.Seed})
-	})
-	if err != nil {
-		return fmt.Errorf("generate %s: %w", arch, err)
+	if err := onnxgraph.WriteFile(path, func(w io.Writer) error { return m.Write(w, task, opts.Seed) }); err != nil {
+		return fmt.Errorf("generate %s: %w", m.Name, err)
 	}
-	fmt.Fprintf(opts.Out, "%s: %s %s (%s params), in %v\n", path, arch, task,
-		millions(arch.Params(task)), time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(opts.Out, "%s: %s %s (%s params), in %v\n", path, m.Name, task, params(m.Listing, task), time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
@@ -259,24 +329,25 @@ func (o *modelsBenchOptions) bind(cmd *cobra.Command, batches []int, duration ti
 }
 
 // decoderBatches returns the default --batch of a decoder, for bench (bench
-// true) or calibrate.
+// true: the offline bench's own) or calibrate.
 func decoderBatches(bench bool) []int {
 	if bench {
-		return decodeBatches
+		return ceiling.DecodeConfig{}.WithDefaults().Batches
 	}
 	return calibrateBatches
 }
 
-// forDecoder reports whether the model is a decoder, and sets its default
-// batches when --batch was not given.
-func (o *modelsBenchOptions) forDecoder(bench bool) bool {
-	if !o.isDecoderModel() {
-		return false
-	}
-	if !o.BatchSet {
+// Decoder batch sizes calibrate measures when --batch is not given.
+var calibrateBatches = []int{1, 4, 8, 16, 32}
+
+// lookup resolves the model to measure; a decoder takes its default batches
+// when --batch was not given.
+func (o *modelsBenchOptions) lookup(bench bool) (registry.Model, error) {
+	m, err := o.Model.lookup(benchModels)
+	if err == nil && m.Kind == registry.Decoder && !o.BatchSet {
 		o.Batches = decoderBatches(bench)
 	}
-	return true
+	return m, err
 }
 
 func newCmdModelsBench(runF func(context.Context, *modelsBenchOptions) error) *cobra.Command {
@@ -301,13 +372,15 @@ sequences up to the KV bound (--kv-tokens) and reports resident memory instead.`
 		Args: exactArgs(1, "a model: a built-in name, a path to an .onnx file, or sim"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Model.Model, opts.Out, opts.BatchSet = args[0], cmd.OutOrStdout(), cmd.Flags().Changed("batch")
+			opts.Model.taskSet(cmd)
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
 			return runModelsBench(cmd.Context(), opts)
 		},
 	}
-	opts.bind(cmd, []int{1, 8, 32, 64}, 3*time.Second, true)
+	d := ceiling.Config{}.WithDefaults()
+	opts.bind(cmd, d.Batches, d.Duration, true)
 	return cmd
 }
 
@@ -322,9 +395,9 @@ type benchReport struct {
 	GeneratedAt string `json:"generated_at"`
 }
 
-// measure runs the offline benchmark of opts, printing each point as it is
-// done unless opts.JSON.
-func measure(ctx context.Context, opts *modelsBenchOptions) (benchReport, error) {
+// measure runs the offline benchmark of the encoder m, printing each point
+// as it is done unless opts.JSON.
+func measure(ctx context.Context, opts *modelsBenchOptions, m registry.Model) (benchReport, error) {
 	for _, n := range opts.Batches {
 		if n < 1 {
 			return benchReport{}, usageErrorf("--batch %d: want at least 1", n)
@@ -337,7 +410,7 @@ func measure(ctx context.Context, opts *modelsBenchOptions) (benchReport, error)
 	if err != nil {
 		return benchReport{}, err
 	}
-	factory, err := opts.Model.open(1, nil)
+	factory, err := opts.Model.openEncoder(m, 1, nil)
 	if err != nil {
 		return benchReport{}, err
 	}
@@ -390,10 +463,14 @@ func benchTexts(opts *modelsBenchOptions) ([]string, error) {
 }
 
 func runModelsBench(ctx context.Context, opts *modelsBenchOptions) error {
-	if opts.forDecoder(true) {
-		return runDecodeBench(ctx, opts)
+	m, err := opts.lookup(true)
+	if err != nil {
+		return err
 	}
-	rep, err := measure(ctx, opts)
+	if m.Kind == registry.Decoder {
+		return runDecodeBench(ctx, opts, m)
+	}
+	rep, err := measure(ctx, opts, m)
 	if err != nil {
 		return err
 	}
@@ -422,6 +499,7 @@ the infer serve --model sim-lm flags.`,
 		Args: exactArgs(1, "a model: a built-in name, a path to an .onnx file, or sim"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Model.Model, opts.Out, opts.BatchSet = args[0], cmd.OutOrStdout(), cmd.Flags().Changed("batch")
+			opts.Model.taskSet(cmd)
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
@@ -440,10 +518,14 @@ type calibration struct {
 }
 
 func runModelsCalibrate(ctx context.Context, opts *modelsBenchOptions) error {
-	if opts.forDecoder(false) {
-		return runDecodeCalibrate(ctx, opts)
+	m, err := opts.lookup(false)
+	if err != nil {
+		return err
 	}
-	rep, err := measure(ctx, opts)
+	if m.Kind == registry.Decoder {
+		return runDecodeCalibrate(ctx, opts, m)
+	}
+	rep, err := measure(ctx, opts, m)
 	if err != nil {
 		return err
 	}

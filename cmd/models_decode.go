@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
-	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -19,9 +17,10 @@ import (
 	"github.com/inferhq/infer/loadgen"
 	"github.com/inferhq/infer/models"
 	"github.com/inferhq/infer/models/ceiling"
-	"github.com/inferhq/infer/models/gpt2"
 	"github.com/inferhq/infer/models/onnx"
 	"github.com/inferhq/infer/models/onnxgraph"
+	"github.com/inferhq/infer/models/registry"
+	"github.com/inferhq/infer/models/simlm"
 )
 
 // Decoder models: GPT-2-architecture graphs built in (gpt2-tiny, …) and
@@ -44,104 +43,15 @@ func (o *decoderOptions) bind(f interface {
 	IntSliceVar(*[]int, string, []int, string)
 	BoolVar(*bool, string, bool, string)
 }, bench bool) {
-	f.IntVar(&o.Context, "context", 256, "decoders: mean tokens in each sequence's cache while its decode steps are timed")
-	f.IntSliceVar(&o.Prompts, "prompts", []int{32, 128}, "decoders: prompt lengths of the prefill points")
+	d := ceiling.DecodeConfig{}.WithDefaults()
+	f.IntVar(&o.Context, "context", d.Context, "decoders: mean tokens in each sequence's cache while its decode steps are timed")
+	f.IntSliceVar(&o.Prompts, "prompts", d.Prompts, "decoders: prompt lengths of the prefill points")
 	f.IntVar(&o.KVTokens, "kv-tokens", 0, "decoders: KV cache bound in tokens (0: what the timed points need; with --memory, the model's default)")
 	if bench {
 		f.BoolVar(&o.Memory, "memory", false, "decoders: instead of timing, fill --seqs sequences up to --kv-tokens and report resident memory")
 		f.IntVar(&o.Seqs, "seqs", 16, "decoders, --memory: sequences sharing the KV cache")
 		f.IntVar(&o.Steps, "steps", 8, "decoders, --memory: decode steps run with the cache full")
 	}
-}
-
-// Decoder batch sizes measured when --batch is not given.
-var (
-	decodeBatches    = []int{1, 8, 32}
-	calibrateBatches = []int{1, 4, 8, 16, 32}
-)
-
-// decoderRef is a decoder model named on the command line, resolved without
-// loading or generating anything: a built-in GPT-2 decoder or a path to a
-// decoder export.
-type decoderRef struct {
-	arch    gpt2.Arch // a built-in's shape
-	builtin bool
-	path    string // a path, as given
-}
-
-// lookupDecoder resolves a model name for decoders: a built-in gpt2-* name,
-// or a path to a decoder export (an .onnx file whose graph has
-// past_key_values inputs, or an optimum export directory). It reads at most
-// the graph's description. ok is false for anything else: a BERT model, sim,
-// or a name no model has.
-func lookupDecoder(model string) (ref decoderRef, ok bool, err error) {
-	if gpt2.IsBuiltin(model) {
-		arch, _ := gpt2.Lookup(model)
-		return decoderRef{arch: arch, builtin: true}, true, nil
-	}
-	st, err := os.Stat(model)
-	if err != nil {
-		return decoderRef{}, false, nil
-	}
-	dec, err := onnx.IsDecoder(model)
-	if err != nil && st.IsDir() {
-		return decoderRef{}, true, usageErrorf("--model: %v", err) // only decoders come in directories
-	}
-	if err != nil || !dec {
-		return decoderRef{}, false, nil // not a decoder: the BERT path reports what is wrong
-	}
-	return decoderRef{path: model}, true, nil
-}
-
-// context is the model's context when it is known before loading (a
-// built-in's), else 0.
-func (r decoderRef) context() int { return r.arch.Context }
-
-// file returns the model's path and the name to serve it as ("" for a
-// path: the factory names it): a built-in is generated into the cache on
-// first use.
-func (r decoderRef) file(log *slog.Logger) (path, name string, err error) {
-	if !r.builtin {
-		return r.path, "", nil
-	}
-	start := time.Now()
-	path, err = gpt2.Ensure(onnxgraph.DefaultCacheDir(), gpt2.Spec{Arch: r.arch})
-	if err != nil {
-		return "", "", fmt.Errorf("built-in model %s: %w", r.arch, err)
-	}
-	if log != nil {
-		log.Info("built-in model", "name", r.arch.String(), "path", path, "took", time.Since(start).Round(time.Millisecond))
-	}
-	return path, r.arch.String(), nil
-}
-
-// openDecoder opens o.Model as a decoder with a KV bound of kvTokens (0: the
-// model's default), sized for workers engines computing at once; ok is false
-// when o.Model is not a decoder.
-func (o *modelOptions) openDecoder(kvTokens, workers int, log *slog.Logger) (f *onnx.DecoderFactory, ok bool, err error) {
-	ref, ok, err := lookupDecoder(o.Model)
-	if !ok || err != nil {
-		return nil, ok, err
-	}
-	devices, err := models.ParseDevices(o.Devices)
-	if err != nil {
-		return nil, true, usageErrorf("--devices: %v", err)
-	}
-	if o.Threads < 0 {
-		return nil, true, usageErrorf("--threads %d: must not be negative", o.Threads)
-	}
-	if kvTokens < 0 {
-		return nil, true, usageErrorf("--kv-tokens %d: must not be negative", kvTokens)
-	}
-	path, name, err := ref.file(log)
-	if err != nil {
-		return nil, true, err
-	}
-	f, err = onnx.OpenDecoder(onnx.DecoderConfig{
-		Path: path, Name: name, KVTokens: kvTokens,
-		Runtime: onnx.Runtime{Devices: devices, Workers: workers, Threads: o.Threads, Library: o.OrtLib, Logger: log},
-	})
-	return f, true, err
 }
 
 // decodeBenchReport is what bench prints with --json for a decoder.
@@ -154,9 +64,9 @@ type decodeBenchReport struct {
 	GeneratedAt string `json:"generated_at"`
 }
 
-// measureDecoder runs the offline decode bench of f, printing each point as
-// it is done unless opts.JSON.
-func measureDecoder(ctx context.Context, opts *modelsBenchOptions) (decodeBenchReport, error) {
+// measureDecoder runs the offline decode bench of the decoder m, printing
+// each point as it is done unless opts.JSON.
+func measureDecoder(ctx context.Context, opts *modelsBenchOptions, m registry.Model) (decodeBenchReport, error) {
 	cfg, err := opts.decodeConfig()
 	if err != nil {
 		return decodeBenchReport{}, err
@@ -164,10 +74,10 @@ func measureDecoder(ctx context.Context, opts *modelsBenchOptions) (decodeBenchR
 	kv := opts.Decoder.KVTokens
 	if kv == 0 {
 		kv = cfg.KVTokens()
-	} else if kv < cfg.KVTokens() {
+	} else if kv > 0 && kv < cfg.KVTokens() {
 		return decodeBenchReport{}, usageErrorf("--kv-tokens %d: the points need %d (the largest --batch times --context and then some)", kv, cfg.KVTokens())
 	}
-	f, err := opts.openBenchDecoder(kv)
+	f, err := opts.Model.openDecoder(m, kv, simlm.Config{}, nil)
 	if err != nil {
 		return decodeBenchReport{}, err
 	}
@@ -219,34 +129,17 @@ func (opts *modelsBenchOptions) decodeConfig() (ceiling.DecodeConfig, error) {
 		return ceiling.DecodeConfig{}, usageErrorf("--duration %v: must be positive", opts.Duration)
 	case o.Context < 1:
 		return ceiling.DecodeConfig{}, usageErrorf("--context %d: want at least 1", o.Context)
-	case o.KVTokens < 0:
-		return ceiling.DecodeConfig{}, usageErrorf("--kv-tokens %d: must not be negative", o.KVTokens)
 	case opts.SeqLen > 0 || opts.Corpus != "":
 		return ceiling.DecodeConfig{}, usageErrorf("--seq-len and --corpus are for encoder models; a decoder's are --context and --prompts")
 	}
 	return ceiling.DecodeConfig{Batches: opts.Batches, Context: o.Context, Prompts: o.Prompts, Duration: opts.Duration}.WithDefaults(), nil
 }
 
-func (opts *modelsBenchOptions) openBenchDecoder(kvTokens int) (*onnx.DecoderFactory, error) {
-	f, ok, err := opts.Model.openDecoder(kvTokens, 1, nil)
-	if err == nil && !ok {
-		err = fmt.Errorf("%s is not a decoder model", opts.Model.Model)
-	}
-	return f, err
-}
-
-// isDecoderModel reports whether the bench's model is a decoder, without
-// loading it.
-func (opts *modelsBenchOptions) isDecoderModel() bool {
-	_, ok, _ := lookupDecoder(opts.Model.Model)
-	return ok
-}
-
-func runDecodeBench(ctx context.Context, opts *modelsBenchOptions) error {
+func runDecodeBench(ctx context.Context, opts *modelsBenchOptions, m registry.Model) error {
 	if opts.Decoder.Memory {
-		return runDecodeMemory(ctx, opts)
+		return runDecodeMemory(ctx, opts, m)
 	}
-	rep, err := measureDecoder(ctx, opts)
+	rep, err := measureDecoder(ctx, opts, m)
 	if err != nil {
 		return err
 	}
@@ -263,8 +156,8 @@ type decodeCalibration struct {
 	Flags string            `json:"flags"`
 }
 
-func runDecodeCalibrate(ctx context.Context, opts *modelsBenchOptions) error {
-	rep, err := measureDecoder(ctx, opts)
+func runDecodeCalibrate(ctx context.Context, opts *modelsBenchOptions, m registry.Model) error {
+	rep, err := measureDecoder(ctx, opts, m)
 	if err != nil {
 		return err
 	}
@@ -304,28 +197,30 @@ type memoryReport struct {
 // tokens (prefilling in chunks of at most 512 tokens, as an engine with a
 // step budget does, then decoding --steps tokens each), and reports the
 // process's resident memory.
-func runDecodeMemory(ctx context.Context, opts *modelsBenchOptions) error {
+func runDecodeMemory(ctx context.Context, opts *modelsBenchOptions, m registry.Model) error {
 	o := opts.Decoder
 	switch {
 	case o.Seqs < 1:
 		return usageErrorf("--seqs %d: want at least 1", o.Seqs)
 	case o.Steps < 0:
 		return usageErrorf("--steps %d: must not be negative", o.Steps)
-	case o.KVTokens < 0:
-		return usageErrorf("--kv-tokens %d: must not be negative", o.KVTokens)
 	}
-	f, err := opts.openBenchDecoder(o.KVTokens)
+	f, err := opts.Model.openDecoder(m, o.KVTokens, simlm.Config{}, nil)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
+	sized, ok := f.(interface{ KVBytesPerToken() int64 })
+	if !ok {
+		return usageErrorf("--memory: %s does not say the size of its KV cache", m)
+	}
 	info := f.Decoder()
 	per := min(info.KVTokens/o.Seqs, info.Context)
 	if per <= o.Steps {
 		return usageErrorf("--kv-tokens %d over --seqs %d leaves %d tokens a sequence, not more than --steps %d", info.KVTokens, o.Seqs, per, o.Steps)
 	}
 	rep := memoryReport{Model: f.Info().Name, Seqs: o.Seqs, TokensPerSeq: per, KVTokens: info.KVTokens,
-		KVBytes: int64(o.Seqs*per) * f.KVBytesPerToken()}
+		KVBytes: int64(o.Seqs*per) * sized.KVBytesPerToken()}
 	rep.RSSOpenedBytes = rss("VmRSS")
 	d, err := f.New(ctx, 0)
 	if err != nil {
@@ -371,7 +266,7 @@ func runDecodeMemory(ctx context.Context, opts *modelsBenchOptions) error {
 	}
 	w := tabwriter.NewWriter(opts.Out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(w, "%s: %d sequences × %d tokens = %d tokens of KV cache (%s, %s a token; bound %d)\n", rep.Model,
-		rep.Seqs, per, rep.Seqs*per, mib(rep.KVBytes), kib(f.KVBytesPerToken()), info.KVTokens)
+		rep.Seqs, per, rep.Seqs*per, mib(rep.KVBytes), kib(sized.KVBytesPerToken()), info.KVTokens)
 	fmt.Fprintf(w, "resident memory:\topened %s\tloaded %s\tcache full %s\tpeak %s\t(Go heap %s)\n",
 		mib(rep.RSSOpenedBytes), mib(rep.RSSLoadedBytes), mib(rep.RSSFullBytes), mib(rep.RSSPeakBytes), mib(int64(rep.GoHeapLiveBytes)))
 	return w.Flush()
@@ -401,40 +296,6 @@ func rss(field string) int64 {
 		return kb << 10
 	}
 	return 0
-}
-
-// listDecoders writes the built-in decoder models to w.
-func listDecoders(w io.Writer, cacheDir string) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tLAYERS\tHIDDEN\tHEADS\tCONTEXT\tPARAMS\tKV/TOKEN\tCACHED")
-	for _, a := range gpt2.Archs() {
-		cached := "-"
-		if _, err := os.Stat(filepath.Join(cacheDir, gpt2.Spec{Arch: a}.FileName())); err == nil {
-			cached = gpt2.Task
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", a, a.Layers, a.Hidden, a.Heads, a.Context,
-			millions(a.Params()), kib(a.KVBytesPerToken()), cached)
-	}
-	return tw.Flush()
-}
-
-// genDecoder writes the built-in decoder a to path.
-func genDecoder(opts *modelsGenOptions, a gpt2.Arch) error {
-	if opts.TaskSet {
-		return usageErrorf("--task: %s is a decoder; its one task is %s", a, gpt2.Task)
-	}
-	path := opts.Output
-	if path == "" {
-		path = a.String() + ".onnx"
-	}
-	start := time.Now()
-	err := onnxgraph.WriteFile(path, func(w io.Writer) error { return gpt2.Generate(w, gpt2.Spec{Arch: a, Seed: opts.Seed}) })
-	if err != nil {
-		return fmt.Errorf("generate %s: %w", a, err)
-	}
-	fmt.Fprintf(opts.Out, "%s: %s %s (%s params), in %v\n", path, a, gpt2.Task, millions(a.Params()),
-		time.Since(start).Round(time.Millisecond))
-	return nil
 }
 
 // describeDecoder writes what a decoder graph's inputs say about it, or

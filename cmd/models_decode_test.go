@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/inferhq/infer/models/bert"
+	"github.com/inferhq/infer/models/onnx/onnxtest"
 )
 
 func TestModelsDecoderFlags(t *testing.T) {
@@ -83,7 +84,7 @@ func TestModelsDecoderCommands(t *testing.T) {
 
 	// By path: the decoder is recognised from its graph.
 	out, err = runInfer(t, "models", "bench", file, "--batch", "1,2", "--context", "32", "--prompts", "8,16", "--duration", "20ms", "--json")
-	skipWithoutRuntime(t, err)
+	onnxtest.SkipWithoutRuntime(t, err)
 	var rep decodeBenchReport
 	if err != nil || json.Unmarshal([]byte(out), &rep) != nil {
 		t.Fatalf("models bench = %v:\n%s", err, out)

@@ -1,17 +1,16 @@
 package cmd
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/inferhq/infer/models"
+	"github.com/inferhq/infer/models/registry"
 	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/batch"
 	"github.com/inferhq/infer/server/broker"
@@ -106,6 +105,7 @@ encoder models only.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Stderr = cmd.ErrOrStderr()
+			opts.Model.taskSet(cmd)
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
@@ -116,7 +116,8 @@ encoder models only.`,
 	f.StringVar(&opts.Addr, "addr", "127.0.0.1:8080", "listen address")
 	opts.Batching.bind(cmd)
 	f.IntVar(&opts.Workers, "workers", 1, fmt.Sprintf("model instances behind the batched endpoint (at most %d)", batch.WorkersLimit))
-	f.IntVar(&opts.QueueCap, "queue-cap", 0, fmt.Sprintf("most items waiting before requests are refused with 429 (0: 16 × batch × workers; at most %d; decoder models: requests waiting per path, 0: 16 × --max-seqs)", batch.QueueCapLimit))
+	f.IntVar(&opts.QueueCap, "queue-cap", 0, fmt.Sprintf("most items waiting before requests are refused with 429 (0: %d × batch × workers; at most %d; decoder models: requests waiting per path, 0: %d × --max-seqs)",
+		batch.DefaultQueueBatches, batch.QueueCapLimit, generate.DefaultQueueSeqs))
 	f.DurationVar(&opts.Timeout, "timeout", 30*time.Second, "default deadline of a request; X-Request-Timeout may shorten it")
 	f.Var(&opts.MaxBody, "max-body", "largest request body (e.g. 1MiB, 512KiB, 65536; at most 64MiB)")
 	f.IntVar(&opts.MaxItems, "max-items", 0, "most items in one request (0: 256, or the queue capacity if smaller)")
@@ -129,8 +130,8 @@ encoder models only.`,
 	f.DurationVar(&opts.CacheTTL, "cache-ttl", 0, "how long a cached result stays valid (0: until evicted)")
 	f.StringVar(&opts.Broker, "broker", "", "Redis URL (redis://[user:pass@]host:port/db, rediss://…): /batched admits into its stream for infer worker processes (--queue-cap bounds the stream)")
 	opts.Model.bind(cmd)
-	f.Lookup("model").Usage = "model: sim (simulated accelerator), a built-in encoder " + builtinNames() + ", a generative model served through the OpenAI API: sim-lm (simulated) or a built-in decoder " +
-		strings.Join(decoderNames(), "|") + ", or a path: an .onnx file (an encoder, or a decoder with a KV cache) or a decoder export directory"
+	f.Lookup("model").Usage = "model: sim (simulated accelerator), a built-in encoder " + builtinNames(isEncoder) + ", a generative model served through the OpenAI API: sim-lm (simulated) or a built-in decoder " +
+		builtinNames(isDecoder) + ", or a path: an .onnx file (an encoder, or a decoder with a KV cache) or a decoder export directory"
 	opts.Gen.bind(cmd)
 	opts.Log.bind(cmd)
 	return cmd
@@ -199,13 +200,14 @@ func runServe(ctx context.Context, opts *serveOptions) error {
 	if cfg.Logger, err = opts.Log.logger(opts.Stderr); err != nil {
 		return err
 	}
-	if d, context, ok, err := opts.Model.generative(); err != nil || ok {
-		if err != nil {
-			return err
-		}
-		return serveDecoder(ctx, opts, cfg, d, context)
+	m, err := opts.Model.lookup(serveModels)
+	if err != nil {
+		return err
 	}
-	factory, err := opts.Model.open(opts.Workers, cfg.Logger)
+	if m.Kind == registry.Decoder {
+		return serveDecoder(ctx, opts, cfg, m)
+	}
+	factory, err := opts.Model.openEncoder(m, opts.Workers, cfg.Logger)
 	if err != nil {
 		return err
 	}
@@ -220,25 +222,27 @@ func runServe(ctx context.Context, opts *serveOptions) error {
 	return srv.Run(ctx)
 }
 
-// serveDecoder serves a generative model through the OpenAI-compatible API.
-// d and context are the model's engine defaults and its context, if known
-// before loading (see generative): every flag is checked before the model
-// is loaded, or generated on first use.
-func serveDecoder(ctx context.Context, opts *serveOptions, cfg server.Config, d engineDefaults, context int) error {
+// serveDecoder serves the generative model m through the OpenAI-compatible
+// API. Every flag is checked before the model is loaded, or generated on
+// first use.
+func serveDecoder(ctx context.Context, opts *serveOptions, cfg server.Config, m registry.Model) error {
 	if opts.Broker != "" {
 		return usageErrorf("--broker: distributed mode serves encoder models only, not %s", opts.Model.Model)
 	}
-	ecfg, err := opts.decoderEngine(d, context)
+	ecfg, err := opts.decoderEngine(m)
 	if err != nil {
 		return err
 	}
-	f, err := decoderFactory(&opts.Model, &opts.Gen, cfg.Logger)
+	// The engines of infer serve's three paths share one session per
+	// device, and one path computes at a time in the common case: each
+	// session gets all the threads.
+	f, err := opts.Model.openDecoder(m, opts.Gen.KVTokens, opts.Gen.simLM(), cfg.Logger)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	if err := fitKV(ecfg, f); err != nil {
-		return err
+	if err := ecfg.CheckModel(f.Decoder()); err != nil {
+		return settingError(err)
 	}
 	cfg.Logger.Info("model", "name", describe(f.Info()))
 	svc, err := openai.New(openai.Config{Engine: ecfg, MaxBody: cfg.MaxBody, Timeout: cfg.Timeout, StreamInterval: opts.Gen.StreamInterval, Logger: cfg.Logger}, f)
@@ -255,31 +259,15 @@ func serveDecoder(ctx context.Context, opts *serveOptions, cfg server.Config, d 
 }
 
 // decoderEngine returns the engine configuration of the flags, with the
-// model's defaults d for those left at 0. A context known before loading
-// (0: not known) bounds --kv-tokens from below.
-func (opts *serveOptions) decoderEngine(d engineDefaults, context int) (generate.Config, error) {
-	ecfg, err := opts.Gen.engine(d, opts.Batching.MaxLatency, opts.QueueCap, opts.AdmitLate)
+// engine defaults of m for those left at 0, checked against what is known
+// of m before it is loaded (its context).
+func (opts *serveOptions) decoderEngine(m registry.Model) (generate.Config, error) {
+	ecfg, err := opts.Gen.engine(m.Engine, opts.Batching.MaxLatency, opts.QueueCap, opts.AdmitLate)
 	if err != nil {
 		return generate.Config{}, err
 	}
-	if ecfg.KVTokens > 0 && ecfg.KVTokens < context {
-		return generate.Config{}, kvBelowContext(ecfg.KVTokens, opts.Model.Model, context)
+	if err := ecfg.CheckModel(models.DecoderInfo{Context: m.Context}); err != nil {
+		return generate.Config{}, settingError(err)
 	}
 	return ecfg, nil
-}
-
-// fitKV checks the engine's KV bound against the model instances of f.
-func fitKV(ecfg generate.Config, f models.DecoderFactory) error {
-	d := f.Decoder()
-	switch kv := cmp.Or(ecfg.KVTokens, d.KVTokens); {
-	case kv > d.KVTokens:
-		return usageErrorf("--kv-tokens %d: the model instance holds %d", kv, d.KVTokens)
-	case kv < d.Context:
-		return kvBelowContext(kv, f.Info().Name, d.Context)
-	}
-	return nil
-}
-
-func kvBelowContext(kv int, model string, context int) error {
-	return usageErrorf("--kv-tokens %d: less than the context of %s (%d tokens), so a long sequence could never run", kv, model, context)
 }

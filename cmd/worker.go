@@ -69,6 +69,7 @@ so that several can share a host.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Stderr = cmd.ErrOrStderr()
 			opts.MetricsAddrSet = cmd.Flags().Changed("metrics-addr")
+			opts.Model.taskSet(cmd)
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
@@ -129,7 +130,7 @@ func runWorker(ctx context.Context, opts *workerOptions) error {
 			ln.Close()
 		}
 	}()
-	factory, err := opts.Model.open(opts.Workers, cfg.Logger)
+	factory, err := opts.Model.open(workerModels, opts.Workers, cfg.Logger)
 	if err != nil {
 		return err
 	}

@@ -155,6 +155,20 @@ type DecoderInfo struct {
 	// engine may start a sequence after a cached prefix. False: the engine
 	// computes every prompt from its first token (prefix caching is off).
 	BlockKV bool
+	// Engine holds the engine settings this backend serves best with,
+	// taken where the user sets none.
+	Engine EngineDefaults
+}
+
+// EngineDefaults are the engine settings a backend serves best with, taken
+// where the user sets none (server/generate's Config.WithModelDefaults). A
+// zero field leaves the engine's own default, sized for an accelerator.
+type EngineDefaults struct {
+	// MaxSeqs is the most sequences running at once: a step's rows.
+	MaxSeqs int
+	// MaxBatchedTokens is a step's token budget: a decode takes one, a
+	// prompt chunk the rest.
+	MaxBatchedTokens int
 }
 
 // Tokenizer converts between text and token ids. Safe for concurrent use.
@@ -166,6 +180,18 @@ type Tokenizer interface {
 	// back an incomplete trailing sequence until the next token completes
 	// it. The returned slice must not be modified.
 	TokenBytes(id int32) []byte
+}
+
+// ContextTokenizer is a Tokenizer whose tokens' bytes depend on the token
+// before them. SentencePiece's decoders (llama2.c's) drop the leading space
+// of a piece right after BOS: the dummy prefix that encoding added. The
+// generation engine takes the bytes of each generated token from it when a
+// model's tokenizer has it.
+type ContextTokenizer interface {
+	Tokenizer
+	// TokenBytesAfter returns the bytes of id when it follows prev; the
+	// same rules as TokenBytes apply to the slice.
+	TokenBytesAfter(prev, id int32) []byte
 }
 
 // DecoderFactory creates instances of one generative model.

@@ -19,11 +19,15 @@ func (d Device) String() string {
 	return d.Kind
 }
 
+// DefaultDevices is the device list of a model that names none: the CPU.
+const DefaultDevices = "cpu"
+
 // ParseDevices parses a device list such as "cpu", "auto", "cuda:0" or
-// "cuda:0,cuda:1". Workers are assigned to the devices round-robin.
+// "cuda:0,cuda:1"; an empty one is DefaultDevices. Workers are assigned to
+// the devices round-robin.
 func ParseDevices(s string) ([]Device, error) {
 	if strings.TrimSpace(s) == "" {
-		return []Device{{Kind: "cpu"}}, nil
+		s = DefaultDevices
 	}
 	var ds []Device
 	for _, part := range strings.Split(s, ",") {

@@ -13,6 +13,8 @@ import (
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/token"
+
+	"github.com/inferhq/infer/internal/suggest"
 )
 
 // ScenarioError is a problem in a scenario file, at a line when known.
@@ -53,7 +55,7 @@ func yamlError(file string, root ast.Node, err error) error {
 		var te *yaml.TypeError
 		switch {
 		case errors.As(err, &uf):
-			if s := suggest(tok.Value); s != "" {
+			if s := suggestKey(tok.Value); s != "" {
 				msg += fmt.Sprintf(" (did you mean %q?)", s)
 			}
 		case errors.As(err, &te) && te.DstType != nil:
@@ -124,16 +126,8 @@ func pathOf(n ast.Node, tok *token.Token, path string) (string, ast.Node) {
 	return "", nil
 }
 
-// suggest returns the known key closest to key, if it is a likely typo.
-func suggest(key string) string {
-	best, bestD := "", 3
-	for _, k := range knownKeys() {
-		if d := editDistance(key, k); d < bestD {
-			best, bestD = k, d
-		}
-	}
-	return best
-}
+// suggestKey returns the known key closest to key, if it is a likely typo.
+func suggestKey(key string) string { return suggest.Closest(key, knownKeys()) }
 
 // knownKeys returns every key of the file's schema, from the YAML tags of
 // fileScenario and of the structs it holds, so that a key added there is
@@ -157,26 +151,6 @@ func yamlKeys(t reflect.Type, keys []string) []string {
 		keys = yamlKeys(f.Type, keys)
 	}
 	return keys
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // find returns the token of the key or element at path, or nil.

@@ -169,7 +169,7 @@ func TestParseLLMErrors(t *testing.T) {
 		{"twice", head + loadC + "sweep:\n  endpoints: [static, static]\n", 8, "listed twice"},
 		{"batch on llm", head + loadC + "sweep:\n  batch: 8\n", 8, "sweep.batch is for encoder endpoints"},
 		{"max seqs zero", head + loadC + "sweep:\n  max_seqs: [8, 0]\n", 8, "sweep.max_seqs 0"},
-		{"mbt below seqs", head + loadC + "sweep:\n  max_seqs: [16, 64]\n  max_batched_tokens: 32\n", 9, "sweep.max_batched_tokens: max batched tokens 32 is less than max seqs 64"},
+		{"mbt below seqs", head + loadC + "sweep:\n  max_seqs: [16, 64]\n  max_batched_tokens: 32\n", 9, "sweep.max_batched_tokens: max batched tokens 32: want at least max seqs (64)"},
 		{"max seqs over", head + loadC + "sweep:\n  max_seqs: [8, 5000]\n", 8, "sweep.max_seqs: max seqs 5000: want 1 to 4096"},
 		{"mbt over", head + loadC + "sweep:\n  max_batched_tokens: [64, 2000000]\n", 8, "sweep.max_batched_tokens: max batched tokens 2000000: want 1 to 1048576"},
 		{"mbt zero", head + loadC + "sweep:\n  max_batched_tokens: [64, 0]\n", 8, "sweep.max_batched_tokens 0: must be at least 1"},

@@ -17,7 +17,7 @@ const (
 	// TopK is the number of candidates the fill-mask head returns per mask.
 	TopK = 5
 	// DefaultSeed is the seed of a Spec whose Seed is 0.
-	DefaultSeed = 1
+	DefaultSeed = onnxgraph.DefaultSeed
 
 	// generatorVersion changes whenever the same Spec would produce a
 	// different file, so that cached files of older generators are not

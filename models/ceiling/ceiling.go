@@ -32,7 +32,8 @@ type Config struct {
 	Warmup int
 }
 
-func (c Config) withDefaults() Config {
+// WithDefaults returns c with its zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
 	if len(c.Batches) == 0 {
 		c.Batches = []int{1, 8, 32, 64}
 	}
@@ -82,7 +83,7 @@ type Point struct {
 // one instance, for each batch size of cfg. onPoint, if not nil, gets each
 // point as it is done.
 func Measure(ctx context.Context, f models.Factory, texts []string, cfg Config, onPoint func(Point)) (Result, error) {
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	res := Result{Model: f.Info().Name}
 	if len(texts) == 0 {
 		return res, errors.New("no inputs to measure with")

@@ -54,7 +54,7 @@ const Task = "text-generation"
 
 const (
 	// DefaultSeed is the seed of a Spec whose Seed is 0.
-	DefaultSeed = 1
+	DefaultSeed = onnxgraph.DefaultSeed
 	// generatorVersion changes whenever the same Spec would produce a
 	// different file, so that cached files of older generators are not
 	// reused.
@@ -165,11 +165,6 @@ func (b *builder) op(op string, attrs []onnxgraph.Attr, inputs ...string) string
 	return b.Node(op, inputs, attrs...)
 }
 
-// dim returns dimension i of x's shape as an int64 scalar.
-func (b *builder) dim(x string, i int64) string {
-	return b.op("Gather", []onnxgraph.Attr{onnxgraph.Int("axis", 0)}, b.op("Shape", nil, x), b.Int64(i))
-}
-
 // conv1D is GPT-2's Conv1D, x·W + b with W of shape [in, out], initialised
 // N(0, std²) and b zero.
 func (b *builder) conv1D(prefix, x string, in, out int, std float64) string {
@@ -219,9 +214,9 @@ func build(s Spec) *onnxgraph.Graph {
 	}
 	if s.NoPositionIDs {
 		// [1, sequence]: past .. past+sequence-1, the same for every row.
-		total := b.dim(mask, 1)
+		total := b.Dim(mask, 1)
 		positions = b.op("Unsqueeze", nil,
-			b.op("Range", nil, b.op("Sub", nil, total, b.dim(ids, 1)), total, b.Int64(1)), b.Int64s(0))
+			b.op("Range", nil, b.op("Sub", nil, total, b.Dim(ids, 1)), total, b.Int64(1)), b.Int64s(0))
 	}
 
 	h := int64(a.Hidden)
@@ -229,28 +224,19 @@ func build(s Spec) *onnxgraph.Graph {
 	wpe := b.Weight("transformer.wpe.weight", []int64{int64(a.Context), h}, onnxgraph.Normal(s.Seed, "transformer.wpe.weight", initStd))
 	x := b.Add(b.op("Gather", nil, wte, ids), b.op("Gather", nil, wpe, positions))
 
-	bias := b.attentionBias(ids, mask)
+	bias := b.CausalBias(ids, mask)
 	for i := range a.Layers {
 		x = b.block(i, x, bias)
 	}
 	x = b.layerNorm("transformer.ln_f", x)
 	kept := seq
 	if keep != "" {
-		// The last logits_to_keep positions: Slice from -k, which is 0,
-		// every position, for k = 0 (and clamps to 0 for k past the
-		// sequence).
-		x = b.op("Slice", nil, x, b.op("Neg", nil, keep), b.Int64s(math.MaxInt64), b.Int64s(1))
+		x = b.LastPositions(x, keep)
 		kept = onnxgraph.Sym("kept_length")
 	}
 
-	// The LM head is x·wteᵀ. Gemm reads the embedding table transposed in
-	// place, where a Transpose node would make ONNX Runtime fold a second
-	// copy of it (a third of gpt2-small's weights) into the session.
-	flat := b.op("Reshape", nil, x, b.Int64s(-1, h))
-	logits := b.op("Gemm", []onnxgraph.Attr{onnxgraph.Int("transB", 1)}, flat, wte)
-	rows := b.op("Shape", []onnxgraph.Attr{onnxgraph.Int("start", 0), onnxgraph.Int("end", 2)}, x) // [batch, kept]
-	shape := b.op("Concat", []onnxgraph.Attr{onnxgraph.Int("axis", 0)}, rows, b.Int64s(int64(a.Vocab)))
-	b.NodeOut("Reshape", []string{logits, shape}, []string{Logits})
+	// The LM head is x·wteᵀ (a third of gpt2-small's weights).
+	b.Classifier(x, wte, Logits, h, int64(a.Vocab))
 
 	b.Output(Logits, onnxgraph.Float32, batch, kept, onnxgraph.Fixed(int64(a.Vocab)))
 	for i := range a.Layers {
@@ -258,23 +244,6 @@ func build(s Spec) *onnxgraph.Graph {
 		b.Output(PresentValue(i), onnxgraph.Float32, batch, heads, total, headDim)
 	}
 	return b.Graph
-}
-
-// attentionBias is the additive bias of the attention scores, [batch, 1,
-// sequence, past + sequence]: 0 where query position i (the past's length
-// plus i in the whole sequence) may attend to key position j, that is j ≤ its
-// position and attention_mask[j] = 1; the lowest float32 elsewhere, as
-// Hugging Face's GPT-2 uses.
-func (b *builder) attentionBias(ids, mask string) string {
-	total := b.dim(mask, 1)
-	pastLen := b.op("Sub", nil, total, b.dim(ids, 1))
-	query := b.op("Unsqueeze", nil, b.op("Range", nil, pastLen, total, b.Int64(1)), b.Int64s(1)) // [sequence, 1]
-	key := b.op("Range", nil, b.Int64(0), total, b.Int64(1))                                     // [past + sequence]
-	causal := b.op("LessOrEqual", nil, key, query)                                               // [sequence, past + sequence]
-	attended := b.op("Cast", []onnxgraph.Attr{onnxgraph.Int("to", int64(onnxgraph.Bool))},
-		b.op("Unsqueeze", nil, mask, b.Int64s(1, 2))) // [batch, 1, 1, past + sequence]
-	allowed := b.op("And", nil, causal, attended)
-	return b.op("Where", nil, allowed, b.Scalar(0), b.Scalar(-math.MaxFloat32))
 }
 
 // block is one GPT-2 block: pre-LayerNorm self-attention over the past and

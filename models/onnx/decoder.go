@@ -17,6 +17,7 @@ import (
 
 	ort "github.com/yalue/onnxruntime_go"
 
+	"github.com/inferhq/infer/internal/setting"
 	"github.com/inferhq/infer/models"
 	"github.com/inferhq/infer/models/bpe"
 	"github.com/inferhq/infer/models/onnxgraph"
@@ -29,13 +30,34 @@ const TaskTextGeneration = "text-generation"
 // Graph inputs and outputs of a decoder, as in Hugging Face optimum's
 // decoder-with-past export and models/gpt2.
 const (
-	positionIDs     = "position_ids"     // int64 [batch, sequence]; optional
-	useCacheBranch  = "use_cache_branch" // bool [1]; only in merged decoders
-	logitsToKeep    = "logits_to_keep"   // int64 [1]; optional: logits for the last k positions (0: all)
-	logitsOutput    = "logits"           // float32 [batch, sequence or k, vocab]
-	defaultContext  = 1024               // GPT-2's n_positions
-	defaultKVPerCtx = 16                 // default KVTokens: this many full-context sequences
+	positionIDs    = "position_ids"     // int64 [batch, sequence]; optional
+	useCacheBranch = "use_cache_branch" // bool [1]; only in merged decoders
+	logitsToKeep   = "logits_to_keep"   // int64 [1]; optional: logits for the last k positions (0: all)
+	logitsOutput   = "logits"           // float32 [batch, sequence or k, vocab]
 )
+
+// Defaults of a decoder.
+const (
+	// DefaultContext is the context of a graph that says none, in
+	// tokens: GPT-2's n_positions.
+	DefaultContext = 1024
+	// DefaultKVContexts is DecoderConfig.KVTokens' default, in full
+	// contexts: 16,384 tokens for GPT-2.
+	DefaultKVContexts = 16
+	// DecoderMaxSeqs and DecoderMaxBatchedTokens are a decoder's engine
+	// defaults (models.DecoderInfo.Engine), sized for a CPU, where a
+	// step's cost grows with its rows and a long prompt chunk stalls every
+	// stream of its step (scripts/accept-gpt2.sh serve-defaults measures
+	// them against an accelerator's).
+	DecoderMaxSeqs          = 16
+	DecoderMaxBatchedTokens = 256
+)
+
+// DecoderEngine returns a decoder's engine defaults: DecoderMaxSeqs and
+// DecoderMaxBatchedTokens.
+func DecoderEngine() models.EngineDefaults {
+	return models.EngineDefaults{MaxSeqs: DecoderMaxSeqs, MaxBatchedTokens: DecoderMaxBatchedTokens}
+}
 
 var pastRe = regexp.MustCompile(`^past_key_values\.(\d+)\.(key|value)$`)
 
@@ -64,16 +86,29 @@ type DecoderConfig struct {
 	// (the directory's name for an export directory).
 	Name string
 	// KVTokens bounds the KV cache of one instance, in tokens summed over
-	// its sequences. Default 16 full contexts (16,384 tokens for GPT-2).
+	// its sequences. Default DefaultKVContexts full contexts (16,384
+	// tokens for GPT-2).
 	KVTokens int
 	// Context is the most tokens of one sequence. Default: the graph's
 	// infer.context metadata, else n_positions (or max_position_embeddings)
-	// of a config.json next to the file, else 1024 (GPT-2's).
+	// of a config.json next to the file, else DefaultContext (GPT-2's).
 	Context int
 	// Tokenizer converts text and ids. Default: GPT-2's byte-level BPE,
 	// which needs a vocabulary of at least its 50,257 tokens.
 	Tokenizer models.Tokenizer
 	Runtime
+}
+
+// Validate reports the settings OpenDecoder refuses, before it reads any
+// file.
+func (c DecoderConfig) Validate() error {
+	switch {
+	case c.KVTokens < 0:
+		return setting.Errorf(SettingKVTokens, c.KVTokens, "must not be negative")
+	case c.Context < 0:
+		return setting.Errorf(SettingContext, c.Context, "must not be negative")
+	}
+	return c.Runtime.validate()
 }
 
 // decoderSig is what a decoder graph takes and gives.
@@ -166,6 +201,9 @@ func OpenDecoder(cfg DecoderConfig) (*DecoderFactory, error) {
 	if cfg.Path == "" {
 		return nil, errors.New("onnx: no model path")
 	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("onnx: %w", err)
+	}
 	file, err := decoderFile(cfg.Path)
 	if err != nil {
 		return nil, err
@@ -175,9 +213,6 @@ func OpenDecoder(cfg DecoderConfig) (*DecoderFactory, error) {
 		dirName = filepath.Base(filepath.Clean(cfg.Path))
 	}
 	cfg.Path = file
-	if cfg.KVTokens < 0 || cfg.Context < 0 {
-		return nil, fmt.Errorf("onnx: KV tokens %d, context %d: must not be negative", cfg.KVTokens, cfg.Context)
-	}
 	f := &DecoderFactory{cfg: cfg, log: cfg.Logger}
 	if f.log == nil {
 		f.log = slog.New(slog.DiscardHandler)
@@ -259,7 +294,7 @@ func (f *DecoderFactory) describe(info onnxgraph.Info, hf hfConfig, dir string) 
 		f.tok = bpe.GPT2()
 	}
 	ctxLen := f.cfg.Context
-	for _, c := range []int{metaInt(meta, "infer.context"), hf.NPositions, hf.MaxPositionEmbeddings, defaultContext} {
+	for _, c := range []int{metaInt(meta, "infer.context"), hf.NPositions, hf.MaxPositionEmbeddings, DefaultContext} {
 		if ctxLen <= 0 {
 			ctxLen = c
 		}
@@ -276,9 +311,9 @@ func (f *DecoderFactory) describe(info onnxgraph.Info, hf hfConfig, dir string) 
 	}
 	kv := f.cfg.KVTokens
 	if kv == 0 {
-		kv = defaultKVPerCtx * ctxLen
+		kv = DefaultKVContexts * ctxLen
 	}
-	f.info = models.DecoderInfo{Context: ctxLen, EOS: eos, Vocab: f.sig.vocab, KVTokens: kv}
+	f.info = models.DecoderInfo{Context: ctxLen, EOS: eos, Vocab: f.sig.vocab, KVTokens: kv, Engine: DecoderEngine()}
 	return nil
 }
 

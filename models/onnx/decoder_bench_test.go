@@ -112,7 +112,7 @@ func BenchmarkKVLayout(b *testing.B) {
 						if perSeq {
 							b.StopTimer()
 							for _, st := range d.seqs {
-								if _, err := d.pool.assemble(d.dims, []*seqState{st}); err != nil {
+								if _, err := d.pool.assemble(d.dims, []*seqState{st}, false); err != nil {
 									b.Fatal(err)
 								}
 							}

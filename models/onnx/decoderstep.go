@@ -298,7 +298,7 @@ func (d *Decoder) past(jobs []job, decode bool) (*kvBuf, []job, error) {
 	for i, j := range jobs {
 		states[i] = j.st
 	}
-	b, err := d.pool.assemble(d.dims, states)
+	b, err := d.pool.assemble(d.dims, states, !decode)
 	return b, jobs, err
 }
 
@@ -373,7 +373,7 @@ func (d *Decoder) run(jobs []job, next []int32, decode bool) error {
 	for _, j := range jobs {
 		s = max(s, len(j.tokens))
 	}
-	present, err := d.pool.get(d.dims, rows, t+s)
+	present, err := d.pool.get(d.dims, rows, t+s, !decode)
 	if err != nil {
 		return err
 	}

@@ -38,6 +38,7 @@ import (
 
 	ort "github.com/yalue/onnxruntime_go"
 
+	"github.com/inferhq/infer/internal/setting"
 	"github.com/inferhq/infer/models"
 )
 
@@ -68,7 +69,7 @@ type Config struct {
 	// base name without ".onnx".
 	Name string
 	// MaxSeqLen is the most tokens of one item, [CLS] and [SEP] included
-	// where the tokenizer adds them. Default 128.
+	// where the tokenizer adds them; at least 3. Default DefaultMaxSeqLen.
 	MaxSeqLen int
 	// RejectLong refuses items longer than MaxSeqLen with
 	// models.ErrInputTooLong (HTTP 413). Default false: such items are
@@ -76,6 +77,26 @@ type Config struct {
 	// tokens and [SEP]; SentencePiece: to their first MaxSeqLen tokens).
 	RejectLong bool
 	Runtime
+}
+
+// DefaultMaxSeqLen is Config.MaxSeqLen's default, in tokens: BERT's
+// sentence tasks fit in it, and a batch padded to it stays cheap.
+const DefaultMaxSeqLen = 128
+
+// The names of the settings in errors (*setting.Error).
+const (
+	SettingMaxSeqLen setting.Name = "max sequence length" // Config.MaxSeqLen
+	SettingThreads   setting.Name = "threads"             // Runtime.Threads
+	SettingKVTokens  setting.Name = "KV tokens"           // DecoderConfig.KVTokens
+	SettingContext   setting.Name = "context"             // DecoderConfig.Context
+)
+
+// Validate reports the settings New refuses, before it reads any file.
+func (c Config) Validate() error {
+	if c.MaxSeqLen < 0 || c.MaxSeqLen > 0 && c.MaxSeqLen < 3 {
+		return setting.Errorf(SettingMaxSeqLen, c.MaxSeqLen, "want at least 3 ([CLS], a token, [SEP])")
+	}
+	return c.Runtime.validate()
 }
 
 // Runtime is how a factory's instances run, the same for Config and
@@ -89,8 +110,9 @@ type Runtime struct {
 	// Workers is the number of instances that compute at the same time; it
 	// sets the default of Threads. Default 1.
 	Workers int
-	// Threads is the number of intra-op threads of each session. Default:
-	// the number of CPUs divided among the Workers, at least 1.
+	// Threads is the number of intra-op threads of each session; not
+	// negative. Default: the number of CPUs divided among the Workers, at
+	// least 1.
 	Threads int
 	// Spin lets ONNX Runtime's idle pool threads spin waiting for work.
 	// Default false: spinning threads would hold the cores that the HTTP
@@ -102,6 +124,13 @@ type Runtime struct {
 	// Logger receives what the factory decides (library, device, threads);
 	// nil discards it.
 	Logger *slog.Logger
+}
+
+func (r Runtime) validate() error {
+	if r.Threads < 0 {
+		return setting.Errorf(SettingThreads, r.Threads, "must not be negative")
+	}
+	return nil
 }
 
 // Factory loads one ONNX graph and makes model instances of it. It is a
@@ -129,14 +158,14 @@ func New(cfg Config) (*Factory, error) {
 	if cfg.Tokenizer == nil {
 		return nil, fmt.Errorf("onnx: no tokenizer")
 	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("onnx: %w", err)
+	}
 	if cfg.Name == "" {
 		cfg.Name = strings.TrimSuffix(filepath.Base(cfg.Path), ".onnx")
 	}
-	if cfg.MaxSeqLen <= 0 {
-		cfg.MaxSeqLen = 128
-	}
-	if cfg.MaxSeqLen < 3 {
-		return nil, fmt.Errorf("onnx: max sequence length %d: want at least 3 ([CLS], a token, [SEP])", cfg.MaxSeqLen)
+	if cfg.MaxSeqLen == 0 {
+		cfg.MaxSeqLen = DefaultMaxSeqLen
 	}
 	f := &Factory{cfg: cfg, log: cfg.Logger}
 	if f.log == nil {

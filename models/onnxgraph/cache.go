@@ -12,6 +12,10 @@ import (
 // CacheDirEnv names the environment variable that overrides DefaultCacheDir.
 const CacheDirEnv = "INFER_CACHE_DIR"
 
+// DefaultSeed is the seed of the random weights of the built-in models that
+// are generated (models/bert, models/gpt2) when none is given.
+const DefaultSeed = 1
+
 // DefaultCacheDir returns where generated models are kept: $INFER_CACHE_DIR
 // when set, else infer/models under the user's cache directory
 // (~/.cache/infer/models on Linux), else under the system's temporary

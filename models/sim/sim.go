@@ -13,7 +13,16 @@ import (
 	"strings"
 	"time"
 
+	"github.com/inferhq/infer/internal/setting"
 	"github.com/inferhq/infer/models"
+)
+
+// The cost of a batch that infer serve --model sim simulates unless told
+// otherwise: BERT-base on one GPU, 423 items/s per worker at batch 64. (A
+// zero Config computes instantly.)
+const (
+	DefaultFixed   = 77 * time.Millisecond
+	DefaultPerItem = 1160 * time.Microsecond
 )
 
 // Config is the simulated cost of a batch. The zero value computes instantly.
@@ -34,6 +43,27 @@ type Config struct {
 	// of a testing/synctest bubble, so a server on this model can be tested
 	// with exact virtual times.
 	GoSleep bool
+}
+
+// Name is the simulated model's name, as clients and the command line
+// address it.
+const Name = "sim"
+
+// The names of Config's settings in errors (*setting.Error).
+const (
+	SettingFixed   setting.Name = "fixed cost"    // Config.Fixed
+	SettingPerItem setting.Name = "per-item cost" // Config.PerItem
+)
+
+// Validate reports a Config New refuses: a negative cost.
+func (c Config) Validate() error {
+	switch {
+	case c.Fixed < 0:
+		return setting.Errorf(SettingFixed, c.Fixed, "must not be negative")
+	case c.PerItem < 0:
+		return setting.Errorf(SettingPerItem, c.PerItem, "must not be negative")
+	}
+	return nil
 }
 
 // ErrInjected is the error of a batch failed by Config.FailOn.
@@ -67,8 +97,8 @@ type Factory struct{ cfg Config }
 
 // New returns a factory for the simulated model.
 func New(cfg Config) (*Factory, error) {
-	if cfg.Fixed < 0 || cfg.PerItem < 0 {
-		return nil, fmt.Errorf("sim: negative cost (fixed %v, per item %v)", cfg.Fixed, cfg.PerItem)
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("sim: %w", err)
 	}
 	return &Factory{cfg: cfg}, nil
 }
@@ -76,7 +106,7 @@ func New(cfg Config) (*Factory, error) {
 // Info describes the simulated model.
 func (f *Factory) Info() models.Info {
 	return models.Info{
-		Name:    "sim",
+		Name:    Name,
 		Task:    "classify",
 		Backend: "sim",
 		Params:  f.params(),

@@ -52,7 +52,7 @@ func ParsePolicy(s string) (Policy, error) {
 
 // Config configures a Batcher. The zero value is valid.
 type Config struct {
-	// MaxBatch is the most items in one batch. Default 64.
+	// MaxBatch is the most items in one batch. Default DefaultMaxBatch.
 	MaxBatch int
 	// MaxLatency is the longest a forming batch waits for more items,
 	// counted from the arrival of its first item. Zero means no waiting.
@@ -60,9 +60,9 @@ type Config struct {
 	// Policy is the batching policy. Default Adaptive.
 	Policy Policy
 	// QueueCap is the most items admitted but not yet taken by a worker;
-	// beyond it admission fails with ErrQueueFull. Default 16 × MaxBatch ×
-	// workers (at most about sixteen batch times of waiting), at most
-	// QueueCapLimit.
+	// beyond it admission fails with ErrQueueFull. Default
+	// DefaultQueueBatches × MaxBatch × workers (at most about sixteen batch
+	// times of waiting), at most QueueCapLimit.
 	QueueCap int
 	// Buckets, with Batcher.WithSize, are upper bounds of item size (e.g.
 	// 16, 32, 64 tokens): items are batched only with items of the same
@@ -82,13 +82,22 @@ type Config struct {
 	OnBatch func(Info)
 }
 
+// Defaults of Config.
+const (
+	// DefaultMaxBatch is MaxBatch's default, in items.
+	DefaultMaxBatch = 64
+	// DefaultQueueBatches is QueueCap's default in full batches per
+	// worker.
+	DefaultQueueBatches = 16
+)
+
 // WithDefaults returns c with its zero fields set to their documented
 // defaults, for a batcher of that many workers (the queue capacity's default
 // grows with them). New applies it; the server and the command line read the
 // settings in force from it.
 func (c Config) WithDefaults(workers int) Config {
 	if c.MaxBatch <= 0 {
-		c.MaxBatch = 64
+		c.MaxBatch = DefaultMaxBatch
 	}
 	if c.MaxLatency < 0 {
 		c.MaxLatency = 0
@@ -97,7 +106,7 @@ func (c Config) WithDefaults(workers int) Config {
 		c.Policy = Adaptive
 	}
 	if c.QueueCap <= 0 {
-		c.QueueCap = min(16*c.MaxBatch*max(workers, 1), QueueCapLimit)
+		c.QueueCap = min(DefaultQueueBatches*c.MaxBatch*max(workers, 1), QueueCapLimit)
 	}
 	return c
 }

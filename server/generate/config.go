@@ -1,8 +1,12 @@
 package generate
 
 import (
+	"cmp"
 	"fmt"
 	"time"
+
+	"github.com/inferhq/infer/internal/setting"
+	"github.com/inferhq/infer/models"
 )
 
 // Policy decides which sequences share a step.
@@ -62,16 +66,44 @@ const (
 	DefaultPrefixCache = true
 )
 
+// The engine's own defaults of MaxSeqs and MaxBatchedTokens, sized for an
+// accelerator; a model's take precedence (models.DecoderInfo.Engine).
+const (
+	DefaultMaxSeqs          = 32
+	DefaultMaxBatchedTokens = 2048
+)
+
+// QueueCap's default is DefaultQueueSeqs × MaxSeqs requests, at least
+// MinDefaultQueueCap.
+const (
+	DefaultQueueSeqs   = 16
+	MinDefaultQueueCap = 64
+)
+
+// The names of Config's settings in errors (*setting.Error): Validate is
+// the one check of each, and a front end renders its errors under its own
+// names (a flag, a scenario key).
+const (
+	SettingMaxSeqs          setting.Name = "max seqs"
+	SettingMaxBatchedTokens setting.Name = "max batched tokens"
+	SettingKVTokens         setting.Name = "KV tokens"
+	SettingMaxLatency       setting.Name = "max latency"
+	SettingQueueCap         setting.Name = "queue capacity"
+	SettingStreamBuffer     setting.Name = "stream buffer"
+	SettingBlockSize        setting.Name = "block size"
+)
+
 // Config configures an Engine. The zero value is valid.
 type Config struct {
 	// Policy is the scheduling policy. Default Continuous.
 	Policy Policy
 	// MaxSeqs is the most sequences running at once (the batch's rows).
-	// Default 32; Naive always runs 1.
+	// Default: the model's, else DefaultMaxSeqs; Naive always runs 1.
 	MaxSeqs int
 	// MaxBatchedTokens is the per-step token budget: decodes (one token
 	// per running sequence) are scheduled first, and prompt chunks fill
-	// what is left (chunked prefill). Default 2048; at least MaxSeqs.
+	// what is left (chunked prefill). Default: the model's, else
+	// DefaultMaxBatchedTokens, and at least MaxSeqs.
 	// Static prefills a formed batch in one step whatever its size, as
 	// Hugging Face generate does.
 	MaxBatchedTokens int
@@ -86,8 +118,9 @@ type Config struct {
 	// waiting.
 	MaxLatency time.Duration
 	// QueueCap is the most requests waiting to start; beyond it Generate
-	// fails at once with ErrQueueFull. Default 16 × MaxSeqs (at least
-	// 64). Open streams are bounded by MaxSeqs + QueueCap.
+	// fails at once with ErrQueueFull. Default DefaultQueueSeqs × MaxSeqs
+	// (at least MinDefaultQueueCap). Open streams are bounded by MaxSeqs +
+	// QueueCap.
 	QueueCap int
 	// AdmitLate admits requests even when the backlog predicts they will
 	// not start before their deadline (by default they are refused at once
@@ -116,16 +149,29 @@ type Config struct {
 	OnStep func(StepInfo)
 }
 
+// WithModelDefaults returns c with MaxSeqs and MaxBatchedTokens, where they
+// are 0, set to the model's defaults d, else to the engine's
+// (DefaultMaxSeqs, DefaultMaxBatchedTokens); a default budget is at least
+// MaxSeqs. Other fields, negative ones included, are left for Validate. New
+// applies it with its model's DecoderInfo.Engine; a front end applies it to
+// check the settings in force before it loads the model.
+func (c Config) WithModelDefaults(d models.EngineDefaults) Config {
+	if c.MaxSeqs == 0 {
+		c.MaxSeqs = cmp.Or(d.MaxSeqs, DefaultMaxSeqs)
+	}
+	if c.MaxBatchedTokens == 0 {
+		c.MaxBatchedTokens = max(cmp.Or(d.MaxBatchedTokens, DefaultMaxBatchedTokens), c.MaxSeqs)
+	}
+	return c
+}
+
+// withDefaults fills the fields WithModelDefaults does not, for an engine
+// of a model instance holding kv tokens; c must have passed Validate.
 func (c Config) withDefaults(kv int) Config {
 	if c.Policy == "" {
 		c.Policy = Continuous
 	}
-	if c.MaxSeqs <= 0 {
-		c.MaxSeqs = 32
-	}
-	if c.MaxBatchedTokens <= 0 {
-		c.MaxBatchedTokens = max(2048, c.MaxSeqs)
-	}
+	c = c.WithModelDefaults(models.EngineDefaults{})
 	if c.KVTokens <= 0 {
 		c.KVTokens = kv
 	}
@@ -133,7 +179,7 @@ func (c Config) withDefaults(kv int) Config {
 		c.MaxLatency = 0
 	}
 	if c.QueueCap <= 0 {
-		c.QueueCap = max(64, 16*c.MaxSeqs)
+		c.QueueCap = max(MinDefaultQueueCap, DefaultQueueSeqs*c.MaxSeqs)
 	}
 	if c.StreamBuffer <= 0 {
 		c.StreamBuffer = 256
@@ -152,30 +198,51 @@ func (c *Config) maxSeqs() int {
 	return c.MaxSeqs
 }
 
-// Validate reports a configuration New would not accept as given.
+// Validate reports a configuration New would not accept as given; a field's
+// error is a *setting.Error naming it (Setting…). A zero MaxSeqs is checked
+// against MaxBatchedTokens as the engine's default: apply the model's
+// defaults first (WithModelDefaults) to check the settings in force.
 func (c Config) Validate() error {
 	if c.Policy != "" {
 		if _, err := ParsePolicy(string(c.Policy)); err != nil {
 			return err
 		}
 	}
+	seqs := cmp.Or(c.MaxSeqs, DefaultMaxSeqs)
 	switch {
 	case c.MaxSeqs < 0 || c.MaxSeqs > MaxMaxSeqs:
-		return fmt.Errorf("max seqs %d: want 1 to %d", c.MaxSeqs, MaxMaxSeqs)
+		return setting.Errorf(SettingMaxSeqs, c.MaxSeqs, "want 1 to %d", MaxMaxSeqs)
 	case c.MaxBatchedTokens < 0 || c.MaxBatchedTokens > MaxMaxBatchedTokens:
-		return fmt.Errorf("max batched tokens %d: want 1 to %d", c.MaxBatchedTokens, MaxMaxBatchedTokens)
-	case c.MaxBatchedTokens > 0 && c.MaxBatchedTokens < c.withDefaults(0).MaxSeqs:
-		return fmt.Errorf("max batched tokens %d is less than max seqs %d: every running sequence needs a token each step", c.MaxBatchedTokens, c.withDefaults(0).MaxSeqs)
+		return setting.Errorf(SettingMaxBatchedTokens, c.MaxBatchedTokens, "want 1 to %d", MaxMaxBatchedTokens)
+	case c.MaxBatchedTokens > 0 && c.MaxBatchedTokens < seqs:
+		return setting.Errorf(SettingMaxBatchedTokens, c.MaxBatchedTokens, "want at least %s (%d): every running sequence needs a token each step",
+			SettingMaxSeqs, seqs)
 	case c.KVTokens < 0:
-		return fmt.Errorf("KV tokens %d: must not be negative", c.KVTokens)
+		return setting.Errorf(SettingKVTokens, c.KVTokens, "must not be negative")
 	case c.MaxLatency < 0:
-		return fmt.Errorf("max latency %v: must not be negative", c.MaxLatency)
+		return setting.Errorf(SettingMaxLatency, c.MaxLatency, "must not be negative")
 	case c.QueueCap < 0 || c.QueueCap > MaxQueueCap:
-		return fmt.Errorf("queue capacity %d: want 0 (default) to %d", c.QueueCap, MaxQueueCap)
+		return setting.Errorf(SettingQueueCap, c.QueueCap, "want 0 (default) to %d", MaxQueueCap)
 	case c.StreamBuffer < 0 || c.StreamBuffer > MaxStreamBuffer:
-		return fmt.Errorf("stream buffer %d: want 0 (default) to %d", c.StreamBuffer, MaxStreamBuffer)
+		return setting.Errorf(SettingStreamBuffer, c.StreamBuffer, "want 0 (default) to %d", MaxStreamBuffer)
 	case c.BlockSize < 0 || c.BlockSize > MaxBlockSize:
-		return fmt.Errorf("block size %d: want 1 to %d tokens", c.BlockSize, MaxBlockSize)
+		return setting.Errorf(SettingBlockSize, c.BlockSize, "want 1 to %d tokens", MaxBlockSize)
+	}
+	return nil
+}
+
+// CheckModel reports what a model described by info cannot serve under c:
+// a KV bound beyond the capacity of its instances, or below its context, so
+// that a long sequence could never run. A field of info left 0 (not known
+// before the model is loaded) is not checked. New runs it with the model's
+// whole DecoderInfo; a front end can run it with what it knows before
+// loading.
+func (c Config) CheckModel(info models.DecoderInfo) error {
+	switch kv := cmp.Or(c.KVTokens, info.KVTokens); {
+	case info.KVTokens > 0 && c.KVTokens > info.KVTokens:
+		return setting.Errorf(SettingKVTokens, c.KVTokens, "want at most the capacity of the model instance (%d)", info.KVTokens)
+	case kv > 0 && kv < info.Context:
+		return setting.Errorf(SettingKVTokens, kv, "want at least the model's context (%d tokens): a long sequence could never run", info.Context)
 	}
 	return nil
 }

@@ -82,6 +82,7 @@ type Engine struct {
 	dec  models.Decoder
 	info models.DecoderInfo
 	tok  models.Tokenizer
+	ctok models.ContextTokenizer // tok, if its bytes depend on the token before
 	cfg  atomic.Pointer[Config]
 
 	mu       sync.Mutex // guards incoming and closed
@@ -149,24 +150,23 @@ func (s *seq) prefilling() bool {
 // New returns an engine over dec, a model described by info whose text
 // tok decodes. The engine does not close dec.
 func New(cfg Config, dec models.Decoder, info models.DecoderInfo, tok models.Tokenizer) (*Engine, error) {
+	cfg = cfg.WithModelDefaults(info.Engine)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if info.Context <= 1 || info.KVTokens <= 0 {
 		return nil, fmt.Errorf("decoder info: context %d, KV tokens %d: want a context of 2 or more and a KV capacity", info.Context, info.KVTokens)
 	}
-	if cfg.KVTokens > info.KVTokens {
-		return nil, fmt.Errorf("KV tokens %d exceeds the model instance's capacity (%d)", cfg.KVTokens, info.KVTokens)
+	if err := cfg.CheckModel(info); err != nil {
+		return nil, err
 	}
 	cfg = cfg.withDefaults(info.KVTokens)
-	if cfg.KVTokens < info.Context {
-		return nil, fmt.Errorf("KV tokens %d is less than the model's context (%d): a long sequence could never run", cfg.KVTokens, info.Context)
-	}
 	if err := checkBlocks(cfg, info); err != nil {
 		return nil, err
 	}
 	cfg.NoPrefixCache = cfg.NoPrefixCache || !info.BlockKV
 	e := &Engine{dec: dec, info: info, tok: tok, wake: make(chan struct{}, 1), pad: []int32{info.EOS}, seed: maphash.MakeSeed()}
+	e.ctok, _ = tok.(models.ContextTokenizer)
 	e.pool = newBlockPool(cfg.BlockSize, cfg.KVTokens, e.seed)
 	e.kvBlocks.Store(int64(e.pool.total()))
 	e.cfg.Store(&cfg)
@@ -188,12 +188,13 @@ func (e *Engine) Config() Config { return *e.cfg.Load() }
 
 // Reconfigure changes Policy, MaxSeqs, MaxBatchedTokens, MaxLatency,
 // BlockSize and NoPrefixCache from the next step on; the other fields keep
-// their values. Zero fields take their defaults. Switching to Static makes
-// the running sequences one batch that nobody joins; switching away from it
-// drops its finished rows. Turning the prefix cache off forgets what it
-// holds. A new block size empties the KV: the running sequences are
-// preempted, to be recomputed on the new blocks.
+// their values. Zero fields take their defaults, the model's first.
+// Switching to Static makes the running sequences one batch that nobody
+// joins; switching away from it drops its finished rows. Turning the prefix
+// cache off forgets what it holds. A new block size empties the KV: the
+// running sequences are preempted, to be recomputed on the new blocks.
 func (e *Engine) Reconfigure(c Config) error {
+	c = c.WithModelDefaults(e.info.Engine)
 	if err := c.Validate(); err != nil {
 		return err
 	}

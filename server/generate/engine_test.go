@@ -21,7 +21,14 @@ const ms = time.Millisecond
 // start runs an engine over f until the test ends.
 func start(t *testing.T, cfg Config, f *fake) *Engine {
 	t.Helper()
-	e, err := New(cfg, f, fakeInfo, letters{})
+	return startWith(t, cfg, f, letters{})
+}
+
+// startWith runs an engine over f with the tokenizer tok until the test
+// ends.
+func startWith(t *testing.T, cfg Config, f *fake, tok models.Tokenizer) *Engine {
+	t.Helper()
+	e, err := New(cfg, f, fakeInfo, tok)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,6 +191,28 @@ func TestStopRulesPerSequence(t *testing.T) {
 			})
 		})
 	}
+}
+
+// pairs is a models.ContextTokenizer: a token after another reads as the
+// two letters.
+type pairs struct{ letters }
+
+func (p pairs) TokenBytesAfter(prev, id int32) []byte {
+	return append(slices.Clone(p.TokenBytes(prev)), p.TokenBytes(id)...)
+}
+
+// TestContextTokenizerSeesTheTokenBefore: with a tokenizer whose bytes
+// depend on the token before (SentencePiece's space after BOS), each
+// generated token's text is read after the one before it, the first after
+// the prompt's last.
+func TestContextTokenizerSeesTheTokenBefore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := startWith(t, Config{}, newFake(), pairs{})
+		o := <-run(t, t.Context(), e, answer(5, 1)) // "bcde" after "a", then EOS
+		if o.err != nil || o.text != "abbccdde" {
+			t.Errorf("got %q (%v), want \"abbccdde\"", o.text, o.err)
+		}
+	})
 }
 
 func TestStopStringIsHeldBackUntilDecided(t *testing.T) {

@@ -452,12 +452,17 @@ func (e *Engine) observeLife(d time.Duration) {
 // accept records a sampled token: the stop rules, the released text and the
 // stream.
 func (e *Engine) accept(s *seq, tok int32, first *Timing) {
+	prev := s.tokens[len(s.tokens)-1]
 	s.tokens = append(s.tokens, tok)
 	s.generated++
 	mayStop := s.generated >= s.req.MinTokens
 	isEOS := tok == e.info.EOS
 	var b []byte
-	if !isEOS {
+	switch {
+	case isEOS:
+	case e.ctok != nil:
+		b = e.ctok.TokenBytesAfter(prev, tok)
+	default:
 		b = e.tok.TokenBytes(tok)
 	}
 	txt, hit := s.text.add(b, mayStop)

@@ -61,6 +61,10 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// DefaultStreamInterval is Config.StreamInterval's default: every token is
+// written as it comes.
+const DefaultStreamInterval = 1
+
 // MaxStreamInterval bounds Config.StreamInterval well below the engine's
 // stream buffer, which cuts a reader that far behind.
 const MaxStreamInterval = 64
@@ -125,7 +129,7 @@ func New(cfg Config, f models.DecoderFactory) (*Service, error) {
 		cfg.WriteTimeout = 10 * time.Second
 	}
 	if cfg.StreamInterval == 0 {
-		cfg.StreamInterval = 1
+		cfg.StreamInterval = DefaultStreamInterval
 	}
 	if err := CheckStreamInterval(cfg.StreamInterval); err != nil {
 		return nil, fmt.Errorf("stream interval %w", err)
