@@ -305,8 +305,9 @@ func (r *runner) traceHitRates(t *llm.TraceReplay) *record.TraceCache {
 		return nil
 	}
 	r.notice("trace window: %d requests; the trace allows %s", t.WindowRequests(), h)
-	return &record.TraceCache{Requests: t.WindowRequests(), Queries: h.Queries, Unbounded: record.Round3(h.Unbounded),
-		LRU: record.Round3(h.LRU), Capacity: h.Capacity, BlockSize: h.BlockSize}
+	round5 := func(v float64) float64 { return math.Round(v*1e5) / 1e5 } // a ratio to them is read to 0.1 %
+	return &record.TraceCache{Requests: t.WindowRequests(), Queries: h.Queries, Unbounded: round5(h.Unbounded),
+		LRU: round5(h.LRU), Capacity: h.Capacity, BlockSize: h.BlockSize}
 }
 
 // llmNotices says once what an LLM point found missing.
@@ -552,8 +553,9 @@ func msPercentiles(m record.MsStats) *record.Percentiles {
 // the summed windows, the four latency distributions merge exactly (as
 // histograms, to 1 %); the client's queue and schedule lag, the latencies
 // from the intended send and the server's side are the worst repeat's
-// (by p99 TTFT from the intended send); the timeline is the first
-// repeat's. One repeat is returned as it is.
+// (by p99 TTFT from the intended send), but for the server's prefix-cache
+// counters, which add up; the timeline is the first repeat's. One repeat
+// is returned as it is.
 func mergeLLM(outs []*llm.Outcome, servers []*record.LLMServer) *record.LLM {
 	if len(outs) == 1 {
 		l := outs[0].LLM
@@ -624,10 +626,10 @@ func mergeLLM(outs []*llm.Outcome, servers []*record.LLMServer) *record.LLM {
 	}
 	m.Histograms = h
 	m.TTFT, m.TPOT, m.ITL, m.E2EL = record.MsStatsOf(h.TTFT), record.MsStatsOf(h.TPOT), record.MsStatsOf(h.ITL), record.MsStatsOf(h.E2EL)
-	mergePrefix(&m, outs)
 	w := &outs[worst].LLM
 	m.Queue, m.Lag, m.FromIntended = w.Queue, w.Lag, w.FromIntended
 	m.Server = servers[worst]
+	mergePrefix(&m, outs, servers)
 	return &m
 }
 

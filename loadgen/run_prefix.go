@@ -9,8 +9,23 @@ import (
 )
 
 // mergePrefix merges the repeats' prefix-cache figures and TTFT by turn
-// into m, their distributions exactly (as histograms, to 1 %).
-func mergePrefix(m *record.LLM, outs []*llm.Outcome) {
+// into m, their distributions exactly (as histograms, to 1 %), and the
+// servers' prefix-cache counters into a copy of m.Server.
+func mergePrefix(m *record.LLM, outs []*llm.Outcome, servers []*record.LLMServer) {
+	if m.Server != nil {
+		s := *m.Server
+		s.PrefixQueries, s.PrefixHits, s.PrefixHitRate = 0, 0, 0
+		for _, o := range servers {
+			if o != nil {
+				s.PrefixQueries += o.PrefixQueries
+				s.PrefixHits += o.PrefixHits
+			}
+		}
+		if s.PrefixQueries > 0 {
+			s.PrefixHitRate = record.Round3(s.PrefixHits / s.PrefixQueries)
+		}
+		m.Server = &s
+	}
 	var p *record.LLMPrefix
 	hit, miss := &record.Histogram{}, &record.Histogram{}
 	var turns []record.LLMTurn

@@ -8,7 +8,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/inferhq/infer/loadgen/llm"
+	"github.com/inferhq/infer/loadgen/record"
 	"github.com/inferhq/infer/loadgen/scenario"
 )
 
@@ -160,5 +163,47 @@ load:
 	}
 	if l.Turns[2].PromptTokens <= l.Turns[1].PromptTokens || l.Turns[1].PromptTokens <= l.Turns[0].PromptTokens {
 		t.Errorf("prompts do not grow with the conversation: %+v", l.Turns)
+	}
+}
+
+// TestMergePrefix: repeats' prefix figures add up, their TTFTs (of hits,
+// misses and turns) merge as distributions, and the servers' prefix-cache
+// counters add up though the rest of the server's side is one repeat's.
+func TestMergePrefix(t *testing.T) {
+	hist := func(ms ...int) *record.Histogram {
+		var h record.Histogram
+		for _, v := range ms {
+			h.Record(time.Duration(v) * time.Millisecond)
+		}
+		return &h
+	}
+	out := func(hits, misses int, cached int64, hit, miss, turn1, turn2 *record.Histogram) *llm.Outcome {
+		return &llm.Outcome{Window: time.Second, LLM: record.LLM{
+			Prefix:     &record.LLMPrefix{Reported: hits + misses, PromptTokens: 1000, CachedTokens: cached, HitShare: 0.5, Hits: hits, Misses: misses},
+			Turns:      []record.LLMTurn{{Turn: 1, TTFT: record.MsStatsOf(turn1), PromptTokens: 100}, {Turn: 2, TTFT: record.MsStatsOf(turn2), PromptTokens: 300, CachedTokens: 90}},
+			Histograms: &record.LLMHistograms{TTFT: hist(), TPOT: hist(), ITL: hist(), E2EL: hist(), TTFTHit: hit, TTFTMiss: miss, Turns: []*record.Histogram{turn1, turn2}},
+		}}
+	}
+	outs := []*llm.Outcome{
+		out(2, 1, 600, hist(10, 10), hist(50), hist(50), hist(10, 10)),
+		out(1, 1, 300, hist(20), hist(70), hist(70), hist(20)),
+	}
+	servers := []*record.LLMServer{{PrefixQueries: 1000, PrefixHits: 600, PrefixHitRate: 0.6, Model: "a"}, {PrefixQueries: 3000, PrefixHits: 300, PrefixHitRate: 0.1, Model: "b"}}
+	m := mergeLLM(outs, servers)
+	p := m.Prefix
+	if p.Reported != 5 || p.PromptTokens != 2000 || p.CachedTokens != 900 || p.HitRate != 0.45 || p.Hits != 3 || p.Misses != 2 {
+		t.Errorf("prefix %+v", p)
+	}
+	if p.TTFTHit.N != 3 || p.TTFTMiss.N != 2 || p.TTFTMiss.Max < 69 || p.TTFTHit.P50 > 10.1 {
+		t.Errorf("TTFT of hits %+v, misses %+v", p.TTFTHit, p.TTFTMiss)
+	}
+	if len(m.Turns) != 2 || m.Turns[0].TTFT.N != 2 || m.Turns[1].TTFT.N != 3 || m.Turns[1].PromptTokens != 300 || m.Turns[1].CachedTokens != 90 {
+		t.Errorf("turns %+v", m.Turns)
+	}
+	if s := m.Server; s.PrefixQueries != 4000 || s.PrefixHits != 900 || s.PrefixHitRate != 0.225 {
+		t.Errorf("server %+v: want the counters of both repeats", s)
+	}
+	if servers[0].PrefixQueries != 1000 || servers[1].PrefixQueries != 3000 {
+		t.Error("merging changed a repeat's server record")
 	}
 }

@@ -32,12 +32,30 @@ func hasPrefix(r *record.Record) bool {
 	return l != nil && (l.Prefix != nil || l.Trace != nil || (l.Server != nil && l.Server.PrefixQueries > 0) || r.Point.PrefixCache != nil)
 }
 
-// rate renders a hit rate: "96.9 %", or "–" when unknown.
+// rate renders a hit rate: "96.93 %", or "–" when unknown.
 func rate(v float64, known bool) string {
 	if !known {
 		return "–"
 	}
-	return fmt.Sprintf("%.1f %%", 100*v)
+	return fmt.Sprintf("%.2f %%", 100*v)
+}
+
+// serverRate is a point's hit rate from the server's counters; ok is false
+// without them.
+func serverRate(l *record.LLM) (float64, bool) {
+	if s := l.Server; s != nil && s.PrefixQueries > 0 {
+		return s.PrefixHits / s.PrefixQueries, true
+	}
+	return 0, false
+}
+
+// clientRate is a point's hit rate from its answers' cached tokens; ok is
+// false when none said.
+func clientRate(l *record.LLM) (float64, bool) {
+	if p := l.Prefix; p != nil && p.PromptTokens > 0 {
+		return float64(p.CachedTokens) / float64(p.PromptTokens), true
+	}
+	return 0, false
 }
 
 // writePrefix writes summary.md's prefix-cache section.
@@ -59,14 +77,11 @@ func (v *view) writePrefix(b *strings.Builder) {
 	b.WriteString("| point | server hit rate | clients' hit rate | hits / misses | TTFT of hits p50 · p99 | TTFT of misses p50 · p99 |\n|---|--:|--:|--:|--:|--:|\n")
 	for _, r := range recs {
 		l := r.LLM
-		server, clients, hm, hit, miss := "–", "–", "–", "–", "–"
-		if s := l.Server; s != nil && s.PrefixQueries > 0 {
-			server = rate(s.PrefixHitRate, true)
-		} else if s != nil && s.PrefixCache != nil && !*s.PrefixCache {
+		server, clients, hm, hit, miss := rate(serverRate(l)), rate(clientRate(l)), "–", "–", "–"
+		if s := l.Server; server == "–" && s != nil && s.PrefixCache != nil && !*s.PrefixCache {
 			server = "off"
 		}
 		if p := l.Prefix; p != nil {
-			clients = rate(p.HitRate, true)
 			hm = fmt.Sprintf("%d / %d", p.Hits, p.Misses)
 			hit = fmt.Sprintf("%s · %s", msOrDash(p.TTFTHit.P50), msOrDash(p.TTFTHit.P99))
 			miss = fmt.Sprintf("%s · %s", msOrDash(p.TTFTMiss.P50), msOrDash(p.TTFTMiss.P99))
@@ -150,18 +165,16 @@ func (v *view) writeTraceRates(b *strings.Builder, recs []*record.Record) {
 	for _, r := range recs {
 		l := r.LLM
 		tc := l.Trace
-		s, sOK := 0.0, l.Server != nil && l.Server.PrefixQueries > 0
-		if sOK {
-			s = l.Server.PrefixHitRate
-		}
-		c, cOK := 0.0, l.Prefix != nil
-		if cOK {
-			c = l.Prefix.HitRate
-		}
 		label := v.pointLabel(r)
 		if tc.Warm {
 			label += " (warm: its server's cache held earlier load)"
 		}
+		if cacheOf(r.Point) == "off" {
+			fmt.Fprintf(b, "| %s | %d | off | – | off | – | %s |\n", label, tc.Requests, rate(tc.Unbounded, true))
+			continue
+		}
+		s, sOK := serverRate(l)
+		c, cOK := clientRate(l)
 		fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s |\n", label, tc.Requests, rate(s, sOK), over(s, sOK), rate(c, cOK), over(c, cOK), rate(tc.Unbounded, true))
 	}
 	b.WriteString("\n")

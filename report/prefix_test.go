@@ -72,7 +72,7 @@ func TestPrefixReportMultiTurn(t *testing.T) {
 	for _, want := range []string{
 		"## Prefix cache",
 		"| 8 clients | continuous | 425 | 380 | 1.12 | 20 ms | 100 ms | 5.00 | 40 ms | 200 ms | 5.00 |",
-		"| continuous cache on @ 8 clients | 74.0 % | 75.0 % | 80 / 20 | 18 ms · 40 ms | 30 ms · 60 ms |",
+		"| continuous cache on @ 8 clients | 74.00 % | 75.00 % | 80 / 20 | 18 ms · 40 ms | 30 ms · 60 ms |",
 		"| continuous cache off @ 8 clients | off | – | – | – | – |",
 		"## TTFT by turn",
 		"| continuous cache on @ 8 clients | 20 ms (40 ms) | 21 ms (42 ms) | 22 ms (44 ms) | 23 ms (46 ms) | 24 ms (48 ms) | 1.20 |",
@@ -95,7 +95,7 @@ func TestPrefixReportTrace(t *testing.T) {
 		r.LLM.Trace = &record.TraceCache{Requests: 2060, Queries: 770000, Unbounded: 0.4, LRU: 0.2, Capacity: 4096, BlockSize: 16}
 	}
 	on.LLM.Server = &record.LLMServer{PrefixQueries: 770000, PrefixHits: 150000, PrefixHitRate: 0.195}
-	on.LLM.Prefix = &record.LLMPrefix{Reported: 100, HitRate: 0.196, HitShare: 0.5}
+	on.LLM.Prefix = &record.LLMPrefix{Reported: 100, PromptTokens: 1000, CachedTokens: 196, HitRate: 0.196, HitShare: 0.5}
 	off.LLM.Trace.Warm = true
 	run := &record.Run{Records: []record.Record{on, off}}
 	dir := t.TempDir()
@@ -113,9 +113,10 @@ func TestPrefixReportTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"an unbounded cache finds 40.0 % of the window's 770000 prompt tokens, LRU at the server's KV capacity of 4096 blocks 20.0 %",
-		"| continuous cache on @ 29.86 req/s trace | 2060 | 19.5 % | 0.975 | 19.6 % | 0.980 | 40.0 % |",
-		"(warm: its server's cache held earlier load)",
+		"an unbounded cache finds 40.00 % of the window's 770000 prompt tokens, LRU at the server's KV capacity of 4096 blocks 20.00 %",
+		// Rates from the counts: 150,000 of 770,000 tokens; 196 of 1,000.
+		"| continuous cache on @ 29.86 req/s trace | 2060 | 19.48 % | 0.974 | 19.60 % | 0.980 | 40.00 % |",
+		"| continuous cache off @ 29.86 req/s trace (warm: its server's cache held earlier load) | 2060 | off | – | off | – | 40.00 % |",
 	} {
 		if !strings.Contains(string(sum), want) {
 			t.Errorf("summary.md lacks %q", want)
