@@ -277,10 +277,7 @@ func (r *runner) ideal(pt record.Point, l *record.LLM) {
 	if target.GenLabel(pt.Endpoint) == "naive" {
 		slots = 1
 	}
-	lo, lp := float64(l.OutputTokens)/float64(l.Completed), float64(l.PromptTokens)/float64(l.Completed)
-	if p := l.Prefix; p != nil && p.Reported > 0 {
-		lp *= 1 - float64(p.CachedTokens)/float64(p.PromptTokens) // cached tokens cost no prefill
-	}
+	lo, lp := float64(l.OutputTokens)/float64(l.Completed), l.ComputedPrompt()
 	l.Ideal = math.Round(target.IdealTokens(step, perSeq, perPrefill, slots, lo, lp)*10) / 10
 }
 

@@ -122,6 +122,20 @@ type LLM struct {
 	Flags []string `json:"flags,omitempty"`
 }
 
+// ComputedPrompt is the mean prompt tokens of l's completed requests that
+// the server computed: without the share its answers said was cached
+// (a cached token costs no prefill). 0 with no completed request.
+func (l *LLM) ComputedPrompt() float64 {
+	if l.Completed == 0 {
+		return 0
+	}
+	lp := float64(l.PromptTokens) / float64(l.Completed)
+	if p := l.Prefix; p != nil && p.PromptTokens > 0 {
+		lp *= 1 - float64(p.CachedTokens)/float64(p.PromptTokens)
+	}
+	return lp
+}
+
 // LLMServer is what an infer generation server (infer_gen_* metrics, for
 // the point's endpoint) said about the measured window: the deltas of its
 // counters and histograms, and its gauges sampled through the window.
