@@ -2,15 +2,15 @@ package cmd
 
 import (
 	"github.com/inferhq/infer/models"
-	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/broker"
+	"github.com/inferhq/infer/server/encoder"
 )
 
 // useBroker turns cfg's batched endpoint into a frontend of the broker at
 // url, for the model of factory: requests go into its stream for infer
 // worker processes, which must serve the same model. An empty url leaves cfg
 // as it is.
-func useBroker(cfg *server.Config, url string, factory models.Factory) error {
+func useBroker(cfg *encoder.Config, url string, factory models.Factory) error {
 	if url == "" {
 		return nil
 	}
@@ -27,7 +27,6 @@ func useBroker(cfg *server.Config, url string, factory models.Factory) error {
 		return usageErrorf("--broker: %v", err)
 	}
 	broker.LogClientTo(cfg.Logger)
-	cfg.Scheduler = fe
-	cfg.Collectors = append(cfg.Collectors, fe.Collectors()...)
+	cfg.Scheduler = fe // its metrics go with it
 	return nil
 }

@@ -34,8 +34,10 @@ func TestServeFlags(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if cfg.Addr != "127.0.0.1:8080" || cfg.Batch.MaxBatch != 64 || cfg.Batch.MaxLatency != 100*time.Millisecond ||
-				cfg.Workers != 1 || cfg.Batch.Policy != batch.Adaptive || fmt.Sprint(cfg.Batch.Buckets) != "[16 32 64]" || cfg.Timeout != 30*time.Second || cfg.MaxBody != 1<<20 {
+			h, e := cfg.Host, cfg.Encoder
+			if h.Addr != "127.0.0.1:8080" || e.Batch.MaxBatch != 64 || e.Batch.MaxLatency != 100*time.Millisecond ||
+				e.Workers != 1 || e.Batch.Policy != batch.Adaptive || fmt.Sprint(e.Batch.Buckets) != "[16 32 64]" || h.Timeout != 30*time.Second || h.MaxBody != 1<<20 ||
+				h.DrainTimeout != 30*time.Second || h.IdleTimeout != 75*time.Second || h.MaxConns != 0 || e.MaxItems != 0 {
 				t.Errorf("defaults = %+v", cfg)
 			}
 			if o.Model.Model != "bert-mini" || o.Model.Task != "fill-mask" || o.Model.MaxSeqLen != 128 || !o.Model.Truncate ||
@@ -50,8 +52,9 @@ func TestServeFlags(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if cfg.Batch.MaxBatch != 32 || cfg.Batch.MaxLatency != 5*time.Millisecond || cfg.Workers != 4 ||
-					cfg.Batch.Policy != batch.Immediate || cfg.Batch.QueueCap != 512 || cfg.MaxBody != 64<<10 || cfg.Addr != ":9000" {
+				h, e := cfg.Host, cfg.Encoder
+				if e.Batch.MaxBatch != 32 || e.Batch.MaxLatency != 5*time.Millisecond || e.Workers != 4 ||
+					e.Batch.Policy != batch.Immediate || e.Batch.QueueCap != 512 || h.MaxBody != 64<<10 || h.Addr != ":9000" {
 					t.Errorf("config = %+v", cfg)
 				}
 				if o.Model.SimPerItem != 100*time.Microsecond {
@@ -66,6 +69,13 @@ func TestServeFlags(t *testing.T) {
 		{args: []string{"--cache-size", "100000000000"}, wantErr: "cache size"},
 		{args: []string{"--policy", "sometimes"}, wantErr: "unknown batching policy"},
 		{args: []string{"--max-body", "lots"}, wantErr: `--max-body "lots": want a positive size`},
+		{args: []string{"--max-body", "65MiB"}, wantErr: "max body 68157440 bytes: want 1 to 67108864"},
+		{args: []string{"--max-conns", "-1"}, wantErr: "max conns -1: want 1 to 1048576"},
+		{args: []string{"--max-items", "-1"}, wantErr: "max items -1: must not be negative"},
+		{args: []string{"--queue-cap", "-1"}, wantErr: "queue capacity -1"},
+		{args: []string{"--cache-ttl", "-1s"}, wantErr: "TTL must not be negative"},
+		{args: []string{"--timeout", "0s"}, wantErr: "--timeout 0s: must be positive"},
+		{args: []string{"--workers", "0"}, wantErr: "--workers 0: must be at least 1"},
 		{args: []string{"--queue-cap", "10", "--max-items", "20"}, wantErr: "exceeds the queue capacity"},
 		{args: []string{"extra"}, wantErr: "takes no arguments"},
 	} {
@@ -180,7 +190,7 @@ func TestExitCodes(t *testing.T) {
 // TestHelpGolden keeps the user-facing help text under review: run
 // go test ./cmd -run Golden -update after changing a flag.
 func TestHelpGolden(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"serve", "--help"}, {"models", "--help"}, {"models", "bench", "--help"}, {"models", "calibrate", "--help"}, {"bench", "--help"}, {"report", "--help"}} {
+	for _, args := range [][]string{{"--help"}, {"serve", "--help"}, {"models", "--help"}, {"models", "bench", "--help"}, {"models", "calibrate", "--help"}, {"bench", "--help"}, {"report", "--help"}, {"route", "--help"}} {
 		name := strings.Join(append([]string{"infer"}, args[:len(args)-1]...), "_") + ".help"
 		t.Run(name, func(t *testing.T) {
 			var out bytes.Buffer

@@ -75,6 +75,7 @@ by side, load-tests inference servers, and draws the results.`,
 	root.AddCommand(newCmdBench(nil))
 	root.AddCommand(newCmdReport(nil))
 	root.AddCommand(newCmdWorker(nil))
+	root.AddCommand(newCmdRoute(nil))
 	return root
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/batch"
 	"github.com/inferhq/infer/server/broker"
+	"github.com/inferhq/infer/server/encoder"
 	"github.com/inferhq/infer/server/generate"
 	"github.com/inferhq/infer/server/openai"
 )
@@ -41,7 +42,7 @@ type serveOptions struct {
 }
 
 func newCmdServe(runF func(context.Context, *serveOptions) error) *cobra.Command {
-	opts := &serveOptions{MaxBody: 1 << 20}
+	opts := &serveOptions{MaxBody: server.DefaultMaxBody}
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve a model through naive and batched endpoints side by side",
@@ -113,20 +114,21 @@ encoder models only.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.Addr, "addr", "127.0.0.1:8080", "listen address")
+	maxBody := byteSize(server.MaxBodyLimit)
+	f.StringVar(&opts.Addr, "addr", server.DefaultAddr, "listen address")
 	opts.Batching.bind(cmd)
-	f.IntVar(&opts.Workers, "workers", 1, fmt.Sprintf("model instances behind the batched endpoint (at most %d)", batch.WorkersLimit))
+	f.IntVar(&opts.Workers, "workers", encoder.DefaultWorkers, fmt.Sprintf("model instances behind the batched endpoint (at most %d)", batch.WorkersLimit))
 	f.IntVar(&opts.QueueCap, "queue-cap", 0, fmt.Sprintf("most items waiting before requests are refused with 429 (0: %d × batch × workers; at most %d; decoder models: requests waiting per path, 0: %d × --max-seqs)",
 		batch.DefaultQueueBatches, batch.QueueCapLimit, generate.DefaultQueueSeqs))
-	f.DurationVar(&opts.Timeout, "timeout", 30*time.Second, "default deadline of a request; X-Request-Timeout may shorten it")
-	f.Var(&opts.MaxBody, "max-body", "largest request body (e.g. 1MiB, 512KiB, 65536; at most 64MiB)")
-	f.IntVar(&opts.MaxItems, "max-items", 0, "most items in one request (0: 256, or the queue capacity if smaller)")
-	f.DurationVar(&opts.DrainTimeout, "drain-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long to finish admitted requests")
-	f.IntVar(&opts.MaxConns, "max-conns", 0, "most open client connections; at the cap the longest idle one is closed to let a new one in (0: half the open-file limit, at most 4096)")
-	f.DurationVar(&opts.IdleTimeout, "idle-timeout", 75*time.Second, "close keep-alive connections idle for this long")
+	f.DurationVar(&opts.Timeout, "timeout", server.DefaultTimeout, "default deadline of a request; X-Request-Timeout may shorten it")
+	f.Var(&opts.MaxBody, "max-body", fmt.Sprintf("largest request body (e.g. 1MiB, 512KiB, 65536; at most %s)", maxBody.String()))
+	f.IntVar(&opts.MaxItems, "max-items", 0, fmt.Sprintf("most items in one request (0: %d, or the queue capacity if smaller)", encoder.DefaultMaxItems))
+	f.DurationVar(&opts.DrainTimeout, "drain-timeout", server.DefaultDrainTimeout, "on SIGINT/SIGTERM, how long to finish admitted requests")
+	f.IntVar(&opts.MaxConns, "max-conns", 0, fmt.Sprintf("most open client connections; at the cap the longest idle one is closed to let a new one in (0: half the open-file limit, at most %d)", server.DefaultMaxConnsCap))
+	f.DurationVar(&opts.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close keep-alive connections idle for this long")
 	f.BoolVar(&opts.AdmitLate, "admit-late", false, "turn deadline-aware scheduling off: admit requests the backlog says will miss their deadline, and compute items whose batch would end after it (default: refuse at once with 429, drop before compute)")
 	f.StringVar(&opts.AdminToken, "admin-token", "", "enable PATCH /admin/batching for this bearer token (also INFER_ADMIN_TOKEN)")
-	f.IntVar(&opts.CacheSize, "cache-size", 0, fmt.Sprintf("results kept in a cache for identical inputs (0: no cache; at most %d)", server.CacheSizeLimit))
+	f.IntVar(&opts.CacheSize, "cache-size", 0, fmt.Sprintf("results kept in a cache for identical inputs (0: no cache; at most %d)", encoder.CacheSizeLimit))
 	f.DurationVar(&opts.CacheTTL, "cache-ttl", 0, "how long a cached result stays valid (0: until evicted)")
 	f.StringVar(&opts.Broker, "broker", "", "Redis URL (redis://[user:pass@]host:port/db, rediss://…): /batched admits into its stream for infer worker processes (--queue-cap bounds the stream)")
 	opts.Model.bind(cmd)
@@ -137,32 +139,35 @@ encoder models only.`,
 	return cmd
 }
 
-func (o *serveOptions) config() (server.Config, error) {
+// serveConfig is what infer serve runs: a host, and the encoder API on it
+// (for an encoder model).
+type serveConfig struct {
+	Host    server.Config
+	Encoder encoder.Config
+}
+
+// config returns the configuration of the flags, or a usage error. The
+// bounds of each setting are checked by its library's Validate; here only
+// what is the command line's own: a flag set to 0 where the library would
+// take 0 for its default.
+func (o *serveOptions) config() (serveConfig, error) {
 	bcfg, err := o.Batching.config()
 	if err != nil {
-		return server.Config{}, err
+		return serveConfig{}, err
 	}
 	switch {
 	case o.Workers < 1:
-		return server.Config{}, usageErrorf("--workers %d: must be at least 1", o.Workers)
-	case o.QueueCap < 0:
-		return server.Config{}, usageErrorf("--queue-cap %d: must not be negative", o.QueueCap)
+		return serveConfig{}, usageErrorf("--workers %d: must be at least 1", o.Workers)
 	case o.Timeout <= 0:
-		return server.Config{}, usageErrorf("--timeout %v: must be positive", o.Timeout)
-	case o.MaxItems < 0:
-		return server.Config{}, usageErrorf("--max-items %d: must not be negative", o.MaxItems)
+		return serveConfig{}, usageErrorf("--timeout %v: must be positive", o.Timeout)
 	case o.DrainTimeout <= 0:
-		return server.Config{}, usageErrorf("--drain-timeout %v: must be positive", o.DrainTimeout)
-	case o.MaxConns < 0:
-		return server.Config{}, usageErrorf("--max-conns %d: must not be negative", o.MaxConns)
+		return serveConfig{}, usageErrorf("--drain-timeout %v: must be positive", o.DrainTimeout)
 	case o.IdleTimeout <= 0:
-		return server.Config{}, usageErrorf("--idle-timeout %v: must be positive", o.IdleTimeout)
-	case o.CacheSize < 0 || o.CacheTTL < 0:
-		return server.Config{}, usageErrorf("--cache-size and --cache-ttl must not be negative")
+		return serveConfig{}, usageErrorf("--idle-timeout %v: must be positive", o.IdleTimeout)
 	}
 	if o.Broker != "" {
 		if err := (broker.Config{URL: o.Broker}).Validate(); err != nil {
-			return server.Config{}, usageErrorf("--broker: %v", err)
+			return serveConfig{}, usageErrorf("--broker: %v", err)
 		}
 	}
 	bcfg.QueueCap, bcfg.AdmitLate = o.QueueCap, o.AdmitLate
@@ -171,23 +176,30 @@ func (o *serveOptions) config() (server.Config, error) {
 		adminToken = os.Getenv("INFER_ADMIN_TOKEN")
 	}
 	ver, _ := Version()
-	cfg := server.Config{
-		Addr:         o.Addr,
-		Batch:        bcfg,
-		Workers:      o.Workers,
-		Timeout:      o.Timeout,
-		MaxBody:      int64(o.MaxBody),
-		MaxItems:     o.MaxItems,
-		DrainTimeout: o.DrainTimeout,
-		MaxConns:     o.MaxConns,
-		IdleTimeout:  o.IdleTimeout,
-		AdminToken:   adminToken,
-		CacheSize:    o.CacheSize,
-		CacheTTL:     o.CacheTTL,
-		Version:      ver,
+	cfg := serveConfig{
+		Host: server.Config{
+			Addr:         o.Addr,
+			Timeout:      o.Timeout,
+			MaxBody:      int64(o.MaxBody),
+			DrainTimeout: o.DrainTimeout,
+			MaxConns:     o.MaxConns,
+			IdleTimeout:  o.IdleTimeout,
+			AdminToken:   adminToken,
+		},
+		Encoder: encoder.Config{
+			Batch:     bcfg,
+			Workers:   o.Workers,
+			MaxItems:  o.MaxItems,
+			CacheSize: o.CacheSize,
+			CacheTTL:  o.CacheTTL,
+			Version:   ver,
+		},
 	}
-	if err := cfg.Validate(); err != nil {
-		return server.Config{}, usageErrorf("%v", err)
+	if err := cfg.Host.Validate(); err != nil {
+		return serveConfig{}, usageErrorf("%v", err)
+	}
+	if err := cfg.Encoder.Validate(); err != nil {
+		return serveConfig{}, usageErrorf("%v", err)
 	}
 	return cfg, nil
 }
@@ -197,25 +209,31 @@ func runServe(ctx context.Context, opts *serveOptions) error {
 	if err != nil {
 		return err
 	}
-	if cfg.Logger, err = opts.Log.logger(opts.Stderr); err != nil {
+	log, err := opts.Log.logger(opts.Stderr)
+	if err != nil {
 		return err
 	}
+	cfg.Host.Logger, cfg.Encoder.Logger = log, log
 	m, err := opts.Model.lookup(serveModels)
 	if err != nil {
 		return err
 	}
 	if m.Kind == registry.Decoder {
-		return serveDecoder(ctx, opts, cfg, m)
+		return serveDecoder(ctx, opts, cfg.Host, m)
 	}
-	factory, err := opts.Model.openEncoder(m, opts.Workers, cfg.Logger)
+	factory, err := opts.Model.openEncoder(m, opts.Workers, log)
 	if err != nil {
 		return err
 	}
 	defer factory.Close()
-	if err := useBroker(&cfg, opts.Broker, factory); err != nil {
+	if err := useBroker(&cfg.Encoder, opts.Broker, factory); err != nil {
 		return err
 	}
-	srv, err := server.New(cfg, factory)
+	svc, err := encoder.New(cfg.Encoder, factory)
+	if err != nil {
+		return usageErrorf("%v", err)
+	}
+	srv, err := server.New(cfg.Host, svc)
 	if err != nil {
 		return usageErrorf("%v", err)
 	}
@@ -245,13 +263,11 @@ func serveDecoder(ctx context.Context, opts *serveOptions, cfg server.Config, m 
 		return settingError(err)
 	}
 	cfg.Logger.Info("model", "name", describe(f.Info()))
-	svc, err := openai.New(openai.Config{Engine: ecfg, MaxBody: cfg.MaxBody, Timeout: cfg.Timeout, StreamInterval: opts.Gen.StreamInterval, Logger: cfg.Logger}, f)
+	svc, err := openai.New(openai.Config{Engine: ecfg, StreamInterval: opts.Gen.StreamInterval, Logger: cfg.Logger}, f)
 	if err != nil {
 		return usageErrorf("%v", err)
 	}
-	cfg.Services = []server.Service{svc}
-	cfg.Collectors = append(cfg.Collectors, svc.Collectors()...)
-	srv, err := server.New(cfg, nil)
+	srv, err := server.New(cfg, svc)
 	if err != nil {
 		return usageErrorf("%v", err)
 	}

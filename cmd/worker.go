@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/broker"
 )
 
@@ -77,9 +78,9 @@ so that several can share a host.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.Broker, "broker", "redis://127.0.0.1:6379/0", "Redis URL: redis://[user:pass@]host:port/db, or rediss://… for TLS")
-	f.IntVar(&opts.Workers, "workers", 1, "model instances in this process, each a consumer of its own")
-	f.DurationVar(&opts.Visibility, "visibility-timeout", 10*time.Second, "how long an entry may stay unacknowledged with a worker before another claims it; longer than a batch takes")
+	f.StringVar(&opts.Broker, "broker", broker.DefaultURL, "Redis URL: redis://[user:pass@]host:port/db, or rediss://… for TLS")
+	f.IntVar(&opts.Workers, "workers", broker.DefaultInstances, "model instances in this process, each a consumer of its own")
+	f.DurationVar(&opts.Visibility, "visibility-timeout", broker.DefaultVisibility, "how long an entry may stay unacknowledged with a worker before another claims it; longer than a batch takes")
 	f.StringVar(&opts.MetricsAddr, "metrics-addr", defaultMetricsAddr, fmt.Sprintf("listen address of /metrics, /healthz and /readyz (empty: none); left out, the first free port from 9101 to %d", 9101+metricsPorts-1))
 	opts.Batching.bind(cmd)
 	opts.Model.bind(cmd)
@@ -104,11 +105,10 @@ func (o *workerOptions) config() (broker.WorkerConfig, error) {
 		return broker.WorkerConfig{}, usageErrorf("--broker: %v", err)
 	}
 	return broker.WorkerConfig{
-		Config:      broker.Config{URL: o.Broker},
-		Batch:       bcfg,
-		Instances:   o.Workers,
-		Visibility:  o.Visibility,
-		MetricsAddr: o.MetricsAddr,
+		Config:     broker.Config{URL: o.Broker},
+		Batch:      bcfg,
+		Instances:  o.Workers,
+		Visibility: o.Visibility,
 	}, nil
 }
 
@@ -120,7 +120,7 @@ func runWorker(ctx context.Context, opts *workerOptions) error {
 	if cfg.Logger, err = opts.Log.logger(opts.Stderr); err != nil {
 		return err
 	}
-	ln, err := listenMetrics(cfg.MetricsAddr, !opts.MetricsAddrSet)
+	ln, err := listenMetrics(opts.MetricsAddr, !opts.MetricsAddrSet)
 	if err != nil {
 		return err
 	}
@@ -140,8 +140,17 @@ func runWorker(ctx context.Context, opts *workerOptions) error {
 	if err != nil {
 		return usageErrorf("--broker: %v", err)
 	}
+	if ln == nil { // --metrics-addr "": no HTTP at all
+		return w.Run(ctx, func() {})
+	}
+	// The worker mounts on the host that serve's APIs use: /metrics,
+	// /healthz and /readyz on ln.
+	host, err := server.New(server.Config{Logger: cfg.Logger}, w)
+	if err != nil {
+		return err
+	}
 	served = true
-	return w.Serve(ctx, ln)
+	return host.Serve(ctx, ln)
 }
 
 // listenMetrics listens on addr, or returns nil for an empty addr. With

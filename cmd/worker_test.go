@@ -28,7 +28,7 @@ func TestWorkerFlags(t *testing.T) {
 				t.Fatal(err)
 			}
 			if cfg.URL != "redis://127.0.0.1:6379/0" || cfg.Batch.MaxBatch != 64 || cfg.Batch.MaxLatency != 100*time.Millisecond ||
-				cfg.Batch.Policy != batch.Adaptive || fmt.Sprint(cfg.Batch.Buckets) != "[16 32 64]" || cfg.Instances != 1 || cfg.Visibility != 10*time.Second || cfg.MetricsAddr != "127.0.0.1:9101" {
+				cfg.Batch.Policy != batch.Adaptive || fmt.Sprint(cfg.Batch.Buckets) != "[16 32 64]" || cfg.Instances != 1 || cfg.Visibility != 10*time.Second || o.MetricsAddr != "127.0.0.1:9101" {
 				t.Errorf("defaults = %+v", cfg)
 			}
 		}},
@@ -42,7 +42,7 @@ func TestWorkerFlags(t *testing.T) {
 				}
 				if cfg.URL != "rediss://u:p@redis:6380/2" || cfg.Batch.MaxBatch != 32 || cfg.Batch.MaxLatency != 5*time.Millisecond ||
 					cfg.Batch.Policy != batch.Immediate || fmt.Sprint(cfg.Batch.Buckets) != "[16 32]" || !cfg.Batch.DisableIsolation ||
-					cfg.Instances != 2 || cfg.Visibility != 3*time.Second || cfg.MetricsAddr != "" {
+					cfg.Instances != 2 || cfg.Visibility != 3*time.Second || o.MetricsAddr != "" {
 					t.Errorf("config = %+v", cfg)
 				}
 				if o.Model.Model != "sim" || o.Model.Devices != "cuda:0,cuda:1" {
@@ -153,8 +153,8 @@ func TestWorkerMetricsAddrInUse(t *testing.T) {
 	go func() { done <- runWorker(ctx, options(false, log)) }()
 	var addr string
 	for range 500 {
-		if _, rest, ok := strings.Cut(logged(), `msg="metrics listening" addr=`); ok {
-			addr, _, _ = strings.Cut(rest, "\n")
+		if _, rest, ok := strings.Cut(logged(), `msg=listening addr=`); ok {
+			addr, _, _ = strings.Cut(rest, " ")
 			break
 		}
 		time.Sleep(10 * time.Millisecond)

@@ -29,6 +29,7 @@ import (
 	"github.com/inferhq/infer/models/simlm"
 	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/batch"
+	"github.com/inferhq/infer/server/encoder"
 	"github.com/inferhq/infer/server/generate"
 	"github.com/inferhq/infer/server/openai"
 )
@@ -86,14 +87,13 @@ func testServer(args []string) int {
 			return 2
 		}
 		svc, err := openai.New(openai.Config{Engine: generate.Config{MaxSeqs: *maxSeqs, MaxBatchedTokens: *mbt, MaxLatency: *lat,
-			BlockSize: *blockSize, NoPrefixCache: !*prefixCache}, Timeout: *timeout}, f)
+			BlockSize: *blockSize, NoPrefixCache: !*prefixCache}}, f)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
 		}
-		srv, err := server.New(server.Config{Addr: *addr, Timeout: *timeout, Services: []server.Service{svc},
-			Collectors: svc.Collectors(), AdminToken: *adminToken,
-			Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}, nil)
+		srv, err := server.New(server.Config{Addr: *addr, Timeout: *timeout, AdminToken: *adminToken,
+			Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))}, svc)
 		if err == nil {
 			err = srv.Run(ctx)
 		}
@@ -112,13 +112,17 @@ func testServer(args []string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	srv, err := server.New(server.Config{
-		Addr:       *addr,
-		Batch:      batch.Config{MaxBatch: *b, MaxLatency: *lat, Policy: batch.Policy(*policy), QueueCap: *queueCap},
-		Workers:    *workers,
-		AdminToken: *adminToken,
-		Logger:     slog.New(slog.NewTextHandler(os.Stderr, nil)),
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	svc, err := encoder.New(encoder.Config{
+		Batch:   batch.Config{MaxBatch: *b, MaxLatency: *lat, Policy: batch.Policy(*policy), QueueCap: *queueCap},
+		Workers: *workers,
+		Logger:  log,
 	}, factory)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	srv, err := server.New(server.Config{Addr: *addr, AdminToken: *adminToken, Logger: log}, svc)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2

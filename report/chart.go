@@ -155,6 +155,93 @@ func (m marker) DrawGlyph(c *draw.Canvas, sty draw.GlyphStyle, pt vg.Point) {
 	c.Fill(p)
 }
 
+// markers draws points whose markers stay visible where they would cover
+// one another: a marker that would hide one drawn before it moves aside to
+// the first free place around its point, one marker's width away, on a
+// thin leader line from its true position. Where no place that near is
+// free (a crowd of points), it stays where it is: moved farther, it would
+// misplace the data. Points are drawn in the order added: add the ones to
+// keep in place first.
+type markers struct {
+	xys    plotter.XYs
+	styles []draw.GlyphStyle
+}
+
+func (m *markers) add(x, y float64, sty draw.GlyphStyle) {
+	m.xys = append(m.xys, plotter.XY{X: x, Y: y})
+	m.styles = append(m.styles, sty)
+}
+
+// covers reports whether markers of radii ra and rb centred d apart
+// overlap enough to hide one: by more than a third of the smaller one's
+// width.
+func covers(d, ra, rb vg.Length) bool { return d < ra+rb-2*min(ra, rb)/3 }
+
+// places returns where each marker is drawn on c, and whether it moved.
+func (m *markers) places(c draw.Canvas, p *plot.Plot) (at []vg.Point, moved []bool) {
+	trX, trY := p.Transforms(&c)
+	at, moved = make([]vg.Point, len(m.xys)), make([]bool, len(m.xys))
+	free := func(i int, pt vg.Point) bool {
+		for j := range i {
+			if covers(dist(pt, at[j]), m.styles[i].Radius, m.styles[j].Radius) {
+				return false
+			}
+		}
+		return true
+	}
+	for i, xy := range m.xys {
+		at[i] = vg.Point{X: trX(xy.X), Y: trY(xy.Y)}
+		if free(i, at[i]) {
+			continue
+		}
+		// Around the point, right first, then left, up, down and the
+		// diagonals.
+		home, step := at[i], markerStep(m.styles[i])
+		for _, a := range []float64{0, 180, 90, 270, 45, 135, 225, 315} {
+			rad := a * math.Pi / 180
+			pt := vg.Point{X: home.X + step*vg.Length(math.Cos(rad)), Y: home.Y + step*vg.Length(math.Sin(rad))}
+			if c.Contains(pt) && free(i, pt) {
+				at[i], moved[i] = pt, true
+				break
+			}
+		}
+	}
+	return at, moved
+}
+
+// markerStep is how far a marker moves aside: its width and a little.
+func markerStep(sty draw.GlyphStyle) vg.Length { return sty.Radius*2 + vg.Points(2) }
+
+func dist(a, b vg.Point) vg.Length {
+	return vg.Length(math.Hypot(float64(a.X-b.X), float64(a.Y-b.Y)))
+}
+
+func (m *markers) Plot(c draw.Canvas, p *plot.Plot) {
+	trX, trY := p.Transforms(&c)
+	at, moved := m.places(c, p)
+	for i, pt := range at {
+		if moved[i] {
+			home := vg.Point{X: trX(m.xys[i].X), Y: trY(m.xys[i].Y)}
+			c.StrokeLine2(draw.LineStyle{Color: m.styles[i].Color, Width: vg.Points(1)}, home.X, home.Y, pt.X, pt.Y)
+		}
+	}
+	for i, pt := range at {
+		c.DrawGlyph(m.styles[i], pt)
+	}
+}
+
+// DataRange and GlyphBoxes make room for the markers as a Scatter does.
+func (m *markers) DataRange() (xmin, xmax, ymin, ymax float64) { return plotter.XYRange(m.xys) }
+
+func (m *markers) GlyphBoxes(p *plot.Plot) []plot.GlyphBox {
+	bs := make([]plot.GlyphBox, len(m.xys))
+	for i, xy := range m.xys {
+		r := m.styles[i].Radius
+		bs[i] = plot.GlyphBox{X: p.X.Norm(xy.X), Y: p.Y.Norm(xy.Y), Rectangle: vg.Rectangle{Min: vg.Point{X: -r, Y: -r}, Max: vg.Point{X: r, Y: r}}}
+	}
+	return bs
+}
+
 func glyph(c color.Color, s shape, hollow bool, radius float64) draw.GlyphStyle {
 	return draw.GlyphStyle{Color: c, Radius: vg.Points(radius), Shape: marker{shape: s, hollow: hollow}}
 }
@@ -234,18 +321,125 @@ func newPlot(title, xLabel, yLabel string) *plot.Plot {
 	return p
 }
 
-// logAxis puts a on a log scale over [lo, hi] with ticks at 1, 2 and 5
-// times powers of ten, and says so in its label: "latency (ms)" becomes
-// "latency (ms, log scale)". lo and hi must be positive.
-func logAxis(a *plot.Axis, lo, hi float64) {
+// logAxis puts a on a log scale from the labelled tick (1, 2 or 5 times a
+// power of ten) at or below lo/1.1 to the one at or above hi·1.1, so that
+// the data lie between labelled ticks, and says so in its label: "latency
+// (ms)" becomes "latency (ms, log scale)". lo and hi must be positive.
+//
+// narrow spaces the labels wider, for the x axis of a panel that shares
+// the figure's width with others.
+func logAxis(a *plot.Axis, lo, hi float64, narrow bool) {
 	a.Scale = plot.LogScale{}
-	a.Tick.Marker = logTicks{}
-	a.Min, a.Max = lo/1.2, hi*1.2
+	a.Tick.Marker = logTicks{narrow: narrow}
+	a.Min, a.Max = logRange(lo, hi, narrow)
 	if t := a.Label.Text; strings.HasSuffix(t, ")") {
 		a.Label.Text = strings.TrimSuffix(t, ")") + ", log scale)"
 	} else if t != "" {
 		a.Label.Text = t + " (log scale)"
 	}
+}
+
+// logRange widens [lo/1.1, hi·1.1] to the ticks of logTicks around it: to
+// a labelled one, or to a minor one far enough from the labelled ones for
+// a label of its own (see logTicks), rather than waste most of a decade.
+func logRange(lo, hi float64, narrow bool) (float64, float64) {
+	down, up := lo/1.1, hi*1.1
+	for range 4 { // a wider axis takes a wider gap: until it holds
+		gap, only10 := logLabelGap(down, up, narrow)
+		labelled, nearest := is125, next125
+		if only10 {
+			labelled, nearest = isPow10, nextPow10
+		}
+		u := nextLogTick(hi*1.1, 1)
+		for !labelled(u) && u/nearest(u, -1) < gap {
+			u = nextLogTick(u*1.001, 1)
+		}
+		d := nextLogTick(lo/1.1, -1)
+		for !labelled(d) && nearest(d, 1)/d < gap {
+			d = nextLogTick(d*0.999, -1)
+		}
+		if d == down && u == up {
+			break
+		}
+		down, up = d, u
+	}
+	return down, up
+}
+
+// nextPow10 returns the first power of ten above v (dir 1) or below it
+// (dir −1).
+func nextPow10(v float64, dir int) float64 {
+	if dir > 0 {
+		return math.Pow(10, math.Floor(math.Log10(v)+1e-9)+1)
+	}
+	return math.Pow(10, math.Ceil(math.Log10(v)-1e-9)-1)
+}
+
+// logLabelGap returns the least ratio between two labels of a log axis
+// over [lo, hi], so that they keep apart: a factor of 2, or a tenth of the
+// axis's decades when it spans more (a seventh, narrow); in which case
+// only the powers of ten (and the ends) are labelled.
+func logLabelGap(lo, hi float64, narrow bool) (gap float64, only10 bool) {
+	d := math.Log10(hi/lo) / 10
+	if narrow {
+		d = math.Log10(hi/lo) / 7
+	}
+	if d <= math.Log10(2) {
+		return 2, false
+	}
+	return math.Pow(10, d), true
+}
+
+// nextLogTick returns the first tick of logTicks (m × 10^e, m = 1…9) at or
+// above v (dir 1), or at or below it (dir −1).
+func nextLogTick(v float64, dir int) float64 {
+	e := math.Floor(math.Log10(v))
+	base := math.Pow(10, e)
+	m := v / base // in [1, 10)
+	if dir > 0 {
+		c := math.Ceil(m - 1e-9)
+		if c > 9 {
+			return 10 * base
+		}
+		return c * base
+	}
+	return math.Floor(m+1e-9) * base
+}
+
+// next125 returns the first labelled tick of logTicks (1, 2 or 5 times a
+// power of ten) above v (dir 1) or below it (dir −1).
+func next125(v float64, dir int) float64 {
+	e := math.Floor(math.Log10(v))
+	best := math.NaN()
+	for k := e - 1; k <= e+1; k++ {
+		for _, m := range []float64{1, 2, 5} {
+			c := m * math.Pow(10, k)
+			switch {
+			case dir > 0 && c > v*(1+1e-9) && !(c >= best):
+				best = c
+			case dir < 0 && c < v*(1-1e-9) && !(c <= best):
+				best = c
+			}
+		}
+	}
+	return best
+}
+
+// isPow10 reports whether v is a power of ten.
+func isPow10(v float64) bool {
+	e := math.Log10(v)
+	return math.Abs(e-math.Round(e)) < 1e-9
+}
+
+// is125 reports whether v is 1, 2 or 5 times a power of ten.
+func is125(v float64) bool {
+	m := v / math.Pow(10, math.Floor(math.Log10(v)+1e-9))
+	for _, x := range []float64{1, 2, 5, 10} {
+		if math.Abs(m-x) < 1e-6 {
+			return true
+		}
+	}
+	return false
 }
 
 func isLog(a plot.Axis) bool {
@@ -257,51 +451,76 @@ func isLog(a plot.Axis) bool {
 // that a linear axis would crush the small ones.
 func needsLog(lo, hi float64) bool { return lo > 0 && hi/lo > 20 }
 
-type logTicks struct{}
+// logTicks ticks a log axis at 1 to 9 times each power of ten and labels
+// the axis's ends, then 1, 5 and 2 times the powers of ten, each as long
+// as it keeps logLabelGap from the labels before it: over many decades,
+// the ends and the powers of ten alone.
+type logTicks struct{ narrow bool }
 
-func (logTicks) Ticks(lo, hi float64) []plot.Tick {
+func (lt logTicks) Ticks(lo, hi float64) []plot.Tick {
+	near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-9*b }
 	var ts []plot.Tick
-	for e := math.Floor(math.Log10(lo)); math.Pow(10, e) <= hi; e++ {
+	for e := math.Floor(math.Log10(lo)); math.Pow(10, e) <= hi*(1+1e-9); e++ {
 		base := math.Pow(10, e)
 		for m := 1; m <= 9; m++ {
-			v := float64(m) * base
-			if v < lo || v > hi {
+			if v := float64(m) * base; (v >= lo || near(v, lo)) && (v <= hi || near(v, hi)) {
+				ts = append(ts, plot.Tick{Value: v})
+			}
+		}
+	}
+	gap, only10 := logLabelGap(lo, hi, lt.narrow)
+	var labelled []float64
+	label := func(ok func(float64) bool) {
+		for i, t := range ts {
+			if t.Label != "" || !ok(t.Value) || slices.ContainsFunc(labelled, func(o float64) bool { return math.Abs(math.Log10(t.Value/o)) < math.Log10(gap)-1e-9 }) {
 				continue
 			}
-			t := plot.Tick{Value: v}
-			if m == 1 || m == 2 || m == 5 {
-				t.Label = tickLabel(v)
-			}
-			ts = append(ts, t)
+			ts[i].Label = tickLabel(t.Value)
+			labelled = append(labelled, t.Value)
 		}
+	}
+	label(func(v float64) bool { return near(v, lo) || near(v, hi) })
+	label(isPow10)
+	if !only10 {
+		label(is125)
 	}
 	return ts
 }
 
-func tickLabel(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+// tickLabel writes a tick's value without float noise: 0.3, not
+// 0.30000000000000004.
+func tickLabel(v float64) string {
+	v, _ = strconv.ParseFloat(strconv.FormatFloat(v, 'g', 12, 64), 64)
+	return strconv.FormatFloat(v, 'f', -1, 64)
+}
 
 // niceTicks labels a linear axis every 1, 2, 2.5 or 5 times a power of
 // ten, five to ten labels over the range, with a minor tick between.
 type niceTicks struct{}
 
+// niceStep is niceTicks' distance between labels over [lo, hi].
+func niceStep(lo, hi float64) float64 {
+	raw := (hi - lo) / 7
+	mag := math.Pow(10, math.Floor(math.Log10(raw)))
+	for _, m := range []float64{1, 2, 2.5, 5} {
+		if m*mag >= raw {
+			return m * mag
+		}
+	}
+	return mag * 10
+}
+
 func (niceTicks) Ticks(lo, hi float64) []plot.Tick {
 	if !(hi > lo) {
 		return nil
 	}
-	raw := (hi - lo) / 7
-	mag := math.Pow(10, math.Floor(math.Log10(raw)))
-	step := mag * 10
-	for _, m := range []float64{1, 2, 2.5, 5} {
-		if m*mag >= raw {
-			step = m * mag
-			break
-		}
-	}
+	step := niceStep(lo, hi)
 	// Labels are multiples of step/4 at most (2.5 × a power of ten, halved
 	// for minor ticks), so this many decimals shows them exactly.
 	decimals := max(0, 2-int(math.Floor(math.Log10(step))))
+	slack := step * 1e-9 // a range that niceRange ended on a label keeps it
 	var ts []plot.Tick
-	for i := math.Ceil(lo / step * 2); i/2*step <= hi; i++ {
+	for i := math.Ceil((lo - slack) / step * 2); i/2*step <= hi+slack; i++ {
 		v := i / 2 * step
 		t := plot.Tick{Value: v}
 		if int(i)%2 == 0 {
@@ -310,6 +529,35 @@ func (niceTicks) Ticks(lo, hi float64) []plot.Tick {
 		ts = append(ts, t)
 	}
 	return ts
+}
+
+// niceRange widens [lo, hi] to the nearest labelled ticks of niceTicks
+// around it, so that the data on a linear axis never pass its top (or
+// bottom) label. Callers leave room for markers and labels in hi: the
+// range grows by one label's step at most.
+func niceRange(lo, hi float64) (float64, float64) {
+	if !(hi > lo) {
+		return lo, hi
+	}
+	for range 8 { // a wider range can take a wider step: until it holds
+		step := niceStep(lo, hi)
+		nlo, nhi := math.Floor(lo/step+1e-9)*step, math.Ceil(hi/step-1e-9)*step
+		if nlo == lo && nhi == hi {
+			break
+		}
+		lo, hi = nlo, nhi
+	}
+	return lo, hi
+}
+
+// linearAxis puts a on a linear scale from 0 (or lo, when below 0) to
+// hi·(1+room), widened to labelled ticks.
+func linearAxis(a *plot.Axis, lo, hi, room float64) {
+	lo = min(lo, 0)
+	if !(hi > lo) {
+		hi = lo + 1
+	}
+	a.Min, a.Max = niceRange(lo, hi+(hi-lo)*room)
 }
 
 // trimZeros drops a decimal number's trailing zeros: "0.60" → "0.6", "5.00" → "5".
@@ -401,13 +649,17 @@ func sloLine(p *plot.Plot, ms float64) {
 // white patch so that it stays readable over bars and lines. With avoid,
 // a label that would overlap one drawn before it (or leave the panel)
 // tries the other side of its point, then above and below, and is left
-// out when all collide: list the labels most important first.
+// out when all collide: list the labels most important first. With marks,
+// the labels keep off those markers too, and label i names marker mark[i]
+// (−1: none) where that one was moved aside.
 type labels struct {
 	x, y   []float64
 	texts  []string
 	style  text.Style
 	dx, dy float64
 	avoid  bool
+	marks  *markers
+	mark   []int
 }
 
 func newLabels(x, y []float64, texts []string, size, dx, dy float64, align draw.XAlignment) *labels {
@@ -419,8 +671,19 @@ func newLabels(x, y []float64, texts []string, size, dx, dy float64, align draw.
 func (l *labels) Plot(c draw.Canvas, p *plot.Plot) {
 	trX, trY := p.Transforms(&c)
 	var placed []vg.Rectangle
+	var marked []vg.Point
+	if l.marks != nil {
+		marked, _ = l.marks.places(c, p)
+		for i, pt := range marked {
+			r := l.marks.styles[i].Radius
+			placed = append(placed, vg.Rectangle{Min: vg.Point{X: pt.X - r, Y: pt.Y - r}, Max: vg.Point{X: pt.X + r, Y: pt.Y + r}})
+		}
+	}
 	for i, t := range l.texts {
 		at := vg.Point{X: trX(l.x[i]), Y: trY(l.y[i])}
+		if i < len(l.mark) && l.mark[i] >= 0 {
+			at = marked[l.mark[i]]
+		}
 		dx, dy := vg.Points(l.dx), vg.Points(l.dy)
 		h := l.style.Rectangle(t).Max.Y - l.style.Rectangle(t).Min.Y
 		type try struct {
@@ -544,9 +807,18 @@ func (f *figure) png(width, height int) (_ []byte, err error) {
 	}
 	cols := max(f.cols, 1)
 	rows := (len(f.panels) + cols - 1) / cols
-	tiles := draw.Tiles{Rows: rows, Cols: cols, PadX: vg.Points(18), PadY: vg.Points(14)}
+	// Aligned, the panels' plotting areas are the same size whatever
+	// their tick labels, so that rows and columns line up.
+	grid := make([][]*plot.Plot, rows)
+	for r := range grid {
+		grid[r] = make([]*plot.Plot, cols)
+	}
 	for i, p := range f.panels {
-		p.Draw(tiles.At(dc, i%cols, i/cols))
+		grid[i/cols][i%cols] = p
+	}
+	canvases := plot.Align(grid, draw.Tiles{Rows: rows, Cols: cols, PadX: vg.Points(18), PadY: vg.Points(14)}, dc)
+	for i, p := range f.panels {
+		p.Draw(canvases[i/cols][i%cols])
 	}
 	// Flat-coloured charts compress well even at the fastest level, which
 	// takes a third of the time of the default.

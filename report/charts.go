@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"image/color"
 	"math"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -163,7 +162,7 @@ func (v *view) throughputChart() (*figure, string) {
 		addFlaggedLegend(f)
 	}
 	batchAxis(&p.X, v.batchesOf(order, groups))
-	p.Y.Min, p.Y.Max = 0, max(ymax*1.08, 1)
+	linearAxis(&p.Y, 0, ymax, 0.08)
 	return f, ""
 }
 
@@ -223,9 +222,9 @@ func (v *view) latencyChart() (*figure, string) {
 			sloLine(p, slo)
 		}
 		if needsLog(lo, hi) {
-			logAxis(&p.Y, lo, hi)
+			logAxis(&p.Y, lo, hi, false)
 		} else {
-			p.Y.Min, p.Y.Max = 0, hi*1.1
+			linearAxis(&p.Y, 0, hi, 0.1)
 		}
 	}
 	v.addSeriesLegend(f, order)
@@ -360,12 +359,12 @@ func (v *view) naiveVsBatchedChart() (*figure, string) {
 			hi = 1
 		}
 		if m.title != "Throughput" && needsLog(lo, hi) {
-			logAxis(&p.Y, lo, hi*1.6) // room above the bars for their labels
+			logAxis(&p.Y, lo, hi*1.6, false) // room above the bars for their labels
 			for i := range ly {
 				ly[i] = max(ly[i], p.Y.Min)
 			}
 		} else {
-			p.Y.Min, p.Y.Max = 0, hi*1.22
+			linearAxis(&p.Y, 0, hi, 0.22)
 		}
 		p.Add(nb, sb, newLabels(lx, ly, lt, 9, 0, 5, draw.XCenter))
 		f.panels = append(f.panels, p)
@@ -417,6 +416,8 @@ func (v *view) tradeoffChart() (*figure, string) {
 	slices.SortStableFunc(order, func(a, b config) int { return cmp.Compare(naiveLast(a), naiveLast(b)) })
 	var lx, ly []float64
 	var lt []string
+	var lm []int        // the marker each label names
+	marks := &markers{} // over the lines, the naive crosses last
 	for _, c := range order {
 		recs := groups[c]
 		slices.SortFunc(recs, func(a, b *record.Record) int { return compareLoad(a.Point.Load, b.Point.Load) })
@@ -436,26 +437,37 @@ func (v *view) tradeoffChart() (*figure, string) {
 		if isNaive(recs[0]) {
 			sh = cross
 		}
-		p.Add(&plotter.Line{XYs: xys, LineStyle: line(faded, 1)},
-			&plotter.Scatter{XYs: xys, GlyphStyleFunc: func(i int) draw.GlyphStyle { return glyph(col, sh, !trusted(recs[i]), 4) }})
+		p.Add(&plotter.Line{XYs: xys, LineStyle: line(faded, 1)})
+		for i, r := range recs {
+			marks.add(xys[i].X, xys[i].Y, glyph(col, sh, !trusted(r), 4))
+		}
 		// Few points are each named with their load; many, by
 		// configuration once, at its highest throughput.
+		first := len(marks.xys) - len(recs)
 		if len(v.recs) <= labelAll {
-			for _, r := range recs {
+			for i, r := range recs {
 				lx, ly, lt = append(lx, r.Throughput), append(ly, r.Latency.P99.Ms()), append(lt, v.batchLabel(r)+" "+shortLoad(r.Point.Load))
+				lm = append(lm, first+i)
 			}
 			continue
 		}
-		top := slices.MaxFunc(recs, func(a, b *record.Record) int { return cmp.Compare(a.Throughput, b.Throughput) })
-		lx, ly, lt = append(lx, top.Throughput), append(ly, top.Latency.P99.Ms()), append(lt, v.batchLabel(top))
+		top := 0
+		for i, r := range recs {
+			if r.Throughput > recs[top].Throughput {
+				top = i
+			}
+		}
+		r := recs[top]
+		lx, ly, lt, lm = append(lx, r.Throughput), append(ly, r.Latency.P99.Ms()), append(lt, v.batchLabel(r)), append(lm, first+top)
 	}
 	// The naive points' names go first, so that they win a collision with
 	// the points under them.
 	slices.Reverse(lx)
 	slices.Reverse(ly)
 	slices.Reverse(lt)
+	slices.Reverse(lm)
 	names := newLabels(lx, ly, lt, 9, 7, 2, draw.XLeft)
-	names.avoid = true
+	names.avoid, names.marks, names.mark = true, marks, lm
 	front := frontier(v.recs)
 	if len(front) > 1 {
 		xys := make(plotter.XYs, len(front))
@@ -464,6 +476,7 @@ func (v *view) tradeoffChart() (*figure, string) {
 		}
 		p.Add(&plotter.Line{XYs: xys, LineStyle: line(color.Black, 1.8)})
 	}
+	p.Add(marks)
 	slo := v.run.Manifest.SLO
 	if slo.P99 > 0 {
 		lo, hi = min(lo, slo.P99.Ms()), max(hi, slo.P99.Ms())
@@ -474,11 +487,11 @@ func (v *view) tradeoffChart() (*figure, string) {
 		xmax = max(xmax, slo.MinThroughput)
 	}
 	if needsLog(lo, hi) {
-		logAxis(&p.Y, lo, hi)
+		logAxis(&p.Y, lo, hi, false)
 	} else {
-		p.Y.Min, p.Y.Max = 0, hi*1.1
+		linearAxis(&p.Y, 0, hi, 0.1)
 	}
-	p.X.Min, p.X.Max = 0, xmax*1.05
+	linearAxis(&p.X, 0, xmax, 0.05)
 	k := knee(front)
 	if k != nil {
 		x, y := k.Throughput, k.Latency.P99.Ms()
@@ -561,7 +574,7 @@ func (v *view) serverTimeChart() (*figure, string) {
 	}
 	xLabel := "max batch size (--batch)"
 	if naive {
-		xLabel = "naive endpoint | batched endpoint by max batch size (--batch)"
+		xLabel = "naive, then batched by max batch size (--batch)"
 	}
 	loads := panelLoads(v.loads, maxPanels)
 	f := &figure{title: "Server-side time per request: compute (solid) and queue (hatched)", cols: min(len(loads), 2)}
@@ -576,14 +589,15 @@ func (v *view) serverTimeChart() (*figure, string) {
 			for _, r := range atLoad(v.naive, l) {
 				if timed(r) {
 					c, q := r.Server.MeanCompute.Ms(), r.Server.MeanQueue.Ms()
-					p.Add(&bars{x: []float64{0}, bottom: []float64{0}, top: []float64{c}, width: w * 1.5, color: naiveColor},
-						&bars{x: []float64{0}, bottom: []float64{c}, top: []float64{c + q}, width: w * 1.5, color: naiveColor, hatch: true})
+					// As wide as a batch size's group of bars at most,
+					// so that it stays in its own slot.
+					nw := min(w*1.5, 0.8)
+					p.Add(&bars{x: []float64{0}, bottom: []float64{0}, top: []float64{c}, width: nw, color: naiveColor},
+						&bars{x: []float64{0}, bottom: []float64{c}, top: []float64{c + q}, width: nw, color: naiveColor, hatch: true})
 					top = max(top, c+q)
 					break
 				}
 			}
-			// The naive endpoint is no batch size: a rule sets it apart.
-			p.Add(vline{x: 0.5, style: line(color.RGBA{170, 170, 170, 255}, 1, 4, 3)})
 		}
 		first := 0.0
 		if naive {
@@ -617,7 +631,7 @@ func (v *view) serverTimeChart() (*figure, string) {
 			}
 			p.Add(&plotter.Scatter{XYs: xys, GlyphStyleFunc: func(i int) draw.GlyphStyle { return marks[i] }})
 		}
-		p.Y.Min, p.Y.Max = 0, max(top*1.08, 1)
+		linearAxis(&p.Y, 0, top, 0.08)
 		f.panels = append(f.panels, p)
 	}
 	if len(v.vars) > 1 {
@@ -645,142 +659,6 @@ func tint(c color.Color) color.Color {
 	r, g, b, _ := c.RGBA()
 	mix := func(v uint32) uint8 { return uint8((float64(v>>8)*0.4 + 255*0.6)) }
 	return color.RGBA{mix(r), mix(g), mix(b), 255}
-}
-
-// comparisonChart: each matched point's change of throughput (x) against
-// its change of p99 (y), coloured by verdict, over the noise band; the
-// points that warn or regress are named.
-func (v *view) comparisonChart(c *Comparison) (*figure, string) {
-	var chs []Change // drawable: a throughput change at least
-	for _, ch := range c.Changes {
-		if !math.IsNaN(ch.Throughput) {
-			chs = append(chs, ch)
-		}
-	}
-	if len(chs) == 0 {
-		return nil, "no matched point had successes in the baseline"
-	}
-	xl, yl := "throughput change against the baseline (%)", "p99 latency change against the baseline (%)"
-	if v.isLLM() {
-		xl, yl = "output tokens/s change against the baseline (%)", "TTFT p99 change against the baseline (%)"
-	}
-	p := newPlot("", xl, yl)
-	f := &figure{panels: []*plot.Plot{p}, title: fmt.Sprintf("Against baseline %s: %s (%d regression, %d warn, %d pass)",
-		filepath.Base(filepath.Clean(c.Baseline)), strings.ToUpper(c.Verdict.String()), c.Count(Regression), c.Count(Warn), c.Count(Pass))}
-	var bt, bp []float64
-	for _, ch := range chs {
-		bt, bp = append(bt, ch.Band.Throughput*100), append(bp, ch.Band.P99*100)
-	}
-	slices.Sort(bt)
-	slices.Sort(bp)
-	bandT, bandP := bt[len(bt)/2], bp[len(bp)/2]
-	bandColor := color.RGBA{228, 228, 228, 255}
-	p.Add(&bars{x: []float64{0}, bottom: []float64{-bandP}, top: []float64{bandP}, width: 2 * bandT, color: bandColor})
-	clipped := 0
-	clamp := func(x float64) float64 {
-		y := min(max(x*100, -100), 300)
-		if y != x*100 {
-			clipped++
-		}
-		return y
-	}
-	better, within := color.RGBA{78, 121, 167, 255}, color.RGBA{150, 150, 150, 255}
-	xys := make(plotter.XYs, len(chs))
-	styles := make([]draw.GlyphStyle, len(chs))
-	flagged := false
-	xlo, xhi, ylo, yhi := -bandT, bandT, -bandP, bandP
-	for i, ch := range chs {
-		xys[i] = plotter.XY{X: clamp(ch.Throughput)}
-		if !math.IsNaN(ch.P99) { // else no latencies on one side: drawn on the axis, and named
-			xys[i].Y = clamp(ch.P99)
-		}
-		xlo, xhi, ylo, yhi = min(xlo, xys[i].X), max(xhi, xys[i].X), min(ylo, xys[i].Y), max(yhi, xys[i].Y)
-		col := verdictColor[ch.Verdict]
-		if ch.Verdict == Pass {
-			col = within
-			if ch.Throughput > ch.Band.Throughput || ch.P99 < -ch.Band.P99 {
-				col = better
-			}
-		}
-		styles[i] = glyph(col, circle, !trusted(ch.Cur) || !trusted(ch.Base), 5)
-		flagged = flagged || !trusted(ch.Cur) || !trusted(ch.Base)
-	}
-	p.Add(hline(0, line(color.Black, 0.8)), vline{x: 0, style: line(color.Black, 0.8)},
-		&plotter.Scatter{XYs: xys, GlyphStyleFunc: func(i int) draw.GlyphStyle { return styles[i] }})
-
-	// Name the points that warn or regress, the most severe first.
-	var bad []int
-	for i, ch := range chs {
-		if ch.Verdict != Pass {
-			bad = append(bad, i)
-		}
-	}
-	severity := func(ch Change) float64 {
-		if math.IsNaN(ch.P99) {
-			return math.Inf(1)
-		}
-		return max(-ch.Throughput/ch.Band.Throughput, ch.P99/ch.Band.P99)
-	}
-	slices.SortStableFunc(bad, func(a, b int) int {
-		return cmp.Or(-cmp.Compare(chs[a].Verdict, chs[b].Verdict), -cmp.Compare(severity(chs[a]), severity(chs[b])))
-	})
-	const named = 8
-	var lx, ly []float64
-	var lt []string
-	labelled := map[plotter.XY]bool{}
-	for _, i := range bad[:min(len(bad), named)] {
-		if labelled[xys[i]] {
-			continue
-		}
-		labelled[xys[i]] = true
-		name := v.pointLabel(chs[i].Cur)
-		if math.IsNaN(chs[i].P99) {
-			name += " (no p99: failed)"
-		}
-		same := 0 // other points that warn or regress at the very same place
-		for _, j := range bad {
-			if j != i && xys[j] == xys[i] {
-				same++
-			}
-		}
-		if same > 0 {
-			name += fmt.Sprintf(" and %d more here", same)
-		}
-		lx, ly, lt = append(lx, xys[i].X), append(ly, xys[i].Y), append(lt, name)
-	}
-	padX, padY := (xhi-xlo)*0.08+1, (yhi-ylo)*0.08+1
-	p.X.Min, p.X.Max = xlo-padX, xhi+padX
-	p.Y.Min, p.Y.Max = ylo-padY, yhi+padY
-	names := newLabels(lx, ly, lt, 9.5, 8, -4, draw.XLeft)
-	names.avoid = true
-	p.Add(newLabels([]float64{p.X.Max}, []float64{p.Y.Min}, []string{"better: more throughput, lower p99"}, 10, -6, 6, draw.XRight),
-		newLabels([]float64{p.X.Min}, []float64{p.Y.Max}, []string{"worse: less throughput, higher p99"}, 10, 6, -18, draw.XLeft),
-		names)
-
-	f.add("noise band", thumb{fill: bandColor})
-	for _, e := range []struct {
-		label string
-		col   color.Color
-	}{{"pass, within noise", within}, {"pass, better beyond noise", better}, {"warn: worse, but flagged", verdictColor[Warn]}, {"regression", verdictColor[Regression]}} {
-		g := glyph(e.col, circle, false, 5)
-		f.add(e.label, thumb{glyph: &g})
-	}
-	if flagged {
-		addFlaggedLegend(f)
-	}
-	f.notes = append(f.notes, fmt.Sprintf("Each dot is a point of the run matched with the baseline's. The shaded box is the noise band (%s), ±%s %% throughput and ±%s %% p99 here; summary.md has each point's figures and band.",
-		map[bool]string{true: "the median of the repeats' spreads", false: "the default"}[chs[len(chs)/2].FromRepeats || slices.ContainsFunc(chs, func(ch Change) bool { return ch.FromRepeats })],
-		num(bandT), num(bandP)))
-	if len(bad) > named {
-		f.note("The %d most severe of %d points that warn or regress are named.", named, len(bad))
-	}
-	if clipped > 0 {
-		f.note("Changes beyond −100 %%…+300 %% are drawn at the edge.")
-	}
-	if n := len(c.Changes) - len(chs); n > 0 {
-		f.note("%s without successes in the baseline cannot be drawn as a change.", plural(n, "point"))
-	}
-	return f, ""
 }
 
 // short formats a rate with three significant digits at most, without an

@@ -139,7 +139,7 @@ func loadAxis(a *plot.Axis, loads []record.Load) {
 	// the first levels crowd into one tick. (Open-loop rates stay linear:
 	// their throughput panel draws the offered-load diagonal from 0.)
 	if loads[0].Mode == "closed" && needsLog(lo, hi) {
-		logAxis(a, lo, hi)
+		logAxis(a, lo, hi, true)
 		a.Tick.Marker = ts
 		return
 	}
@@ -242,14 +242,14 @@ func (v *view) policyChart() (*figure, string) {
 		for _, p := range []*plot.Plot{lat, thr} {
 			loadAxis(&p.X, c.loads)
 		}
-		thr.Y.Min, thr.Y.Max = 0, max(ymax*1.08, 1)
+		linearAxis(&thr.Y, 0, ymax, 0.08)
 		switch {
 		case hi == 0:
 			lat.Y.Min, lat.Y.Max = 0, 1
 		case hi/lo > 4: // log: the policies' ratios show as equal gaps at every load
-			logAxis(&lat.Y, lo, hi)
+			logAxis(&lat.Y, lo, hi, false)
 		default:
-			lat.Y.Min, lat.Y.Max = 0, hi*1.1
+			linearAxis(&lat.Y, 0, hi, 0.1)
 		}
 		f.panels = append(f.panels, lat, thr)
 	}

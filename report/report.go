@@ -15,7 +15,8 @@
 //	server-time.png         the server's queue vs compute time per request, by batch size
 //	policy.png              when points differ only by batching policy: p50/p99 and throughput
 //	                        vs offered load, a line per policy
-//	comparison.png          with a baseline: each point's change, its noise band, the verdict
+//	comparison.png          with a baseline: a row per point, its changes against its own
+//	                        noise band, coloured by what they do to the verdict
 //
 // summary.md also compares policies (each one's latency and throughput per
 // load level, and adaptive's ratios to the others), length buckets
@@ -23,7 +24,9 @@
 // the failures of requests carrying the injected text against the others.
 //
 // A chart without data to draw (no batched points, no Server-Timing) is
-// left out and the summary says why.
+// left out and the summary says why. Every chart's axes end on labelled
+// ticks beyond its data, its legend lists what it draws, and a marker
+// that would hide another moves aside on a leader line.
 package report
 
 import (

@@ -584,24 +584,48 @@ func (v *view) writeComparison(b *strings.Builder, c *Comparison) {
 	if len(c.Changes) > 0 {
 		changes := slices.Clone(c.Changes)
 		slices.SortStableFunc(changes, func(a, b Change) int { return -cmp.Compare(a.Verdict, b.Verdict) })
+		thrName, p99Name := "req/s", "p99"
 		if v.isLLM() {
+			thrName, p99Name = "tokens/s", "TTFT p99"
 			b.WriteString("For LLM points throughput is output tokens/s and p99 is TTFT's; TPOT's p99 is judged in the default p99 band, since the repeats carry no TPOT; they are matched by endpoint, max-seqs, max-batched-tokens, max-latency and load level.\n\n")
-			b.WriteString("| point | tokens/s base → now | Δ | TTFT p99 base → now | Δ | TPOT p99 Δ | band (tokens/s, p99) | verdict | why |\n|---|--:|--:|--:|--:|--:|--:|---|---|\n")
-		} else {
-			b.WriteString("| point | req/s base → now | Δ | p99 base → now | Δ | band (req/s, p99) | verdict | why |\n|---|--:|--:|--:|--:|--:|---|---|\n")
 		}
+		// With repeats on both sides the verdict compares the medians of
+		// the repeats' p99s, which differ from the points' own p99s of
+		// the points table: both are shown, each named.
+		medians := slices.ContainsFunc(changes, func(ch Change) bool { return ch.FromRepeats })
+		hdr := fmt.Sprintf("| point | %s base → now | Δ | %s base → now |", thrName, p99Name)
+		align := "|---|--:|--:|--:|"
+		if medians {
+			fmt.Fprintf(b, "%s base → now is each point's own, as in the points table. Where both points have repeats, the verdict compares the medians of the repeats' %ss instead (compared): a point's own %s, over all its requests, leans towards its slowest repeat. Δ is the change of the one compared.\n\n", p99Name, p99Name, p99Name)
+			hdr += fmt.Sprintf(" compared: repeats' median %s base → now |", p99Name)
+			align += "--:|"
+		}
+		hdr += " Δ |"
+		align += "--:|"
+		if v.isLLM() {
+			hdr += " TPOT p99 Δ |"
+			align += "--:|"
+		}
+		fmt.Fprintf(b, "%s band (%s, p99) | verdict | why |\n%s--:|---|---|\n", hdr, thrName, align)
 		for _, ch := range changes {
 			band := fmt.Sprintf("±%s %%, ±%s %%", num(ch.Band.Throughput*100), num(ch.Band.P99*100))
 			if ch.FromRepeats {
 				band += " (repeats)"
 			}
-			tpot := ""
-			if v.isLLM() {
-				tpot = " " + pct(ch.TPOT) + " |"
+			row := fmt.Sprintf("| %s | %s → %s | %s | %s → %s |", v.pointLabel(ch.Cur), num(tput(ch.Base)), num(tput(ch.Cur)), pct(ch.Throughput),
+				msOrDash(p99Of(ch.Base)), msOrDash(p99Of(ch.Cur)))
+			if medians {
+				compared := "the points' own"
+				if ch.FromRepeats {
+					compared = msOrDash(ch.BaseP99) + " → " + msOrDash(ch.CurP99)
+				}
+				row += " " + compared + " |"
 			}
-			fmt.Fprintf(b, "| %s | %s → %s | %s | %s → %s | %s |%s %s | %s | %s |\n", v.pointLabel(ch.Cur),
-				num(tput(ch.Base)), num(tput(ch.Cur)), pct(ch.Throughput),
-				msOrDash(ch.BaseP99), msOrDash(ch.CurP99), pct(ch.P99), tpot, band, ch.Verdict, ch.Reason)
+			row += " " + pct(ch.P99) + " |"
+			if v.isLLM() {
+				row += " " + pct(ch.TPOT) + " |"
+			}
+			fmt.Fprintf(b, "%s %s | %s | %s |\n", row, band, ch.Verdict, ch.Reason)
 		}
 		b.WriteString("\n")
 	}

@@ -4,8 +4,9 @@
 # from scripts/setup-ort.sh) and the simulated decoder sim-lm, each on a free
 # port of its own; waits until they are ready; sends requests through the
 # naive and the batched endpoint and KServe v2 with text, JSON and form
-# bodies, and through the OpenAI API, streamed or not; checks every answer,
-# and stops the servers. It exits 1 if any step fails. Extra arguments go to
+# bodies, and through the OpenAI API, streamed or not, then through infer
+# route in front of sim-lm with its admin API; checks every answer, and stops
+# the servers. It exits 1 if any step fails. Extra arguments go to
 # the first `infer serve` (e.g. --model sim); ADDR=host:port serves it on that
 # address instead (a taken port fails at once).
 #
@@ -33,21 +34,22 @@ fail() {
 	exit 1
 }
 
-# start NAME ADDR ARGS...: starts `infer serve --addr ADDR ARGS...`, logging
-# to $WORK/NAME.log, and sets SERVED to its base URL once it listens (port
+# start NAME ADDR ARGS...: starts `infer serve --addr ADDR ARGS...` (or
+# SUBCOMMAND instead of serve), logging to $WORK/NAME.log, and sets SERVED to its base URL once it listens (port
 # 0: the one the system chose, from the server's "listening" log line) and
 # READY to its /readyz answer once it is ready.
 start() {
 	local name=$1 addr=$2 log=$WORK/$1.log
 	shift 2
-	"$BIN" serve --addr "$addr" "$@" >"$log" 2>&1 &
+	local cmd=${SUBCOMMAND:-serve}
+	"$BIN" "$cmd" --addr "$addr" "$@" >"$log" 2>&1 &
 	local pid=$!
 	PIDS+=("$pid")
 	SERVED=
 	for _ in $(seq 1 100); do
 		if ! kill -0 "$pid" 2>/dev/null; then
 			cat "$log" >&2
-			fail "infer serve --addr $addr $* exited before it listened (see its output above)"
+			fail "infer $cmd --addr $addr $* exited before it listened (see its output above)"
 		fi
 		local listening
 		listening=$(sed -n 's/.*msg=listening addr=\([^ ]*\).*/\1/p' "$log" | head -1)
@@ -57,8 +59,8 @@ start() {
 		fi
 		sleep 0.1
 	done
-	[[ -n $SERVED ]] || fail "infer serve ($name) did not say where it listens within 10 s"
-	echo "== infer serve $* listening on $SERVED (pid $pid)"
+	[[ -n $SERVED ]] || fail "infer $cmd ($name) did not say where it listens within 10 s"
+	echo "== infer $cmd $* listening on $SERVED (pid $pid)"
 	# Generating a large built-in model the first time takes a while.
 	READY=
 	for _ in $(seq 1 1200); do
@@ -66,7 +68,7 @@ start() {
 		READY=
 		if ! kill -0 "$pid" 2>/dev/null; then
 			cat "$log" >&2
-			fail "infer serve ($name) exited before it was ready (see its output above)"
+			fail "infer $cmd ($name) exited before it was ready (see its output above)"
 		fi
 		sleep 0.1
 	done
@@ -133,6 +135,19 @@ step "POST /static/v1/chat/completions" '"chat.completion"' \
 	"$LM_URL/static/v1/chat/completions" \
 	-d '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 16}'
 step "GET /naive/v1/models" '"sim-lm"' "$LM_URL/naive/v1/models"
+
+echo
+SUBCOMMAND=route start router 127.0.0.1:0 --upstream "$LM_URL" --admin-token T
+RT_URL=$SERVED
+REPLICA=${LM_URL#http://} # the replica's name, as /admin/replicas lists it
+step "POST /v1/completions through infer route (streamed)" 'data: [DONE]' \
+	-N "$RT_URL/v1/completions" -d '{"prompt": "Once upon a time", "max_tokens": 16, "stream": true}'
+step "GET /v1/models through infer route" '"sim-lm"' -s "$RT_URL/v1/models"
+step "GET /admin/replicas" '"state":"ready"' -H 'Authorization: Bearer T' "$RT_URL/admin/replicas"
+step "POST /admin/replicas/$REPLICA/drain" '"drained":true' \
+	-H 'Authorization: Bearer T' -X POST "$RT_URL/admin/replicas/$REPLICA/drain"
+step "POST /admin/replicas/$REPLICA/undrain" '"drained":false' \
+	-H 'Authorization: Bearer T' -X POST "$RT_URL/admin/replicas/$REPLICA/undrain"
 
 echo
 if ((failed > 0)); then

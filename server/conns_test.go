@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -11,15 +10,14 @@ import (
 	"time"
 
 	"github.com/inferhq/infer/server"
-	"github.com/inferhq/infer/server/batch"
 )
 
 // At the cap, the longest idle keep-alive connection is closed so that a new
 // client gets in; when every connection is busy, the new one is refused.
 func TestConnectionCapClosesIdleFirst(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := newGated()
-		ts := start(t, server.Config{MaxConns: 3, Batch: batch.Config{MaxBatch: 1, Policy: batch.Immediate}}, g)
+		p := newProbe()
+		ts := start(t, server.Config{MaxConns: 3}, p)
 		var idle []*rawConn
 		for range 3 {
 			c := dial(t, ts)
@@ -44,22 +42,22 @@ func TestConnectionCapClosesIdleFirst(t *testing.T) {
 		// Three connections busy with requests: a fourth is refused.
 		var wg sync.WaitGroup
 		busy := []*rawConn{idle[1], idle[2], c}
-		for i, b := range busy {
-			body := fmt.Sprint("busy ", i)
+		for _, b := range busy {
 			wg.Go(func() {
-				req := fmt.Sprintf("POST /batched HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-				if resp, _, err := b.send(req); err != nil || resp.StatusCode != 200 {
+				if resp, _, err := b.send(post("/wait", "")); err != nil || resp.StatusCode != 200 {
 					t.Errorf("busy request: %v %v", resp, err)
 				}
 			})
 		}
-		<-g.started
+		for range busy {
+			<-p.started
+		}
 		synctest.Wait()
 		refused := dial(t, ts)
 		if _, _, err := refused.send(get("/healthz")); err == nil {
 			t.Error("a connection past the cap with none idle was answered, want it closed")
 		}
-		close(g.gate)
+		close(p.gate)
 		wg.Wait()
 		if got := c.metric(t, `infer_connections_closed_total{reason="over_cap"}`); got != 1 {
 			t.Errorf("over_cap = %v, want 1", got)
@@ -72,7 +70,7 @@ func TestConnectionCapClosesIdleFirst(t *testing.T) {
 
 func TestIdleTimeoutClosesParkedConnections(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ts := start(t, server.Config{IdleTimeout: 10 * time.Second}, simModel(t, time.Millisecond, 0))
+		ts := start(t, server.Config{IdleTimeout: 10 * time.Second}, newProbe())
 		c := dial(t, ts)
 		if resp, _, err := c.send(get("/healthz")); err != nil || resp.StatusCode != 200 {
 			t.Fatalf("healthz: %v %v", resp, err)
@@ -93,7 +91,7 @@ func TestIdleTimeoutClosesParkedConnections(t *testing.T) {
 // the answer (a Content-Length beside it may be request smuggling).
 func TestMalformedRequestsAnsweredInJSON(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ts := start(t, server.Config{}, simModel(t, time.Millisecond, 0))
+		ts := start(t, server.Config{}, newProbe())
 		for _, tc := range []struct {
 			name, raw string
 			status    int
@@ -101,7 +99,7 @@ func TestMalformedRequestsAnsweredInJSON(t *testing.T) {
 		}{
 			{"headers too large", "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 70<<10) + "\r\n\r\n", 431, "headers_too_large"},
 			{"no Host", "GET /healthz HTTP/1.1\r\n\r\n", 400, "bad_request"},
-			{"unknown transfer coding", "POST /batched HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501, "unsupported_transfer_encoding"},
+			{"unknown transfer coding", "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501, "unsupported_transfer_encoding"},
 		} {
 			resp, body, err := dial(t, ts).send(tc.raw)
 			if err != nil {
@@ -113,7 +111,7 @@ func TestMalformedRequestsAnsweredInJSON(t *testing.T) {
 			}
 		}
 		c := dial(t, ts)
-		resp, _, err := c.send("POST /batched HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n")
+		resp, _, err := c.send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n")
 		if err != nil || resp.StatusCode != 200 || !resp.Close {
 			t.Errorf("Content-Length with Transfer-Encoding: %v %v, want 200 with Connection: close", resp, err)
 		}
@@ -129,7 +127,7 @@ func TestMalformedRequestsAnsweredInJSON(t *testing.T) {
 // about to reuse it: its next request is answered (503 draining).
 func TestDrainNeverClosesUnderAClient(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ts := start(t, server.Config{Batch: batch.Config{Policy: batch.Immediate}}, simModel(t, 200*time.Millisecond, 0))
+		ts := start(t, server.Config{}, newProbe())
 		parked, reused := dial(t, ts), dial(t, ts)
 		for _, c := range []*rawConn{parked, reused} {
 			if resp, _, err := c.send(get("/healthz")); err != nil || resp.StatusCode != 200 || resp.Close {
@@ -139,7 +137,7 @@ func TestDrainNeverClosesUnderAClient(t *testing.T) {
 		inflight := dial(t, ts)
 		var wg sync.WaitGroup
 		wg.Go(func() { // admitted before the signal, answered during the drain
-			resp, _, err := inflight.send("POST /batched HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\na")
+			resp, _, err := inflight.send(post("/sleep", ""))
 			if err != nil || resp.StatusCode != 200 || !resp.Close {
 				t.Errorf("admitted request: %v %v, want 200 with Connection: close", resp, err)
 			}
@@ -149,7 +147,7 @@ func TestDrainNeverClosesUnderAClient(t *testing.T) {
 		go func() { stopped <- ts.Stop() }()
 		synctest.Wait()
 		time.Sleep(50 * time.Millisecond)
-		resp, body, err := reused.send(get("/batched"))
+		resp, body, err := reused.send(get("/sleep"))
 		if err != nil {
 			t.Fatalf("a request on a connection idle at the signal: %v, want an answer", err)
 		}

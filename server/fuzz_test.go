@@ -1,124 +1,40 @@
 package server
 
 import (
-	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
-	"slices"
-	"strings"
 	"testing"
 	"time"
-	"unicode/utf8"
 )
 
-// The fuzz targets of the server's input surface. Seeds are in
-// testdata/fuzz/<target>; `make fuzz` runs each for a while.
-
-// asAPIError fails unless err is a client error of the documented shape.
-func asAPIError(t *testing.T, err error) *apiError {
-	t.Helper()
-	var ae *apiError
-	if !errors.As(err, &ae) {
-		t.Fatalf("error %v (%T) is not an *apiError", err, err)
-	}
-	if ae.Status < 400 || ae.Status >= 500 || ae.Code == "" || ae.Message == "" {
-		t.Fatalf("error %+v: want a 4xx with a code and a message", ae)
-	}
-	return ae
-}
-
-func checkDecoded(t *testing.T, items []string) {
-	t.Helper()
-	if len(items) == 0 {
-		t.Fatal("no items and no error")
-	}
-	for i, s := range items {
-		if !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0 || strings.TrimSpace(s) == "" {
-			t.Fatalf("item %d %q: invalid, empty or with NUL, yet accepted", i, s)
-		}
-	}
-}
-
-func FuzzDecodeItems(f *testing.F) {
-	for _, ct := range []string{"application/json", "text/plain", "application/x-www-form-urlencoded", "", "application/xml"} {
-		for _, body := range []string{`{"inputs": ["a", "b"]}`, `{"inputs": "a"}`, "s=a&s=b", "Paris; the [MASK].", "100% sure", "\ufeff{\"inputs\": [\"x\"]}", `{"inputs": ["\ud800"]}`} {
-			f.Add(ct, []byte(body))
-		}
-	}
-	f.Fuzz(func(t *testing.T, contentType string, body []byte) {
-		items, err := decodeItems(contentType, body)
-		if err != nil {
-			asAPIError(t, err)
-			return
-		}
-		checkDecoded(t, items)
-		// Round trip: the items sent back as JSON decode to themselves.
-		again, err := decodeItems("application/json", mustJSON(t, map[string][]string{"inputs": items}))
-		if err != nil || !slices.Equal(again, items) {
-			t.Fatalf("round trip of %q: %q, %v", items, again, err)
-		}
-	})
-}
-
-func FuzzDecodeV2(f *testing.F) {
-	for _, body := range []string{
-		`{"id": "1", "inputs": [{"name": "text", "shape": [2, 1], "datatype": "BYTES", "data": [["a"], ["b"]]}]}`,
-		`{"inputs": [{"name": "t", "shape": [2], "datatype": "BYTES", "data": ["a", "b"]}]}`,
-		`{"inputs": [{"name": "text", "shape": [-1, -1], "datatype": "BYTES", "data": ["a"]}]}`,
-		`{"inputs": [{"name": "text", "shape": [9223372036854775807, 2], "datatype": "BYTES", "data": ["a", "b"]}]}`,
-		`{"inputs": [{"name": "text", "shape": [2, 2], "datatype": "BYTES", "data": [["a", "b", "c"], ["d"]]}]}`,
-	} {
-		f.Add([]byte(body))
-	}
-	f.Fuzz(func(t *testing.T, body []byte) {
-		items, id, err := decodeV2(body)
-		if err != nil {
-			asAPIError(t, err)
-			return
-		}
-		checkDecoded(t, items)
-		req := map[string]any{"id": id, "inputs": []map[string]any{{"name": "text", "shape": []int{len(items)}, "datatype": "BYTES", "data": items}}}
-		again, againID, err := decodeV2(mustJSON(t, req))
-		if err != nil || againID != id || !slices.Equal(again, items) {
-			t.Fatalf("round trip of %q (id %q): %q (id %q), %v", items, id, again, againID, err)
-		}
-	})
-}
+// The host's fuzz target: the X-Request-Timeout header every service reads.
+// Seeds are in testdata/fuzz/<target>; `make fuzz` runs it for a while.
 
 func FuzzRequestTimeout(f *testing.F) {
 	for _, v := range []string{"", "250ms", "0.25", "1h", "-1s", "0", "NaN", "1e300", "9223372036s", "soon"} {
 		f.Add(v)
 	}
-	s := &Server{cfg: Config{Timeout: 30 * time.Second}}
+	l := Limits{Timeout: 30 * time.Second}
 	f.Fuzz(func(t *testing.T, v string) {
 		r := &http.Request{Header: http.Header{}}
 		if v != "" {
 			r.Header.Set("X-Request-Timeout", v)
 		}
-		d, err := s.requestTimeout(r)
+		d, err := l.RequestTimeout(r)
 		if err != nil {
-			if e := asAPIError(t, err); e.Code != "bad_timeout" {
-				t.Fatalf("%q: code %s, want bad_timeout", v, e.Code)
+			var e *Error
+			if !errors.As(err, &e) || e.Status != http.StatusBadRequest || e.Code != "bad_timeout" || e.Message == "" {
+				t.Fatalf("%q: error %v, want a 400 bad_timeout *Error with a message", v, err)
 			}
 			return
 		}
-		if d <= 0 || d > s.cfg.Timeout {
-			t.Fatalf("X-Request-Timeout %q = %v, want in (0, %v]", v, d, s.cfg.Timeout)
+		if d <= 0 || d > l.Timeout {
+			t.Fatalf("X-Request-Timeout %q = %v, want in (0, %v]", v, d, l.Timeout)
 		}
 		// Round trip: the duration written as Go writes it reads back.
 		r.Header.Set("X-Request-Timeout", d.String())
-		if again, err := s.requestTimeout(r); err != nil || again != d {
+		if again, err := l.RequestTimeout(r); err != nil || again != d {
 			t.Fatalf("round trip of %v: %v, %v", d, again, err)
 		}
 	})
-}
-
-func mustJSON(t *testing.T, v any) []byte {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(fmt.Errorf("encode %v: %w", v, err))
-	}
-	return b
 }

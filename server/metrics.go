@@ -2,248 +2,42 @@ package server
 
 import (
 	"net/http"
-	"strconv"
-	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/inferhq/infer/server/batch"
 	"github.com/inferhq/infer/server/metric"
 )
 
-// Endpoint labels. v2 requests run on the batched path but are counted apart.
-const (
-	endpointNaive   = "naive"
-	endpointBatched = "batched"
-	endpointV2      = "v2"
-)
-
-// metrics holds the server's collectors, on a registry of its own.
+// metrics is the host's registry: its own collectors (readiness, the models
+// served, connections, the Go runtime and the process) and those the
+// services add (Mount.Collect).
 type metrics struct {
-	reg      *prometheus.Registry
-	requests *prometheus.CounterVec
-	duration *prometheus.HistogramVec
-	inFlight *prometheus.GaugeVec
-	queueDur *prometheus.HistogramVec
-	batch    *prometheus.HistogramVec
-	compute  *prometheus.HistogramVec
-	items    *prometheus.CounterVec
-	dropped  *prometheus.CounterVec
-	failed   *prometheus.CounterVec
-	padding  *prometheus.HistogramVec
-	calls    *prometheus.CounterVec
-	refused  *prometheus.CounterVec
-
-	cacheHits   prometheus.Counter
-	cacheMisses prometheus.Counter
-
-	naive, batched, v2 *epMetrics // each endpoint's, resolved once
-}
-
-// epMetrics holds one endpoint's resolved children, so that the hot path does
-// no label hashing.
-type epMetrics struct {
-	duration prometheus.Observer
-	queueDur prometheus.Observer
-	inFlight prometheus.Gauge
-	batch    prometheus.Observer
-	compute  prometheus.Observer
-	items    prometheus.Counter
-	dropped  prometheus.Counter
-	failed   prometheus.Counter
-	padding  prometheus.Observer
-	retries  prometheus.Counter // extra model calls spent isolating failed items
-
-	refusedVec *prometheus.CounterVec
-	mu         sync.RWMutex
-	codes      map[int]prometheus.Counter
-	vec        *prometheus.CounterVec
-	name       string
+	reg  *prometheus.Registry
+	info *prometheus.GaugeVec // infer_model_info, set by Mount.Model
 }
 
 func newMetrics(s *Server) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infer_requests_total", Help: "HTTP inference requests by endpoint and status code (499: client went away).",
-		}, []string{"endpoint", "code"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: metric.RequestDuration, Help: "Time from a request's arrival to its answer.", Buckets: metric.LatencyBuckets(),
-		}, []string{"endpoint"}),
-		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "infer_in_flight_requests", Help: "Inference requests being handled.",
-		}, []string{"endpoint"}),
-		queueDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: metric.QueueDuration, Help: "Time a request's items waited before their batch started.", Buckets: metric.LatencyBuckets(),
-		}, []string{"endpoint"}),
-		batch: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: metric.BatchSize, Help: "Items computed per batch.", Buckets: metric.BatchSizeBuckets(),
-		}, []string{"endpoint"}),
-		compute: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: metric.ComputeDuration, Help: "Time the model spent on one batch.", Buckets: metric.LatencyBuckets(),
-		}, []string{"endpoint"}),
-		items: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metric.ItemsTotal, Help: "Items computed by the model.",
-		}, []string{"endpoint"}),
-		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metric.DroppedItems, Help: "Items dropped before compute because their deadline passed or their client went away.",
-		}, []string{"endpoint"}),
-		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: metric.FailedItems, Help: "Items the model failed on.",
-		}, []string{"endpoint"}),
-		padding: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "infer_padding_ratio", Help: "Per batch of a token model: batch size × longest item ÷ real tokens (1 = no padding).",
-			Buckets: []float64{1, 1.1, 1.25, 1.5, 2, 3, 4, 6, 8},
-		}, []string{"endpoint"}),
-		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infer_isolation_calls_total", Help: "Extra model calls made to find the failing items of batches that failed as a whole.",
-		}, []string{"endpoint"}),
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "infer_refused_total", Help: "Requests refused at admission with 429, by reason (queue_full, deadline_unreachable).",
-		}, []string{"endpoint", "reason"}),
-		cacheHits:   prometheus.NewCounter(prometheus.CounterOpts{Name: "infer_cache_hits_total", Help: "Items answered from the result cache."}),
-		cacheMisses: prometheus.NewCounter(prometheus.CounterOpts{Name: "infer_cache_misses_total", Help: "Items looked up in the result cache and not found."}),
-	}
-	for _, ep := range []string{endpointNaive, endpointBatched, endpointV2} {
-		e := &epMetrics{
-			duration:   m.duration.WithLabelValues(ep),
-			queueDur:   m.queueDur.WithLabelValues(ep),
-			inFlight:   m.inFlight.WithLabelValues(ep),
-			codes:      make(map[int]prometheus.Counter),
-			vec:        m.requests,
-			name:       ep,
-			refusedVec: m.refused,
-		}
-		if ep != endpointV2 { // v2 requests run in the batched endpoint's batches
-			e.batch = m.batch.WithLabelValues(ep)
-			e.compute = m.compute.WithLabelValues(ep)
-			e.items = m.items.WithLabelValues(ep)
-			e.dropped = m.dropped.WithLabelValues(ep)
-			e.failed = m.failed.WithLabelValues(ep)
-			e.padding = m.padding.WithLabelValues(ep)
-			e.retries = m.calls.WithLabelValues(ep)
-		}
-		switch ep {
-		case endpointNaive:
-			m.naive = e
-		case endpointBatched:
-			m.batched = e
-		default:
-			m.v2 = e
-		}
-	}
-	depth := func(ep string, n func() int) prometheus.Collector {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "infer_queue_depth", Help: "Items admitted and not yet taken by a model instance.",
-			ConstLabels: prometheus.Labels{"endpoint": ep},
-		}, func() float64 { return float64(n()) })
+		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: metric.ModelInfo, Help: "The models served; always 1.",
+		}, []string{"model", "task", "backend"}),
 	}
 	ready := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "infer_ready", Help: "1 when the models are loaded and warm, the server is not draining and its batched scheduler (if any) can serve.",
+		Name: "infer_ready", Help: "1 when the services are loaded and can serve (as /readyz says) and the server is not draining.",
 	}, func() float64 {
 		if s.serving() {
 			return 1
 		}
 		return 0
 	})
-	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: metric.ModelInfo, Help: "The models served; always 1.",
-	}, []string{"model", "task", "backend"})
-	for _, mi := range s.served() {
-		info.WithLabelValues(mi.Name, mi.Task, mi.Backend).Set(1)
-	}
-	// The lifecycle's metrics, whatever the server serves.
-	m.reg.MustRegister(ready, info, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reg.MustRegister(ready, m.info, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reg.MustRegister(s.conns.collectors()...)
-	m.reg.MustRegister(s.cfg.Collectors...)
-	if s.factory == nil {
-		return m // no encoder endpoints
-	}
-	m.reg.MustRegister(m.requests, m.duration, m.inFlight, m.queueDur, m.batch, m.compute,
-		m.items, m.dropped, m.failed, m.padding, m.calls, m.refused, batchingCollector{s},
-		depth(endpointBatched, func() int {
-			if b := s.batched.Load(); b != nil {
-				return b.Len()
-			}
-			return 0
-		}),
-		depth(endpointNaive, func() int {
-			if n := s.naive.Load(); n != nil {
-				return n.Len()
-			}
-			return 0
-		}))
-	if s.cache != nil {
-		m.reg.MustRegister(m.cacheHits, m.cacheMisses, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "infer_cache_entries", Help: "Results held in the result cache.",
-		}, func() float64 { return float64(s.cache.len()) }))
-	}
 	return m
 }
 
 func (m *metrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
-}
-
-// request counts one answered request.
-func (e *epMetrics) request(code int, took time.Duration) {
-	e.mu.RLock()
-	c, ok := e.codes[code]
-	e.mu.RUnlock()
-	if !ok {
-		c = e.vec.WithLabelValues(e.name, strconv.Itoa(code))
-		e.mu.Lock()
-		e.codes[code] = c
-		e.mu.Unlock()
-	}
-	c.Inc()
-	e.duration.Observe(took.Seconds())
-}
-
-// answered counts a request answered with an error.
-func (e *epMetrics) answered(err *apiError, took time.Duration) {
-	e.request(err.Status, took)
-	if err.Status == http.StatusTooManyRequests {
-		e.refusedVec.WithLabelValues(e.name, err.Code).Inc()
-	}
-}
-
-func (e *epMetrics) observeBatch(info batch.Info) {
-	if info.Dropped > 0 {
-		e.dropped.Add(float64(info.Dropped))
-	}
-	if info.Size == 0 {
-		return
-	}
-	e.batch.Observe(float64(info.Size))
-	e.compute.Observe(info.Compute.Seconds())
-	e.items.Add(float64(info.Size))
-	if info.Failed > 0 {
-		e.failed.Add(float64(info.Failed))
-	}
-	if info.Calls > 1 {
-		e.retries.Add(float64(info.Calls - 1))
-	}
-	if info.Padding > 0 {
-		e.padding.Observe(info.Padding)
-	}
-}
-
-// batchingCollector reports the batching settings in effect, which the
-// admin API may change at run time.
-type batchingCollector struct{ s *Server }
-
-var batchingDesc = prometheus.NewDesc(metric.BatchingInfo,
-	"The batched endpoint's settings in effect; always 1.",
-	[]string{"policy", "max_batch", "max_latency", "workers"}, nil)
-
-func (c batchingCollector) Describe(ch chan<- *prometheus.Desc) { ch <- batchingDesc }
-
-func (c batchingCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.s.batching()
-	ch <- prometheus.MustNewConstMetric(batchingDesc, prometheus.GaugeValue, 1,
-		string(st.Policy), strconv.Itoa(st.Batch), st.MaxLatency.String(), strconv.Itoa(st.Workers))
 }

@@ -207,12 +207,11 @@ func TestGreedyInABatchOf16(t *testing.T) {
 func serveStories(t *testing.T, kv int, ecfg generate.Config) string {
 	t.Helper()
 	f := openStories(t, kv)
-	svc, err := openai.New(openai.Config{Engine: ecfg, Timeout: 2 * time.Minute}, f)
+	svc, err := openai.New(openai.Config{Engine: ecfg}, f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return servertest.Start(t, server.Config{Services: []server.Service{svc}, Collectors: svc.Collectors(),
-		Timeout: 2 * time.Minute, DrainTimeout: 30 * time.Second}, nil).URL
+	return servertest.Start(t, server.Config{Timeout: 2 * time.Minute, DrainTimeout: 30 * time.Second}, svc).URL
 }
 
 // send posts body to url and returns the answer's status and body.

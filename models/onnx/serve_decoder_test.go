@@ -45,12 +45,11 @@ func serveTiny(t *testing.T, kvTokens int, ecfg generate.Config, wrap func(model
 	if wrap != nil {
 		df = wrap(f)
 	}
-	svc, err := openai.New(openai.Config{Engine: ecfg, Timeout: 2 * time.Minute}, df)
+	svc, err := openai.New(openai.Config{Engine: ecfg}, df)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return servertest.Start(t, server.Config{Services: []server.Service{svc}, Collectors: svc.Collectors(),
-		Timeout: 2 * time.Minute, DrainTimeout: 30 * time.Second}, nil).URL
+	return servertest.Start(t, server.Config{Timeout: 2 * time.Minute, DrainTimeout: 30 * time.Second}, svc).URL
 }
 
 // completion is one request's parameters.

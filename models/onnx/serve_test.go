@@ -13,6 +13,7 @@ import (
 	"github.com/inferhq/infer/models/wordpiece"
 	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/batch"
+	"github.com/inferhq/infer/server/encoder"
 	"github.com/inferhq/infer/server/servertest"
 )
 
@@ -58,7 +59,11 @@ func serveBuiltin(t *testing.T, cache string, task bert.Task, rejectLong bool) s
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
-	return servertest.Start(t, server.Config{Batch: batch.Config{MaxBatch: 8, MaxLatency: 20 * time.Millisecond}}, f).URL
+	svc, err := encoder.New(encoder.Config{Batch: batch.Config{MaxBatch: 8, MaxLatency: 20 * time.Millisecond}}, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return servertest.Start(t, server.Config{}, svc).URL
 }
 
 // TestServedBadInput: awkward inputs through the real server get a

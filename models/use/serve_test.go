@@ -9,10 +9,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inferhq/infer/models"
 	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/batch"
+	"github.com/inferhq/infer/server/encoder"
 	"github.com/inferhq/infer/server/servertest"
 )
+
+// serve serves f's model through the encoder API with the batching bcfg
+// until the test ends.
+func serve(t *testing.T, f models.Factory, bcfg batch.Config) *servertest.Server {
+	t.Helper()
+	svc, err := encoder.New(encoder.Config{Batch: bcfg}, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return servertest.Start(t, server.Config{}, svc)
+}
 
 // TestServedMatchesJS serves use-lite through the real server and checks
 // that /batched answers every sentence with the JavaScript reference's
@@ -22,7 +35,7 @@ import (
 func TestServedMatchesJS(t *testing.T) {
 	fx := load(t)
 	f := factory(t, Config{})
-	srv := servertest.Start(t, server.Config{Batch: batch.Config{MaxBatch: 16, MaxLatency: 20 * time.Millisecond}}, f)
+	srv := serve(t, f, batch.Config{MaxBatch: 16, MaxLatency: 20 * time.Millisecond})
 	texts := make([]string, len(fx.ref.Sentences))
 	for i, s := range fx.ref.Sentences {
 		texts[i] = s.Text
@@ -99,7 +112,7 @@ func embed(t *testing.T, srv *servertest.Server, texts []string) [][]float32 {
 // documented status, and the server keeps answering.
 func TestServedBadInput(t *testing.T) {
 	load(t)
-	srv := servertest.Start(t, server.Config{Batch: batch.Config{MaxBatch: 8, MaxLatency: 5 * time.Millisecond}}, factory(t, Config{RejectLong: true}))
+	srv := serve(t, factory(t, Config{RejectLong: true}), batch.Config{MaxBatch: 8, MaxLatency: 5 * time.Millisecond})
 	long := ""
 	for range 200 {
 		long += "word "

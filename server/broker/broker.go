@@ -1,12 +1,15 @@
 // Package broker is infer's distributed mode: a transport over Redis Streams
 // between frontends, which admit requests, and workers, which run the model.
 //
-// A Frontend implements the server's Scheduler: it adds each item of a request
-// to the model's request stream, with the request's deadline and the address
-// of the frontend's reply list, and waits for the results. A Worker reads the
-// stream through a consumer group, forms batches with server/batch (the same
-// batching policies as in-process), runs the model, pushes each result to
-// the frontend that owns the request, and only then acknowledges the entry.
+// A Frontend implements the encoder API's Scheduler (server/encoder): it adds
+// each item of a request to the model's request stream, with the request's
+// deadline and the address of the frontend's reply list, and waits for the
+// results. A Worker reads the stream through a consumer group, forms batches
+// with server/batch (the same batching policies as in-process), runs the
+// model, pushes each result to the frontend that owns the request, and only
+// then acknowledges the entry. A Worker is a service of the host (package
+// server), as the APIs of infer serve are: the host serves its /metrics,
+// /healthz and /readyz.
 //
 // Nothing is lost when a worker dies: the entries it had read stay pending in
 // the group and another worker claims them after Config.Visibility. Results
@@ -83,7 +86,7 @@ func (e *unavailableError) Unavailable() (code, message string) {
 // Redis.
 type Config struct {
 	// URL locates Redis: redis://[user:pass@]host:port/db, or rediss://…
-	// for TLS. Default "redis://127.0.0.1:6379/0".
+	// for TLS. Default DefaultURL.
 	URL string
 	// Prefix starts every key, so that deployments can share one Redis.
 	// Frontends and workers of one deployment must agree on it. Default
@@ -103,9 +106,12 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// DefaultURL is Config.URL's default: a Redis on this host.
+const DefaultURL = "redis://127.0.0.1:6379/0"
+
 func (c Config) withDefaults() Config {
 	if c.URL == "" {
-		c.URL = "redis://127.0.0.1:6379/0"
+		c.URL = DefaultURL
 	}
 	if c.Prefix == "" {
 		c.Prefix = "infer"

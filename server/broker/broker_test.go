@@ -28,7 +28,7 @@ func TestFrontendsAndWorkers(t *testing.T) {
 	r := startRedis(t)
 	bc := broker.Config{URL: r.url, Prefix: t.Name()}
 	f := simFactory(t, 2*time.Millisecond, 50*time.Microsecond)
-	var workers []*broker.Worker
+	var workers []*worker
 	for i := range 2 {
 		workers = append(workers, startWorker(t, broker.WorkerConfig{
 			Config: bc, Name: fmt.Sprintf("w%d", i),
@@ -392,7 +392,7 @@ func (q *quirky) Predict(_ context.Context, in []models.Input, out []models.Outp
 // busyWorker starts a worker of one instance and batches of one, and a
 // frontend, and keeps the worker busy on a hanging item until release is
 // called or t ends; hung receives that item's Do error.
-func busyWorker(t *testing.T, bc broker.Config) (w *broker.Worker, fe *broker.Frontend, release func(), hung <-chan error) {
+func busyWorker(t *testing.T, bc broker.Config) (w *worker, fe *broker.Frontend, release func(), hung <-chan error) {
 	t.Helper()
 	q := &quirky{release: make(chan struct{}), hanging: make(chan struct{}, 1)}
 	w = startWorker(t, broker.WorkerConfig{Config: bc, Batch: batch.Config{MaxBatch: 1}}, q)
@@ -466,7 +466,7 @@ func TestAbandonedAfterMaxDeliveries(t *testing.T) {
 	r := startRedis(t)
 	bc := broker.Config{URL: r.url, Prefix: t.Name()}
 	q := &quirky{release: make(chan struct{})}
-	var workers []*broker.Worker
+	var workers []*worker
 	for i := range 2 {
 		workers = append(workers, startWorker(t, broker.WorkerConfig{Config: bc, Name: fmt.Sprintf("w%d", i),
 			Visibility: 300 * time.Millisecond, MaxDeliveries: 1, Batch: batch.Config{MaxLatency: time.Millisecond}}, q))

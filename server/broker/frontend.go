@@ -36,7 +36,7 @@ type FrontendConfig struct {
 }
 
 // Frontend admits requests into a model's request stream and waits for the
-// results that workers send back. It implements the server's Scheduler; Run
+// results that workers send back. It implements encoder.Scheduler; Run
 // must be running for results to arrive.
 type Frontend struct {
 	cfg      FrontendConfig

@@ -25,6 +25,7 @@ import (
 	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/batch"
 	"github.com/inferhq/infer/server/broker"
+	"github.com/inferhq/infer/server/encoder"
 	"github.com/inferhq/infer/server/servertest"
 )
 
@@ -180,34 +181,35 @@ func startFrontend(t *testing.T, cfg broker.FrontendConfig, factory models.Facto
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := servertest.Start(t, server.Config{
-		Scheduler:  f,
-		Collectors: f.Collectors(),
-		Batch:      batch.Config{QueueCap: cfg.QueueCap},
-		Timeout:    10 * time.Second,
-	}, factory)
+	svc, err := encoder.New(encoder.Config{Scheduler: f, Batch: batch.Config{QueueCap: cfg.QueueCap}}, factory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := servertest.Start(t, server.Config{Timeout: 10 * time.Second}, svc)
 	return srv.URL, f
 }
 
-// startWorker runs a Worker in this process until t ends.
-func startWorker(t *testing.T, cfg broker.WorkerConfig, factory models.Factory) *broker.Worker {
+// worker is a Worker mounted on a host, as infer worker runs it.
+type worker struct {
+	*broker.Worker
+	host *servertest.Server
+}
+
+// Handler is the host's: the worker's /metrics, /healthz and /readyz.
+func (w *worker) Handler() http.Handler { return w.host.Handler() }
+
+// startWorker runs a Worker on a host in this process until t ends, and
+// returns it once its /readyz says it is ready.
+func startWorker(t *testing.T, cfg broker.WorkerConfig, factory models.Factory) *worker {
 	t.Helper()
 	cfg.Poll = 100 * time.Millisecond
 	w, err := broker.NewWorker(cfg, factory)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("worker: %v", err)
-		}
-	})
-	waitReady(t, w.Handler())
-	return w
+	host := servertest.Start(t, server.Config{}, w)
+	waitReady(t, host.Handler())
+	return &worker{Worker: w, host: host}
 }
 
 func waitReady(t *testing.T, h http.Handler) {
@@ -271,19 +273,23 @@ func workerProcess(specJSON string) int {
 		return 2
 	}
 	w, err := broker.NewWorker(broker.WorkerConfig{
-		Config:      broker.Config{URL: spec.URL, Prefix: spec.Prefix, Poll: 100 * time.Millisecond, Heartbeat: spec.Heartbeat},
-		Batch:       batch.Config{MaxBatch: spec.MaxBatch, MaxLatency: spec.MaxLatency},
-		Name:        spec.Name,
-		Visibility:  spec.Visibility,
-		MetricsAddr: spec.MetricsAddr,
+		Config:     broker.Config{URL: spec.URL, Prefix: spec.Prefix, Poll: 100 * time.Millisecond, Heartbeat: spec.Heartbeat},
+		Batch:      batch.Config{MaxBatch: spec.MaxBatch, MaxLatency: spec.MaxLatency},
+		Name:       spec.Name,
+		Visibility: spec.Visibility,
 	}, f)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	host, err := server.New(server.Config{Addr: spec.MetricsAddr}, w)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	if err := w.Run(ctx); err != nil {
+	if err := host.Run(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/inferhq/infer/server/batch"
@@ -109,9 +108,9 @@ func (m frontendMetrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.stream, m.reply, m.late, m.workers, m.drain}
 }
 
-// workerMetrics are a worker's collectors, on a registry of its own.
+// workerMetrics are a worker's collectors.
 type workerMetrics struct {
-	reg       *prometheus.Registry
+	stream    *streamCollector
 	batch     prometheus.Histogram
 	compute   prometheus.Histogram
 	items     prometheus.Counter
@@ -124,7 +123,7 @@ type workerMetrics struct {
 
 func newWorkerMetrics(w *Worker) *workerMetrics {
 	m := &workerMetrics{
-		reg: prometheus.NewRegistry(),
+		stream: newStreamCollector(w.rdb, w.stream, &w.up),
 		batch: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: metric.BatchSize, Help: "Items computed per batch.", Buckets: metric.BatchSizeBuckets(),
 		}),
@@ -150,10 +149,11 @@ func newWorkerMetrics(w *Worker) *workerMetrics {
 			Name: "infer_broker_cancelled_items_total", Help: "Entries read whose client went away before their result: skipped unless already computing.",
 		}),
 	}
-	m.reg.MustRegister(m.batch, m.compute, m.items, m.failed, m.expired, m.claims, m.abandoned, m.cancelled,
-		newStreamCollector(w.rdb, w.stream, &w.up),
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+func (m *workerMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.batch, m.compute, m.items, m.failed, m.expired, m.claims, m.abandoned, m.cancelled, m.stream}
 }
 
 // observeBatch is a consumer batcher's OnBatch.

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -16,10 +15,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/inferhq/infer/models"
+	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/batch"
 )
 
@@ -33,7 +32,8 @@ type WorkerConfig struct {
 	// ignored here.
 	Batch batch.Config
 	// Instances is the number of model instances, each a consumer of its
-	// own in the group, placed on devices by the factory. Default 1.
+	// own in the group, placed on devices by the factory. Default
+	// DefaultInstances.
 	Instances int
 	// Name names the worker's consumers Name-0, Name-1, …; names must be
 	// unique among live workers. Default host-pid-random.
@@ -41,22 +41,28 @@ type WorkerConfig struct {
 	// Visibility is how long an entry may stay unacknowledged with a worker
 	// before another worker claims it. It must exceed the time from reading
 	// an entry to acknowledging it (max latency plus about two batches of
-	// compute), or entries of slow workers are computed twice. Default 10s.
+	// compute), or entries of slow workers are computed twice. Default
+	// DefaultVisibility.
 	Visibility time.Duration
 	// MaxDeliveries bounds the deliveries of one entry: an entry claimed
 	// more often (workers died computing it) is answered with an error
-	// instead of taking down the next worker. Default 3.
+	// instead of taking down the next worker. Default DefaultMaxDeliveries.
 	MaxDeliveries int
-	// MetricsAddr, if set, is where Run serves /metrics, /healthz and
-	// /readyz.
-	MetricsAddr string
 }
+
+// Defaults of WorkerConfig's fields; infer worker's flags take theirs from
+// here.
+const (
+	DefaultInstances     = 1
+	DefaultVisibility    = 10 * time.Second
+	DefaultMaxDeliveries = 3
+)
 
 func (c WorkerConfig) withDefaults() WorkerConfig {
 	c.Config = c.Config.withDefaults()
 	c.Batch.QueueCap = 0
 	if c.Instances <= 0 {
-		c.Instances = 1
+		c.Instances = DefaultInstances
 	}
 	if c.Name == "" {
 		host, _ := os.Hostname()
@@ -65,10 +71,10 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 		c.Name = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 	}
 	if c.Visibility <= 0 {
-		c.Visibility = 10 * time.Second
+		c.Visibility = DefaultVisibility
 	}
 	if c.MaxDeliveries <= 0 {
-		c.MaxDeliveries = 3
+		c.MaxDeliveries = DefaultMaxDeliveries
 	}
 	return c
 }
@@ -78,7 +84,8 @@ func (c WorkerConfig) withDefaults() WorkerConfig {
 const replyTTL = time.Minute
 
 // Worker runs a model for the requests in its stream. Create it with
-// NewWorker and run it with Run.
+// NewWorker and run it with Run, alone or as a service of a host (package
+// server), which then serves its /metrics, /healthz and /readyz.
 type Worker struct {
 	cfg      WorkerConfig
 	factory  models.Factory
@@ -88,7 +95,6 @@ type Worker struct {
 	cancelCh string
 	metrics  *workerMetrics
 	up       atomic.Bool // false while Redis is known to be unreachable
-	ready    atomic.Bool // instances loaded and consuming
 	started  atomic.Bool
 	kick     chan struct{} // a heartbeat is due now: Redis is back
 
@@ -128,58 +134,32 @@ func NewWorker(cfg WorkerConfig, factory models.Factory) (*Worker, error) {
 	return w, nil
 }
 
-// Handler serves the worker's /metrics, /healthz (live) and /readyz (ready
-// once the instances are loaded, while Redis is reachable).
-func (w *Worker) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(w.metrics.reg, promhttp.HandlerOpts{Registry: w.metrics.reg}))
-	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, r *http.Request) {
-		writeStatus(rw, http.StatusOK, "ok")
-	})
-	mux.HandleFunc("GET /readyz", func(rw http.ResponseWriter, r *http.Request) {
-		switch {
-		case !w.ready.Load():
-			writeStatus(rw, http.StatusServiceUnavailable, "loading")
-		case !w.up.Load():
-			writeStatus(rw, http.StatusServiceUnavailable, "broker unreachable")
-		default:
-			writeStatus(rw, http.StatusOK, "ready")
+// Mount puts the worker on a host: its model, its metrics, and a readiness
+// check that fails while Redis is unreachable. It serves no route of its
+// own: the host's /metrics, /healthz and /readyz are its interface.
+func (w *Worker) Mount(m *server.Mount) {
+	m.Model(w.factory.Info())
+	m.Collect(w.metrics.collectors()...)
+	m.Readiness(func() error {
+		if !w.up.Load() {
+			return errUnreachable
 		}
+		return nil
 	})
-	return mux
 }
 
-func writeStatus(rw http.ResponseWriter, code int, status string) {
-	rw.Header().Set("Content-Type", "application/json")
-	rw.WriteHeader(code)
-	json.NewEncoder(rw).Encode(map[string]string{"status": status})
-}
+// errUnreachable is the worker's readiness while Redis is unreachable.
+var errUnreachable = server.Errorf(http.StatusServiceUnavailable, "unavailable", "broker unreachable")
 
-// Run serves the worker's Handler on Config.MetricsAddr, if set, and runs
-// the worker as Serve does.
-func (w *Worker) Run(ctx context.Context) error {
-	var ln net.Listener
-	if w.cfg.MetricsAddr != "" {
-		var err error
-		if ln, err = net.Listen("tcp", w.cfg.MetricsAddr); err != nil {
-			return fmt.Errorf("metrics listener: %w", err)
-		}
-	}
-	return w.Serve(ctx, ln)
-}
-
-// Serve serves the worker's Handler on ln, unless ln is nil, and runs the
-// worker: it loads and warms the model instances, announces the worker
-// every Config.Heartbeat, and consumes the stream until ctx is done. Then it
-// stops reading, finishes, answers and acknowledges every entry it had read
-// (but skips those whose client went away), leaves the group, withdraws its
-// announcement, closes the instances and ln, and returns. While Redis is
-// unreachable it retries by itself. Run or Serve may be called once.
-func (w *Worker) Serve(ctx context.Context, ln net.Listener) (err error) {
+// Run runs the worker: it loads and warms the model instances, announces
+// the worker every Config.Heartbeat, calls ready, and consumes the stream
+// until ctx is done. Then it stops reading, finishes, answers and
+// acknowledges every entry it had read (but skips those whose client went
+// away), leaves the group, withdraws its announcement, closes the instances,
+// and returns. While Redis is unreachable it retries by itself. Run may be
+// called once.
+func (w *Worker) Run(ctx context.Context, ready func()) (err error) {
 	if !w.started.CompareAndSwap(false, true) {
-		if ln != nil {
-			ln.Close()
-		}
 		return errors.New("broker: Run called twice")
 	}
 	defer func() {
@@ -187,14 +167,6 @@ func (w *Worker) Serve(ctx context.Context, ln net.Listener) (err error) {
 			err = errors.Join(err, fmt.Errorf("close broker connection: %w", cerr))
 		}
 	}()
-	if ln != nil {
-		srv := &http.Server{Handler: w.Handler(), ReadHeaderTimeout: 5 * time.Second}
-		var hwg sync.WaitGroup
-		hwg.Go(func() { srv.Serve(ln) })
-		defer hwg.Wait()
-		defer srv.Close()
-		w.log.Info("metrics listening", "addr", ln.Addr().String())
-	}
 
 	fp, err := Fingerprint(w.factory)
 	if err != nil {
@@ -235,7 +207,7 @@ func (w *Worker) Serve(ctx context.Context, ln net.Listener) (err error) {
 	seen(p.beat(bgCtx))
 	bg.Go(func() { p.run(bgCtx, w.cfg.Heartbeat, w.kick, func() bool { return !w.up.Load() }, seen) })
 
-	w.ready.Store(true)
+	ready()
 	w.log.Info("consuming", "stream", w.stream, "consumers", len(consumers), "batch", consumers[0].b.Config().MaxBatch,
 		"max_latency", w.cfg.Batch.MaxLatency, "visibility", w.cfg.Visibility, "fingerprint", fp)
 	var wg sync.WaitGroup
@@ -243,7 +215,6 @@ func (w *Worker) Serve(ctx context.Context, ln net.Listener) (err error) {
 		wg.Go(func() { c.run(ctx) })
 	}
 	wg.Wait()
-	w.ready.Store(false)
 	stopBg()
 	sub.Close()
 	bg.Wait()

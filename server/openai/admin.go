@@ -10,8 +10,8 @@ import (
 	"github.com/inferhq/infer/server/generate"
 )
 
-// The admin API of a generative model (mounted by the server behind its
-// admin token):
+// The admin API of a generative model (mounted on the host behind its admin
+// token):
 //
 //	GET   /admin/batching  the /v1 engine's settings in effect
 //	PATCH /admin/batching  change any of {"policy", "max_seqs",
@@ -60,11 +60,11 @@ func (s *Service) batching() batching {
 		PrefixCache: !c.NoPrefixCache && s.dinfo.BlockKV, BlockSize: cmp.Or(c.BlockSize, generate.DefaultBlockSize)}
 }
 
-// Admin handles GET and PATCH /admin/batching.
-func (s *Service) Admin() http.Handler {
+// admin handles GET and PATCH /admin/batching.
+func (s *Service) admin() http.Handler {
 	return server.Methods(map[string]http.Handler{
 		http.MethodGet: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			writeJSON(w, http.StatusOK, s.batching())
+			server.WriteJSON(w, http.StatusOK, s.batching())
 		}),
 		http.MethodPatch: http.HandlerFunc(s.patchBatching),
 	}, refuseMethod)
@@ -132,5 +132,5 @@ func (s *Service) patchBatching(w http.ResponseWriter, r *http.Request) {
 	}
 	st := s.batching()
 	s.log.Info("batching changed", st.logAttrs()...)
-	writeJSON(w, http.StatusOK, st)
+	server.WriteJSON(w, http.StatusOK, st)
 }

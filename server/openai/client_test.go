@@ -8,12 +8,13 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/inferhq/infer/models/simlm"
+	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/openai"
 )
 
 // The official OpenAI Go client streams from the server by base URL alone.
 func TestOpenAIClientStreams(t *testing.T) {
-	ts := startServer(t, simlm.Config{}, openai.Config{}, "")
+	ts := startServer(t, simlm.Config{}, openai.Config{}, server.Config{})
 	for _, prefix := range []string{"/v1/", "/static/v1/", "/naive/v1/"} {
 		client := oai.NewClient(option.WithBaseURL(ts.URL+prefix), option.WithAPIKey("unused"), option.WithMaxRetries(0))
 
@@ -78,7 +79,7 @@ func TestOpenAIClientStreams(t *testing.T) {
 // sharing a long prompt reports usage.prompt_tokens_details.cached_tokens,
 // whole and streamed, and its answer equals the first's.
 func TestOpenAIClientReadsCachedTokens(t *testing.T) {
-	ts := startServer(t, simlm.Config{}, openai.Config{}, "")
+	ts := startServer(t, simlm.Config{}, openai.Config{}, server.Config{})
 	client := oai.NewClient(option.WithBaseURL(ts.URL+"/v1/"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
 	system := strings.Repeat("You are a careful assistant who answers in one short sentence. ", 12)
 	params := oai.CompletionNewParams{

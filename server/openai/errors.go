@@ -2,23 +2,24 @@ package openai
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"net/http"
-	"strconv"
 
+	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/generate"
 )
 
 // apiError is an error in OpenAI's shape with its HTTP status. This file is
-// the one place where errors become statuses:
+// the one place where errors become statuses (the host's, of a body or an
+// X-Request-Timeout it refused, keep theirs):
 //
 //	400 malformed JSON or header · 404 unknown model or path · 405 method
-//	413 body too large, prompt over the context · 422 well-formed but invalid
-//	429 + Retry-After queue full or deadline unreachable · 503 not ready or
-//	draining · 504 deadline passed · 500 model failure
+//	408 body not sent in time · 413 body too large, prompt over the context
+//	422 well-formed but invalid · 429 + Retry-After queue full or deadline
+//	unreachable · 503 not ready or draining · 504 deadline passed · 500 model
+//	failure
 type apiError struct {
 	Status     int     `json:"-"`
 	Message    string  `json:"message"`
@@ -39,9 +40,6 @@ const (
 	typeServer      = "server_error"
 )
 
-// statusClientClosed is counted, never sent: the client is gone.
-const statusClientClosed = 499
-
 func invalid(status int, param, code, format string, args ...any) *apiError {
 	e := &apiError{Status: status, Type: typeInvalid, Code: code, Message: fmt.Sprintf(format, args...)}
 	if param != "" {
@@ -53,9 +51,12 @@ func invalid(status int, param, code, format string, args ...any) *apiError {
 // toAPIError maps an error from decoding, admission or generation.
 func (h *handler) toAPIError(err error) *apiError {
 	var ae *apiError
+	var se *server.Error
 	switch {
 	case errors.As(err, &ae):
 		return ae
+	case errors.As(err, &se): // the host's: a body or X-Request-Timeout refused
+		return fromHost(se)
 	case errors.Is(err, generate.ErrPromptTooLong):
 		return invalid(http.StatusRequestEntityTooLarge, "prompt", "context_length_exceeded", "%v", err)
 	case errors.Is(err, generate.ErrMaxTokensTooLarge):
@@ -74,9 +75,9 @@ func (h *handler) toAPIError(err error) *apiError {
 		return &apiError{Status: http.StatusGatewayTimeout, Type: typeTimeout, Code: "deadline_exceeded",
 			Message: "request deadline passed before the answer was complete"}
 	case errors.Is(err, context.Canceled):
-		return &apiError{Status: statusClientClosed, Type: typeInvalid, Code: "client_closed", Message: "client went away"}
+		return &apiError{Status: server.StatusClientClosed, Type: typeInvalid, Code: "client_closed", Message: "client went away"}
 	case errors.Is(err, generate.ErrSlowReader):
-		return &apiError{Status: statusClientClosed, Type: typeInvalid, Code: "slow_reader", Message: "the stream was not read fast enough"}
+		return &apiError{Status: server.StatusClientClosed, Type: typeInvalid, Code: "slow_reader", Message: "the stream was not read fast enough"}
 	case errors.Is(err, generate.ErrDecoder):
 		return &apiError{Status: http.StatusInternalServerError, Type: typeServer, Code: "model_error", Message: err.Error()}
 	default:
@@ -99,30 +100,27 @@ func (h *handler) retryAfter() int {
 	return max(1, min(60, int(math.Ceil(d.Seconds()))))
 }
 
+// fromHost is an error of the host's in OpenAI's shape.
+func fromHost(e *server.Error) *apiError {
+	typ := typeInvalid
+	switch {
+	case e.Status == http.StatusTooManyRequests:
+		typ = typeRateLimit
+	case e.Status == http.StatusServiceUnavailable:
+		typ = typeUnavailable
+	case e.Status == http.StatusGatewayTimeout:
+		typ = typeTimeout
+	case e.Status >= 500:
+		typ = typeServer
+	}
+	return &apiError{Status: e.Status, Type: typ, Code: e.Code, Message: e.Message, RetryAfter: e.RetryAfter}
+}
+
 // writeError answers with e as {"error": {"message", "type", "param", "code"}}.
 func writeError(w http.ResponseWriter, e *apiError) {
-	if e.Status == statusClientClosed {
-		return
-	}
-	if e.RetryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
-	}
-	writeJSON(w, e.Status, errorBody{e})
+	server.WriteErrorJSON(w, e.Status, e.RetryAfter, errorBody{e})
 }
 
 type errorBody struct {
 	Error *apiError `json:"error"`
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	body, err := json.Marshal(v)
-	if err != nil {
-		status = http.StatusInternalServerError
-		body = []byte(`{"error":{"message":"cannot encode response","type":"server_error","param":null,"code":"internal"}}`)
-	}
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(body)+1))
-	w.WriteHeader(status)
-	w.Write(append(body, '\n'))
 }

@@ -46,7 +46,7 @@ func (h *handler) card() modelCard {
 var started = time.Now()
 
 func (h *handler) models(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, struct {
+	server.WriteJSON(w, http.StatusOK, struct {
 		Object string      `json:"object"`
 		Data   []modelCard `json:"data"`
 	}{"list", []modelCard{h.card()}})
@@ -58,7 +58,7 @@ func (h *handler) model(w http.ResponseWriter, r *http.Request) {
 		writeError(w, invalid(http.StatusNotFound, "model", "model_not_found", "model %q does not exist; this server serves %q", name, h.s.info.Name))
 		return
 	}
-	writeJSON(w, http.StatusOK, h.card())
+	server.WriteJSON(w, http.StatusOK, h.card())
 }
 
 func (h *handler) completions(chat bool) http.Handler {
@@ -87,17 +87,18 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request, chat bool, arriv
 	if !h.s.ready.Load() {
 		return fail(errNotReady())
 	}
-	timeout, err := server.RequestTimeout(r, h.s.cfg.Timeout)
-	if err != nil {
-		return fail(invalid(http.StatusBadRequest, "", "bad_timeout", "%v", err))
-	}
-	ctx, cancel := context.WithDeadline(r.Context(), arrived.Add(timeout))
-	defer cancel()
-	body, err := readBody(r, h.s.cfg.MaxBody)
+	timeout, err := h.s.limits.RequestTimeout(r)
 	if err != nil {
 		return fail(err)
 	}
-	p, err := h.parse(body, chat)
+	ctx, cancel := context.WithDeadline(r.Context(), arrived.Add(timeout))
+	defer cancel()
+	body, err := h.s.limits.ReadBody(r)
+	if err != nil {
+		return fail(err)
+	}
+	p, err := h.parse(body.Bytes(), chat)
+	body.Release()
 	if err != nil {
 		return fail(err)
 	}
@@ -115,7 +116,7 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request, chat bool, arriv
 		return fail(err)
 	}
 	w.Header().Set("Server-Timing", serverTiming(res.Timing))
-	writeJSON(w, http.StatusOK, ans.whole(text, res))
+	server.WriteJSON(w, http.StatusOK, ans.whole(text, res))
 	h.ep.m.finished(res, res.FirstToken, time.Since(arrived))
 	return http.StatusOK
 }
@@ -257,7 +258,7 @@ func (a *answer) stream(ctx context.Context, w http.ResponseWriter, s *generate.
 			e := a.h.toAPIError(err)
 			m.failed(e)
 			status = e.Status
-			if status == statusClientClosed {
+			if status == server.StatusClientClosed {
 				return status // nobody to tell
 			}
 			buf = enc.error(buf, e)
@@ -285,7 +286,7 @@ func (a *answer) stream(ctx context.Context, w http.ResponseWriter, s *generate.
 			}
 			if werr != nil {
 				m.aborted("write_failed")
-				return statusClientClosed
+				return server.StatusClientClosed
 			}
 			if ttft == 0 {
 				ttft = time.Since(a.arrived)

@@ -12,9 +12,10 @@
 // "stream": true the answer is Server-Sent Events in OpenAI's chunk schema:
 // one event per generated token, flushed at once, then data: [DONE].
 //
-// The package plugs into package server as a Service (Config.Services): the
-// server keeps the listener, drain, health, readiness, metrics (add
-// Collectors to server.Config.Collectors) and admin token.
+// The API is a service of the host (package server): the host keeps the
+// listener, the drain, health, readiness, /metrics, the admin token, and
+// the request limits (default deadline, largest body) that the API reads
+// its requests with.
 package openai
 
 import (
@@ -27,8 +28,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/inferhq/infer/models"
 	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/generate"
@@ -40,11 +39,6 @@ type Config struct {
 	// batching). The /static and /naive engines copy it with their own
 	// policy.
 	Engine generate.Config
-	// MaxBody is the largest request body, in bytes. Default 1 MiB.
-	MaxBody int64
-	// Timeout is a request's default deadline, shortened per request by
-	// X-Request-Timeout. Default 30s.
-	Timeout time.Duration
 	// MaxTokens bounds a request's max_tokens. Default: the context.
 	MaxTokens int
 	// WriteTimeout bounds each write of a stream to its client: a client
@@ -86,6 +80,7 @@ type Service struct {
 	dinfo   models.DecoderInfo
 	tok     models.Tokenizer
 	log     *slog.Logger
+	limits  server.Limits // the host's, set by Mount
 	metrics *metrics
 
 	// One per route prefix, in the order of prefixes.
@@ -98,8 +93,6 @@ type Service struct {
 	ready    atomic.Bool // the engines run
 	draining atomic.Bool // Run's context ended: new work is refused
 }
-
-var _ server.AdminService = (*Service)(nil)
 
 // endpoint is one route prefix and its engine.
 type endpoint struct {
@@ -114,12 +107,6 @@ type endpoint struct {
 func New(cfg Config, f models.DecoderFactory) (*Service, error) {
 	if err := cfg.Engine.Validate(); err != nil {
 		return nil, err
-	}
-	if cfg.MaxBody <= 0 {
-		cfg.MaxBody = 1 << 20
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 30 * time.Second
 	}
 	dinfo := f.Decoder()
 	if cfg.MaxTokens <= 0 || cfg.MaxTokens > dinfo.Context {
@@ -235,19 +222,21 @@ func (s *Service) Run(ctx context.Context, ready func()) error {
 	return errors.Join(errs...)
 }
 
-// Collectors are the API's metrics.
-func (s *Service) Collectors() []prometheus.Collector { return s.metrics.collectors() }
-
-// Mount registers the API's routes.
-func (s *Service) Mount(mux *http.ServeMux) {
+// Mount registers the API's routes, its model, its metrics and its admin
+// API (/admin/batching) on the host.
+func (s *Service) Mount(m *server.Mount) {
+	s.limits = m.Limits()
 	for _, ep := range s.eps {
 		h := &handler{s: s, ep: ep}
-		mux.Handle(ep.prefix+"/v1/completions", h.only(http.MethodPost, h.completions(false)))
-		mux.Handle(ep.prefix+"/v1/chat/completions", h.only(http.MethodPost, h.completions(true)))
-		mux.Handle(ep.prefix+"/v1/models", h.only(http.MethodGet, http.HandlerFunc(h.models)))
-		mux.Handle(ep.prefix+"/v1/models/", h.only(http.MethodGet, http.HandlerFunc(h.model)))
-		mux.Handle(ep.prefix+"/v1/", http.HandlerFunc(notFound))
+		m.Handle(ep.prefix+"/v1/completions", h.only(http.MethodPost, h.completions(false)))
+		m.Handle(ep.prefix+"/v1/chat/completions", h.only(http.MethodPost, h.completions(true)))
+		m.Handle(ep.prefix+"/v1/models", h.only(http.MethodGet, http.HandlerFunc(h.models)))
+		m.Handle(ep.prefix+"/v1/models/", h.only(http.MethodGet, http.HandlerFunc(h.model)))
+		m.Handle(ep.prefix+"/v1/", http.HandlerFunc(notFound))
 	}
+	m.Admin("/admin/batching", s.admin())
+	m.Model(s.info)
+	m.Collect(s.metrics.collectors()...)
 }
 
 // notFound answers a path under a /v1 prefix that the API does not have, in

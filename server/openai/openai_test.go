@@ -15,6 +15,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/inferhq/infer/models/simlm"
@@ -32,7 +33,8 @@ type testServer struct {
 	svc *openai.Service
 }
 
-func startServer(t *testing.T, sim simlm.Config, cfg openai.Config, token string) *testServer {
+// host configures the host (a drain of 10 s unless it says otherwise).
+func startServer(t *testing.T, sim simlm.Config, cfg openai.Config, host server.Config) *testServer {
 	t.Helper()
 	f, err := simlm.New(sim)
 	if err != nil {
@@ -42,10 +44,10 @@ func startServer(t *testing.T, sim simlm.Config, cfg openai.Config, token string
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := servertest.Start(t, server.Config{
-		Services: []server.Service{svc}, Collectors: svc.Collectors(),
-		AdminToken: token, DrainTimeout: 10 * time.Second,
-	}, nil)
+	if host.DrainTimeout == 0 {
+		host.DrainTimeout = 10 * time.Second
+	}
+	srv := servertest.Start(t, host, svc)
 	ts := &testServer{URL: srv.URL, svc: svc}
 	return ts
 }
@@ -106,7 +108,7 @@ func golden(t *testing.T, name, got string) {
 
 // The SSE wire format, byte for byte (ids and timestamps normalized).
 func TestSSEWireFormatGolden(t *testing.T) {
-	ts := startServer(t, simlm.Config{}, openai.Config{}, "")
+	ts := startServer(t, simlm.Config{}, openai.Config{}, server.Config{})
 	for _, tc := range []struct {
 		name, path, body string
 	}{
@@ -151,7 +153,7 @@ func sse(t *testing.T, r io.Reader) []string {
 }
 
 func TestErrorAfterTheStreamStarted(t *testing.T) {
-	ts := startServer(t, simlm.Config{Step: 10 * time.Millisecond}, openai.Config{}, "")
+	ts := startServer(t, simlm.Config{Step: 10 * time.Millisecond}, openai.Config{}, server.Config{})
 	resp := post(t, ts.URL+"/v1/completions", `{"prompt":"x","max_tokens":1000,"ignore_eos":true,"stream":true}`, "X-Request-Timeout", "100ms")
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -165,7 +167,7 @@ func TestErrorAfterTheStreamStarted(t *testing.T) {
 }
 
 func TestBadInputGetsItsErrorWhileAValidLoadRuns(t *testing.T) {
-	ts := startServer(t, simlm.Config{Step: 2 * time.Millisecond}, openai.Config{MaxBody: 4096}, "")
+	ts := startServer(t, simlm.Config{Step: 2 * time.Millisecond}, openai.Config{}, server.Config{MaxBody: 4096})
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	var mu sync.Mutex
@@ -234,7 +236,7 @@ func TestBadInputGetsItsErrorWhileAValidLoadRuns(t *testing.T) {
 		})
 	}
 	// A prompt over the context that fits the body limit.
-	ts2 := startServer(t, simlm.Config{Context: 64, KVTokens: 64}, openai.Config{}, "")
+	ts2 := startServer(t, simlm.Config{Context: 64, KVTokens: 64}, openai.Config{}, server.Config{})
 	resp := post(t, ts2.URL+"/v1/completions", `{"prompt":"`+strings.Repeat("word ", 100)+`"}`)
 	if body := readAll(t, resp); resp.StatusCode != 413 || !strings.Contains(body, "context_length_exceeded") {
 		t.Errorf("prompt over the context: %d %s", resp.StatusCode, body)
@@ -272,7 +274,7 @@ func metric(t *testing.T, url, name string) string {
 }
 
 func TestDisconnectMidStreamFreesTheKV(t *testing.T) {
-	ts := startServer(t, simlm.Config{Step: 5 * time.Millisecond}, openai.Config{}, "")
+	ts := startServer(t, simlm.Config{Step: 5 * time.Millisecond}, openai.Config{}, server.Config{})
 	req, _ := http.NewRequest(http.MethodPost, ts.URL+"/v1/completions", strings.NewReader(`{"prompt":"tell me everything","max_tokens":2000,"ignore_eos":true,"stream":true}`))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -302,7 +304,7 @@ func TestDisconnectMidStreamFreesTheKV(t *testing.T) {
 }
 
 func TestQueueFullIs429WithRetryAfter(t *testing.T) {
-	ts := startServer(t, simlm.Config{Step: 5 * time.Millisecond}, openai.Config{Engine: generate.Config{QueueCap: 1}}, "")
+	ts := startServer(t, simlm.Config{Step: 5 * time.Millisecond}, openai.Config{Engine: generate.Config{QueueCap: 1}}, server.Config{})
 	hold := func() *http.Response {
 		return post(t, ts.URL+"/naive/v1/completions", `{"prompt":"x","max_tokens":400,"ignore_eos":true,"stream":true}`)
 	}
@@ -329,7 +331,7 @@ func TestQueueFullIs429WithRetryAfter(t *testing.T) {
 }
 
 func TestAdminSetsMaxSeqsAndPolicy(t *testing.T) {
-	ts := startServer(t, simlm.Config{}, openai.Config{}, "secret")
+	ts := startServer(t, simlm.Config{}, openai.Config{}, server.Config{AdminToken: "secret"})
 	patch := func(body, token string) (int, string) {
 		req, _ := http.NewRequest(http.MethodPatch, ts.URL+"/admin/batching", strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -371,7 +373,7 @@ func TestAdminSetsMaxSeqsAndPolicy(t *testing.T) {
 }
 
 func TestModelsList(t *testing.T) {
-	ts := startServer(t, simlm.Config{}, openai.Config{}, "")
+	ts := startServer(t, simlm.Config{}, openai.Config{}, server.Config{})
 	for _, p := range []string{"/v1/models", "/static/v1/models", "/naive/v1/models", "/v1/models/sim-lm"} {
 		resp, err := http.Get(ts.URL + p)
 		if err != nil {
@@ -400,7 +402,7 @@ func TestSlowReaderIsCutWithoutStallingOthers(t *testing.T) {
 	// fill in seconds; readers may lag 4,096 tokens before they count as
 	// slow.
 	ts := startServer(t, simlm.Config{Step: 100 * time.Microsecond, Context: 65536, KVTokens: 65536},
-		openai.Config{Engine: generate.Config{StreamBuffer: 4096}, WriteTimeout: 300 * time.Millisecond}, "")
+		openai.Config{Engine: generate.Config{StreamBuffer: 4096}, WriteTimeout: 300 * time.Millisecond}, server.Config{})
 	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
 		return c.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 2048) })
 	}}
@@ -429,7 +431,7 @@ func TestSlowReaderIsCutWithoutStallingOthers(t *testing.T) {
 }
 
 func TestModelInfoMetric(t *testing.T) {
-	ts := startServer(t, simlm.Config{Step: 5 * time.Millisecond}, openai.Config{}, "")
+	ts := startServer(t, simlm.Config{Step: 5 * time.Millisecond}, openai.Config{}, server.Config{})
 	for _, want := range []string{
 		`infer_gen_model_info{backend="sim",model="sim-lm",params="step=5ms per_seq=0s per_prefill_token=0s kv_tokens=65536 context=4096"}`,
 		`infer_model_info{backend="sim",model="sim-lm",task="generate"}`, // the server's, for the service's model
@@ -458,7 +460,7 @@ func TestStreamIntervalGathersTokensAfterTheFirst(t *testing.T) {
 	for _, interval := range []int{1, 4} {
 		t.Run(fmt.Sprint(interval), func(t *testing.T) {
 			// 20 ms steps: the reader keeps up with each token.
-			ts := startServer(t, simlm.Config{Step: 20 * time.Millisecond}, openai.Config{StreamInterval: interval}, "")
+			ts := startServer(t, simlm.Config{Step: 20 * time.Millisecond}, openai.Config{StreamInterval: interval}, server.Config{})
 			conn, err := net.Dial("tcp", strings.TrimPrefix(ts.URL, "http://"))
 			if err != nil {
 				t.Fatal(err)
@@ -519,4 +521,34 @@ func TestStreamIntervalBounds(t *testing.T) {
 	if _, err := openai.New(openai.Config{StreamInterval: 8, Engine: generate.Config{StreamBuffer: 8}}, f); err == nil {
 		t.Error("a stream interval of the whole stream buffer accepted")
 	}
+}
+
+// A body that stops arriving is answered 408 in OpenAI's error shape once
+// the host's read timeout (30 s) has passed, quoting no network error
+// (those name the client's and the server's addresses).
+func TestSlowBodyAnswered408(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, err := simlm.New(simlm.Config{Step: time.Millisecond, Wait: time.Sleep})
+		if err != nil {
+			t.Fatal(err)
+		}
+		svc, err := openai.New(openai.Config{}, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts := servertest.StartWith(t, server.Config{}, servertest.Options{InMemory: true}, svc)
+		for _, path := range []string{"/v1/completions", "/naive/v1/chat/completions"} {
+			r, took, err := ts.DoStalled(http.MethodPost, path, "application/json", `{"prompt": "Once upon`, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := `{"error":{"message":"the body did not arrive in time","type":"invalid_request_error","param":null,"code":"body_timeout"}}`
+			if r.Status != 408 || strings.TrimSpace(r.Body) != want {
+				t.Errorf("%s: a stalled body: %d %s, want 408 %s", path, r.Status, r.Body, want)
+			}
+			if took != 30*time.Second {
+				t.Errorf("%s: answered after %v, want the read timeout, 30s", path, took)
+			}
+		}
+	})
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/inferhq/infer/models/simlm"
+	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/openai"
 )
 
@@ -28,18 +29,21 @@ func cpuTime() time.Duration {
 }
 
 // The server's CPU per streamed token without the network: 32 concurrent
-// streams of 200 tokens (prompts of 100 words) through the handlers, the
+// streams of 200 tokens (prompts of 100 words) through the host's handler, the
 // engine and sim-lm's 8 ms steps, written to a discarding ResponseWriter.
 // What a socket write adds comes on top (scripts/accept-gen.sh cpu measures
 // the whole).
 func BenchmarkStreamedTokenServerPath(b *testing.B) {
 	f, _ := simlm.New(simlm.Config{Step: 8 * time.Millisecond})
 	svc, _ := openai.New(openai.Config{}, f)
+	host, err := server.New(server.Config{}, svc)
+	if err != nil {
+		b.Fatal(err)
+	}
 	ready := make(chan struct{})
 	go svc.Run(b.Context(), func() { close(ready) })
 	<-ready
-	mux := http.NewServeMux()
-	svc.Mount(mux)
+	h := host.Handler()
 	const streams, tokens = 32, 200
 	var used time.Duration
 	n := 0
@@ -50,7 +54,7 @@ func BenchmarkStreamedTokenServerPath(b *testing.B) {
 			wg.Go(func() {
 				body := fmt.Sprintf(`{"prompt":"%s","max_tokens":%d,"ignore_eos":true,"stream":true}`, strings.Repeat(fmt.Sprintf("w%d ", c*1000+n), 100), tokens)
 				req, _ := http.NewRequest(http.MethodPost, "/v1/completions", strings.NewReader(body))
-				mux.ServeHTTP(&discard{h: http.Header{}}, req)
+				h.ServeHTTP(&discard{h: http.Header{}}, req)
 			})
 		}
 		wg.Wait()

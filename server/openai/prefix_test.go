@@ -48,7 +48,7 @@ var cachedTimingRE = regexp.MustCompile(`, cached;desc=(\d+)$`)
 // The prefix cache over HTTP: cached tokens in usage and Server-Timing, the
 // counters, and the admin API turning it off and changing the block size.
 func TestPrefixCacheOverHTTP(t *testing.T) {
-	ts := startServer(t, simlm.Config{}, openai.Config{}, "secret")
+	ts := startServer(t, simlm.Config{}, openai.Config{}, server.Config{AdminToken: "secret"})
 	prompt := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 20)
 	n, c1, _ := cachedCompletion(t, ts.URL, prompt)
 	_, c2, timing := cachedCompletion(t, ts.URL, prompt)
@@ -140,8 +140,7 @@ func TestPrefixCacheStaysOffWithoutBlockKV(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := servertest.Start(t, server.Config{Services: []server.Service{svc}, Collectors: svc.Collectors(),
-		AdminToken: "secret", DrainTimeout: 10 * time.Second}, nil)
+	srv := servertest.Start(t, server.Config{AdminToken: "secret", DrainTimeout: 10 * time.Second}, svc)
 	prompt := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 20)
 	cachedCompletion(t, srv.URL, prompt)
 	if _, c, timing := cachedCompletion(t, srv.URL, prompt); c != 0 || !strings.HasSuffix(timing, "cached;desc=0") {

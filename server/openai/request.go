@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -59,21 +58,6 @@ type parsed struct {
 	chat         bool
 	stream       bool
 	includeUsage bool
-}
-
-// readBody reads the body, at most limit bytes.
-func readBody(r *http.Request, limit int64) ([]byte, error) {
-	if r.ContentLength > limit {
-		return nil, invalid(http.StatusRequestEntityTooLarge, "", "body_too_large", "request body exceeds %d bytes", limit)
-	}
-	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
-	if err != nil {
-		return nil, invalid(http.StatusBadRequest, "", "bad_body", "reading body: %v", err)
-	}
-	if int64(len(b)) > limit {
-		return nil, invalid(http.StatusRequestEntityTooLarge, "", "body_too_large", "request body exceeds %d bytes", limit)
-	}
-	return b, nil
 }
 
 // parse decodes and validates a body.

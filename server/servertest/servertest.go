@@ -1,21 +1,23 @@
-// Package servertest starts an infer server for a test and waits until it is
-// ready, as net/http/httptest does for a handler: on a loopback port, or on
-// an in-memory listener whose connections are net.Pipe pairs, so that a
-// whole exchange (client, connection, server, batcher, a models/sim model
-// with GoSleep) runs inside a testing/synctest bubble with exact virtual
-// times.
+// Package servertest starts a host (package server) with its services for a
+// test and waits until it is ready, as net/http/httptest does for a
+// handler: on a loopback port, or on an in-memory listener whose
+// connections are net.Pipe pairs, so that a whole exchange (client,
+// connection, host, service, a batcher, a models/sim model with GoSleep)
+// runs inside a testing/synctest bubble with exact virtual times.
 package servertest
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/inferhq/infer/internal/pipenet"
-	"github.com/inferhq/infer/models"
 	"github.com/inferhq/infer/server"
 )
 
@@ -41,26 +43,27 @@ type Options struct {
 	// for tests inside a testing/synctest bubble (which must not use the
 	// network). Start must then be called inside the bubble.
 	InMemory bool
-	// NoWait returns at once, while the model may still be loading; call
-	// WaitReady when the test needs it ready.
+	// NoWait returns at once, while the services may still be loading;
+	// call WaitReady when the test needs them ready.
 	NoWait bool
 }
 
 // readyWithin bounds WaitReady.
 const readyWithin = 30 * time.Second
 
-// Start serves f's model with cfg until the test ends, and returns once the
-// server is ready. The test fails if New fails, if the server does not turn
-// ready, or if Serve returns an error the test did not collect with Stop.
-func Start(t testing.TB, cfg server.Config, f models.Factory) *Server {
+// Start serves services on a host configured by cfg until the test ends,
+// and returns once they are ready. The test fails if New fails, if the
+// services do not turn ready, or if Serve returns an error the test did not
+// collect with Stop.
+func Start(t testing.TB, cfg server.Config, services ...server.Service) *Server {
 	t.Helper()
-	return StartWith(t, cfg, f, Options{})
+	return StartWith(t, cfg, Options{}, services...)
 }
 
 // StartWith is Start with options.
-func StartWith(t testing.TB, cfg server.Config, f models.Factory, o Options) *Server {
+func StartWith(t testing.TB, cfg server.Config, o Options, services ...server.Service) *Server {
 	t.Helper()
-	srv, err := server.New(cfg, f)
+	srv, err := server.New(cfg, services...)
 	if err != nil {
 		t.Fatalf("server.New() = %v", err)
 	}
@@ -111,6 +114,93 @@ func (s *Server) WaitReady(t testing.TB) {
 			}
 		}
 	}
+}
+
+// Reply is an answer read whole.
+type Reply struct {
+	Status int
+	Header http.Header
+	Body   string
+}
+
+// Do sends one request to the server through Client and reads the whole
+// answer. hdr holds more header fields as name, value pairs; the request
+// is abandoned when ctx ends.
+func (s *Server) Do(ctx context.Context, method, path, contentType, body string, hdr ...string) (Reply, error) {
+	req, err := http.NewRequestWithContext(ctx, method, s.URL+path, strings.NewReader(body))
+	if err != nil {
+		return Reply{}, err
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := s.Client.Do(req)
+	if err != nil {
+		return Reply{}, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	return Reply{Status: resp.StatusCode, Header: resp.Header, Body: string(raw)}, err
+}
+
+// DoStalled sends a request whose body stops after prefix, although its
+// Content-Length says length, as a client that stalls mid-body, and reads
+// the answer: the host gives it once its read timeout has passed. It
+// returns how long the answer took.
+func (s *Server) DoStalled(method, path, contentType, prefix string, length int64) (Reply, time.Duration, error) {
+	body := &stalled{Reader: strings.NewReader(prefix), release: make(chan struct{})}
+	defer close(body.release)
+	req, err := http.NewRequest(method, s.URL+path, body)
+	if err != nil {
+		return Reply{}, 0, err
+	}
+	req.ContentLength = length
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	start := time.Now()
+	resp, err := s.Client.Do(req)
+	if err != nil {
+		return Reply{}, 0, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	return Reply{Status: resp.StatusCode, Header: resp.Header, Body: string(raw)}, time.Since(start), err
+}
+
+// stalled gives its Reader, then blocks until release is closed.
+type stalled struct {
+	io.Reader
+	release chan struct{}
+}
+
+func (s *stalled) Read(p []byte) (int, error) {
+	n, err := s.Reader.Read(p)
+	if err == io.EOF {
+		<-s.release
+		return 0, io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+// Sample returns the value of one sample of a Prometheus text exposition,
+// named with its labels as the exposition writes them
+// (`infer_requests_total{code="200",endpoint="batched"}`), or -1 when it is
+// absent.
+func Sample(exposition, sample string) float64 {
+	for _, l := range strings.Split(exposition, "\n") {
+		if rest, ok := strings.CutPrefix(l, sample+" "); ok {
+			if f := strings.Fields(rest); len(f) > 0 {
+				if v, err := strconv.ParseFloat(f[0], 64); err == nil {
+					return v
+				}
+			}
+		}
+	}
+	return -1
 }
 
 // Stop drains the server as a first SIGTERM would and returns Serve's error.

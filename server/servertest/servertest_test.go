@@ -9,8 +9,23 @@ import (
 
 	"github.com/inferhq/infer/models/sim"
 	"github.com/inferhq/infer/server"
+	"github.com/inferhq/infer/server/encoder"
 	"github.com/inferhq/infer/server/servertest"
 )
+
+// simService is the encoder API over a sim model.
+func simService(t *testing.T, c sim.Config) *encoder.Service {
+	t.Helper()
+	f, err := sim.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := encoder.New(encoder.Config{}, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
 
 func get(t *testing.T, s *servertest.Server, path string) (int, string) {
 	t.Helper()
@@ -24,8 +39,7 @@ func get(t *testing.T, s *servertest.Server, path string) (int, string) {
 }
 
 func TestStartOnLoopback(t *testing.T) {
-	f, _ := sim.New(sim.Config{})
-	s := servertest.Start(t, server.Config{}, f)
+	s := servertest.Start(t, server.Config{}, simService(t, sim.Config{}))
 	if !s.Ready() {
 		t.Fatal("Start returned before the server was ready")
 	}
@@ -44,8 +58,8 @@ func TestStartOnLoopback(t *testing.T) {
 // takes exactly 1 s of the bubble's clock.
 func TestStartInMemory(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f, _ := sim.New(sim.Config{Fixed: time.Second, GoSleep: true})
-		s := servertest.StartWith(t, server.Config{}, f, servertest.Options{InMemory: true, NoWait: true})
+		svc := simService(t, sim.Config{Fixed: time.Second, GoSleep: true})
+		s := servertest.StartWith(t, server.Config{}, servertest.Options{InMemory: true, NoWait: true}, svc)
 		s.WaitReady(t)
 		t0 := time.Now()
 		resp, err := s.Client.Post(s.URL+"/batched", "text/plain", nil)
@@ -70,4 +84,16 @@ func TestStartInMemory(t *testing.T) {
 			t.Errorf("a 1 s batch: %d after %v, want 200 after exactly 1s", r.StatusCode, took)
 		}
 	})
+}
+
+func TestSample(t *testing.T) {
+	exposition := "# HELP x_total X.\n# TYPE x_total counter\nx_total{a=\"1\"} 3\nx_total{a=\"2\"} 4.5 1700000000000\ny 7\n"
+	for _, tc := range []struct {
+		sample string
+		want   float64
+	}{{`x_total{a="1"}`, 3}, {`x_total{a="2"}`, 4.5}, {"y", 7}, {"x_total", -1}, {"z", -1}} {
+		if got := servertest.Sample(exposition, tc.sample); got != tc.want {
+			t.Errorf("Sample(%s) = %v, want %v", tc.sample, got, tc.want)
+		}
+	}
 }

@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Acceptance measurements of infer route (docs/route.md quotes them), against
+# real processes on 127.0.0.1. Usage: scripts/accept-route.sh [section...]
+# Sections (default: all but llmd):
+#   overhead  2 sim encoder replicas; at 1,000 req/s of small bodies (vegeta, open loop),
+#             the latency p50/p99 direct, through infer route and through
+#             HAProxy 2.6 (apt-get install haproxy), interleaved A B A B,
+#             and the CPU per request of each front
+#   hash      10,000 requests hashed on X-Routing-Key over 2 replicas: the
+#             share that stayed on its key's replica, then the keys moved
+#             by removing one (go test, INFER_ROUTE_ACCEPT=1)
+#   streams   1,000 streams through an infer route process beside a slow
+#             reader: the router's RSS and the worst gap between events
+#   faults    kill -9 and SIGSTOP of a replica under load
+#   llmd      the llm-d experiment in miniature: 4 sim-lm replicas
+#             (--max-seqs 32 --kv-tokens 16384), 16 tenants with 3,072-token
+#             contexts, a closed loop of 128 streams per policy
+# Every load is bounded in time. Ports: 18800-18815 (ROUTE_PORT_BASE).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+make -s build
+BIN=bin/infer
+P=${ROUTE_PORT_BASE:-18800}
+ROUTER=http://127.0.0.1:$P
+HAPROXY=http://127.0.0.1:$((P + 10))
+TMP=$(mktemp -d -t infer-route.XXXXXX)
+PIDS=()
+cleanup() {
+	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+ROUNDS=${ROUNDS:-2}
+
+SECTIONS=("$@")
+if [[ ${#SECTIONS[@]} -eq 0 ]]; then SECTIONS=(overhead hash streams faults); fi
+
+# start NAME URL CMD...: run CMD in the background, its log in $TMP/NAME.log,
+# and wait until URL/readyz answers.
+start() {
+	local name=$1 url=$2
+	shift 2
+	"$@" >"$TMP/$name.log" 2>&1 &
+	PIDS+=($!)
+	eval "PID_$name=$!"
+	await_ready "$url" $! 60 || { echo "$name did not become ready:"; cat "$TMP/$name.log"; exit 1; }
+}
+
+# stop NAME: stop the process start NAME started.
+stop() {
+	local pid
+	pid=$(eval echo "\$PID_$1")
+	kill "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
+}
+
+# haproxy_cfg BALANCE: a HAProxy config over the two replicas.
+haproxy_cfg() {
+	cat <<CFG
+global
+	maxconn 8000
+defaults
+	mode http
+	timeout connect 2s
+	timeout client 60s
+	timeout server 60s
+	option http-keep-alive
+frontend f
+	bind 127.0.0.1:$((P + 10))
+	default_backend b
+	monitor-uri /readyz
+backend b
+	$1
+	http-reuse always
+	server r1 127.0.0.1:$((P + 1)) check inter 500ms
+	server r2 127.0.0.1:$((P + 2)) check inter 500ms
+CFG
+}
+
+# load URL RATE: vegeta, open loop, for LOAD_SECONDS (default 10) at RATE
+# req/s, small bodies to /batched, each with a routing key among 1,000;
+# prints the latency p50 and p99 and the requests answered 200 (into $N).
+load() {
+	local url=$1 rate=$2
+	python3 - "$url" "$TMP/body" >"$TMP/targets" <<'PY'
+import sys
+url, body = sys.argv[1], sys.argv[2]
+for i in range(1000):
+    print(f"POST {url}/batched\nX-Routing-Key: tenant-{i}\nContent-Type: text/plain\n@{body}\n")
+PY
+	"$VEGETA" attack -rate="$rate" -duration="${LOAD_SECONDS:-10}s" -targets="$TMP/targets" >"$TMP/results.bin"
+	"$VEGETA" report -type=json <"$TMP/results.bin" >"$TMP/report.json"
+	N=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["status_codes"].get("200", 0))' "$TMP/report.json")
+	python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); l=r["latencies"]
+print("p50 %.2f ms  p99 %.2f ms  %.0f req/s  codes %s" % (l["50th"]/1e6, l["99th"]/1e6, r["throughput"], r["status_codes"]))' "$TMP/report.json"
+}
+
+# front NAME PID URL: load URL at 1,000 req/s; print its latencies and the
+# CPU the front PID spent per request answered.
+front() {
+	local t0 t1
+	t0=$(cpu_ticks "$2")
+	load "$3" 1000 >"$TMP/out" # not in a subshell: load sets N
+	t1=$(cpu_ticks "$2")
+	echo "  $1:  $(cat "$TMP/out")  CPU $(awk -v t=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" -v n="$N" 'BEGIN{printf "%.1f us/request", t/hz*1e6/n}')"
+}
+
+if section overhead; then
+	vegeta_install
+	echo -n 'Paris is the [MASK] of France.' >"$TMP/body"
+	command -v haproxy >/dev/null || { echo "haproxy missing: apt-get install -y haproxy"; exit 1; }
+	echo "== overhead: 2 replicas of sim 1ms + 0.01ms/item; 1,000 req/s for ${LOAD_SECONDS:-10} s each, $ROUNDS rounds interleaved"
+	for i in 1 2; do
+		start "r$i" "http://127.0.0.1:$((P + i))" "$BIN" serve --model sim --sim-fixed 1ms --sim-per-item 0.01ms \
+			--max-latency 2ms --addr "127.0.0.1:$((P + i))" --log-level warn
+	done
+	for pair in "round-robin|balance roundrobin" "least-request|balance leastconn" "hash|balance hdr(X-Routing-Key)
+	hash-type consistent"; do
+		policy=${pair%%|*}
+		bal=${pair#*|}
+		haproxy_cfg "$bal" >"$TMP/haproxy.cfg"
+		start router "$ROUTER" "$BIN" route --addr "127.0.0.1:$P" --policy "$policy" --log-level warn \
+			--upstream "http://127.0.0.1:$((P + 1)),http://127.0.0.1:$((P + 2))"
+		start haproxy "$HAPROXY" haproxy -db -f "$TMP/haproxy.cfg"
+		for _ in $(seq "$ROUNDS"); do
+			echo "  direct, one replica at 500 req/s:  $(load "http://127.0.0.1:$((P + 1))" 500)"
+			front "infer route --policy $policy" "$PID_router" "$ROUTER"
+			front "haproxy ${bal//$'\n\t'/ }" "$PID_haproxy" "$HAPROXY"
+		done
+		stop router
+		stop haproxy
+	done
+	stop r1
+	stop r2
+fi
+
+if section hash; then
+	echo "== hash: 10,000 requests on 1,000 keys over 2 sim replicas, then one removed"
+	accept_tests ./cmd INFER_ROUTE_ACCEPT 300s TestAcceptRouteHash
+fi
+
+if section streams; then
+	echo "== streams: 1,000 streams through an infer route process (no race detector), a slow reader beside them"
+	go test -count=1 -timeout 300s -v -run '^TestRouteHoldsManyStreams$' ./cmd | grep -E 'ROUTE|^(--- |ok|FAIL)'
+fi
+
+if section faults; then
+	echo "== faults: kill -9 and SIGSTOP of a replica under load"
+	go test -count=1 -timeout 300s -v -run '^(TestRouteKillReplicaUnderLoad|TestRouteStalledReplicaIsEjectedByDeadline)$' ./cmd | grep -E 'ROUTE|^(--- |ok|FAIL)'
+fi
+
+if section llmd; then
+	echo "== llmd: 4 sim-lm replicas, 16 tenants x 3,072-token contexts, 128 streams in a closed loop, per policy"
+	accept_tests ./cmd INFER_ROUTE_ACCEPT 1800s TestAcceptRouteLLMD
+fi
