@@ -335,14 +335,22 @@ func (r *runner) openLoop(ctx context.Context, winEnd time.Time) {
 func (r *runner) closedLoop(ctx context.Context, winEnd time.Time) {
 	var next atomic.Uint64
 	client := func() { r.requests(ctx, winEnd, &next) }
+	var stagger time.Duration
 	if ss, ok := r.cfg.Source.(SessionSource); ok {
 		client = func() { r.sessions(ctx, winEnd, ss, &next) }
+		// Sessions that started together would keep in step, every
+		// turn i arriving with the others' turn i; client c starts
+		// c/Concurrency of a think time late instead.
+		stagger = ss.ThinkTime() / time.Duration(r.cfg.Concurrency)
 	}
-	for range r.cfg.Concurrency {
+	for c := range r.cfg.Concurrency {
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
 			defer r.recoverPanic()
+			if c > 0 && stagger > 0 && !waitUntil(ctx, time.Now().Add(time.Duration(c)*stagger)) {
+				return
+			}
 			client()
 		}()
 	}

@@ -96,6 +96,23 @@ func TestSessionsCarryAnswers(t *testing.T) {
 	}
 }
 
+// TestSessionsStaggered: the sessions of a closed loop start a share of
+// a think time apart, so that their turns do not arrive in step.
+func TestSessionsStaggered(t *testing.T) {
+	_, log := runSessions(t, turnFake, fiveTurns, 4, 0, 300*time.Millisecond)
+	var firsts []time.Duration
+	for _, e := range log {
+		if len(e.Messages) == 1 {
+			firsts = append(firsts, e.At.Sub(log[0].At))
+		}
+	}
+	// 100 ms of think time over 4 clients.
+	want := []time.Duration{0, 25 * time.Millisecond, 50 * time.Millisecond, 75 * time.Millisecond}
+	if len(firsts) < 4 || !slices.Equal(firsts[:4], want) {
+		t.Errorf("the first turns came at %v; want %v", firsts, want)
+	}
+}
+
 // TestSessionsTTFTByTurn: the record's TTFT by turn is what the fake's
 // emulated prefill makes it, exactly (virtual time): with a prefix cache a
 // later turn computes only the last answer and its new message; without,

@@ -118,6 +118,7 @@ type Server struct {
 type Exchange struct {
 	Messages []string
 	Answer   string
+	At       time.Time // when the request was read
 }
 
 // Exchanges returns the requests logged so far (Config.Log), in the order
@@ -355,7 +356,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.offset = int(seq)
 	}
 	if s.cfg.Log {
-		e := Exchange{Answer: a.answerText()}
+		e := Exchange{Answer: a.answerText(), At: time.Now()}
 		if chat {
 			for _, m := range req.Messages {
 				e.Messages = append(e.Messages, m.Role+": "+fmt.Sprint(m.Content))
