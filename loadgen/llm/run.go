@@ -374,16 +374,24 @@ func waitUntil(ctx context.Context, t time.Time) bool {
 func (r *runner) requests(ctx context.Context, winEnd time.Time, next *atomic.Uint64) {
 	for ctx.Err() == nil {
 		i := next.Add(1) - 1
-		req := r.cfg.Source.Request(i)
-		now := time.Now()
-		if !now.Before(winEnd) {
+		if !r.send(r.client(i), r.cfg.Source.Request(i), winEnd, nil) {
 			return
 		}
-		res := r.pool.Get().(*Result)
-		res.Intended, res.Queued = now, 0
-		r.wg.Add(1)
-		r.stream(r.client(i), req, res, nil)
 	}
+}
+
+// send streams req on c now and waits for its end, unless the window has
+// ended; it reports whether it sent.
+func (r *runner) send(c *Client, req *Request, winEnd time.Time, after func(*Result)) bool {
+	now := time.Now()
+	if !now.Before(winEnd) {
+		return false
+	}
+	res := r.pool.Get().(*Result)
+	res.Intended, res.Queued = now, 0
+	r.wg.Add(1)
+	r.stream(c, req, res, after)
+	return true
 }
 
 // sessions is one closed-loop client of a multi-turn workload: it runs
@@ -400,18 +408,13 @@ func (r *runner) sessions(ctx context.Context, winEnd time.Time, ss SessionSourc
 			if due := time.Now().Add(think); sess.Turn() > 1 && think > 0 && (!due.Before(winEnd) || !waitUntil(ctx, due)) {
 				return // the next turn would come after the window
 			}
-			now := time.Now()
-			if !now.Before(winEnd) {
-				return
-			}
-			res := r.pool.Get().(*Result)
-			res.Intended, res.Queued = now, 0
-			r.wg.Add(1)
-			r.stream(c, req, res, func(res *Result) {
+			if !r.send(c, req, winEnd, func(res *Result) {
 				if res.OK() {
 					sess.Answer(string(res.Text()), res.OutputTokens)
 				}
-			})
+			}) {
+				return
+			}
 		}
 	}
 }
