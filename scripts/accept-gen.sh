@@ -7,7 +7,7 @@
 #               least a Go net/http server does to stream the same chunks
 #               at the same pace), in turn, ROUNDS (2) pairs
 #   floorcache  the floor's pairs with the prefix cache at work: prompts of
-#               16 shared 256-word prefixes and questions of their own,
+#               16 shared 128-word prefixes and questions of their own,
 #               --prefix-cache=true, the server's hit rate beside each pair
 #   streams     STREAMS concurrent streams held, and the server's RSS
 #   slow        a client that stops reading: the others go on, and the slow
@@ -58,11 +58,12 @@ for i in range(256):
     m = min(1024, max(1, round(100 * math.exp(0.8 * r.gauss(0, 1)))))
     with open(f"{sys.argv[1]}/body.{i}", "w") as f:
         json.dump({"prompt": prompt, "max_tokens": m, "ignore_eos": True, "stream": True}, f)
-# shared.*: the same lengths out, prompts of one of 16 prefixes of 256
-# words and a question of 16–256 words of their own (floorcache).
-prefixes = [" ".join(r.choice(words) for _ in range(256)) for _ in range(16)]
+# shared.*: the same lengths in and out as body.* on average, prompts of
+# one of 16 prefixes of 128 words and a question of 16–272 words of their
+# own (floorcache).
+prefixes = [" ".join(r.choice(words) for _ in range(128)) for _ in range(16)]
 for i in range(256):
-    prompt = prefixes[i % 16] + " " + " ".join(r.choice(words) for _ in range(r.randint(16, 256)))
+    prompt = prefixes[i % 16] + " " + " ".join(r.choice(words) for _ in range(r.randint(16, 272)))
     m = min(1024, max(1, round(100 * math.exp(0.8 * r.gauss(0, 1)))))
     with open(f"{sys.argv[1]}/shared.{i}", "w") as f:
         json.dump({"prompt": prompt, "max_tokens": m, "ignore_eos": True, "stream": True}, f)
@@ -120,7 +121,7 @@ section_floor() {
 
 section_floorcache() {
 	echo "== CPU per streamed token with the prefix cache at work, infer serve vs internal/ssefloor, $ROUNDS pairs in turn"
-	echo "   ($CONCURRENCY streams, ${DURATION}s each; prompts of 16 shared 256-word prefixes and questions of 16-256 words)"
+	echo "   ($CONCURRENCY streams, ${DURATION}s each; prompts of 16 shared 128-word prefixes and questions of 16-272 words)"
 	BODY=shared floor_pairs --prefix-cache=true
 }
 
