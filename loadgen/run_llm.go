@@ -106,6 +106,8 @@ type llmRun struct {
 	rss     int64
 	partial bool
 	trace   *record.TraceCache // a trace replay's hit rates, before the run
+	// Whether each repeat drifted.
+	unsteady []bool
 }
 
 func (r *runner) newLLMRun(p Plan) *llmRun {
@@ -237,6 +239,7 @@ func (l *llmRun) repeat(ctx context.Context, rep int) (stop bool, err error) {
 		srv.PrefixCache = pt.PrefixCache
 	}
 	l.servers = append(l.servers, srv)
+	l.unsteady = append(l.unsteady, drifted(pt.Load, llm.Tokens(&out.LLM)))
 	l.cpu += w.cpu
 	l.cpuOK = l.cpuOK && w.cpuOK
 	l.rss = max(l.rss, w.rss)
@@ -254,6 +257,7 @@ func (l *llmRun) record() *record.Record {
 	}
 	rec := buildLLMRecord(l.p.Index, l.pt, l.outs, l.servers)
 	rec.Partial = l.partial || len(l.outs) < r.sc.Load.Repeats
+	flagUnsteady(rec, l.unsteady)
 	if l.cpuOK && r.servers.PID() > 0 {
 		rec.Server.CPUSeconds = l.cpu.Seconds()
 	}
