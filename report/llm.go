@@ -25,10 +25,11 @@ type llmSeries struct {
 	MaxSeqs, MBT int
 	Latency      record.Duration
 	Policy       string
+	Route        string // the router's policy in front of replicas
 }
 
 func llmSeriesOf(p record.Point) llmSeries {
-	return llmSeries{Endpoint: p.Endpoint, MaxSeqs: p.MaxSeqs, MBT: p.MaxBatchedTokens, Latency: p.Latency, Policy: p.Policy}
+	return llmSeries{Endpoint: p.Endpoint, MaxSeqs: p.MaxSeqs, MBT: p.MaxBatchedTokens, Latency: p.Latency, Policy: p.Policy, Route: p.RoutePolicy}
 }
 
 // llmGroups groups the LLM points by series, in the order: continuous,
@@ -78,6 +79,9 @@ func (v *view) llmLabel(s llmSeries) string {
 	}
 	if s.Endpoint == "naive" {
 		return name
+	}
+	if s.Route != "" {
+		name += " route " + s.Route
 	}
 	if vary(func(o llmSeries) string { return fmt.Sprint(o.MaxSeqs) }) && s.MaxSeqs > 0 {
 		name += fmt.Sprintf(" seqs=%d", s.MaxSeqs)
@@ -140,6 +144,7 @@ func (v *view) llmSummary(res *Result, title string) string {
 	v.writeFacts(&b)
 	v.writeWarnings(&b)
 	v.writeLLMBest(&b)
+	v.routeSummary(&b)
 	v.writeEndpoints(&b)
 	v.writeIdeal(&b)
 	v.writeServerSide(&b)
@@ -170,6 +175,9 @@ func (v *view) llmConfig(r *record.Record) string {
 	}
 	if p.Latency > 0 && (p.Endpoint == "static" || p.Policy == "static") {
 		s += ", max-latency " + p.Latency.D().String()
+	}
+	if p.RoutePolicy != "" {
+		s += ", route " + p.RoutePolicy
 	}
 	return s
 }

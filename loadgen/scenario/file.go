@@ -24,6 +24,9 @@ type (
 		URLs          list[string] `yaml:"urls"`
 		Model         string       `yaml:"model"`
 		AdminTokenEnv string       `yaml:"admin_token_env"`
+		// Replicas are the model servers behind a front (HAProxy), whose
+		// /metrics tell each one's share.
+		Replicas list[string] `yaml:"replicas"`
 	}
 	fileServer struct {
 		Model        string   `yaml:"model"`
@@ -40,6 +43,12 @@ type (
 		SimPerSeq          *string `yaml:"sim_per_seq"`
 		SimPerPrefillToken *string `yaml:"sim_per_prefill_token"`
 		KVTokens           *int    `yaml:"kv_tokens"`
+		// Replicas behind an infer route.
+		Replicas *int       `yaml:"replicas"`
+		Route    *fileRoute `yaml:"route"`
+	}
+	fileRoute struct {
+		Args []string `yaml:"args"`
 	}
 	filePayload struct {
 		Corpus string      `yaml:"corpus"`
@@ -86,6 +95,8 @@ type (
 		// Generative models.
 		MaxSeqs          list[int] `yaml:"max_seqs"`
 		MaxBatchedTokens list[int] `yaml:"max_batched_tokens"`
+		// The policies of infer route (server.replicas).
+		RoutePolicy list[string] `yaml:"route_policy"`
 	}
 	fileSLO struct {
 		P99           *string  `yaml:"p99"`

@@ -39,8 +39,13 @@ type Scenario struct {
 	// targets' admin token (target.admin_token_env), for sweeps that set
 	// batching settings through PATCH /admin/batching; "" when unset.
 	AdminTokenEnv string
+	// Replicas are the model servers behind the targets (a front such as
+	// HAProxy; target.replicas), whose /metrics tell each one's share;
+	// empty when the targets are the servers.
+	Replicas []string
 	// Server, when set, has infer start `infer serve` for each distinct
-	// server configuration of the sweep.
+	// server configuration of the sweep (server.replicas of them behind an
+	// infer route, when set).
 	Server *target.Serve
 
 	Payload Payload
@@ -186,6 +191,9 @@ type Sweep struct {
 	// MaxLatency is then static batching's wait to form a batch.
 	MaxSeqs          []int
 	MaxBatchedTokens []int
+	// RoutePolicy lists the policies of the infer route in front of
+	// server.replicas.
+	RoutePolicy []string
 }
 
 // AdminKeys names the sweep keys set that the admin API applies to
@@ -312,6 +320,9 @@ func (s *Scenario) WithTargets(urls []string) (*Scenario, error) {
 		if err := checkBaseURL(u); err != nil {
 			return nil, fmt.Errorf("--target: %w", err)
 		}
+	}
+	if len(s.Sweep.RoutePolicy) > 0 {
+		return nil, errors.New("--target: the scenario sweeps route_policy, the policies of an infer route it starts in front of server.replicas; run it with its server section")
 	}
 	if len(s.Sweep.Buckets) > 0 {
 		return nil, errors.New("--target: the scenario sweeps buckets, which the admin API cannot set on a target; run it with its server section")

@@ -74,8 +74,10 @@ func (v *validator) scenario(fs *fileScenario, dir string) *Scenario {
 		v.errorf("$", "no target or server: say which server to load (target: urls) or which infer serve to start (server: model)")
 	case fs.Target != nil:
 		sc.Targets, sc.Model, sc.AdminTokenEnv = v.target(fs.Target)
+		sc.Replicas = v.targetReplicas(fs.Target)
 	default:
 		sc.Server = v.server(fs.Server, fs.Sweep != nil && len(fs.Sweep.Buckets) > 0, gen)
+		v.routed(fs.Server, sc.Server)
 	}
 	if gen {
 		sc.Payload = v.llmPayload(fs.Payload, dir)
@@ -84,6 +86,7 @@ func (v *validator) scenario(fs *fileScenario, dir string) *Scenario {
 	}
 	sc.Load = v.load(fs.Load, gen)
 	sc.Sweep = v.sweep(fs.Sweep, sc.Server != nil, gen)
+	sc.Sweep.RoutePolicy = v.routePolicies(fs.Sweep, sc.Server)
 	sc.SLO = v.slo(fs.SLO, gen)
 	if gen {
 		return sc
