@@ -172,7 +172,7 @@ func (l *llmRun) repeat(ctx context.Context, rep int) (stop bool, err error) {
 	var targets []string
 	for _, base := range r.servers.URLs() {
 		c, err := llm.NewClient(llm.ClientConfig{BaseURL: base + target.LLMPrefix(pt.Endpoint), HTTP: httpClient,
-			Timeout: r.sc.Load.Timeout, Tokenizer: llm.KnownTokenizer(model)})
+			Timeout: r.sc.Load.Timeout, Tokenizer: llm.KnownTokenizer(model), KeyHeader: lp.KeyHeader})
 		if err != nil {
 			return false, fmt.Errorf("point %q: %w", pt.Name, err)
 		}

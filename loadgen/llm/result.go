@@ -65,6 +65,10 @@ type Request struct {
 	PromptTokens int
 	// MaxTokens is the max_tokens sent.
 	MaxTokens int
+	// Key is what the request belongs to (a tenant, a shared prefix's
+	// group, a session), sent in ClientConfig.KeyHeader when set; "" for
+	// none.
+	Key string
 }
 
 // Cause classifies a failed request.

@@ -64,6 +64,7 @@ type (
 		IgnoreEOS    bool                 `yaml:"ignore_eos"`
 		Temperature  *float64             `yaml:"temperature"`
 		Prompts      string               `yaml:"prompts"`
+		KeyHeader    string               `yaml:"key_header"`
 	}
 	fileInject struct {
 		Text  string `yaml:"text"`

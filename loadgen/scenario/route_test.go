@@ -74,6 +74,7 @@ func TestParseRouteErrors(t *testing.T) {
 		{"policy in args", head + "  replicas: 2\n  route:\n    args: [--policy=hash]\n" + tail, 5, "--policy is set by infer bench"},
 		{"policy without replicas", head + tail + "sweep:\n  route_policy: hash\n", 8, "sweep.route_policy: set server.replicas"},
 		{"unknown policy", head + "  replicas: 2\n" + tail + "sweep:\n  route_policy: [hash, fastest]\n", 9, `sweep.route_policy "fastest": want round-robin`},
+		{"bad key header", head + "  replicas: 2\npayload:\n  api: completions\n  key_header: \"X Key\"\nload:\n  concurrency: 4\n", 6, "payload.key_header"},
 		{"bad target replica", "target:\n  urls: http://a:1\n  replicas: [b:2]\n" + tail, 3, "target.replicas[0]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -95,6 +95,10 @@ type LLMPayload struct {
 	Prompts string
 	Set     []llm.Prompt
 	Skipped int
+	// KeyHeader names the header that carries each request's key (its
+	// tenant: a shared prefix's group, a session), for a router's hash
+	// policy (infer route's X-Routing-Key); "" sends none.
+	KeyHeader string
 }
 
 // Config returns the payload generator's configuration for model.

@@ -5,6 +5,7 @@ package scenario
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/inferhq/infer/loadgen/target"
@@ -71,3 +72,13 @@ func (v *validator) targetReplicas(t *fileTarget) []string {
 	}
 	return out
 }
+
+// keyHeader checks payload.key_header: an HTTP header's name.
+func (v *validator) keyHeader(h string) string {
+	if h != "" && !headerRE.MatchString(h) {
+		v.errorf("$.payload.key_header", "payload.key_header %q: want a header name like X-Routing-Key", h)
+	}
+	return h
+}
+
+var headerRE = regexp.MustCompile("^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$")
