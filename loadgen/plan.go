@@ -56,7 +56,7 @@ func Plans(sc *scenario.Scenario) []Plan {
 				scale = max(set.Workers, 1)
 			}
 			for level, load := range loads(sc, scale) {
-				p := record.Point{Endpoint: ep, Load: load, Items: sc.Payload.N}
+				p := record.Point{Endpoint: ep, Load: load, Items: sc.Payload.N, PrefixCache: set.PrefixCache}
 				if ep != "naive" {
 					p.Batch, p.Workers, p.Latency, p.Policy = set.Batch, set.Workers, record.Duration(set.MaxLatency), set.Policy
 					p.Buckets = set.Buckets
@@ -121,6 +121,23 @@ func settings(s scenario.Sweep) []target.Settings {
 			}
 		}
 	}
+	return withPrefixCache(out, s.PrefixCache)
+}
+
+// withPrefixCache returns the configurations sets with each of the prefix
+// cache settings in turn (the slowest-varying dimension), or sets when
+// there are none.
+func withPrefixCache(sets []target.Settings, cache []bool) []target.Settings {
+	if len(cache) == 0 {
+		return sets
+	}
+	out := make([]target.Settings, 0, len(sets)*len(cache))
+	for i := range cache {
+		for _, c := range sets {
+			c.PrefixCache = &cache[i]
+			out = append(out, c)
+		}
+	}
 	return out
 }
 
@@ -132,7 +149,7 @@ func loads(s *scenario.Scenario, scale int) []record.Load {
 	}
 	for _, r := range s.Load.Rates {
 		l := record.Load{Mode: "open", Pacer: s.Load.Pacer, Rate: r * float64(scale)}
-		if a := s.Load.Arrival; a == "poisson" || a == "gamma" {
+		if a := s.Load.Arrival; a == "poisson" || a == "gamma" || a == "trace" {
 			l.Arrival, l.Burstiness = a, s.Load.Burstiness
 		}
 		if s.Load.Pacer == "ramp" {
@@ -144,18 +161,18 @@ func loads(s *scenario.Scenario, scale int) []record.Load {
 }
 
 // dims names the server dimensions of a sweep.
-type dims struct{ batch, workers, latency, policy, buckets, maxSeqs, mbt, route bool }
+type dims struct{ batch, workers, latency, policy, buckets, maxSeqs, mbt, cache, route bool }
 
 // varied returns the dimensions the sweep gives more than one value.
 func varied(s scenario.Sweep) dims {
 	return dims{len(s.Batch) > 1, len(s.Workers) > 1, len(s.MaxLatency) > 1, len(s.Policy) > 1, len(s.Buckets) > 1,
-		len(s.MaxSeqs) > 1, len(s.MaxBatchedTokens) > 1, len(s.RoutePolicy) > 1}
+		len(s.MaxSeqs) > 1, len(s.MaxBatchedTokens) > 1, len(s.PrefixCache) > 1, len(s.RoutePolicy) > 1}
 }
 
 // single returns the dimensions the sweep gives one value.
 func single(s scenario.Sweep) dims {
 	return dims{len(s.Batch) == 1, len(s.Workers) == 1, len(s.MaxLatency) == 1, len(s.Policy) == 1, len(s.Buckets) == 1,
-		len(s.MaxSeqs) == 1, len(s.MaxBatchedTokens) == 1, len(s.RoutePolicy) == 1}
+		len(s.MaxSeqs) == 1, len(s.MaxBatchedTokens) == 1, len(s.PrefixCache) == 1, len(s.RoutePolicy) == 1}
 }
 
 // pointName labels a point with its endpoint, the server settings among
@@ -203,6 +220,9 @@ func settingParts(p record.Point, show dims) []string {
 	if show.mbt && p.MaxBatchedTokens > 0 {
 		parts = append(parts, fmt.Sprintf("mbt=%d", p.MaxBatchedTokens))
 	}
+	if show.cache && p.PrefixCache != nil {
+		parts = append(parts, "cache="+record.OnOff(*p.PrefixCache))
+	}
 	return parts
 }
 
@@ -233,6 +253,9 @@ func Shared(sc *scenario.Scenario) string {
 	if len(s.MaxBatchedTokens) == 1 {
 		p.MaxBatchedTokens = s.MaxBatchedTokens[0]
 	}
+	if len(s.PrefixCache) == 1 {
+		p.PrefixCache = &s.PrefixCache[0]
+	}
 	parts := settingParts(p, single(s))
 	if len(s.RoutePolicy) == 1 {
 		parts = append([]string{"route=" + s.RoutePolicy[0]}, parts...)
@@ -246,6 +269,8 @@ func loadName(l record.Load) string {
 		return fmt.Sprintf("c=%d", l.Concurrency)
 	case l.Pacer == "ramp":
 		return fmt.Sprintf("ramp=%s→%s/s", fmtRate(l.RampFrom), fmtRate(l.Rate))
+	case l.Arrival == "trace":
+		return fmt.Sprintf("trace=%s/s", fmtRate(l.Rate))
 	default:
 		return fmt.Sprintf("rate=%s/s", fmtRate(l.Rate))
 	}

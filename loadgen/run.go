@@ -184,6 +184,9 @@ type runner struct {
 	gen     target.GenInfo // what a generation server's metrics said last
 	notes   notices
 	payload llmPayload // LLM scenarios: the requests' generator
+	// fresh tells that the server was started and no load has run on it
+	// since: its prefix cache is empty.
+	fresh bool
 }
 
 // notices are what a run found missing or assumed, each said once.

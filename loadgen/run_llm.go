@@ -5,6 +5,7 @@ package loadgen
 // generation server's /metrics alongside.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -25,17 +26,17 @@ import (
 // of a sweep gets the same arrival times.
 const llmSeed = 1
 
-// llmPayload makes an LLM scenario's requests: one generator for the
-// model, made anew when the model changes, so that its prompts' tokens are
-// cached across points.
+// llmPayload makes an LLM scenario's requests: one source for the model,
+// made anew when the model changes, so that its prompts' tokens are cached
+// across points.
 type llmPayload struct {
-	gen   *llm.Generator
+	gen   llm.Source
 	model string
 }
 
-func (p *llmPayload) generator(lp *scenario.LLMPayload, model string) (*llm.Generator, error) {
+func (p *llmPayload) generator(lp *scenario.LLMPayload, model string) (llm.Source, error) {
 	if p.gen == nil || p.model != model {
-		g, err := llm.NewGenerator(lp.Config(model))
+		g, err := llm.NewSource(lp.Config(model))
 		if err != nil {
 			return nil, err
 		}
@@ -105,6 +106,7 @@ type llmRun struct {
 	cpuOK   bool
 	rss     int64
 	partial bool
+	trace   *record.TraceCache // a trace replay's hit rates, before the run
 }
 
 func (r *runner) newLLMRun(p Plan) *llmRun {
@@ -189,7 +191,23 @@ func (l *llmRun) repeat(ctx context.Context, rep int) (stop bool, err error) {
 		SLO: r.sc.SLO.Record().LLM(), Seed: llmSeed, Histograms: true,
 		Progress: r.mon.llmLive, Cores: r.cfg.Cores,
 	}
-	if pt.Load.Mode == "open" {
+	switch {
+	case lp.Trace != nil:
+		cfg.Pacer = lp.Trace.Pacer()
+		if rep == 1 {
+			l.trace = r.traceHitRates(lp.Trace)
+		}
+		switch {
+		case l.trace == nil || r.fresh:
+		case r.sc.Server == nil:
+			l.trace.Warm = true
+			r.notice("the target's prefix cache may hold load from before the trace replay: its hit rate may pass the trace's own figures")
+		default:
+			l.trace.Warm = true
+			r.notice("a trace replay ran on a server whose prefix cache held earlier load (%s): its hit rate may pass the trace's own figures; give each repeat a fresh server (load.interleave with sweep.prefix_cache [true, false] restarts it every repeat)", pt.Name)
+		}
+		r.fresh = false
+	case pt.Load.Mode == "open":
 		pacer, err := attack.NewPacer(pt.Load, cfg.Warmup, cfg.Duration, llmSeed)
 		if err != nil {
 			return false, fmt.Errorf("point %q: %w", pt.Name, err)
@@ -215,7 +233,11 @@ func (l *llmRun) repeat(ctx context.Context, rep int) (stop bool, err error) {
 		return true, nil
 	}
 	l.outs = append(l.outs, out)
-	l.servers = append(l.servers, w.server(out.Window))
+	srv := w.server(out.Window)
+	if srv != nil && pt.PrefixCache != nil { // the point's own, though r.gen may be another's
+		srv.PrefixCache = pt.PrefixCache
+	}
+	l.servers = append(l.servers, srv)
 	l.shares = append(l.shares, w.shares(out.Window))
 	l.cpu += w.cpu
 	l.cpuOK = l.cpuOK && w.cpuOK
@@ -239,6 +261,7 @@ func (l *llmRun) record() *record.Record {
 		rec.Server.CPUSeconds = l.cpu.Seconds() // the router's, in front of replicas (record.ServerSide)
 	}
 	rec.Server.RSSBytes = l.rss
+	rec.LLM.Trace = l.trace
 	if g := rec.LLM; g.Server != nil {
 		r.ideal(l.pt, g)
 	}
@@ -257,8 +280,34 @@ func (r *runner) ideal(pt record.Point, l *record.LLM) {
 	if target.GenLabel(pt.Endpoint) == "naive" {
 		slots = 1
 	}
-	lo, lp := float64(l.OutputTokens)/float64(l.Completed), float64(l.PromptTokens)/float64(l.Completed)
+	lo, lp := float64(l.OutputTokens)/float64(l.Completed), l.ComputedPrompt()
 	l.Ideal = math.Round(target.IdealTokens(step, perSeq, perPrefill, slots, lo, lp)*10) / 10
+}
+
+// traceHitRates computes the hit rate a trace replay allows, at the
+// server's block size and KV capacity (from its infer_gen_batching_info,
+// else the scenario's server section), and says it.
+func (r *runner) traceHitRates(t *llm.TraceReplay) *record.TraceCache {
+	block, kv := 0, 0
+	if r.gen.OK {
+		block, kv = r.gen.BlockSize, r.gen.KVTokens
+	}
+	if s := r.sc.Server; s != nil {
+		block, kv = cmp.Or(block, s.BlockSize), cmp.Or(kv, s.KVTokens)
+	}
+	if block == 0 {
+		block = t.BlockTokens()
+		r.notice("the server's KV block size is unknown (no infer_gen_batching_info): the trace's hit rates are computed in its own blocks of %d tokens, and without a capacity", block)
+	}
+	h, err := t.HitRates(block, kv/block)
+	if err != nil {
+		r.notice("trace hit rates: %v", err)
+		return nil
+	}
+	r.notice("trace window: %d requests; the trace allows %s", t.WindowRequests(), h)
+	round5 := func(v float64) float64 { return math.Round(v*1e5) / 1e5 } // a ratio to them is read to 0.1 %
+	return &record.TraceCache{Requests: t.WindowRequests(), Queries: h.Queries, Unbounded: round5(h.Unbounded),
+		LRU: round5(h.LRU), Capacity: h.Capacity, BlockSize: h.BlockSize}
 }
 
 // llmNotices says once what an LLM point found missing.
@@ -419,6 +468,7 @@ func (w *genWatch) server(window time.Duration) *record.LLMServer {
 		s.MaxSeqs = 1
 	}
 	s.Model, s.Params = g.Model, g.Params
+	s.PrefixCache, s.BlockSize = g.PrefixCache, g.BlockSize
 	return s
 }
 
@@ -508,8 +558,9 @@ func msPercentiles(m record.MsStats) *record.Percentiles {
 // the summed windows, the four latency distributions merge exactly (as
 // histograms, to 1 %); the client's queue and schedule lag, the latencies
 // from the intended send and the server's side are the worst repeat's
-// (by p99 TTFT from the intended send); the timeline is the first
-// repeat's. One repeat is returned as it is.
+// (by p99 TTFT from the intended send), but for the server's prefix-cache
+// counters, which add up; the timeline is the first repeat's. One repeat
+// is returned as it is.
 func mergeLLM(outs []*llm.Outcome, servers []*record.LLMServer) *record.LLM {
 	if len(outs) == 1 {
 		l := outs[0].LLM
@@ -583,6 +634,7 @@ func mergeLLM(outs []*llm.Outcome, servers []*record.LLMServer) *record.LLM {
 	w := &outs[worst].LLM
 	m.Queue, m.Lag, m.FromIntended = w.Queue, w.Lag, w.FromIntended
 	m.Server = servers[worst]
+	mergePrefix(&m, outs, servers)
 	return &m
 }
 

@@ -35,7 +35,8 @@ func (w *genWatch) shares(window time.Duration) []record.ReplicaShare {
 // shareOf is a replica's share from its window's server side.
 func shareOf(name string, s *record.LLMServer) record.ReplicaShare {
 	return record.ReplicaShare{Name: name, Requests: s.Requests, PromptTokens: s.PromptTokens,
-		OutputTokensPerS: s.OutputTokensPerS, TTFTMean: s.TTFTMean}
+		OutputTokensPerS: s.OutputTokensPerS, TTFTMean: s.TTFTMean,
+		PrefixQueries: s.PrefixQueries, PrefixHits: s.PrefixHits, PrefixHitRate: s.PrefixHitRate}
 }
 
 // hostOf is a base URL's host:port, the name infer route gives a replica.

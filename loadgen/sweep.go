@@ -157,6 +157,7 @@ func (r *runner) serve(ctx context.Context, p Plan) error {
 	if err := r.servers.Use(ctx, p.Group, p.Settings); err != nil {
 		return err
 	}
+	r.fresh = true
 	if r.sc.Payload.LLM != nil {
 		return r.checkGenServer(ctx)
 	}

@@ -96,6 +96,10 @@ type Point struct {
 	// Expect is how 200 answers were checked: "status" (any body),
 	// "infer" (one output per item) or "kserve" (a KServe v2 answer).
 	Expect string `json:"expect,omitempty"`
+
+	// PrefixCache is a generation server's --prefix-cache, when the
+	// sweep set it.
+	PrefixCache *bool `json:"prefix_cache,omitempty"`
 }
 
 // Load is how the generator drove one point.
@@ -106,7 +110,8 @@ type Load struct {
 	RampFrom    float64 `json:"ramp_from,omitempty"`   // ramp: starting requests/s
 	Concurrency int     `json:"concurrency,omitempty"` // closed loop: clients
 	// Arrival is an LLM open loop's arrival process: "poisson" or "gamma"
-	// (of shape Burstiness); "" for constant gaps.
+	// (of shape Burstiness), "trace" (a trace replay's timestamps, Rate
+	// their mean); "" for constant gaps.
 	Arrival    string  `json:"arrival,omitempty"`
 	Burstiness float64 `json:"burstiness,omitempty"`
 }

@@ -43,6 +43,7 @@ type (
 		SimPerSeq          *string `yaml:"sim_per_seq"`
 		SimPerPrefillToken *string `yaml:"sim_per_prefill_token"`
 		KVTokens           *int    `yaml:"kv_tokens"`
+		BlockSize          *int    `yaml:"block_size"`
 		// Replicas behind an infer route.
 		Replicas *int       `yaml:"replicas"`
 		Route    *fileRoute `yaml:"route"`
@@ -65,6 +66,29 @@ type (
 		Temperature  *float64             `yaml:"temperature"`
 		Prompts      string               `yaml:"prompts"`
 		KeyHeader    string               `yaml:"key_header"`
+		// Prefix-caching workloads (validate_prefix.go).
+		SharedPrefix *fileSharedPrefix `yaml:"shared_prefix"`
+		MultiTurn    *fileMultiTurn    `yaml:"multi_turn"`
+		Trace        *fileTrace        `yaml:"trace"`
+	}
+	fileSharedPrefix struct {
+		Groups         int                  `yaml:"groups"`
+		PrefixTokens   int                  `yaml:"prefix_tokens"`
+		QuestionTokens *located[llm.Length] `yaml:"question_tokens"`
+		Pick           string               `yaml:"pick"`
+	}
+	fileMultiTurn struct {
+		Turns         int                  `yaml:"turns"`
+		ThinkTime     *string              `yaml:"think_time"`
+		FirstTokens   *located[llm.Length] `yaml:"first_tokens"`
+		MessageTokens *located[llm.Length] `yaml:"message_tokens"`
+	}
+	fileTrace struct {
+		File     string   `yaml:"file"`
+		Speed    *float64 `yaml:"speed"`
+		Start    *string  `yaml:"start"`
+		Duration *string  `yaml:"duration"`
+		Scale    *float64 `yaml:"scale"`
 	}
 	fileInject struct {
 		Text  string `yaml:"text"`
@@ -94,8 +118,9 @@ type (
 		Policy     list[string] `yaml:"policy"`
 		Buckets    list[[]int]  `yaml:"buckets"`
 		// Generative models.
-		MaxSeqs          list[int] `yaml:"max_seqs"`
-		MaxBatchedTokens list[int] `yaml:"max_batched_tokens"`
+		MaxSeqs          list[int]  `yaml:"max_seqs"`
+		MaxBatchedTokens list[int]  `yaml:"max_batched_tokens"`
+		PrefixCache      list[bool] `yaml:"prefix_cache"`
 		// The policies of infer route (server.replicas).
 		RoutePolicy list[string] `yaml:"route_policy"`
 	}

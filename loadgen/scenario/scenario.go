@@ -99,13 +99,21 @@ type LLMPayload struct {
 	// tenant: a shared prefix's group, a session), for a router's hash
 	// policy (infer route's X-Routing-Key); "" sends none.
 	KeyHeader string
+	// SharedPrefix, MultiTurn and Trace are a prefix-caching workload
+	// (payload.shared_prefix, multi_turn, trace), at most one; TraceFile
+	// is the trace's file as written.
+	SharedPrefix *llm.SharedPrefix
+	MultiTurn    *llm.MultiTurn
+	Trace        *llm.TraceReplay
+	TraceFile    string
 }
 
 // Config returns the payload generator's configuration for model.
 func (p *LLMPayload) Config(model string) llm.PayloadConfig {
 	return llm.PayloadConfig{API: p.API, Model: model, Stream: p.Stream, PromptTokens: p.PromptTokens,
 		OutputTokens: p.OutputTokens, IgnoreEOS: p.IgnoreEOS, Prompts: p.Set, Seed: payloadSeed,
-		Extra: map[string]any{"temperature": p.Temperature}}
+		Extra:        map[string]any{"temperature": p.Temperature},
+		SharedPrefix: p.SharedPrefix, MultiTurn: p.MultiTurn, Trace: p.Trace}
 }
 
 // payloadSeed seeds every point's payload, so that the points of a sweep
@@ -198,6 +206,9 @@ type Sweep struct {
 	// RoutePolicy lists the policies of the infer route in front of
 	// server.replicas.
 	RoutePolicy []string
+	// PrefixCache turns a generation server's prefix cache on and off
+	// (--prefix-cache; on a target, PATCH /admin/batching of /v1).
+	PrefixCache []bool
 }
 
 // AdminKeys names the sweep keys set that the admin API applies to
@@ -208,7 +219,7 @@ func (s Sweep) AdminKeys() []string {
 		name string
 		n    int
 	}{{"batch", len(s.Batch)}, {"workers", len(s.Workers)}, {"max_latency", len(s.MaxLatency)}, {"policy", len(s.Policy)},
-		{"max_seqs", len(s.MaxSeqs)}, {"max_batched_tokens", len(s.MaxBatchedTokens)}} {
+		{"max_seqs", len(s.MaxSeqs)}, {"max_batched_tokens", len(s.MaxBatchedTokens)}, {"prefix_cache", len(s.PrefixCache)}} {
 		if d.n > 0 {
 			keys = append(keys, d.name)
 		}
@@ -331,9 +342,9 @@ func (s *Scenario) WithTargets(urls []string) (*Scenario, error) {
 	if len(s.Sweep.Buckets) > 0 {
 		return nil, errors.New("--target: the scenario sweeps buckets, which the admin API cannot set on a target; run it with its server section")
 	}
-	if s.Payload.LLM != nil && (len(s.Sweep.MaxSeqs) > 0 || len(s.Sweep.MaxBatchedTokens) > 0 || len(s.Sweep.MaxLatency) > 0) &&
+	if s.Payload.LLM != nil && (len(s.Sweep.MaxSeqs) > 0 || len(s.Sweep.MaxBatchedTokens) > 0 || len(s.Sweep.MaxLatency) > 0 || len(s.Sweep.PrefixCache) > 0) &&
 		slices.ContainsFunc(s.Sweep.Endpoints, func(e string) bool { return target.GenLabel(e) == "static" }) {
-		return nil, errors.New("--target: the scenario sweeps max_seqs, max_batched_tokens or max_latency with the static endpoint; the admin API sets the /v1 engine's only, so run it with its server section")
+		return nil, errors.New("--target: the scenario sweeps max_seqs, max_batched_tokens, max_latency or prefix_cache with the static endpoint; the admin API sets the /v1 engine's only, so run it with its server section")
 	}
 	c := *s
 	c.Targets = make([]string, len(urls))

@@ -81,6 +81,7 @@ func (v *validator) scenario(fs *fileScenario, dir string) *Scenario {
 	}
 	if gen {
 		sc.Payload = v.llmPayload(fs.Payload, dir)
+		fs.Load = v.traceLoad(fs.Load, sc.Payload.LLM)
 	} else {
 		sc.Payload = v.payload(fs.Payload, dir)
 	}
@@ -89,6 +90,8 @@ func (v *validator) scenario(fs *fileScenario, dir string) *Scenario {
 	sc.Sweep.RoutePolicy = v.routePolicies(fs.Sweep, sc.Server)
 	sc.SLO = v.slo(fs.SLO, gen)
 	if gen {
+		v.workloadLoad(&sc.Load, sc.Payload.LLM)
+		v.prefixSweep(fs.Sweep, &sc.Sweep, sc.Server)
 		return sc
 	}
 	if sc.Payload.Format == "text" && slices.ContainsFunc(sc.Sweep.Endpoints, func(e string) bool { return target.Canonical(e) == "v2" }) {
@@ -213,7 +216,7 @@ func (v *validator) payload(p *filePayload, dir string) Payload {
 		p = &filePayload{}
 	}
 	out := Payload{Corpus: p.Corpus, N: 1, Format: p.Format}
-	for _, k := range []string{"stream", "prompt_tokens", "output_tokens", "ignore_eos", "temperature", "prompts", "key_header"} {
+	for _, k := range []string{"stream", "prompt_tokens", "output_tokens", "ignore_eos", "temperature", "prompts", "key_header", "shared_prefix", "multi_turn", "trace"} {
 		if v.ast != nil && find(v.ast.Docs[0].Body, "$.payload."+k) != nil {
 			v.errorf("$.payload."+k, "payload.%s applies to LLM loads: set payload.api (completions or chat)", k)
 		}
@@ -367,7 +370,7 @@ func (v *validator) sweep(s *fileSweep, server, gen bool) Sweep {
 	for _, k := range []struct {
 		name string
 		n    int
-	}{{"max_seqs", len(s.MaxSeqs)}, {"max_batched_tokens", len(s.MaxBatchedTokens)}} {
+	}{{"max_seqs", len(s.MaxSeqs)}, {"max_batched_tokens", len(s.MaxBatchedTokens)}, {"prefix_cache", len(s.PrefixCache)}} {
 		if k.n > 0 {
 			v.errorf("$.sweep."+k.name, "sweep.%s applies to generation servers (payload.api) only", k.name)
 		}

@@ -84,6 +84,7 @@ func (v *validator) llmPayload(p *filePayload, dir string) Payload {
 		}
 		lp.Set, lp.Skipped = set, skipped
 	}
+	v.workload(p, dir, lp)
 	return out
 }
 
@@ -261,6 +262,7 @@ func (v *validator) llmServer(s *fileServer, spec *target.Serve) {
 	if s.Timeout == nil {
 		spec.Timeout = LLMServerTimeout
 	}
+	v.blockSize(s, spec)
 }
 
 // generation reports what the generation engine's Config.Validate says
@@ -278,7 +280,7 @@ func (v *validator) generation(path, key string, c generate.Config) bool {
 var encoderServerKeys = []string{"sim_fixed", "sim_per_item", "sim_fail_on"}
 
 // genServerKeys are server keys of generation models only.
-var genServerKeys = []string{"sim_step", "sim_per_seq", "sim_per_prefill_token", "kv_tokens"}
+var genServerKeys = []string{"sim_step", "sim_per_seq", "sim_per_prefill_token", "kv_tokens", "block_size"}
 
 func (v *validator) llmSLO(s *fileSLO, out *SLO) {
 	if s.P99 != nil {

@@ -28,6 +28,9 @@ type Serve struct {
 	// Args are more flags, passed verbatim after the others; none may set
 	// a flag that infer bench sets (SetByBench).
 	Args []string
+	// BlockSize is a generation server's KV block size in tokens
+	// (--block-size).
+	BlockSize int
 	// ReadyTimeout bounds the wait for /readyz after a start.
 	ReadyTimeout time.Duration
 	// Replicas, when above 0, starts that many servers (each with the
@@ -50,8 +53,10 @@ type Settings struct {
 	MaxLatency     time.Duration
 	MaxLatencySet  bool // MaxLatency is set: zero is a setting too
 	Policy         string
-	// MaxSeqs and MaxBatchedTokens are a generation server's.
+	// MaxSeqs and MaxBatchedTokens are a generation server's, and
+	// PrefixCache turns its prefix cache on or off (nil: left as it is).
 	MaxSeqs, MaxBatchedTokens int
+	PrefixCache               *bool
 	// Buckets are the length buckets' bounds; set to none when BucketsSet
 	// and empty. Only a server infer starts takes them.
 	Buckets    []int
@@ -79,6 +84,8 @@ const (
 	flagSimPerSeq          = "--sim-per-seq"
 	flagSimPerPrefillToken = "--sim-per-prefill-token"
 	flagKVTokens           = "--kv-tokens"
+	flagBlockSize          = "--block-size"
+	flagPrefixCache        = "--prefix-cache"
 	flagDevices            = "--devices"
 	flagQueueCap           = "--queue-cap"
 	flagTimeout            = "--timeout"
@@ -106,6 +113,9 @@ func (s *Serve) Flags(set Settings) []string {
 	dur(flagSimPerPrefillToken, s.SimPerPrefillToken)
 	if s.KVTokens > 0 {
 		f = append(f, flagKVTokens, strconv.Itoa(s.KVTokens))
+	}
+	if s.BlockSize > 0 {
+		f = append(f, flagBlockSize, strconv.Itoa(s.BlockSize))
 	}
 	dur(flagSimFixed, s.SimFixed)
 	dur(flagSimPerItem, s.SimPerItem)
@@ -146,6 +156,9 @@ func (s Settings) Flags() []string {
 	}
 	if s.MaxBatchedTokens > 0 {
 		f = append(f, flagMaxBatchedTokens, strconv.Itoa(s.MaxBatchedTokens))
+	}
+	if s.PrefixCache != nil {
+		f = append(f, flagPrefixCache+"="+strconv.FormatBool(*s.PrefixCache))
 	}
 	if s.BucketsSet {
 		f = append(f, flagBuckets, BucketsText(s.Buckets))
@@ -192,6 +205,13 @@ func BucketsText(bs []int) string {
 		parts[i] = strconv.Itoa(b)
 	}
 	return strings.Join(parts, ",")
+}
+
+// SetsFlag reports whether arg (like "--block-size" or "--block-size=32")
+// sets the flag of a scenario key: "block_size" or "prefix_cache".
+func SetsFlag(arg, key string) bool {
+	f := map[string]string{"block_size": flagBlockSize, "prefix_cache": flagPrefixCache}[key]
+	return f != "" && (arg == f || strings.HasPrefix(arg, f+"="))
 }
 
 // SetByBench returns the flag that arg (like "--batch" or "--batch=8")
