@@ -160,7 +160,7 @@ if section bench; then
 	OUT=${BENCH_OUT:-results}
 	dur=()
 	if [[ -n ${BENCH_DURATION:-} ]]; then dur=(--duration "$BENCH_DURATION"); fi
-	"$BIN" bench -s scenarios/route-llmd.yaml --no-tui -o "$OUT/route-llmd" "${dur[@]}" | tail -n 12
+	[[ -n ${BENCH_SKIP_CLOSED:-} ]] || "$BIN" bench -s scenarios/route-llmd.yaml --no-tui -o "$OUT/route-llmd" "${dur[@]}" | tail -n 12
 	"$BIN" bench -s scenarios/route-llmd-poisson.yaml --no-tui -o "$OUT/route-llmd-poisson" "${dur[@]}" | tail -n 12
 	for i in 1 2 3 4; do
 		start "r$i" "http://127.0.0.1:$((P + i))" "$BIN" serve --model sim-lm --max-seqs 32 --kv-tokens 16384 \
