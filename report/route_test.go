@@ -26,7 +26,7 @@ func routedRun() *record.Run {
 			}
 			run.Records = append(run.Records, record.Record{
 				Index: len(run.Records), Valid: true, Status: map[string]int{"200": 100}, Throughput: 20,
-				Point: record.Point{Name: "continuous route=" + p, Endpoint: "continuous", RoutePolicy: p, Load: l, MaxSeqs: 32},
+				Point:    record.Point{Name: "continuous route=" + p, Endpoint: "continuous", RoutePolicy: p, Load: l, MaxSeqs: 32},
 				Duration: record.Duration(30 * time.Second),
 				LLM: &record.LLM{Completed: 100, RequestsPerS: 20, OutputTokensPerS: tok,
 					TTFT:     record.MsStats{N: 100, P50: 100 / float64(pi+1), P90: 300 / float64(pi+1), P99: 900 / float64(pi+1)},
