@@ -270,7 +270,7 @@ func (l *llmRun) record() *record.Record {
 }
 
 // ideal sets l's ideal tokens/s when the server runs a simulated model
-// whose costs it tells (sim-lm's).
+// whose costs it tells (sim-lm's): each replica's behind a front.
 func (r *runner) ideal(pt record.Point, l *record.LLM) {
 	step, perSeq, perPrefill, ok := target.SimCosts(l.Server.Params)
 	if !ok || l.Completed == 0 {
@@ -281,7 +281,7 @@ func (r *runner) ideal(pt record.Point, l *record.LLM) {
 		slots = 1
 	}
 	lo, lp := float64(l.OutputTokens)/float64(l.Completed), l.ComputedPrompt()
-	l.Ideal = math.Round(target.IdealTokens(step, perSeq, perPrefill, slots, lo, lp)*10) / 10
+	l.Ideal = math.Round(target.IdealTokens(step, perSeq, perPrefill, slots, lo, lp)*float64(r.replicasBehind())*10) / 10
 }
 
 // traceHitRates computes the hit rate a trace replay allows, at the

@@ -32,6 +32,16 @@ func (w *genWatch) shares(window time.Duration) []record.ReplicaShare {
 	return out
 }
 
+// replicasBehind is how many servers share the load behind a front (a
+// router), 1 without one.
+func (r *runner) replicasBehind() int {
+	reps := r.servers.Replicas()
+	if slices.Equal(reps, r.servers.URLs()) {
+		return 1
+	}
+	return len(reps)
+}
+
 // shareOf is a replica's share from its window's server side.
 func shareOf(name string, s *record.LLMServer) record.ReplicaShare {
 	return record.ReplicaShare{Name: name, Requests: s.Requests, PromptTokens: s.PromptTokens,

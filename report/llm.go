@@ -305,7 +305,7 @@ func (v *view) writeIdeal(b *strings.Builder) {
 	if s := recs[0].LLM.Server; s != nil {
 		params = " (" + s.Params + ")"
 	}
-	fmt.Fprintf(b, "The ideal is sim-lm's steady state at B slots%s: Lo / (Lo·(step/B + per_seq) + per_prefill_token·Lp) tokens/s, for the mean output (Lo) and prompt (Lp) tokens of the point's completed requests (Lp without the tokens found in a prefix cache, which cost no prefill); B is --max-seqs (1 for naive). A saturated continuous batcher sits near it; static batching falls below on mixed lengths; an open loop below saturation is bound by its offered load instead.\n\n", params)
+	fmt.Fprintf(b, "The ideal is sim-lm's steady state at B slots%s: Lo / (Lo·(step/B + per_seq) + per_prefill_token·Lp) tokens/s, for the mean output (Lo) and prompt (Lp) tokens of the point's completed requests (Lp without the tokens found in a prefix cache, which cost no prefill); B is --max-seqs (1 for naive); behind a router, the ideal is each replica's times the replicas. A saturated continuous batcher sits near it; static batching falls below on mixed lengths; an open loop below saturation is bound by its offered load instead.\n\n", params)
 	b.WriteString("| point | B | Lo | Lp | ideal tokens/s | measured | measured / ideal |\n|---|--:|--:|--:|--:|--:|--:|\n")
 	for _, r := range recs {
 		l := r.LLM

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
@@ -106,7 +107,7 @@ func (v *view) routeChart() (*figure, string) {
 	for li, row := range rows {
 		names := make([]string, len(row))
 		for i, r := range row {
-			names[i] = routeName(r)
+			names[i] = tickName(routeName(r))
 			flagged = flagged || !trusted(r)
 			replicas = max(replicas, len(r.LLM.Replicas))
 		}
@@ -114,8 +115,7 @@ func (v *view) routeChart() (*figure, string) {
 		xs := func(p *bars, i int, off float64) { p.x = append(p.x, float64(i)+off) }
 		// Output tokens/s.
 		p := newPlot("Output tokens/s, "+at, "", "output tokens/s")
-		p.NominalX(names...)
-		p.X.Min, p.X.Max = -0.6, float64(len(row))-0.4
+		policyAxis(p, names)
 		b := &bars{width: 0.6, color: batchedColor}
 		var lx, ly []float64
 		var lt []string
@@ -137,8 +137,7 @@ func (v *view) routeChart() (*figure, string) {
 
 		// TTFT p50, p90, p99.
 		p = newPlot("TTFT, "+at, "", "time to first token (ms)")
-		p.NominalX(names...)
-		p.X.Min, p.X.Max = -0.6, float64(len(row))-0.4
+		policyAxis(p, names)
 		const w = 0.26
 		lo, hi := math.Inf(1), 0.0
 		var tb []*bars
@@ -181,10 +180,8 @@ func (v *view) routeChart() (*figure, string) {
 
 		// Each replica's share of the requests.
 		p = newPlot("Requests per replica, "+at, "", "share of the requests (%)")
-		p.NominalX(names...)
-		p.X.Min, p.X.Max = -0.6, float64(len(row))-0.4
+		shareNames := slices.Clone(names)
 		hi = 0
-		lx, ly, lt = nil, nil, nil
 		var rb []*bars
 		for i, r := range row {
 			shares := r.LLM.Replicas
@@ -209,25 +206,19 @@ func (v *view) routeChart() (*figure, string) {
 				hi = max(hi, val)
 			}
 			_, _, cv := record.Balance(shares, func(s record.ReplicaShare) float64 { return s.Requests })
-			label := fmt.Sprintf("cv %.2f", cv)
+			shareNames[i] += fmt.Sprintf("\ncv %.2f", cv)
 			if h := hitRate(shares); h >= 0 {
-				label += fmt.Sprintf(", hit %.0f%%", 100*h)
+				shareNames[i] += fmt.Sprintf("\nhit %.0f%%", 100*h)
 			}
-			lx, ly, lt = append(lx, float64(i)), append(ly, 0), append(lt, label)
 		}
+		policyAxis(p, shareNames)
 		if len(rb) > 0 {
 			p.Add(hline(100/float64(len(rb)), line(noteColor, 1, 3, 3)))
 		}
-		linearAxis(&p.Y, 0, max(hi, 1), 0.22)
+		linearAxis(&p.Y, 0, max(hi, 1), 0.1)
 		for _, b := range rb {
 			p.Add(b)
 		}
-		ly2 := make([]float64, len(ly))
-		for i := range ly2 {
-			ly2[i] = p.Y.Max * 0.93
-		}
-		p.Add(newLabels(lx, ly2, lt, 8.5, 0, 0, draw.XCenter))
-		p.X.Tick.Label.Font.Size = vg.Points(10)
 		f.panels = append(f.panels, p)
 	}
 	for q, name := range []string{"TTFT p50", "TTFT p90 (named)", "TTFT p99"} {
@@ -236,11 +227,27 @@ func (v *view) routeChart() (*figure, string) {
 	for k := range replicas {
 		f.add(fmt.Sprintf("replica %d", k+1), thumb{fill: replicaColor(k)})
 	}
-	f.note("Each policy ran on fresh replicas (cold caches). The share panel's dashed line is an even split; cv is the coefficient of variation of the requests per replica (0: even), hit the replicas' prefix-cache hit rate (prompt tokens found cached).")
+	f.note("Each policy ran on fresh replicas (cold caches). The share panel's dashed line is an even split; under each policy, cv is the coefficient of variation of the requests per replica (0: even) and hit the replicas' prefix-cache hit rate (prompt tokens found cached).")
 	if flagged {
 		f.note("Values marked * rest on a flagged measurement: see summary.md.")
 	}
 	return f, ""
+}
+
+// policyAxis names p's x axis's places by the policies.
+func policyAxis(p *plot.Plot, names []string) {
+	p.NominalX(names...)
+	p.X.Min, p.X.Max = -0.6, float64(len(names))-0.4
+	p.X.Tick.Label.Font.Size = vg.Points(9)
+}
+
+// tickName is a policy's name as a tick label: a long hyphenated one on
+// two lines ("round-\nrobin"), so that six fit under a panel.
+func tickName(name string) string {
+	if len(name) > 7 {
+		return strings.Replace(name, "-", "-\n", 1)
+	}
+	return name
 }
 
 // hitRate is the replicas' prefix-cache hit rate together, -1 when none
