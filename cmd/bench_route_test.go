@@ -36,9 +36,9 @@ payload:
   ignore_eos: true
 load:
   concurrency: 4
-  warmup: 200ms
-  duration: 1s
-  drain: 5s
+  warmup: 500ms
+  duration: 3s
+  drain: 10s
 sweep:
   max_seqs: 8
   route_policy: [round-robin, hash]
