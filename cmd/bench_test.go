@@ -229,7 +229,7 @@ func TestBenchDryRun(t *testing.T) {
 func serveTarget(t *testing.T, args ...string) string {
 	t.Helper()
 	l := target.ExecLauncher{Path: os.Args[0], Env: []string{mainEnv + "=1"}}
-	srv, err := l.Launch(context.Background(), args, nil)
+	srv, err := l.Launch(context.Background(), target.CommandServe, args, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

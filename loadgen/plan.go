@@ -35,8 +35,8 @@ type Plan struct {
 }
 
 // Plans expands the sweep of sc. Points that share a server
-// configuration are consecutive, in the order buckets, policy, max
-// latency, workers, batch (batch varies fastest); within one
+// configuration are consecutive, in the order route policy, buckets,
+// policy, max latency, workers, batch (batch varies fastest); within one
 // configuration, endpoints, then load levels.
 // The naive endpoint does not depend on the batching settings, so it is
 // measured once per load level, with the first configuration.
@@ -62,6 +62,7 @@ func Plans(sc *scenario.Scenario) []Plan {
 					p.Buckets = set.Buckets
 					p.MaxSeqs, p.MaxBatchedTokens = set.MaxSeqs, set.MaxBatchedTokens
 				}
+				p.RoutePolicy = set.RoutePolicy
 				latencySet := set.MaxLatencySet && ep != "naive"
 				p.Name = pointName(p, varied(sc.Sweep), ep != "naive")
 				plans = append(plans, Plan{Index: len(plans), Point: p, Group: g, Serve: serve, Settings: set, LatencySet: latencySet, level: level})
@@ -79,37 +80,42 @@ func settings(s scenario.Sweep) []target.Settings {
 	// A generation server's max_batched_tokens and max_seqs take the
 	// places of workers and batch, which it has none of (one of each pair
 	// is empty).
-	for ki := range or(len(s.Buckets)) {
-		for pi := range or(len(s.Policy)) {
-			for li := range or(len(s.MaxLatency)) {
-				for wi := range or(len(s.Workers) + len(s.MaxBatchedTokens)) {
-					for bi := range or(len(s.Batch) + len(s.MaxSeqs)) {
-						var c target.Settings
-						if len(s.MaxBatchedTokens) > 0 {
-							c.MaxBatchedTokens = s.MaxBatchedTokens[wi]
-						}
-						if len(s.MaxSeqs) > 0 {
-							c.MaxSeqs = s.MaxSeqs[bi]
-						}
-						if len(s.Buckets) > 0 {
-							c.BucketsSet = true
-							if bs := s.Buckets[ki]; len(bs) > 0 {
-								c.Buckets = bs
+	for ri := range or(len(s.RoutePolicy)) {
+		for ki := range or(len(s.Buckets)) {
+			for pi := range or(len(s.Policy)) {
+				for li := range or(len(s.MaxLatency)) {
+					for wi := range or(len(s.Workers) + len(s.MaxBatchedTokens)) {
+						for bi := range or(len(s.Batch) + len(s.MaxSeqs)) {
+							var c target.Settings
+							if len(s.MaxBatchedTokens) > 0 {
+								c.MaxBatchedTokens = s.MaxBatchedTokens[wi]
 							}
+							if len(s.MaxSeqs) > 0 {
+								c.MaxSeqs = s.MaxSeqs[bi]
+							}
+							if len(s.Buckets) > 0 {
+								c.BucketsSet = true
+								if bs := s.Buckets[ki]; len(bs) > 0 {
+									c.Buckets = bs
+								}
+							}
+							if len(s.Policy) > 0 {
+								c.Policy = s.Policy[pi]
+							}
+							if len(s.MaxLatency) > 0 {
+								c.MaxLatency, c.MaxLatencySet = s.MaxLatency[li], true
+							}
+							if len(s.Workers) > 0 {
+								c.Workers = s.Workers[wi]
+							}
+							if len(s.Batch) > 0 {
+								c.Batch = s.Batch[bi]
+							}
+							if len(s.RoutePolicy) > 0 {
+								c.RoutePolicy = s.RoutePolicy[ri]
+							}
+							out = append(out, c)
 						}
-						if len(s.Policy) > 0 {
-							c.Policy = s.Policy[pi]
-						}
-						if len(s.MaxLatency) > 0 {
-							c.MaxLatency, c.MaxLatencySet = s.MaxLatency[li], true
-						}
-						if len(s.Workers) > 0 {
-							c.Workers = s.Workers[wi]
-						}
-						if len(s.Batch) > 0 {
-							c.Batch = s.Batch[bi]
-						}
-						out = append(out, c)
 					}
 				}
 			}
@@ -155,18 +161,18 @@ func loads(s *scenario.Scenario, scale int) []record.Load {
 }
 
 // dims names the server dimensions of a sweep.
-type dims struct{ batch, workers, latency, policy, buckets, maxSeqs, mbt, cache bool }
+type dims struct{ batch, workers, latency, policy, buckets, maxSeqs, mbt, cache, route bool }
 
 // varied returns the dimensions the sweep gives more than one value.
 func varied(s scenario.Sweep) dims {
 	return dims{len(s.Batch) > 1, len(s.Workers) > 1, len(s.MaxLatency) > 1, len(s.Policy) > 1, len(s.Buckets) > 1,
-		len(s.MaxSeqs) > 1, len(s.MaxBatchedTokens) > 1, len(s.PrefixCache) > 1}
+		len(s.MaxSeqs) > 1, len(s.MaxBatchedTokens) > 1, len(s.PrefixCache) > 1, len(s.RoutePolicy) > 1}
 }
 
 // single returns the dimensions the sweep gives one value.
 func single(s scenario.Sweep) dims {
 	return dims{len(s.Batch) == 1, len(s.Workers) == 1, len(s.MaxLatency) == 1, len(s.Policy) == 1, len(s.Buckets) == 1,
-		len(s.MaxSeqs) == 1, len(s.MaxBatchedTokens) == 1, len(s.PrefixCache) == 1}
+		len(s.MaxSeqs) == 1, len(s.MaxBatchedTokens) == 1, len(s.PrefixCache) == 1, len(s.RoutePolicy) == 1}
 }
 
 // pointName labels a point with its endpoint, the server settings among
@@ -176,6 +182,9 @@ func single(s scenario.Sweep) dims {
 // (Shared).
 func pointName(p record.Point, show dims, batching bool) string {
 	parts := []string{p.Endpoint}
+	if show.route && p.RoutePolicy != "" {
+		parts = append(parts, "route="+p.RoutePolicy)
+	}
 	if batching {
 		parts = append(parts, settingParts(p, show)...)
 	}
@@ -247,7 +256,11 @@ func Shared(sc *scenario.Scenario) string {
 	if len(s.PrefixCache) == 1 {
 		p.PrefixCache = &s.PrefixCache[0]
 	}
-	return strings.Join(settingParts(p, single(s)), " ")
+	parts := settingParts(p, single(s))
+	if len(s.RoutePolicy) == 1 {
+		parts = append([]string{"route=" + s.RoutePolicy[0]}, parts...)
+	}
+	return strings.Join(parts, " ")
 }
 
 func loadName(l record.Load) string {

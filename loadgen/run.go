@@ -298,7 +298,9 @@ func (r *runner) probeTargets(ctx context.Context) error {
 		}
 		samples, err := target.Scrape(ctx, r.client, base)
 		if llmLoad {
-			r.genProbed(i, base, samples, err)
+			if len(r.sc.Replicas) == 0 {
+				r.genProbed(i, base, samples, err)
+			}
 			continue
 		}
 		switch {
@@ -311,12 +313,16 @@ func (r *runner) probeTargets(ctx context.Context) error {
 		}
 	}
 	if llmLoad {
+		for i, rep := range r.sc.Replicas { // the servers behind a front: theirs are the metrics
+			samples, err := target.Scrape(ctx, r.client, rep)
+			r.genProbed(i, rep, samples, err)
+		}
 		model = r.llmModel(ctx, bases[0], model)
 	} else if !r.inferServer() && r.sc.Payload.Expect == "" &&
 		slices.ContainsFunc(r.sc.Sweep.Endpoints, func(e string) bool { return r.sc.Payload.Expectation(e, false) == target.ExpectStatus }) {
 		r.notice("%s is not an infer server (no infer_model_info in /metrics): a 200 answer counts as a success whatever its body (payload.expect: status); set payload.expect to check its shape", bases[0])
 	}
-	servers, err := target.NewExisting(ctx, target.ExistingConfig{URLs: bases, Model: model,
+	servers, err := target.NewExisting(ctx, target.ExistingConfig{URLs: bases, Replicas: r.sc.Replicas, Model: model,
 		AdminKeys: r.sc.Sweep.AdminKeys(), AdminToken: r.cfg.AdminToken, Logger: r.cfg.Logger})
 	if err != nil {
 		return err
@@ -399,7 +405,7 @@ func (r *runner) read(ctx context.Context, endpoint string) reading {
 		return rd // no infer metrics to read; said at the probe
 	}
 	rd.countsOK = true
-	for _, base := range r.servers.URLs() {
+	for _, base := range r.servers.Replicas() {
 		samples, err := target.Scrape(ctx, r.client, base)
 		if err != nil {
 			r.notice("%s/metrics: %v: the server's batch sizes are missing from the points measured then", base, err)

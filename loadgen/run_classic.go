@@ -48,7 +48,7 @@ func (c *classicRun) resolve(ctx context.Context) record.Point {
 	r, pt := c.r, c.p.Point
 	// Record the batching settings in effect where the sweep left them to
 	// the server.
-	if samples, err := target.Scrape(ctx, r.client, r.servers.URLs()[0]); err == nil {
+	if samples, err := target.Scrape(ctx, r.client, r.servers.Replicas()[0]); err == nil {
 		r.info = target.InfoOf(samples)
 	}
 	if info := r.info; pt.Endpoint != "naive" {

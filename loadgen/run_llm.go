@@ -81,7 +81,7 @@ func (r *runner) llmModel(ctx context.Context, base, model string) string {
 // checkGenServer makes sure a server infer started serves a generative
 // model: one that is not has no OpenAI endpoints to load.
 func (r *runner) checkGenServer(ctx context.Context) error {
-	samples, err := target.Scrape(ctx, r.client, r.servers.URLs()[0])
+	samples, err := target.Scrape(ctx, r.client, r.servers.Replicas()[0])
 	if err != nil {
 		return fmt.Errorf("read the server's /metrics: %w", err)
 	}
@@ -101,6 +101,7 @@ type llmRun struct {
 	pt      record.Point // as the first repeat found the server
 	outs    []*llm.Outcome
 	servers []*record.LLMServer
+	shares  [][]record.ReplicaShare // per repeat: each replica's, behind a front
 	cpu     time.Duration
 	cpuOK   bool
 	rss     int64
@@ -119,7 +120,7 @@ func (r *runner) newLLMRun(p Plan) *llmRun {
 func (l *llmRun) resolve(ctx context.Context) record.Point {
 	r, pt, label := l.r, l.p.Point, l.label
 	if label != "" && r.gen.OK {
-		if samples, err := target.Scrape(ctx, r.client, r.servers.URLs()[0]); err == nil {
+		if samples, err := target.Scrape(ctx, r.client, r.servers.Replicas()[0]); err == nil {
 			if g := target.GenInfoOf(samples); g.OK {
 				r.gen = g
 			}
@@ -175,7 +176,7 @@ func (l *llmRun) repeat(ctx context.Context, rep int) (stop bool, err error) {
 	var targets []string
 	for _, base := range r.servers.URLs() {
 		c, err := llm.NewClient(llm.ClientConfig{BaseURL: base + target.LLMPrefix(pt.Endpoint), HTTP: httpClient,
-			Timeout: r.sc.Load.Timeout, Tokenizer: llm.KnownTokenizer(model)})
+			Timeout: r.sc.Load.Timeout, Tokenizer: llm.KnownTokenizer(model), KeyHeader: lp.KeyHeader})
 		if err != nil {
 			return false, fmt.Errorf("point %q: %w", pt.Name, err)
 		}
@@ -242,6 +243,7 @@ func (l *llmRun) repeat(ctx context.Context, rep int) (stop bool, err error) {
 	}
 	l.servers = append(l.servers, srv)
 	l.unsteady = append(l.unsteady, drifted(pt.Load, llm.Tokens(&out.LLM)))
+	l.shares = append(l.shares, w.shares(out.Window))
 	l.cpu += w.cpu
 	l.cpuOK = l.cpuOK && w.cpuOK
 	l.rss = max(l.rss, w.rss)
@@ -260,8 +262,9 @@ func (l *llmRun) record() *record.Record {
 	rec := buildLLMRecord(l.p.Index, l.pt, l.outs, l.servers)
 	rec.Partial = l.partial || len(l.outs) < r.sc.Load.Repeats
 	flagUnsteady(rec, l.unsteady)
+	rec.LLM.Replicas = mergeShares(l.shares, l.outs)
 	if l.cpuOK && r.servers.PID() > 0 {
-		rec.Server.CPUSeconds = l.cpu.Seconds()
+		rec.Server.CPUSeconds = l.cpu.Seconds() // the router's, in front of replicas (record.ServerSide)
 	}
 	rec.Server.RSSBytes = l.rss
 	rec.LLM.Trace = l.trace
@@ -273,7 +276,7 @@ func (l *llmRun) record() *record.Record {
 }
 
 // ideal sets l's ideal tokens/s when the server runs a simulated model
-// whose costs it tells (sim-lm's).
+// whose costs it tells (sim-lm's): each replica's behind a front.
 func (r *runner) ideal(pt record.Point, l *record.LLM) {
 	step, perSeq, perPrefill, ok := target.SimCosts(l.Server.Params)
 	if !ok || l.Completed == 0 {
@@ -284,7 +287,7 @@ func (r *runner) ideal(pt record.Point, l *record.LLM) {
 		slots = 1
 	}
 	lo, lp := float64(l.OutputTokens)/float64(l.Completed), l.ComputedPrompt()
-	l.Ideal = math.Round(target.IdealTokens(step, perSeq, perPrefill, slots, lo, lp)*10) / 10
+	l.Ideal = math.Round(target.IdealTokens(step, perSeq, perPrefill, slots, lo, lp)*float64(r.replicasBehind())*10) / 10
 }
 
 // traceHitRates computes the hit rate a trace replay allows, at the
@@ -343,6 +346,7 @@ type genWatch struct {
 
 	mu                   sync.Mutex
 	begin, end           target.GenCounters
+	beginEach, endEach   []target.GenCounters // per replica (servers.Replicas)
 	haveBegin, haveEnd   bool
 	running, waiting, kv record.Gauge
 	samples              int
@@ -374,8 +378,8 @@ func (w *genWatch) run(ctx context.Context, start time.Time, warmup, duration ti
 		case <-end.C:
 			w.edge(ctx, false)
 		case now := <-tick.C:
-			if c, ok := w.read(ctx); ok {
-				w.r.mon.genLive(GenGauges{Running: c.Running, Waiting: c.Waiting, KV: c.KV / float64(len(w.r.servers.URLs())), MaxSeqs: w.r.gen.MaxSeqs})
+			if c, _, ok := w.read(ctx); ok {
+				w.r.mon.genLive(GenGauges{Running: c.Running, Waiting: c.Waiting, KV: c.KV / float64(len(w.r.servers.Replicas())), MaxSeqs: w.r.gen.MaxSeqs})
 				if now.After(winStart) && now.Before(winEnd) {
 					w.gauge(c)
 				}
@@ -384,25 +388,29 @@ func (w *genWatch) run(ctx context.Context, start time.Time, warmup, duration ti
 	}
 }
 
-// read scrapes the targets' counters for the label.
-func (w *genWatch) read(ctx context.Context) (target.GenCounters, bool) {
+// read scrapes the replicas' counters for the label: their sum, and each
+// one's.
+func (w *genWatch) read(ctx context.Context) (target.GenCounters, []target.GenCounters, bool) {
 	if !w.gen {
-		return target.GenCounters{}, false
+		return target.GenCounters{}, nil, false
 	}
 	var sum target.GenCounters
-	for _, base := range w.r.servers.URLs() {
+	reps := w.r.servers.Replicas()
+	each := make([]target.GenCounters, 0, len(reps))
+	for _, base := range reps {
 		samples, err := target.Scrape(ctx, w.r.client, base)
 		if err != nil {
 			w.r.notice("%s/metrics: %v: the server's side of the points measured then is missing", base, err)
-			return target.GenCounters{}, false
+			return target.GenCounters{}, nil, false
 		}
 		c, ok := target.GenOf(samples, w.label)
 		if !ok {
-			return target.GenCounters{}, false
+			return target.GenCounters{}, nil, false
 		}
 		sum.Add(c)
+		each = append(each, c)
 	}
-	return sum, true
+	return sum, each, true
 }
 
 func (w *genWatch) gauge(c target.GenCounters) {
@@ -412,7 +420,7 @@ func (w *genWatch) gauge(c target.GenCounters) {
 	for _, g := range []struct {
 		g *record.Gauge
 		v float64
-	}{{&w.running, c.Running}, {&w.waiting, c.Waiting}, {&w.kv, c.KV / float64(len(w.r.servers.URLs()))}} {
+	}{{&w.running, c.Running}, {&w.waiting, c.Waiting}, {&w.kv, c.KV / float64(len(w.r.servers.Replicas()))}} {
 		g.g.Mean = (g.g.Mean*n + g.v) / (n + 1)
 		g.g.Max = max(g.g.Max, g.v)
 	}
@@ -421,7 +429,7 @@ func (w *genWatch) gauge(c target.GenCounters) {
 
 // edge reads the window's start (first) or end.
 func (w *genWatch) edge(ctx context.Context, first bool) {
-	c, ok := w.read(ctx)
+	c, each, ok := w.read(ctx)
 	var cpu time.Duration
 	cpuOK := false
 	var rss int64
@@ -437,11 +445,11 @@ func (w *genWatch) edge(ctx context.Context, first bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if first {
-		w.begin, w.haveBegin = c, ok
+		w.begin, w.beginEach, w.haveBegin = c, each, ok
 		w.cpuBegin, w.cpuOK = cpu, cpuOK
 		return
 	}
-	w.end, w.haveEnd = c, ok && w.haveBegin
+	w.end, w.endEach, w.haveEnd = c, each, ok && w.haveBegin
 	w.cpuOK = w.cpuOK && cpuOK
 	w.cpu = cpu - w.cpuBegin
 	w.rss = rss

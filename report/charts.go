@@ -26,7 +26,7 @@ type chart struct {
 // optionalCharts are drawn only for the runs they apply to; a report
 // without one removes an earlier report's.
 var optionalCharts = slices.Concat([]string{"throughput.png", "latency.png", "naive-vs-batched.png", "throughput-latency.png",
-	"server-time.png", "policy.png", "comparison.png"}, llmChartFiles, searchChartFiles)
+	"server-time.png", "policy.png", "comparison.png", routeFile}, llmChartFiles, searchChartFiles)
 
 // charts lists the report's charts: an LLM run's (llm_charts.go), or an
 // encoder run's, with the policy comparison only when points differ by

@@ -26,11 +26,12 @@ type llmSeries struct {
 	Latency      record.Duration
 	Policy       string
 	Cache        string // the prefix cache: "on", "off", "" when the sweep left it
+	Route        string // the router's policy in front of replicas
 }
 
 func llmSeriesOf(p record.Point) llmSeries {
 	return llmSeries{Endpoint: p.Endpoint, MaxSeqs: p.MaxSeqs, MBT: p.MaxBatchedTokens, Latency: p.Latency, Policy: p.Policy,
-		Cache: cacheOf(p)}
+		Cache: cacheOf(p), Route: p.RoutePolicy}
 }
 
 // llmGroups groups the LLM points by series, in the order: continuous,
@@ -80,6 +81,9 @@ func (v *view) llmLabel(s llmSeries) string {
 	}
 	if s.Endpoint == "naive" {
 		return name
+	}
+	if s.Route != "" {
+		name += " route " + s.Route
 	}
 	if vary(func(o llmSeries) string { return fmt.Sprint(o.MaxSeqs) }) && s.MaxSeqs > 0 {
 		name += fmt.Sprintf(" seqs=%d", s.MaxSeqs)
@@ -146,6 +150,7 @@ func (v *view) llmSummary(res *Result, title string) string {
 	v.writeWarnings(&b)
 	v.writeLLMBest(&b)
 	v.writeCapacity(&b)
+	v.routeSummary(&b)
 	v.writeEndpoints(&b)
 	v.writeIdeal(&b)
 	v.writeServerSide(&b)
@@ -178,6 +183,9 @@ func (v *view) llmConfig(r *record.Record) string {
 	}
 	if p.Latency > 0 && (p.Endpoint == "static" || p.Policy == "static") {
 		s += ", max-latency " + p.Latency.D().String()
+	}
+	if p.RoutePolicy != "" {
+		s += ", route " + p.RoutePolicy
 	}
 	return s
 }
@@ -298,7 +306,7 @@ func (v *view) writeIdeal(b *strings.Builder) {
 	if s := recs[0].LLM.Server; s != nil {
 		params = " (" + s.Params + ")"
 	}
-	fmt.Fprintf(b, "The ideal is sim-lm's steady state at B slots%s: Lo / (Lo·(step/B + per_seq) + per_prefill_token·Lp) tokens/s, for the mean output (Lo) and prompt (Lp) tokens of the point's completed requests (Lp without the tokens found in a prefix cache, which cost no prefill); B is --max-seqs (1 for naive). A saturated continuous batcher sits near it; static batching falls below on mixed lengths; an open loop below saturation is bound by its offered load instead.\n\n", params)
+	fmt.Fprintf(b, "The ideal is sim-lm's steady state at B slots%s: Lo / (Lo·(step/B + per_seq) + per_prefill_token·Lp) tokens/s, for the mean output (Lo) and prompt (Lp) tokens of the point's completed requests (Lp without the tokens found in a prefix cache, which cost no prefill); B is --max-seqs (1 for naive); behind a router, the ideal is each replica's times the replicas. A saturated continuous batcher sits near it; static batching falls below on mixed lengths; an open loop below saturation is bound by its offered load instead.\n\n", params)
 	b.WriteString("| point | B | Lo | Lp | ideal tokens/s | measured | measured / ideal |\n|---|--:|--:|--:|--:|--:|--:|\n")
 	for _, r := range recs {
 		l := r.LLM

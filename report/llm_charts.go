@@ -24,6 +24,7 @@ import (
 //	max-seqs.png        output tokens/s vs --max-seqs, a line per endpoint and load level
 //	timeline.png        a sample of requests: queue, time to first token, decode
 //	turn-ttft.png       for multi-turn sessions: TTFT p50 and p99 by turn (prefix.go)
+//	route.png           through a router to replicas: the policies side by side (route.go)
 var llmChartFiles = []string{"llm-throughput.png", "llm-latency.png", "ttft-cdf.png", "max-seqs.png", "timeline.png", "turn-ttft.png"}
 
 func (v *view) llmCharts() []chart {
@@ -36,6 +37,9 @@ func (v *view) llmCharts() []chart {
 	}
 	if v.hasTurns() {
 		cs = append(cs, chart{"turn-ttft.png", "TTFT by turn of multi-turn sessions", v.turnChart})
+	}
+	if v.isRouted() {
+		cs = append(cs, chart{routeFile, "Routing policies side by side", v.routeChart})
 	}
 	return cs
 }

@@ -42,6 +42,10 @@ type ClientConfig struct {
 	APIKey string
 	// Header holds extra headers for every request.
 	Header http.Header
+	// KeyHeader, when set, names the header that carries each request's
+	// Key (its tenant, its group of a shared prefix, its session), as a
+	// router's hash policy reads it (infer route's X-Routing-Key).
+	KeyHeader string
 	// HTTP is the HTTP client. Default: one over NewTransport(0). Its
 	// Timeout should be 0; Timeout below bounds each request.
 	HTTP *http.Client
@@ -167,6 +171,9 @@ func (c *Client) Do(ctx context.Context, req *Request, res *Result, live *atomic
 	}
 	for k, v := range c.cfg.Header {
 		hr.Header[k] = v
+	}
+	if c.cfg.KeyHeader != "" && req.Key != "" {
+		hr.Header.Set(c.cfg.KeyHeader, req.Key)
 	}
 	hr.Header.Set("Content-Type", "application/json")
 	if req.Stream {

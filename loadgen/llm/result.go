@@ -70,6 +70,10 @@ type Request struct {
 	Turn int
 	// KeepText asks the client to keep the answer's text (Result.Text).
 	KeepText bool
+	// Key is what the request belongs to (a tenant, a shared prefix's
+	// group, a session), sent in ClientConfig.KeyHeader when set; "" for
+	// none.
+	Key string
 }
 
 // Cause classifies a failed request.

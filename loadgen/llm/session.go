@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -110,6 +111,7 @@ func (s *Session) Next() *Request {
 		req = s.cfg.request(render(s.msgs), out, s.tokens)
 	}
 	req.Turn = s.turn
+	req.Key = "session-" + strconv.FormatUint(s.k, 10) // its tenant, for a router's hash
 	req.KeepText = true
 	return req
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"time"
 )
 
@@ -115,12 +116,17 @@ func (sp *sharedPrefix) Request(i uint64) *Request {
 	r := rand.New(rand.NewPCG(sp.cfg.Seed, i))
 	q := s.QuestionTokens.Draw(r)
 	out := sp.cfg.outputTokens(r)
-	prefix := sp.prefix(s.Group(sp.cfg.Seed, i))
+	g := s.Group(sp.cfg.Seed, i)
+	prefix := sp.prefix(g)
 	question := wordText(sp.cfg.Seed, keyQuestion+i, q)
+	var req *Request
 	if sp.cfg.API == Chat {
-		return sp.cfg.request([]Message{{Role: "system", Content: prefix}, {Role: "user", Content: question}}, out, s.PrefixTokens+q)
+		req = sp.cfg.request([]Message{{Role: "system", Content: prefix}, {Role: "user", Content: question}}, out, s.PrefixTokens+q)
+	} else {
+		req = sp.cfg.request(prefix+" "+question, out, s.PrefixTokens+q)
 	}
-	return sp.cfg.request(prefix+" "+question, out, s.PrefixTokens+q)
+	req.Key = "group-" + strconv.Itoa(g) // its tenant, for a router's hash
+	return req
 }
 
 // outputTokens draws a request's max_tokens: OutputTokens, else

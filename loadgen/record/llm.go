@@ -102,6 +102,10 @@ type LLM struct {
 	// Server is what an infer generation server's /metrics said over the
 	// window; nil for servers without them.
 	Server *LLMServer `json:"server,omitempty"`
+	// Replicas is each replica's share of the window, when the load went
+	// through a front (infer route, HAProxy) to several replicas whose
+	// /metrics were read; Server then sums them.
+	Replicas []ReplicaShare `json:"replicas,omitempty"`
 	// Timing is what the completed requests' Server-Timing headers said
 	// (infer serve's queue and ttft); nil when none carried one.
 	Timing *LLMTiming `json:"server_timing,omitempty"`

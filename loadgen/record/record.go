@@ -92,10 +92,13 @@ type Point struct {
 	// MaxSeqs and MaxBatchedTokens are a generation server's --max-seqs
 	// and --max-batched-tokens (LLM points), when infer started or
 	// configured it, or as its /metrics said.
-	MaxSeqs          int  `json:"max_seqs,omitempty"`
-	MaxBatchedTokens int  `json:"max_batched_tokens,omitempty"`
-	Load             Load `json:"load"`
-	Items            int  `json:"items_per_request"` // items in each request body
+	MaxSeqs          int `json:"max_seqs,omitempty"`
+	MaxBatchedTokens int `json:"max_batched_tokens,omitempty"`
+	// RoutePolicy is the policy of the infer route that infer bench
+	// started in front of the replicas (server.replicas), when it did.
+	RoutePolicy string `json:"route_policy,omitempty"`
+	Load        Load   `json:"load"`
+	Items       int    `json:"items_per_request"` // items in each request body
 	// Expect is how 200 answers were checked: "status" (any body),
 	// "infer" (one output per item) or "kserve" (a KServe v2 answer).
 	Expect string `json:"expect,omitempty"`
@@ -337,7 +340,7 @@ type ServerSide struct {
 	// responses whose Server-Timing carried it (token models only).
 	MeanPadding float64  `json:"mean_padding,omitempty"`
 	Metrics     *Metrics `json:"metrics,omitempty"`     // /metrics deltas over the point
-	CPUSeconds  float64  `json:"cpu_seconds,omitempty"` // server process CPU over the point, when known
+	CPUSeconds  float64  `json:"cpu_seconds,omitempty"` // server process CPU over the point, when known (the router's, in front of server.replicas)
 	RSSBytes    int64    `json:"rss_bytes,omitempty"`   // server resident memory at the end, when known
 }
 

@@ -24,6 +24,9 @@ type (
 		URLs          list[string] `yaml:"urls"`
 		Model         string       `yaml:"model"`
 		AdminTokenEnv string       `yaml:"admin_token_env"`
+		// Replicas are the model servers behind a front (HAProxy), whose
+		// /metrics tell each one's share.
+		Replicas list[string] `yaml:"replicas"`
 	}
 	fileServer struct {
 		Model        string   `yaml:"model"`
@@ -41,6 +44,12 @@ type (
 		SimPerPrefillToken *string `yaml:"sim_per_prefill_token"`
 		KVTokens           *int    `yaml:"kv_tokens"`
 		BlockSize          *int    `yaml:"block_size"`
+		// Replicas behind an infer route.
+		Replicas *int       `yaml:"replicas"`
+		Route    *fileRoute `yaml:"route"`
+	}
+	fileRoute struct {
+		Args []string `yaml:"args"`
 	}
 	filePayload struct {
 		Corpus string      `yaml:"corpus"`
@@ -56,6 +65,7 @@ type (
 		IgnoreEOS    bool                 `yaml:"ignore_eos"`
 		Temperature  *float64             `yaml:"temperature"`
 		Prompts      string               `yaml:"prompts"`
+		KeyHeader    string               `yaml:"key_header"`
 		// Prefix-caching workloads (validate_prefix.go).
 		SharedPrefix *fileSharedPrefix `yaml:"shared_prefix"`
 		MultiTurn    *fileMultiTurn    `yaml:"multi_turn"`
@@ -113,6 +123,8 @@ type (
 		MaxSeqs          list[int]  `yaml:"max_seqs"`
 		MaxBatchedTokens list[int]  `yaml:"max_batched_tokens"`
 		PrefixCache      list[bool] `yaml:"prefix_cache"`
+		// The policies of infer route (server.replicas).
+		RoutePolicy list[string] `yaml:"route_policy"`
 	}
 	fileSLO struct {
 		P99           *string  `yaml:"p99"`

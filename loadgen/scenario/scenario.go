@@ -39,8 +39,13 @@ type Scenario struct {
 	// targets' admin token (target.admin_token_env), for sweeps that set
 	// batching settings through PATCH /admin/batching; "" when unset.
 	AdminTokenEnv string
+	// Replicas are the model servers behind the targets (a front such as
+	// HAProxy; target.replicas), whose /metrics tell each one's share;
+	// empty when the targets are the servers.
+	Replicas []string
 	// Server, when set, has infer start `infer serve` for each distinct
-	// server configuration of the sweep.
+	// server configuration of the sweep (server.replicas of them behind an
+	// infer route, when set).
 	Server *target.Serve
 
 	Payload Payload
@@ -90,6 +95,10 @@ type LLMPayload struct {
 	Prompts string
 	Set     []llm.Prompt
 	Skipped int
+	// KeyHeader names the header that carries each request's key (its
+	// tenant: a shared prefix's group, a session), for a router's hash
+	// policy (infer route's X-Routing-Key); "" sends none.
+	KeyHeader string
 	// SharedPrefix, MultiTurn and Trace are a prefix-caching workload
 	// (payload.shared_prefix, multi_turn, trace), at most one; TraceFile
 	// is the trace's file as written.
@@ -197,6 +206,9 @@ type Sweep struct {
 	// MaxLatency is then static batching's wait to form a batch.
 	MaxSeqs          []int
 	MaxBatchedTokens []int
+	// RoutePolicy lists the policies of the infer route in front of
+	// server.replicas.
+	RoutePolicy []string
 	// PrefixCache turns a generation server's prefix cache on and off
 	// (--prefix-cache; on a target, PATCH /admin/batching of /v1).
 	PrefixCache []bool
@@ -331,6 +343,9 @@ func (s *Scenario) WithTargets(urls []string) (*Scenario, error) {
 		if err := checkBaseURL(u); err != nil {
 			return nil, fmt.Errorf("--target: %w", err)
 		}
+	}
+	if len(s.Sweep.RoutePolicy) > 0 {
+		return nil, errors.New("--target: the scenario sweeps route_policy, the policies of an infer route it starts in front of server.replicas; run it with its server section")
 	}
 	if len(s.Sweep.Buckets) > 0 {
 		return nil, errors.New("--target: the scenario sweeps buckets, which the admin API cannot set on a target; run it with its server section")

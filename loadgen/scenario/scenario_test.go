@@ -308,7 +308,8 @@ func TestScenarioFiles(t *testing.T) {
 		"llm-sim-poisson.yaml", "llm-sim.yaml", "overload.yaml", "policies-bert.yaml", "policies-closed-sim-fast.yaml",
 		"policies-closed-sim.yaml", "policies-quick.yaml", "policies-sim-fast.yaml", "policies-sim.yaml", "prefix-multiturn.yaml",
 		"prefix-shared-poisson.yaml", "prefix-shared.yaml", "prefix-trace-kv256k.yaml", "prefix-trace.yaml", "quick.yaml",
-		"reference-llm.yaml", "reference.yaml", "search-llm-sim-fine-continuous.yaml", "search-llm-sim-fine-static.yaml",
+		"reference-llm.yaml", "reference.yaml", "route-llmd-haproxy.yaml", "route-llmd-poisson.yaml", "route-llmd.yaml", "route-trace.yaml",
+		"search-llm-sim-fine-continuous.yaml", "search-llm-sim-fine-static.yaml",
 		"search-llm-sim.yaml", "search-sim-fine.yaml", "search-sim.yaml", "sim-gpu.yaml", "single-client.yaml"}
 	var got []string
 	for _, f := range files {

@@ -74,8 +74,10 @@ func (v *validator) scenario(fs *fileScenario, dir string) *Scenario {
 		v.errorf("$", "no target or server: say which server to load (target: urls) or which infer serve to start (server: model)")
 	case fs.Target != nil:
 		sc.Targets, sc.Model, sc.AdminTokenEnv = v.target(fs.Target)
+		sc.Replicas = v.targetReplicas(fs.Target)
 	default:
 		sc.Server = v.server(fs.Server, fs.Sweep != nil && len(fs.Sweep.Buckets) > 0, gen)
+		v.routed(fs.Server, sc.Server)
 	}
 	if gen {
 		sc.Payload = v.llmPayload(fs.Payload, dir)
@@ -85,6 +87,7 @@ func (v *validator) scenario(fs *fileScenario, dir string) *Scenario {
 	}
 	sc.Load = v.load(fs.Load, gen)
 	sc.Sweep = v.sweep(fs.Sweep, sc.Server != nil, gen)
+	sc.Sweep.RoutePolicy = v.routePolicies(fs.Sweep, sc.Server)
 	sc.SLO = v.slo(fs.SLO, gen)
 	v.searchSLO(sc.Load.Search, &sc.SLO)
 	if gen {
@@ -214,7 +217,7 @@ func (v *validator) payload(p *filePayload, dir string) Payload {
 		p = &filePayload{}
 	}
 	out := Payload{Corpus: p.Corpus, N: 1, Format: p.Format}
-	for _, k := range []string{"stream", "prompt_tokens", "output_tokens", "ignore_eos", "temperature", "prompts", "shared_prefix", "multi_turn", "trace"} {
+	for _, k := range []string{"stream", "prompt_tokens", "output_tokens", "ignore_eos", "temperature", "prompts", "key_header", "shared_prefix", "multi_turn", "trace"} {
 		if v.ast != nil && find(v.ast.Docs[0].Body, "$.payload."+k) != nil {
 			v.errorf("$.payload."+k, "payload.%s applies to LLM loads: set payload.api (completions or chat)", k)
 		}

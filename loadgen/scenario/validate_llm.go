@@ -58,6 +58,7 @@ func (v *validator) llmPayload(p *filePayload, dir string) Payload {
 		lp.Stream = *p.Stream
 	}
 	lp.IgnoreEOS = p.IgnoreEOS
+	lp.KeyHeader = v.keyHeader(p.KeyHeader)
 	if t := p.Temperature; t != nil {
 		if !(*t >= 0 && *t <= maxTemperature) {
 			v.errorf("$.payload.temperature", "payload.temperature %v: want 0 (greedy) to %v", *t, maxTemperature)

@@ -33,7 +33,17 @@ type Serve struct {
 	BlockSize int
 	// ReadyTimeout bounds the wait for /readyz after a start.
 	ReadyTimeout time.Duration
+	// Replicas, when above 0, starts that many servers (each with the
+	// flags above) and an `infer route` in front of them, which the load
+	// goes to (RouteFlags); 0 starts one server and loads it directly.
+	Replicas int
+	// RouteArgs are more `infer route` flags, passed verbatim; none may
+	// set a flag that infer bench sets (RouteSetByBench).
+	RouteArgs []string
 }
+
+// Routed reports whether s starts replicas behind an infer route.
+func (s *Serve) Routed() bool { return s.Replicas > 0 }
 
 // Settings are the batching settings that one configuration of a sweep
 // gives its server; a zero field is left to the server. A started server
@@ -51,6 +61,9 @@ type Settings struct {
 	// and empty. Only a server infer starts takes them.
 	Buckets    []int
 	BucketsSet bool
+	// RoutePolicy is the policy of the infer route in front of the
+	// replicas (Serve.Replicas); "" leaves it to infer route.
+	RoutePolicy string
 }
 
 // infer serve's flags that infer bench sets or passes.
@@ -76,6 +89,14 @@ const (
 	flagDevices            = "--devices"
 	flagQueueCap           = "--queue-cap"
 	flagTimeout            = "--timeout"
+)
+
+// infer route's flags that infer bench sets.
+const (
+	flagUpstream = "--upstream"
+	// flagRoutePolicy is infer route's --policy (a flag of the same name
+	// as infer serve's batching policy).
+	flagRoutePolicy = "--policy"
 )
 
 // Flags returns the `infer serve` flags (without --addr, which the
@@ -143,6 +164,34 @@ func (s Settings) Flags() []string {
 		f = append(f, flagBuckets, BucketsText(s.Buckets))
 	}
 	return f
+}
+
+// RouteFlags returns the `infer route` flags (without --addr) of the
+// router in front of the replicas at urls, under settings set: the
+// replicas, the policy, the servers' deadline (the router's must not cut
+// what a replica may still answer), then RouteArgs. This is the one place
+// that knows infer route's flags.
+func (s *Serve) RouteFlags(set Settings, urls []string) []string {
+	f := []string{flagUpstream, strings.Join(urls, ",")}
+	if set.RoutePolicy != "" {
+		f = append(f, flagRoutePolicy, set.RoutePolicy)
+	}
+	if s.Timeout > 0 {
+		f = append(f, flagTimeout, s.Timeout.String())
+	}
+	return append(f, s.RouteArgs...)
+}
+
+// RouteSetByBench returns the infer route flag that arg sets if infer
+// bench sets it itself (the replicas, the policy, the address); "" when
+// arg is free.
+func RouteSetByBench(arg string) string {
+	for _, f := range []string{flagAddr, flagUpstream, flagRoutePolicy} {
+		if arg == f || strings.HasPrefix(arg, f+"=") {
+			return f
+		}
+	}
+	return ""
 }
 
 // BucketsText renders bucket bounds as the --buckets flag takes them:
