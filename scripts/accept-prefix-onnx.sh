@@ -36,36 +36,40 @@ text() {
 }
 
 # ask PROMPT: stream a completion of PROMPT (8 tokens) and print "TTFT_MS
-# CACHED PROMPT_TOKENS".
+# SERVER_TTFT_MS CACHED PROMPT_TOKENS": the client's TTFT, the server's
+# (Server-Timing ttft), the prompt tokens found cached and all of them.
 ask() {
-	local body headers t
+	local body headers t cached ttft prompt
 	body=$(jq -nc --arg p "$1" --arg m "$MODEL" '{model: $m, prompt: $p, max_tokens: 8, temperature: 0, stream: true,
 		stream_options: {include_usage: true}}')
 	t=$(curl -sS -N -o "$TMP/body" -D "$TMP/headers" -w '%{time_starttransfer}' -H 'Content-Type: application/json' \
 		-d "$body" "$URL/v1/completions")
 	headers=$(tr -d '\r' <"$TMP/headers")
-	local cached prompt
 	cached=$(sed -n 's/.*cached;desc=\([0-9]*\).*/\1/p' <<<"$headers")
+	ttft=$(sed -n 's/.*ttft;dur=\([0-9.]*\).*/\1/p' <<<"$headers")
 	prompt=$(grep -o '"prompt_tokens":[0-9]*' "$TMP/body" | tail -1 | cut -d: -f2)
-	LC_ALL=C awk -v t="$t" -v c="${cached:-0}" -v p="${prompt:-?}" 'BEGIN {printf "%.2f %s %s\n", t * 1000, c, p}'
+	LC_ALL=C awk -v t="$t" -v s="${ttft:-0}" -v c="${cached:-0}" -v p="${prompt:-?}" 'BEGIN {printf "%.2f %.2f %s %s\n", t * 1000, s, c, p}'
 }
+
+# median X...: the median of the numbers.
+median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'; }
 
 if section ttft; then
 	echo "== ttft: $MODEL, a ${PREFIX}-token prefix cached (hit) or new (miss), $ROUNDS pairs"
 	serve --model "$MODEL"
 	# Warm up: the first requests of a fresh server pay for allocations.
 	for i in 1 2; do ask "$(text "$((900 + i))" "$PREFIX") Warm up." >/dev/null; done
-	misses=() hits=()
+	misses=() hits=() smisses=() shits=()
 	for r in $(seq 1 "$ROUNDS"); do
 		prefix=$(text "$r$RANDOM" "$PREFIX")
-		read -r miss mc mp < <(ask "$prefix Then the miller said")
-		read -r hit hc hp < <(ask "$prefix At night the children dreamed")
-		LC_ALL=C printf '  pair %2d: miss %7.2f ms (%s of %s prompt tokens cached)  hit %7.2f ms (%s of %s cached)  %5.1fx\n' \
-			"$r" "$miss" "$mc" "$mp" "$hit" "$hc" "$hp" "$(awk -v a="$miss" -v b="$hit" 'BEGIN {print a / b}')"
-		misses+=("$miss") hits+=("$hit")
+		read -r miss smiss mc mp < <(ask "$prefix Then the miller said")
+		read -r hit shit hc hp < <(ask "$prefix At night the children dreamed")
+		LC_ALL=C printf '  pair %2d: miss %7.2f ms (server %7.2f; %s of %s prompt tokens cached)  hit %7.2f ms (server %7.2f; %s of %s cached)  %5.1fx\n' \
+			"$r" "$miss" "$smiss" "$mc" "$mp" "$hit" "$shit" "$hc" "$hp" "$(awk -v a="$miss" -v b="$hit" 'BEGIN {print a / b}')"
+		misses+=("$miss") hits+=("$hit") smisses+=("$smiss") shits+=("$shit")
 	done
-	median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'; }
-	m=$(median "${misses[@]}") h=$(median "${hits[@]}")
-	LC_ALL=C printf '  median: miss %.2f ms, hit %.2f ms: a hit is %.1fx faster (target >= 3x)\n' "$m" "$h" "$(awk -v a="$m" -v b="$h" 'BEGIN {print a / b}')"
+	m=$(median "${misses[@]}") h=$(median "${hits[@]}") sm=$(median "${smisses[@]}") sh=$(median "${shits[@]}")
+	LC_ALL=C printf '  median TTFT: miss %.2f ms, hit %.2f ms: a hit is %.1fx faster (target >= 3x); server-side %.2f and %.2f ms, %.1fx\n' \
+		"$m" "$h" "$(awk -v a="$m" -v b="$h" 'BEGIN {print a / b}')" "$sm" "$sh" "$(awk -v a="$sm" -v b="$sh" 'BEGIN {print a / b}')"
 	stop_server
 fi

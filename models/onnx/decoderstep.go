@@ -80,11 +80,11 @@ func newDecoder(f *DecoderFactory, s *session) *Decoder {
 		dims:   dims{layers: f.sig.layers, heads: f.sig.heads, headDim: f.sig.headDim},
 		seqs:   map[models.SeqID]*seqState{},
 		pool:   &bufPool{},
-		store:  &blockStore{d: dims{layers: f.sig.layers, heads: f.sig.heads, headDim: f.sig.headDim}, slots: f.info.KVTokens},
 		inStep: map[*seqState]bool{},
 
 		keepLogits: 1,
 	}
+	d.store = &blockStore{d: d.dims, slots: f.info.KVTokens}
 	// The cache lives outside the Go heap: an instance dropped without
 	// Close still gives it back.
 	runtime.AddCleanup(d, func(c caches) { c.close() }, caches{d.pool, d.store})
