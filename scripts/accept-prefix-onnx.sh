@@ -9,7 +9,8 @@
 #         tokens are read from its Server-Timing header.
 # Usage: scripts/accept-prefix-onnx.sh [section...] (default: all). MODEL
 # (gpt2-tiny; stories260k works too), PREFIX (512, tokens of the shared
-# prefix, about), ROUNDS (10) and PORT (28400) override the settings.
+# prefix, about), ROUNDS (10), SERVE_ARGS (more flags of infer serve, e.g.
+# "--threads 1") and PORT (28400) override the settings.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -56,7 +57,8 @@ median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print (NR % 2 ?
 
 if section ttft; then
 	echo "== ttft: $MODEL, a ${PREFIX}-token prefix cached (hit) or new (miss), $ROUNDS pairs"
-	serve --model "$MODEL"
+	# shellcheck disable=SC2086 # SERVE_ARGS are words
+	serve --model "$MODEL" ${SERVE_ARGS:-}
 	# Warm up: the first requests of a fresh server pay for allocations.
 	for i in 1 2; do ask "$(text "$((900 + i))" "$PREFIX") Warm up." >/dev/null; done
 	misses=() hits=() smisses=() shits=()
