@@ -83,13 +83,9 @@ func (b *blockStore) checkStep(seqs []models.StepSeq, held map[models.SeqID]*seq
 			}
 		}
 	}
-	if size != b.size {
-		// A new size, once no table holds a block (a restart's dropped).
-		for id, n := range b.refs {
-			if n+delta[int32(id)] > 0 {
-				return bad(seqs[0].ID, "block size %d while sequences hold blocks of %d", size, b.size)
-			}
-		}
+	if size != b.size && b.inUse > 0 {
+		// A new size only once no sequence holds a table (the contract).
+		return bad(seqs[0].ID, "block size %d while sequences hold blocks of %d", size, b.size)
 	}
 	pool := b.slots / size
 	for _, s := range seqs {
