@@ -326,6 +326,7 @@ func (o *modelsBenchOptions) bind(cmd *cobra.Command, batches []int, duration ti
 	f.BoolVar(&o.JSON, "json", false, "print the measurement as JSON")
 	o.Decoder.bind(f, bench)
 	o.Model.bindSettings(cmd)
+	o.Model.bindTokenizer(cmd)
 }
 
 // decoderBatches returns the default --batch of a decoder, for bench (bench

@@ -132,6 +132,7 @@ encoder models only.`,
 	f.DurationVar(&opts.CacheTTL, "cache-ttl", 0, "how long a cached result stays valid (0: until evicted)")
 	f.StringVar(&opts.Broker, "broker", "", "Redis URL (redis://[user:pass@]host:port/db, rediss://…): /batched admits into its stream for infer worker processes (--queue-cap bounds the stream)")
 	opts.Model.bind(cmd)
+	opts.Model.bindTokenizer(cmd)
 	f.Lookup("model").Usage = "model: sim (simulated accelerator), a built-in encoder " + builtinNames(isEncoder) + ", a generative model served through the OpenAI API: sim-lm (simulated) or a built-in decoder " +
 		builtinNames(isDecoder) + ", or a path: an .onnx file (an encoder, or a decoder with a KV cache) or a decoder export directory"
 	opts.Gen.bind(cmd)

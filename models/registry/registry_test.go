@@ -39,6 +39,8 @@ func TestLookupBuiltins(t *testing.T) {
 		{"sim-lm", "sim-lm", Decoder, models.EngineDefaults{}, simlm.DefaultContext},
 		{"gpt2-tiny", "gpt2-tiny", Decoder, onnx.DecoderEngine(), 1024},
 		{"GPT2-SMALL", "gpt2-small", Decoder, onnx.DecoderEngine(), 1024},
+		{"use-lite", "use-lite", Encoder, models.EngineDefaults{}, 0},
+		{"Stories260K", "stories260k", Decoder, onnx.DecoderEngine(), 512},
 	} {
 		m, err := Lookup(tc.ref)
 		if err != nil {
