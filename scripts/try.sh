@@ -145,8 +145,9 @@ fi
 
 echo
 start story 127.0.0.1:0 --model stories260k
+STORY_URL=$SERVED
 step "POST /v1/completions to stories260k (streamed, greedy)" '"text":" Lily"' \
-	-N "$SERVED/v1/completions" -d '{"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0, "stream": true}'
+	-N "$STORY_URL/v1/completions" -d '{"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0, "stream": true}'
 echo
 echo "== the story: Once upon a time$(sed -n 's/^data: .*"text":"\([^"]*\)".*/\1/p' "$WORK/body" | tr -d '\n')"
 
