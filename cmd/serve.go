@@ -52,7 +52,9 @@ func newCmdServe(runF func(context.Context, *serveOptions) error) *cobra.Command
                  calls of at most --batch items)
   POST /batched  requests are queued and run in dynamic batches
 
-plus KServe v2 (POST /v2/models/{name}/infer), /healthz, /readyz and /metrics.
+plus KServe v2 (POST /v2/models/{name}/infer), /healthz, /readyz and /metrics,
+and for a model with an embedding head (use-lite, the default; bert-* --task
+embed) OpenAI's POST /v1/embeddings (batched) and /naive/v1/embeddings.
 
 A batch never holds more than --batch items, and never waits for company
 longer than --max-latency after its first item arrived. Within that, --policy
@@ -72,8 +74,8 @@ Connection: close, admitted requests finish within --drain-timeout. A second
 signal exits at once.
 
 A generative (decoder) model, --model sim-lm, a built-in GPT-2 decoder
-(gpt2-tiny, gpt2-mini, gpt2-small on ONNX Runtime) or a decoder export by
-path, is served instead through an OpenAI-compatible API, so that any OpenAI
+(gpt2-tiny, gpt2-mini, gpt2-small on ONNX Runtime), stories260k (Llama), a
+llama2.c checkpoint (.bin) or a decoder export by path, is served instead through an OpenAI-compatible API, so that any OpenAI
 client or LLM benchmark works by base URL (http://ADDR/v1):
 
   POST /v1/completions, /v1/chat/completions   continuous batching (--gen-policy)

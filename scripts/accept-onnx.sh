@@ -40,7 +40,7 @@ end
 LUA
 
 load() { # load ENDPOINT CONNECTIONS: requests/s of a closed-loop wrk run
-	wrk -t1 -c"$2" -d"$DURATION" --latency -s "$TMP/corpus.lua" "$URL$1" -- "$PWD/$CORPUS" >"$TMP/wrk.out"
+	wrk -t1 -c"$2" -d"$DURATION" --timeout 30s --latency -s "$TMP/corpus.lua" "$URL$1" -- "$PWD/$CORPUS" >"$TMP/wrk.out"
 	if grep -q 'Non-2xx' "$TMP/wrk.out"; then grep 'Non-2xx' "$TMP/wrk.out" >&2; fi
 	awk '/Requests\/sec/ {print $2}' "$TMP/wrk.out"
 }
