@@ -92,8 +92,8 @@ func llamaCheckpoint() Entry {
 }
 
 // openLlama opens a llama2.c checkpoint (a path, or the built-in's name).
-// A tokenizer that cannot serve the checkpoint (none beside it, not a
-// tokenizer, another vocabulary) is Settings.Tokenizer's error.
+// No tokenizer beside a checkpoint, or one of another vocabulary, is
+// Settings.Tokenizer's error.
 func openLlama(checkpoint string, s Settings) (models.DecoderFactory, error) {
 	cfg := onnx.DecoderConfig{KVTokens: s.KVTokens, Runtime: s.runtime()}
 	if err := cfg.Validate(); err != nil {
