@@ -75,8 +75,9 @@ signal exits at once.
 
 A generative (decoder) model, --model sim-lm, a built-in GPT-2 decoder
 (gpt2-tiny, gpt2-mini, gpt2-small on ONNX Runtime), stories260k (Llama), a
-llama2.c checkpoint (.bin) or a decoder export by path, is served instead through an OpenAI-compatible API, so that any OpenAI
-client or LLM benchmark works by base URL (http://ADDR/v1):
+llama2.c checkpoint (.bin) or a decoder export by path, is served instead
+through an OpenAI-compatible API, so that any OpenAI client or LLM benchmark
+works by base URL (http://ADDR/v1):
 
   POST /v1/completions, /v1/chat/completions   continuous batching (--gen-policy)
   POST /static/v1/…   static batching: a batch forms within --max-latency, up
@@ -136,7 +137,7 @@ encoder models only.`,
 	opts.Model.bind(cmd)
 	opts.Model.bindTokenizer(cmd)
 	f.Lookup("model").Usage = "model: sim (simulated accelerator), a built-in encoder " + builtinNames(isEncoder) + ", a generative model served through the OpenAI API: sim-lm (simulated) or a built-in decoder " +
-		builtinNames(isDecoder) + ", or a path: an .onnx file (an encoder, or a decoder with a KV cache) or a decoder export directory"
+		builtinNames(isDecoder) + ", or a path: an .onnx file (an encoder, or a decoder with a KV cache), a decoder export directory or a llama2.c checkpoint (.bin)"
 	opts.Gen.bind(cmd)
 	opts.Log.bind(cmd)
 	return cmd

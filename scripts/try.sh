@@ -8,9 +8,10 @@
 # with text, JSON and form bodies (and checks that two paraphrases are far
 # closer than an unrelated pair), and through the OpenAI API, streamed or
 # not, then through infer route in front of sim-lm with its admin API;
-# checks every answer, and stops the servers. It exits 1 if any step fails. Extra arguments go to
-# the first `infer serve` (e.g. --model sim); ADDR=host:port serves it on that
-# address instead (a taken port fails at once).
+# checks every answer, and stops the servers. It exits 1 if any step fails.
+# Extra arguments go to the first `infer serve` (e.g. --model sim);
+# ADDR=host:port serves it on that address instead (a taken port fails at
+# once).
 #
 # The curl commands of README.md and docs/ are steps here, with the same
 # arguments: internal/doccheck's TestDocCurlsAreTried keeps them in step.
