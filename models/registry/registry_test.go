@@ -175,14 +175,14 @@ func TestLookupPaths(t *testing.T) {
 }
 
 func TestFormats(t *testing.T) {
-	if got, want := Formats(nil), "a decoder export directory or an .onnx file"; got != want {
+	if got, want := Formats(nil), "a llama2.c checkpoint (.bin), a decoder export directory or an .onnx file"; got != want {
 		t.Errorf("Formats(nil) = %q, want %q", got, want)
 	}
 	if got, want := Formats(func(e Entry) bool { return e.Kind == Encoder }), "an .onnx file"; got != want {
 		t.Errorf("Formats(encoders) = %q, want %q", got, want)
 	}
 	encoders := Builtins(func(e Entry) bool { return e.Kind == Encoder && !e.Simulated })
-	if got := strings.Join(encoders, "|"); got != "bert-tiny|bert-mini|bert-small|bert-medium|bert-base" {
+	if got := strings.Join(encoders, "|"); got != "bert-tiny|bert-mini|bert-small|bert-medium|bert-base|use-lite" {
 		t.Errorf("Builtins(encoders) = %s", got)
 	}
 }

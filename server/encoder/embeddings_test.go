@@ -1,14 +1,17 @@
 package encoder_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -293,4 +296,40 @@ func TestEmbeddingsOpenAIClient(t *testing.T) {
 			t.Errorf("%s: empty input: %v", base, err)
 		}
 	}
+}
+
+// FuzzEmbeddings sends arbitrary bodies to /v1/embeddings: every answer is
+// a success with one vector per input or an error in OpenAI's shape, and
+// nothing is a 500.
+func FuzzEmbeddings(f *testing.F) {
+	for _, body := range []string{
+		`{"input": "a"}`, `{"input": ["a b", "c"], "encoding_format": "base64", "dimensions": 4, "model": "vec", "user": "u"}`,
+		`{"input": []}`, `{"input": [[1]]}`, `{"input": "a", "dimensions": 1e400}`, `{"input": null, "model": null}`, "\xef\xbb\xbf{\"input\": \"a\"}",
+	} {
+		f.Add([]byte(body))
+	}
+	m := &vectors{dims: 4, maxLen: 8}
+	h := servertest.Start(f, server.Config{MaxBody: 64 << 10}, newService(f, encoder.Config{MaxItems: 8}, m)).Handler()
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r := httptest.NewRequest("POST", "/v1/embeddings", bytes.NewReader(body))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		var resp struct {
+			Data  []json.RawMessage `json:"data"`
+			Error *struct {
+				Message, Type, Code string
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil {
+			t.Fatalf("%q: %d, not JSON: %q", body, rec.Code, rec.Body)
+		}
+		switch {
+		case rec.Code >= 500:
+			t.Fatalf("%q: %d %s", body, rec.Code, rec.Body)
+		case rec.Code == http.StatusOK && len(resp.Data) == 0:
+			t.Fatalf("%q: 200 without data: %s", body, rec.Body)
+		case rec.Code != http.StatusOK && (resp.Error == nil || resp.Error.Type == "" || resp.Error.Message == ""):
+			t.Fatalf("%q: %d, not an OpenAI error: %s", body, rec.Code, rec.Body)
+		}
+	})
 }
