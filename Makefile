@@ -53,7 +53,7 @@ bench: ## Go benchmarks of the batcher and the simulated accelerator
 # in the packages' testdata/fuzz; what a run finds is kept in the Go cache
 # (a failing input is written to testdata/fuzz and reported).
 FUZZTIME ?= 1000000x
-FUZZ := server:FuzzRequestTimeout server/encoder:FuzzDecodeItems server/encoder:FuzzDecodeV2 server/encoder:FuzzHandler \
+FUZZ := server:FuzzRequestTimeout server/encoder:FuzzDecodeItems server/encoder:FuzzDecodeV2 server/encoder:FuzzHandler server/encoder:FuzzEmbeddings \
 	loadgen/target:FuzzParseMetrics loadgen/attack:FuzzServerTiming \
 	loadgen/llm:FuzzReader loadgen/llm:FuzzChunk loadgen/llm:FuzzEncoding loadgen/llm:FuzzReadTrace \
 	models/tfjs:FuzzRead models/sentencepiece:FuzzEncode \

