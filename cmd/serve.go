@@ -30,6 +30,8 @@ type serveOptions struct {
 	MaxItems     int
 	DrainTimeout time.Duration
 	MaxConns     int
+	PerAddr      int
+	HeaderTime   time.Duration
 	IdleTimeout  time.Duration
 	AdminToken   string
 	CacheSize    int
@@ -66,7 +68,8 @@ decides how long it waits:
 Overload is refused at once with 429: beyond --queue-cap items, or when the
 backlog would outlast a request's deadline (--timeout, shortened per request
 by X-Request-Timeout). Open connections are capped by --max-conns (at the cap
-the longest idle one is closed first) and closed after --idle-timeout idle.
+the one quiet for longest, idle or without a complete request header, is
+closed first; --max-conns-per-addr caps one client address) and closed after --idle-timeout idle.
 On SIGINT/SIGTERM the server drains: /readyz turns 503, every answer carries
 Connection: close, admitted requests finish within --drain-timeout. A second
 signal exits at once.
@@ -124,7 +127,9 @@ encoder models only.`,
 	f.Var(&opts.MaxBody, "max-body", fmt.Sprintf("largest request body (e.g. 1MiB, 512KiB, 65536; at most %s)", maxBody.String()))
 	f.IntVar(&opts.MaxItems, "max-items", 0, fmt.Sprintf("most items in one request (0: %d, or the queue capacity if smaller)", encoder.DefaultMaxItems))
 	f.DurationVar(&opts.DrainTimeout, "drain-timeout", server.DefaultDrainTimeout, "on SIGINT/SIGTERM, how long to finish admitted requests")
-	f.IntVar(&opts.MaxConns, "max-conns", 0, fmt.Sprintf("most open client connections; at the cap the longest idle one is closed to let a new one in (0: half the open-file limit, at most %d)", server.DefaultMaxConnsCap))
+	f.IntVar(&opts.MaxConns, "max-conns", 0, fmt.Sprintf("most open client connections; at the cap the one quiet for longest (idle, or without a complete request header yet) is closed to let a new one in (0: half the open-file limit, at most %d)", server.DefaultMaxConnsCap))
+	f.IntVar(&opts.PerAddr, "max-conns-per-addr", 0, "most open connections from one client IP address; more are refused (0: no cap per address)")
+	f.DurationVar(&opts.HeaderTime, "header-timeout", server.DefaultHeaderTimeout, "close a connection that has not sent a complete request header within this")
 	f.DurationVar(&opts.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close keep-alive connections idle for this long")
 	f.BoolVar(&opts.AdmitLate, "admit-late", false, "turn deadline-aware scheduling off: admit requests the backlog says will miss their deadline, and compute items whose batch would end after it (default: refuse at once with 429, drop before compute)")
 	f.StringVar(&opts.AdminToken, "admin-token", "", "enable PATCH /admin/batching for this bearer token (also INFER_ADMIN_TOKEN)")
@@ -164,6 +169,8 @@ func (o *serveOptions) config() (serveConfig, error) {
 		return serveConfig{}, usageErrorf("--drain-timeout %v: must be positive", o.DrainTimeout)
 	case o.IdleTimeout <= 0:
 		return serveConfig{}, usageErrorf("--idle-timeout %v: must be positive", o.IdleTimeout)
+	case o.HeaderTime <= 0:
+		return serveConfig{}, usageErrorf("--header-timeout %v: must be positive", o.HeaderTime)
 	}
 	if o.Broker != "" {
 		if err := (broker.Config{URL: o.Broker}).Validate(); err != nil {
@@ -178,13 +185,15 @@ func (o *serveOptions) config() (serveConfig, error) {
 	ver, _ := Version()
 	cfg := serveConfig{
 		Host: server.Config{
-			Addr:         o.Addr,
-			Timeout:      o.Timeout,
-			MaxBody:      int64(o.MaxBody),
-			DrainTimeout: o.DrainTimeout,
-			MaxConns:     o.MaxConns,
-			IdleTimeout:  o.IdleTimeout,
-			AdminToken:   adminToken,
+			Addr:            o.Addr,
+			Timeout:         o.Timeout,
+			MaxBody:         int64(o.MaxBody),
+			DrainTimeout:    o.DrainTimeout,
+			MaxConns:        o.MaxConns,
+			MaxConnsPerAddr: o.PerAddr,
+			HeaderTimeout:   o.HeaderTime,
+			IdleTimeout:     o.IdleTimeout,
+			AdminToken:      adminToken,
 		},
 		Encoder: encoder.Config{
 			Batch:     bcfg,

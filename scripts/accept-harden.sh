@@ -9,6 +9,11 @@
 #   admin     PATCHes with huge values (422), and a cancelled PATCH leaving
 #             GET truthful
 #   naive     bert-mini, 256 items of ~700 words on /naive vs /batched: RSS
+#   silent    sockets that never send a request (4,096 against sim-lm; 512
+#             under ulimit -n 1024 against sim), reopened as soon as the
+#             server closes them, while /healthz and a real request are
+#             tried 20 times each: both must succeed 19 of 20; the
+#             attacker's and the server's CPU over the same time
 # Every load is bounded in time. Usage: scripts/accept-harden.sh [section...]
 # (default: all). PORT (default 20080) sets the port; BIN another binary.
 set -euo pipefail
@@ -23,7 +28,7 @@ trap 'stop_server; rm -rf "$TMP"' EXIT
 vegeta_install
 
 SECTIONS=("$@")
-if [[ ${#SECTIONS[@]} -eq 0 ]]; then SECTIONS=(drain conns deadline admin naive); fi
+if [[ ${#SECTIONS[@]} -eq 0 ]]; then SECTIONS=(drain conns deadline admin naive silent); fi
 
 if section drain; then
 	echo "== drain: ${DRAIN_RUNS:-10} × SIGTERM at 1.5 s into a 300 req/s keep-alive load (sim 77ms + 1.16ms)"
@@ -151,4 +156,75 @@ print(json.dumps({"inputs": items}))' >"$TMP/big.json"
 		echo "  /$ep: status $code; RSS before $((before / 1024)) MiB, peak $(($(cat "$TMP/peak") / 1024)) MiB"
 		stop_server
 	done
+fi
+
+if section silent; then
+	cat >"$TMP/silent.py" <<'PY'
+# Holds n sockets to 127.0.0.1:port that never send a byte (half of them
+# send half a request header), reopening each one the server closes at
+# once, for secs seconds; prints the reopen count and its own CPU seconds.
+import os, selectors, socket, sys, time
+port, n, secs = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+sel = selectors.DefaultSelector()
+opened = 0
+def open_one(i):
+    global opened
+    s = socket.socket()
+    s.setblocking(False)
+    try:
+        s.connect(("127.0.0.1", port))
+    except BlockingIOError:
+        pass
+    if i % 2:
+        try: s.send(b"GET /healthz HTTP/1.1\r\n")
+        except OSError: pass
+    sel.register(s, selectors.EVENT_READ, i)
+    opened += 1
+for i in range(n):
+    open_one(i)
+print("holding", flush=True)
+end = time.time() + secs
+while time.time() < end:
+    for key, _ in sel.select(timeout=0.2):
+        s = key.fileobj
+        try: data = s.recv(4096)
+        except OSError: data = b""
+        if not data:  # closed by the server: reopen at once
+            sel.unregister(s); s.close(); open_one(key.data)
+t = os.times()
+print(f"sockets {n}, opened {opened} in {secs:.0f}s ({(opened - n) / secs:.0f} reopens/s), attacker CPU {t.user + t.system:.2f}s", flush=True)
+PY
+	# silent_run N SECS MODEL... : hold N silent sockets against a server
+	# started with the rest of the arguments; 20 × /healthz and 20 × a real
+	# request from another client; CPU of both sides.
+	silent_run() {
+		local n=$1 secs=$2 ok_h=0 ok_r=0 c0 c1 body path
+		shift 2
+		serve "$@"
+		grep -o 'max_conns=[0-9]*' "$TMP/serve.log" | head -1 | sed 's/^/  server /' || true
+		if [[ " $* " == *" sim-lm "* ]]; then
+			path=/v1/completions body='{"prompt":"Once upon a time","max_tokens":8}'
+		else
+			path=/batched body='{"inputs":["Paris is the [MASK] of France."]}'
+		fi
+		c0=$(cpu_ticks)
+		(ulimit -n 20000; exec python3 "$TMP/silent.py" "$PORT" "$n" "$secs") >"$TMP/silent.out" &
+		local H=$!
+		until grep -q holding "$TMP/silent.out" 2>/dev/null; do sleep 0.1; done
+		sleep 2
+		for _ in $(seq 1 20); do
+			[[ $(curl -s -o /dev/null -w '%{http_code}' -m 3 "$URL/healthz") == 200 ]] && ok_h=$((ok_h + 1))
+			[[ $(curl -s -o /dev/null -w '%{http_code}' -m 5 -H 'Content-Type: application/json' -d "$body" "$URL$path") == 200 ]] && ok_r=$((ok_r + 1))
+			sleep 0.3
+		done
+		wait "$H"
+		c1=$(cpu_ticks)
+		echo "  $(cat "$TMP/silent.out" | tail -1), server CPU $(awk -v t=$((c1 - c0)) -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.2fs", t / hz}')"
+		echo "  /healthz $ok_h/20 ok, POST $path $ok_r/20 ok (want ≥ 19 each); evicted new $(metric 'infer_connections_closed_total{reason="new_evicted"}'), refused $(metric 'infer_connections_closed_total{reason="over_cap"}')"
+		stop_server
+	}
+	echo "== silent: 4,096 sockets that never send a request, against sim-lm"
+	silent_run 4096 "${SILENT_SECS:-15}" --model sim-lm
+	echo "== silent: 512 such sockets, the server under ulimit -n 1024 (sim)"
+	SERVE_ENV="prlimit --nofile=1024:1024" silent_run 512 "${SILENT_SECS:-15}" --model sim
 fi

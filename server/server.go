@@ -39,12 +39,24 @@ type Config struct {
 	// DrainTimeout bounds how long shutdown waits for admitted work.
 	// Default DefaultDrainTimeout.
 	DrainTimeout time.Duration
-	// MaxConns caps the open client connections. At the cap, the longest
-	// idle keep-alive connection is closed to let a new one in; when none
-	// is idle, the new one is refused (closed). Default: half the
+	// MaxConns caps the open client connections. At the cap, the
+	// connection quiet for longest (idle between keep-alive requests, or
+	// new without a complete request header) is closed to let a new one
+	// in; when every one is busy with a request, the new one is refused
+	// (closed). Default: half the
 	// process's open-file limit, at most DefaultMaxConnsCap (nginx's
 	// worker_connections is of that order); at most MaxConnsLimit.
 	MaxConns int
+	// MaxConnsPerAddr caps the open connections from one client IP
+	// address; a new one past it is refused (closed). Default 0: no cap
+	// per address (a load generator, or a proxy in front, opens many from
+	// one address). At most MaxConnsLimit.
+	MaxConnsPerAddr int
+	// HeaderTimeout closes a connection that has not sent a complete
+	// request header within it, from its accept (or from the first byte
+	// of a keep-alive connection's next request). Default
+	// DefaultHeaderTimeout.
+	HeaderTimeout time.Duration
 	// IdleTimeout closes keep-alive connections idle for that long.
 	// Default DefaultIdleTimeout (nginx's keepalive_timeout).
 	IdleTimeout time.Duration
@@ -63,6 +75,9 @@ const (
 	DefaultMaxBody      = 1 << 20
 	DefaultDrainTimeout = 30 * time.Second
 	DefaultIdleTimeout  = 75 * time.Second
+	// DefaultHeaderTimeout is Config.HeaderTimeout's default: a client on
+	// a slow link sends a header of a few hundred bytes well within it.
+	DefaultHeaderTimeout = 3 * time.Second
 	// DefaultMaxConnsCap caps MaxConns's default, half the open-file limit.
 	DefaultMaxConnsCap = 4096
 )
@@ -75,16 +90,14 @@ const (
 	MaxConnsLimit = 1 << 20
 )
 
-// The http.Server's own bounds: a request's header must arrive within
-// readHeaderTimeout and its whole body within readTimeout (a slower one is
-// answered 408 by ReadBody), an answer's writes end at the request's
-// timeout plus writeSlack (streams extend their own), and a header holds at
-// most maxHeaderBytes (431 beyond).
+// The http.Server's own bounds: a request's whole body must arrive within
+// readTimeout (a slower one is answered 408 by ReadBody), an answer's
+// writes end at the request's timeout plus writeSlack (streams extend their
+// own), and a header holds at most maxHeaderBytes (431 beyond).
 const (
-	readHeaderTimeout = 5 * time.Second
-	readTimeout       = 30 * time.Second
-	writeSlack        = 10 * time.Second
-	maxHeaderBytes    = 64 << 10
+	readTimeout    = 30 * time.Second
+	writeSlack     = 10 * time.Second
+	maxHeaderBytes = 64 << 10
 )
 
 // defaultMaxConns is half the open-file limit, at most DefaultMaxConnsCap:
@@ -115,6 +128,9 @@ func (c Config) withDefaults() Config {
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = DefaultIdleTimeout
 	}
+	if c.HeaderTimeout <= 0 {
+		c.HeaderTimeout = DefaultHeaderTimeout
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -129,7 +145,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("max body %d bytes: want 1 to %d", c.MaxBody, MaxBodyLimit)
 	case c.MaxConns < 0 || c.MaxConns > MaxConnsLimit:
 		return fmt.Errorf("max conns %d: want 1 to %d", c.MaxConns, MaxConnsLimit)
-	case c.Timeout < 0 || c.DrainTimeout < 0 || c.IdleTimeout < 0:
+	case c.MaxConnsPerAddr < 0 || c.MaxConnsPerAddr > MaxConnsLimit:
+		return fmt.Errorf("max conns per address %d: want 0 (no cap) to %d", c.MaxConnsPerAddr, MaxConnsLimit)
+	case c.Timeout < 0 || c.DrainTimeout < 0 || c.IdleTimeout < 0 || c.HeaderTimeout < 0:
 		return errors.New("timeouts must not be negative")
 	}
 	return nil
@@ -166,7 +184,7 @@ func New(cfg Config, services ...Service) (*Server, error) {
 		cfg:      cfg,
 		services: services,
 		log:      cfg.Logger,
-		conns:    newConns(cfg.MaxConns, cfg.Logger),
+		conns:    newConns(cfg.MaxConns, cfg.MaxConnsPerAddr, cfg.Logger),
 		mux:      http.NewServeMux(),
 	}
 	s.unready.Store(int32(len(services)))
@@ -237,7 +255,7 @@ func (s *Server) Run(ctx context.Context) error {
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           s.handler,
-		ReadHeaderTimeout: readHeaderTimeout,
+		ReadHeaderTimeout: s.cfg.HeaderTimeout,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      s.cfg.Timeout + writeSlack,
 		IdleTimeout:       s.cfg.IdleTimeout,
