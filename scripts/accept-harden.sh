@@ -201,7 +201,6 @@ PY
 		local n=$1 secs=$2 ok_h=0 ok_r=0 c0 c1 body path
 		shift 2
 		serve "$@"
-		grep -o 'max_conns=[0-9]*' "$TMP/serve.log" | head -1 | sed 's/^/  server /' || true
 		if [[ " $* " == *" sim-lm "* ]]; then
 			path=/v1/completions body='{"prompt":"Once upon a time","max_tokens":8}'
 		else

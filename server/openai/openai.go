@@ -79,6 +79,9 @@ type Service struct {
 	info    models.Info
 	dinfo   models.DecoderInfo
 	tok     models.Tokenizer
+	// maxTokenBytes is the most bytes a token stands for: a prompt's
+	// length bounds its tokens (see encode).
+	maxTokenBytes int
 	log     *slog.Logger
 	limits  server.Limits // the host's, set by Mount
 	metrics *metrics
@@ -131,6 +134,7 @@ func New(cfg Config, f models.DecoderFactory) (*Service, error) {
 		cfg.Engine.Policy = generate.Continuous
 	}
 	s := &Service{cfg: cfg, factory: f, info: f.Info(), dinfo: dinfo, tok: f.Tokenizer(), log: cfg.Logger}
+	s.maxTokenBytes = maxTokenBytes(s.tok, dinfo.Vocab)
 	s.eps = []*endpoint{
 		{name: "v1", prefix: "", policy: cfg.Engine.Policy},
 		{name: string(generate.Static), prefix: "/static", policy: generate.Static},

@@ -106,9 +106,8 @@ func (h *handler) parse(body []byte, chat bool) (*parsed, error) {
 	if len(p.gen.Prompt) == 0 {
 		return nil, invalid(http.StatusUnprocessableEntity, "prompt", "empty_prompt", "the prompt has no tokens")
 	}
-	if n, ctx := len(p.gen.Prompt), s.dinfo.Context; n >= ctx {
-		return nil, invalid(http.StatusRequestEntityTooLarge, "prompt", "context_length_exceeded",
-			"this model's maximum context length is %d tokens; the prompt has %d (and needs room for at least one generated token)", ctx, n)
+	if n, ctx := len(p.gen.Prompt), s.dinfo.Context; n >= ctx { // token ids
+		return nil, tooLong(ctx, n, false)
 	}
 
 	maxTokens, param := req.MaxTokens, "max_tokens"
@@ -180,7 +179,7 @@ func (h *handler) completionPrompt(raw json.RawMessage, msgs []message) ([]int32
 	}
 	var text string
 	if err := json.Unmarshal(raw, &text); err == nil {
-		return h.s.tok.Encode(text), nil
+		return h.encode(text)
 	}
 	var texts []string
 	if err := json.Unmarshal(raw, &texts); err == nil {
@@ -190,7 +189,7 @@ func (h *handler) completionPrompt(raw json.RawMessage, msgs []message) ([]int32
 		if len(texts) != 1 {
 			return nil, invalid(http.StatusUnprocessableEntity, "prompt", "unsupported", "%d prompts: only one prompt per request is supported", len(texts))
 		}
-		return h.s.tok.Encode(texts[0]), nil
+		return h.encode(texts[0])
 	}
 	var ids []int32
 	if err := json.Unmarshal(raw, &ids); err == nil {
@@ -230,7 +229,7 @@ func (h *handler) chatPrompt(msgs []message, prompt json.RawMessage) ([]int32, e
 		b.WriteByte('\n')
 	}
 	b.WriteString("assistant:")
-	return h.s.tok.Encode(b.String()), nil
+	return h.encode(b.String())
 }
 
 // messageText reads a message's content: a string, or an array of text
