@@ -28,7 +28,7 @@ trap 'stop_server; rm -rf "$TMP"' EXIT
 vegeta_install
 
 SECTIONS=("$@")
-if [[ ${#SECTIONS[@]} -eq 0 ]]; then SECTIONS=(drain conns deadline admin naive silent); fi
+if [[ ${#SECTIONS[@]} -eq 0 ]]; then SECTIONS=(drain conns deadline admin naive silent prompts); fi
 
 if section drain; then
 	echo "== drain: ${DRAIN_RUNS:-10} × SIGTERM at 1.5 s into a 300 req/s keep-alive load (sim 77ms + 1.16ms)"
@@ -226,4 +226,59 @@ PY
 	silent_run 4096 "${SILENT_SECS:-15}" --model sim-lm
 	echo "== silent: 512 such sockets, the server under ulimit -n 1024 (sim)"
 	SERVE_ENV="prlimit --nofile=1024:1024" silent_run 512 "${SILENT_SECS:-15}" --model sim
+fi
+
+if section prompts; then
+	echo "== prompts: 96 concurrent 1 MB prompts against sim-lm (each 413), 20 streams timed beside, A B A B"
+	cat >"$TMP/prompts.py" <<'PY'
+# mode streams|both: 20 streams of 200 tokens (ignore_eos), their mean
+# tokens/s; with both, 96 clients post 1 MB prompts meanwhile, each
+# pausing PAUSE seconds after each answer (0: a tight loop).
+import http.client, json, sys, threading, time
+port, mode, pause = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+big = json.dumps({"prompt": "word " * ((1 << 20) // 5), "max_tokens": 4}).encode()
+codes, stop = {}, threading.Event()
+def attack():
+    while not stop.is_set():
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        try:
+            c.request("POST", "/v1/completions", big, {"Content-Type": "application/json"})
+            r = c.getresponse(); r.read()
+            codes[r.status] = codes.get(r.status, 0) + 1
+        except OSError as e:
+            codes[type(e).__name__] = codes.get(type(e).__name__, 0) + 1
+        c.close()
+        stop.wait(pause)
+paces = []
+def stream():
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    body = json.dumps({"prompt": "Once upon a time", "max_tokens": 200, "ignore_eos": True, "stream": True})
+    c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+    r = c.getresponse()
+    n, first = 0, None
+    for line in r:
+        if line.startswith(b"data: {"):
+            n += 1
+            if first is None: first = time.time()
+    if n > 1: paces.append((n - 1) / (time.time() - first))
+attackers = [threading.Thread(target=attack) for _ in range(96 if mode == "both" else 0)]
+for a in attackers: a.start()
+time.sleep(1 if attackers else 0)
+ss = [threading.Thread(target=stream) for _ in range(20)]
+for s in ss: s.start()
+for s in ss: s.join()
+stop.set()
+for a in attackers: a.join()
+print(f"{mode}: {len(paces)} streams, mean {sum(paces)/max(1,len(paces)):.1f} tokens/s; 1 MB prompts: {codes}", flush=True)
+PY
+	serve --model sim-lm
+	for run in 1 2; do
+		for mode in streams both; do
+			c0=$(cpu_ticks); n0=$(metric 'infer_gen_requests_total{code="413",endpoint="v1"}')
+			python3 "$TMP/prompts.py" "$PORT" "$mode" "${PROMPT_PAUSE:-1}" | sed 's/^/  /'
+			c1=$(cpu_ticks); n1=$(metric 'infer_gen_requests_total{code="413",endpoint="v1"}')
+			echo "    server CPU $(awk -v t=$((c1 - c0)) -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.2f", t / hz}')s, 413s $(awk -v a="$n0" -v b="$n1" 'BEGIN {print b - a}'), RSS $(($(rss_kib VmRSS) / 1024)) MiB, peak $(($(rss_kib VmHWM) / 1024)) MiB"
+		done
+	done
+	stop_server
 fi

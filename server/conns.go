@@ -380,12 +380,21 @@ func (w *closingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // server drains, and after a request with a transfer coding (RFC 9112 §6.1:
 // one that also had a Content-Length, which net/http removes before a
 // handler sees it, may be a smuggling attempt, and the connection must then
-// be closed).
-func lifecycle(draining *atomic.Bool, h http.Handler) http.Handler {
+// be closed). A handler that wrote nothing because its request's context
+// ended (the client went away) has its connection closed without an
+// answer, never with net/http's empty 200. inFlight counts the requests
+// being handled.
+func lifecycle(draining *atomic.Bool, inFlight *atomic.Int64, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		inFlight.Add(1)
+		defer inFlight.Add(-1)
 		if len(r.TransferEncoding) > 0 {
 			w.Header().Set("Connection", "close")
 		}
-		h.ServeHTTP(&closingWriter{ResponseWriter: w, draining: draining}, r)
+		cw := &closingWriter{ResponseWriter: w, draining: draining}
+		h.ServeHTTP(cw, r)
+		if !cw.wrote && r.Context().Err() != nil {
+			panic(http.ErrAbortHandler) // net/http closes the connection, logging nothing
+		}
 	})
 }

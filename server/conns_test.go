@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -260,5 +261,66 @@ func TestConnectionCapPerAddress(t *testing.T) {
 			t.Fatalf("after one connection closed, a new one from the address is still refused: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Past the drain timeout, every request still running is answered (503
+// draining, through its context's cause) before its connection closes, and
+// Serve says the drain timed out.
+func TestDrainTimeoutAnswersRunningRequests(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newProbe()
+		ts := start(t, server.Config{DrainTimeout: 2 * time.Second}, p)
+		const n = 5
+		var wg sync.WaitGroup
+		var answered, drained sync.Map
+		for i := range n {
+			c := dial(t, ts)
+			wg.Go(func() {
+				resp, body, err := c.send(post("/hold", ""))
+				if err == nil {
+					answered.Store(i, true)
+					if resp.StatusCode == 503 && strings.Contains(body, `"draining"`) {
+						drained.Store(i, true)
+					}
+				}
+			})
+		}
+		for range n {
+			<-p.started
+		}
+		err := ts.Stop()
+		wg.Wait()
+		count := func(m *sync.Map) (k int) {
+			m.Range(func(any, any) bool { k++; return true })
+			return k
+		}
+		if a, d := count(&answered), count(&drained); a != n || d != n {
+			t.Errorf("past the drain timeout: %d of %d requests answered, %d with 503 draining; want all", a, n, d)
+		}
+		if !errors.Is(err, server.ErrDrainTimeout) || !strings.Contains(err.Error(), "5 requests still running") {
+			t.Errorf("Stop() = %v, want ErrDrainTimeout naming 5 requests", err)
+		}
+	})
+}
+
+// A client that half-closes its connection after its request is never
+// answered with an empty 200: a handler that wrote nothing because its
+// context ended has its connection closed without an answer.
+func TestHalfClosedClientNeverGetsAnEmpty200(t *testing.T) {
+	p := newProbe()
+	ts := servertest.Start(t, server.Config{}, p)
+	c, err := net.Dial("tcp", strings.TrimPrefix(ts.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, post("/hold", ""))
+	<-p.started
+	c.(*net.TCPConn).CloseWrite()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, err := io.ReadAll(c)
+	if len(got) > 0 || err != nil {
+		t.Errorf("after a half-close with nothing written: %q, %v; want the connection closed without an answer", got, err)
 	}
 }

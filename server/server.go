@@ -171,7 +171,26 @@ type Server struct {
 
 	unready  atomic.Int32 // services that have not called ready yet
 	draining atomic.Bool
+	inFlight atomic.Int64 // requests being handled
 }
+
+// ErrDrainTimeout is what the requests still running when the drain
+// timeout passes see as their context's cause (context.Cause): a service
+// answers them 503 draining (a stream: an error event, then its end).
+// Serve's error wraps it when the drain timed out.
+var ErrDrainTimeout = errors.New("the drain timeout passed")
+
+// DrainTimedOut reports whether ctx, a request's context or one derived
+// from it, ended because the drain timeout passed: its request is then to be
+// answered 503 draining, not taken for a client that went away.
+func DrainTimedOut(ctx context.Context) bool {
+	return ctx.Err() != nil && errors.Is(context.Cause(ctx), ErrDrainTimeout)
+}
+
+// drainGrace is how long, past the drain timeout, the requests still
+// running have to write their 503 (their contexts ended with
+// ErrDrainTimeout) before their connections are closed.
+const drainGrace = time.Second
 
 // New returns a host of services, each mounted once (see Service.Mount). It
 // runs nothing yet.
@@ -196,7 +215,7 @@ func New(cfg Config, services ...Service) (*Server, error) {
 	if err := errors.Join(s.mountErrs...); err != nil {
 		return nil, err
 	}
-	s.handler = lifecycle(&s.draining, recoverPanics(s.mux))
+	s.handler = lifecycle(&s.draining, &s.inFlight, recoverPanics(s.mux))
 	return s, nil
 }
 
@@ -250,11 +269,17 @@ func (s *Server) Run(ctx context.Context) error {
 // /readyz turns 503, the listener closes, every response carries
 // Connection: close, the services' contexts end (they refuse new work and
 // finish what they admitted) within Config.DrainTimeout, and connections
-// are closed once quiet (see drainQuiet); then Serve returns. It returns an
-// error if a service failed or the drain timed out.
+// are closed once quiet (see drainQuiet); then Serve returns. Past the
+// drain timeout, the requests still running have their contexts ended with
+// the cause ErrDrainTimeout and drainGrace to answer (503 draining) before
+// their connections close. It returns an error if a service failed, or
+// one wrapping ErrDrainTimeout if the drain timed out.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	reqCtx, abortRequests := context.WithCancelCause(context.Background())
+	defer abortRequests(nil)
 	srv := &http.Server{
 		Handler:           s.handler,
+		BaseContext:       func(net.Listener) context.Context { return reqCtx },
 		ReadHeaderTimeout: s.cfg.HeaderTimeout,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      s.cfg.Timeout + writeSlack,
@@ -305,10 +330,24 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	select {
 	case <-workDone:
 	case <-drainCtx.Done():
-		drainErr = fmt.Errorf("drain timed out after %v", s.cfg.DrainTimeout)
 	}
-	if err := s.closeConns(drainCtx); err != nil && drainErr == nil {
-		drainErr = fmt.Errorf("drain timed out after %v: %w", s.cfg.DrainTimeout, err)
+	if err := s.closeConns(drainCtx); err != nil || drainCtx.Err() != nil {
+		// Past the timeout: the requests still running end with the cause
+		// ErrDrainTimeout, answer 503, and their connections close.
+		running := s.inFlight.Load()
+		abortRequests(ErrDrainTimeout)
+		graceCtx, cancelGrace := context.WithTimeout(context.Background(), drainGrace)
+		defer cancelGrace()
+		drainErr = fmt.Errorf("%w after %v: %d requests still running were answered 503 draining", ErrDrainTimeout, s.cfg.DrainTimeout, running)
+		if err := s.closeConns(graceCtx); err != nil {
+			drainErr = fmt.Errorf("%w; %w", drainErr, err)
+		}
+		select {
+		case <-workDone:
+		case <-graceCtx.Done():
+			drainErr = fmt.Errorf("%w; a service's work did not finish", drainErr)
+		}
+		s.log.Warn("drain timed out", "timeout", s.cfg.DrainTimeout, "requests_answered_503", running)
 	}
 	srv.Close()
 	<-serveErr

@@ -82,9 +82,9 @@ type Service struct {
 	// maxTokenBytes is the most bytes a token stands for: a prompt's
 	// length bounds its tokens (see encode).
 	maxTokenBytes int
-	log     *slog.Logger
-	limits  server.Limits // the host's, set by Mount
-	metrics *metrics
+	log           *slog.Logger
+	limits        server.Limits // the host's, set by Mount
+	metrics       *metrics
 
 	// One per route prefix, in the order of prefixes.
 	eps []*endpoint
