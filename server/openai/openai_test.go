@@ -552,3 +552,22 @@ func TestSlowBodyAnswered408(t *testing.T) {
 		}
 	})
 }
+
+// A client that half-closes after its request never gets an empty 200, on
+// any endpoint: an answer, or the connection closed without one.
+func TestHalfClosedClientNeverGetsAnEmpty200(t *testing.T) {
+	ts := startServer(t, simlm.Config{}, openai.Config{}, server.Config{})
+	for _, tc := range []struct{ path, body string }{
+		{"/v1/completions", `{"prompt":"Once upon a time","max_tokens":8}`},
+		{"/v1/completions", `{"prompt":"Once upon a time","max_tokens":8,"stream":true}`},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"max_tokens":8}`},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"max_tokens":8,"stream":true}`},
+		{"/naive/v1/completions", `{"prompt":"Once upon a time","max_tokens":8}`},
+		{"/static/v1/completions", `{"prompt":"Once upon a time","max_tokens":8,"stream":true}`},
+	} {
+		raw := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", tc.path, len(tc.body), tc.body)
+		if r := servertest.HalfClosed(t, ts.URL, raw); r != nil && r.Status != 200 {
+			t.Errorf("%s %s: %d %s, want an answer or none", tc.path, tc.body, r.Status, r.Body)
+		}
+	}
+}
