@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reruns the acceptance figures of the hardening issue (13) against real
+# Reruns the acceptance figures of the hardening issues (13, 27) against real
 # processes on 127.0.0.1, each section one command:
 #   drain     10 SIGTERM drains under a 300 req/s keep-alive load: EOF/resets
 #   conns     20,000 idle keep-alive connections from one host while /healthz
@@ -9,6 +9,10 @@
 #   admin     PATCHes with huge values (422), and a cancelled PATCH leaving
 #             GET truthful
 #   naive     bert-mini, 256 items of ~700 words on /naive vs /batched: RSS
+#   prompts   96 clients sending 1 MB prompts beside 20 timed streams, A B A B:
+#             413s, server CPU each, RSS, the streams' pace
+#   drainstreams  200 streams, SIGTERM after 2 s, --drain-timeout 5s: how
+#             each ended (0 silent closes), the exit code, the log
 #   silent    sockets that never send a request (4,096 against sim-lm; 512
 #             under ulimit -n 1024 against sim), reopened as soon as the
 #             server closes them, while /healthz and a real request are
@@ -28,7 +32,7 @@ trap 'stop_server; rm -rf "$TMP"' EXIT
 vegeta_install
 
 SECTIONS=("$@")
-if [[ ${#SECTIONS[@]} -eq 0 ]]; then SECTIONS=(drain conns deadline admin naive silent prompts); fi
+if [[ ${#SECTIONS[@]} -eq 0 ]]; then SECTIONS=(drain conns deadline admin naive silent prompts drainstreams); fi
 
 if section drain; then
 	echo "== drain: ${DRAIN_RUNS:-10} × SIGTERM at 1.5 s into a 300 req/s keep-alive load (sim 77ms + 1.16ms)"
@@ -281,4 +285,47 @@ PY
 		done
 	done
 	stop_server
+fi
+
+if section drainstreams; then
+	echo "== drainstreams: 200 streams on sim-lm, SIGTERM after 2 s, --drain-timeout 5s: every one answered"
+	cat >"$TMP/streams.py" <<'PY'
+# 200 streams at once (max_tokens 2000, ignore_eos); how each ended:
+# done ([DONE] after tokens), error+done (an error event then [DONE]),
+# status NNN (an HTTP error), silent (closed with neither).
+import http.client, json, sys, threading, collections
+port = int(sys.argv[1])
+ends = collections.Counter()
+lock = threading.Lock()
+def one():
+    kind = "silent"
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        body = json.dumps({"prompt": "Once upon a time", "max_tokens": 2000, "ignore_eos": True, "stream": True})
+        c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+        r = c.getresponse()
+        if r.status != 200:
+            kind = f"status {r.status}"; r.read()
+        else:
+            err = False
+            for line in r:
+                if line.startswith(b'data: {"error"'): err = True
+                if line.startswith(b"data: [DONE]"):
+                    kind = "error+done" if err else "done"
+    except Exception as e:
+        kind = "silent"
+    with lock: ends[kind] += 1
+ts = [threading.Thread(target=one) for _ in range(200)]
+for t in ts: t.start()
+for t in ts: t.join()
+print("  ends:", dict(ends), "- silent closes:", ends["silent"], "(want 0)")
+PY
+	serve --model sim-lm --drain-timeout 5s --queue-cap 1000
+	python3 "$TMP/streams.py" "$PORT" &
+	P=$!
+	sleep 2
+	drain_server
+	wait "$P"
+	echo "  exit $DRAIN_EXIT after ${DRAIN_SECONDS}s (5: the drain timed out, documented); log:"
+	grep -i drain "$TMP/serve.log" | sed 's/^/    /'
 fi

@@ -174,7 +174,16 @@ func (s *Service) load(ctx context.Context) error {
 		if err := s.warm(ctx, dec); err != nil {
 			return fmt.Errorf("warm up decoder instance %d: %w", i, err)
 		}
+		// A second step, timed, is the model's own cost of a step: the
+		// engine's deadline admission starts from it.
+		t0 := time.Now()
+		if err := s.warm(ctx, dec); err != nil {
+			return fmt.Errorf("warm up decoder instance %d: %w", i, err)
+		}
 		ecfg := s.cfg.Engine
+		if ecfg.ColdStep == 0 {
+			ecfg.ColdStep = time.Since(t0)
+		}
 		ecfg.Policy = ep.policy
 		ecfg.OnStep = ep.m.observeStep
 		e, err := generate.New(ecfg, dec, s.dinfo, s.tok)
