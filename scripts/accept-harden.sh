@@ -295,7 +295,7 @@ if section drainstreams; then
 # status NNN (an HTTP error), silent (closed with neither).
 import http.client, json, sys, threading, collections
 port = int(sys.argv[1])
-ends = collections.Counter()
+ends, errs, sent = collections.Counter(), collections.Counter(), [0]
 lock = threading.Lock()
 def one():
     kind = "silent"
@@ -303,6 +303,9 @@ def one():
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         body = json.dumps({"prompt": "Once upon a time", "max_tokens": 2000, "ignore_eos": True, "stream": True})
         c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+        with lock:
+            sent[0] += 1
+            if sent[0] == 200: print("sent", flush=True)
         r = c.getresponse()
         if r.status != 200:
             kind = f"status {r.status}"; r.read()
@@ -314,18 +317,21 @@ def one():
                     kind = "error+done" if err else "done"
     except Exception as e:
         kind = "silent"
+        with lock: errs[type(e).__name__] += 1
     with lock: ends[kind] += 1
 ts = [threading.Thread(target=one) for _ in range(200)]
 for t in ts: t.start()
 for t in ts: t.join()
-print("  ends:", dict(ends), "- silent closes:", ends["silent"], "(want 0)")
+print("  ends:", dict(ends), "- silent closes:", ends["silent"], "(want 0)", dict(errs) if errs else "")
 PY
 	serve --model sim-lm --drain-timeout 5s --queue-cap 1000
-	python3 "$TMP/streams.py" "$PORT" &
+	python3 "$TMP/streams.py" "$PORT" >"$TMP/streams.out" &
 	P=$!
+	until grep -q sent "$TMP/streams.out"; do sleep 0.05; done
 	sleep 2
 	drain_server
 	wait "$P"
+	grep -v sent "$TMP/streams.out"
 	echo "  exit $DRAIN_EXIT after ${DRAIN_SECONDS}s (5: the drain timed out, documented); log:"
 	grep -i drain "$TMP/serve.log" | sed 's/^/    /'
 fi
