@@ -97,7 +97,7 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request, chat bool, arriv
 	if err != nil {
 		return fail(err)
 	}
-	p, err := h.parse(body.Bytes(), chat)
+	p, err := h.parse(body.Bytes(), chat, timeout)
 	body.Release()
 	if err != nil {
 		return fail(err)

@@ -103,6 +103,7 @@ type endpoint struct {
 	prefix string // "" for /v1, "/static", "/naive"
 	policy generate.Policy
 	engine *generate.Engine // set by Load
+	step   time.Duration    // a step of one sequence, timed by Load
 	m      *epMetrics
 }
 
@@ -180,9 +181,10 @@ func (s *Service) load(ctx context.Context) error {
 		if err := s.warm(ctx, dec); err != nil {
 			return fmt.Errorf("warm up decoder instance %d: %w", i, err)
 		}
+		ep.step = time.Since(t0)
 		ecfg := s.cfg.Engine
 		if ecfg.ColdStep == 0 {
-			ecfg.ColdStep = time.Since(t0)
+			ecfg.ColdStep = ep.step
 		}
 		ecfg.Policy = ep.policy
 		ecfg.OnStep = ep.m.observeStep

@@ -571,3 +571,25 @@ func TestHalfClosedClientNeverGetsAnEmpty200(t *testing.T) {
 		}
 	}
 }
+
+// Chat without max_tokens, forced to its length, still finishes within its
+// deadline: the default is what the model generates in half of it.
+func TestChatDefaultMaxTokensFitsTheDeadline(t *testing.T) {
+	ts := startServer(t, simlm.Config{Step: 10 * time.Millisecond}, openai.Config{}, server.Config{})
+	resp := post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"ignore_eos":true}`, "X-Request-Timeout", "1s")
+	body := readAll(t, resp)
+	var got struct {
+		Choices []struct {
+			FinishReason string `json:"finish_reason"`
+		}
+		Usage struct {
+			CompletionTokens int `json:"completion_tokens"`
+		}
+	}
+	if err := json.Unmarshal([]byte(body), &got); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%d %s, want 200", resp.StatusCode, body)
+	}
+	if n := got.Usage.CompletionTokens; n < 10 || n > 50 || got.Choices[0].FinishReason != "length" {
+		t.Errorf("%d tokens, finish %q; want 10 to 50 (half of 1s at 10ms a step), finish length", n, got.Choices[0].FinishReason)
+	}
+}

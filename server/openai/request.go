@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/inferhq/infer/models"
@@ -49,8 +50,23 @@ type message struct {
 }
 
 // Default max tokens when a request names none: OpenAI's 16 for
-// completions; up to the context for chat.
+// completions; for chat, the rest of the context, at most what the model
+// generates in half the request's deadline at its measured step cost (see
+// chatDefault).
 const defaultCompletionMaxTokens = 16
+
+// chatDefault is chat's default max tokens for a request with timeout and
+// room tokens left in the context: at most Config.MaxTokens, and at most
+// what one sequence generates in half the timeout at the endpoint's
+// measured step cost (a batch's steps cost more), so that a request forced
+// to its full length (ignore_eos) can still finish in time.
+func (h *handler) chatDefault(room int, timeout time.Duration) int {
+	n := min(room, h.s.cfg.MaxTokens)
+	if step := h.ep.step; step > 0 {
+		n = min(n, max(1, int(timeout/2/step)))
+	}
+	return n
+}
 
 // parsed is a validated request.
 type parsed struct {
@@ -61,7 +77,7 @@ type parsed struct {
 }
 
 // parse decodes and validates a body.
-func (h *handler) parse(body []byte, chat bool) (*parsed, error) {
+func (h *handler) parse(body []byte, chat bool, timeout time.Duration) (*parsed, error) {
 	if !utf8.Valid(body) {
 		// JSON text must be UTF-8 (RFC 8259); Go's decoder would turn the
 		// bytes into U+FFFD and the model would answer another prompt.
@@ -117,7 +133,7 @@ func (h *handler) parse(body []byte, chat bool) (*parsed, error) {
 	room := s.dinfo.Context - len(p.gen.Prompt)
 	switch {
 	case maxTokens == nil && chat:
-		p.gen.MaxTokens = min(room, s.cfg.MaxTokens)
+		p.gen.MaxTokens = h.chatDefault(room, timeout)
 	case maxTokens == nil:
 		p.gen.MaxTokens = min(room, defaultCompletionMaxTokens)
 	case *maxTokens < 1:
