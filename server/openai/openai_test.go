@@ -589,7 +589,33 @@ func TestChatDefaultMaxTokensFitsTheDeadline(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &got); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("%d %s, want 200", resp.StatusCode, body)
 	}
-	if n := got.Usage.CompletionTokens; n < 10 || n > 50 || got.Choices[0].FinishReason != "length" {
-		t.Errorf("%d tokens, finish %q; want 10 to 50 (half of 1s at 10ms a step), finish length", n, got.Choices[0].FinishReason)
+	if n := got.Usage.CompletionTokens; n < 10 || n > 60 || got.Choices[0].FinishReason != "length" {
+		t.Errorf("%d tokens, finish %q; want about 50 (half of 1s at 10ms a step), finish length", n, got.Choices[0].FinishReason)
+	}
+}
+
+// Field names are exact and a known field comes once, as on the encoder
+// API; unknown fields are ignored.
+func TestJSONKeysAreStrict(t *testing.T) {
+	ts := startServer(t, simlm.Config{Step: time.Millisecond}, openai.Config{}, server.Config{})
+	for _, tc := range []struct {
+		path, body string
+		status     int
+		code       string
+	}{
+		{"/v1/completions", `{"PROMPT":"x","max_tokens":2}`, 422, "unknown_field"},
+		{"/v1/completions", `{"prompt":"a","prompt":"b","max_tokens":2}`, 400, "duplicate_field"},
+		{"/v1/completions", `{"prompt":"a","max_tokens":2,"Max_Tokens":2}`, 422, "unknown_field"},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","Content":"x"}],"max_tokens":2}`, 422, "unknown_field"},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"x","role":"system"}],"max_tokens":2}`, 400, "duplicate_field"},
+		{"/v1/completions", `{"prompt":"x","max_tokens":2,"stream":true,"stream_options":{"include_usage":true,"Include_Usage":false}}`, 422, "unknown_field"},
+		{"/v1/completions", `{"prompt":"x","max_tokens":2,"foo":1,"foo":2,"user":"u"}`, 200, ""},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"x","name":"n"}],"max_tokens":2}`, 200, ""},
+	} {
+		resp := post(t, ts.URL+tc.path, tc.body)
+		body := readAll(t, resp)
+		if resp.StatusCode != tc.status || (tc.code != "" && !strings.Contains(body, `"code":"`+tc.code+`"`)) {
+			t.Errorf("%s %s: %d %s; want %d %s", tc.path, tc.body, resp.StatusCode, body, tc.status, tc.code)
+		}
 	}
 }

@@ -83,6 +83,9 @@ func (h *handler) parse(body []byte, chat bool, timeout time.Duration) (*parsed,
 		// bytes into U+FFFD and the model would answer another prompt.
 		return nil, invalid(http.StatusBadRequest, "", "invalid_utf8", "request body is not valid UTF-8")
 	}
+	if err := checkKeys(body); err != nil {
+		return nil, err
+	}
 	var req request
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&req); err != nil {
