@@ -13,6 +13,8 @@
 #             413s, server CPU each, RSS, the streams' pace
 #   drainstreams  200 streams, SIGTERM after 2 s, --drain-timeout 5s: how
 #             each ended (0 silent closes), the exit code, the log
+#   cold      600 requests at once to /naive/v1 of a fresh server, then
+#             again: 504s (want ≤ 5 %)
 #   silent    sockets that never send a request (4,096 against sim-lm; 512
 #             under ulimit -n 1024 against sim), reopened as soon as the
 #             server closes them, while /healthz and a real request are
@@ -32,7 +34,7 @@ trap 'stop_server; rm -rf "$TMP"' EXIT
 vegeta_install
 
 SECTIONS=("$@")
-if [[ ${#SECTIONS[@]} -eq 0 ]]; then SECTIONS=(drain conns deadline admin naive silent prompts drainstreams); fi
+if [[ ${#SECTIONS[@]} -eq 0 ]]; then SECTIONS=(drain conns deadline admin naive silent prompts drainstreams cold); fi
 
 if section drain; then
 	echo "== drain: ${DRAIN_RUNS:-10} × SIGTERM at 1.5 s into a 300 req/s keep-alive load (sim 77ms + 1.16ms)"
@@ -334,4 +336,31 @@ PY
 	grep -v sent "$TMP/streams.out"
 	echo "  exit $DRAIN_EXIT after ${DRAIN_SECONDS}s (5: the drain timed out, documented); log:"
 	grep -i drain "$TMP/serve.log" | sed 's/^/    /'
+fi
+
+if section cold; then
+	echo "== cold: 600 requests at once to /naive/v1/completions of a fresh sim-lm server, then again"
+	cat >"$TMP/burst.py" <<'PY'
+import http.client, json, sys, threading, collections
+port, path, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+codes, lock = collections.Counter(), threading.Lock()
+body = json.dumps({"prompt": "Once upon a time"})
+def one():
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        c.request("POST", path, body, {"Content-Type": "application/json"})
+        r = c.getresponse(); r.read(); k = r.status
+    except Exception as e:
+        k = type(e).__name__
+    with lock: codes[k] += 1
+ts = [threading.Thread(target=one) for _ in range(n)]
+for t in ts: t.start()
+for t in ts: t.join()
+print(dict(codes), f"504s: {100 * codes[504] / n:.1f} % (want ≤ 5 %)", flush=True)
+PY
+	serve --model sim-lm --queue-cap 1000
+	for burst in cold warm; do
+		echo "  $burst: $(python3 "$TMP/burst.py" "$PORT" /naive/v1/completions 600)"
+	done
+	stop_server
 fi
