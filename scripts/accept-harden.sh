@@ -358,7 +358,7 @@ for t in ts: t.start()
 for t in ts: t.join()
 print(dict(codes), f"504s: {100 * codes[504] / n:.1f} % (want ≤ 5 %)", flush=True)
 PY
-	serve --model sim-lm --queue-cap 1000
+	serve --model sim-lm ${COLD_ARGS:-}
 	for burst in cold warm; do
 		echo "  $burst: $(python3 "$TMP/burst.py" "$PORT" /naive/v1/completions 600)"
 	done
