@@ -252,8 +252,10 @@ func TestConnectionCapPerAddress(t *testing.T) {
 		if err == nil {
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if got := servertest.Sample(string(body), `infer_connections_closed_total{reason="over_addr_cap"}`); got != 1 {
-				t.Errorf("over_addr_cap = %v, want 1", got)
+			// At least the third; the metrics' own tries count too while
+			// the server has not yet seen the first close.
+			if got := servertest.Sample(string(body), `infer_connections_closed_total{reason="over_addr_cap"}`); got < 1 {
+				t.Errorf("over_addr_cap = %v, want at least 1", got)
 			}
 			return
 		}
