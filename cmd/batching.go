@@ -23,7 +23,7 @@ type batchOptions struct {
 func (o *batchOptions) bind(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.IntVar(&o.Batch, "batch", batch.DefaultMaxBatch, fmt.Sprintf("most items per batch (at most %d)", batch.MaxBatchLimit))
-	f.DurationVar(&o.MaxLatency, "max-latency", 100*time.Millisecond, fmt.Sprintf("longest a batch waits for company, from its first item's arrival (at most %v)", batch.MaxLatencyLimit))
+	f.DurationVar(&o.MaxLatency, "max-latency", batch.DefaultMaxLatency, fmt.Sprintf("longest a batch waits for company, from its first item's arrival (at most %v)", batch.MaxLatencyLimit))
 	f.StringVar(&o.Policy, "policy", string(batch.Adaptive), "batching policy: "+batch.PolicyNames())
 	f.StringVar(&o.Buckets, "buckets", "16,32,64", "token-length bucket bounds: items batch only with items of similar length, so batches pad less (none: one bucket; no effect on models without tokens)")
 	f.BoolVar(&o.NoIsolation, "no-isolation", false, "do not bisect batches that fail as a whole to find the failing items")

@@ -301,20 +301,29 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 	return l.w.Write(b)
 }
 
+// serverText says which server p's point runs on: the flags of the infer
+// serve started, or the targets and the settings their admin API gets.
+func serverText(sc *scenario.Scenario, p loadgen.Plan) string {
+	if p.Serve != nil {
+		return strings.Join(p.Serve, " ")
+	}
+	server := strings.Join(sc.Targets, ",")
+	if set := p.Settings.Flags(); len(set) > 0 {
+		server += " via admin API: " + strings.Join(set, " ")
+	}
+	return server
+}
+
 // printPlan lists the points of the sweep.
 func printPlan(w io.Writer, sc *scenario.Scenario) error {
+	if sc.Load.Search != nil {
+		return printSearchPlan(w, sc)
+	}
 	plans := loadgen.Plans(sc)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "#\tPOINT\tSERVER")
 	for _, p := range plans {
-		server := strings.Join(p.Serve, " ")
-		if p.Serve == nil {
-			server = strings.Join(sc.Targets, ",")
-			if set := p.Settings.Flags(); len(set) > 0 {
-				server += " via admin API: " + strings.Join(set, " ")
-			}
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\n", p.Index, p.Point.Name, server)
+		fmt.Fprintf(tw, "%d\t%s\t%s\n", p.Index, p.Point.Name, serverText(sc, p))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

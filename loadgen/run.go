@@ -78,8 +78,16 @@ type Outcome struct {
 	Shared      string // the settings every batched point has (Shared)
 	Manifest    record.Manifest
 	Records     []record.Record // one per finished point, in plan order (level by level with load.interleave)
-	Points      int             // points planned
+	Points      int             // points planned (a search's: those it measured)
 	Interrupted bool            // ctx was done before the last point
+	// Search says the run was a capacity search (load.search); Capacities
+	// are its findings, one per configuration searched, as in the
+	// manifest.
+	Search     bool
+	Capacities []record.Capacity
+	// TargetFailed says why a search stopped when its target went away
+	// ("" when it did not): the result is partial.
+	TargetFailed string
 }
 
 // ServerLog is the file in the run directory that collects the output of
@@ -113,6 +121,11 @@ func Run(ctx context.Context, sc *scenario.Scenario, cfg Config) (*Outcome, erro
 		return nil, err
 	}
 	plans := Plans(sc)
+	points := len(plans)
+	if s := sc.Load.Search; s != nil {
+		plans = SearchPlans(sc)
+		points = len(plans) * s.MaxPoints // at most
+	}
 	out := &Outcome{Dir: cfg.Dir, Points: len(plans), Shared: Shared(sc), Manifest: r.manifest(start)}
 	if err := record.WriteManifest(cfg.Dir, &out.Manifest); err != nil {
 		return nil, fmt.Errorf("write manifest: %w", err)
@@ -123,7 +136,7 @@ func Run(ctx context.Context, sc *scenario.Scenario, cfg Config) (*Outcome, erro
 	}
 	defer w.Close()
 
-	r.mon = newMonitor(time.Now, sc.Name, out.Shared, cfg.Dir, len(plans))
+	r.mon = newMonitor(time.Now, sc.Name, out.Shared, cfg.Dir, points)
 	for _, n := range r.noticed() { // the probes' findings
 		r.mon.notice(n)
 	}
@@ -131,7 +144,16 @@ func Run(ctx context.Context, sc *scenario.Scenario, cfg Config) (*Outcome, erro
 	published := make(chan struct{})
 	wg.Go(func() { r.publish(ctx, published) })
 
-	interrupted, runErr := r.sweep(ctx, plans, w, out)
+	var interrupted bool
+	var runErr error
+	if sc.Load.Search != nil {
+		out.Search = true
+		interrupted, runErr = r.search(ctx, plans, w, out)
+		out.Points = len(out.Records)
+		out.Manifest.Capacities = out.Capacities
+	} else {
+		interrupted, runErr = r.sweep(ctx, plans, w, out)
+	}
 	r.servers.Close(ctx)
 	out.Interrupted = interrupted
 	if out.Manifest.Runtime == "" {

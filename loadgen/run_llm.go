@@ -104,6 +104,8 @@ type llmRun struct {
 	cpuOK   bool
 	rss     int64
 	partial bool
+	// Whether each repeat drifted.
+	unsteady []bool
 }
 
 func (r *runner) newLLMRun(p Plan) *llmRun {
@@ -215,6 +217,7 @@ func (l *llmRun) repeat(ctx context.Context, rep int) (stop bool, err error) {
 	}
 	l.outs = append(l.outs, out)
 	l.servers = append(l.servers, w.server(out.Window))
+	l.unsteady = append(l.unsteady, drifted(pt.Load, llm.Tokens(&out.LLM)))
 	l.cpu += w.cpu
 	l.cpuOK = l.cpuOK && w.cpuOK
 	l.rss = max(l.rss, w.rss)
@@ -232,6 +235,7 @@ func (l *llmRun) record() *record.Record {
 	}
 	rec := buildLLMRecord(l.p.Index, l.pt, l.outs, l.servers)
 	rec.Partial = l.partial || len(l.outs) < r.sc.Load.Repeats
+	flagUnsteady(rec, l.unsteady)
 	if l.cpuOK && r.servers.PID() > 0 {
 		rec.Server.CPUSeconds = l.cpu.Seconds()
 	}

@@ -136,6 +136,9 @@ type Summary struct {
 	// thresholds passes.
 	Passed  bool   `json:"passed"`
 	Verdict string `json:"verdict"`
+	// Capacity ranks a capacity search's configurations (load.search) by
+	// the highest load meeting the SLO; the verdict is then theirs.
+	Capacity []record.Capacity `json:"capacity,omitempty"`
 }
 
 // Summarize judges the outcome of a run against the scenario's SLO.
@@ -156,6 +159,8 @@ func Summarize(o *Outcome, slo scenario.SLO) Summary {
 		}
 	}
 	switch {
+	case o.Search:
+		s.judgeSearch(o, slo.Require)
 	case !slo.Set():
 		s.Passed, s.Verdict = true, "no thresholds set"
 	case judged == 0:
@@ -187,6 +192,7 @@ func (s Summary) WriteText(w io.Writer) error {
 	} else {
 		s.table(&b)
 	}
+	s.capacityTable(&b)
 	s.tail(&b)
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -246,7 +252,7 @@ func (s Summary) table(b *strings.Builder) {
 // failures by cause and the schedule lag.
 func (s Summary) llmTable(b *strings.Builder) {
 	open := slices.ContainsFunc(s.Rows, func(r Row) bool { return r.TargetRate > 0 })
-	good := s.SLO.TTFTP99 > 0 || s.SLO.TPOTP99 > 0 || s.SLO.E2ELP99 > 0 || s.SLO.MinGoodput > 0
+	good := s.SLO.TTFTP99 > 0 || s.SLO.TPOTP99 > 0 || s.SLO.E2ELP99 > 0 || s.SLO.MinGoodput > 0 || s.SLO.MinGoodputFraction > 0
 	head := []string{"POINT"}
 	if open {
 		head = append(head, "SENT/s")
@@ -312,23 +318,9 @@ func msText(ms float64) string {
 // (the first left-aligned), each row's notes beside it, or on a line of
 // their own when they would pass tableWidth.
 func (s Summary) writeCells(b *strings.Builder, cells [][]string) {
-	head := cells[0]
-	widths := make([]int, len(head))
-	for _, row := range cells {
-		for i, c := range row {
-			widths[i] = max(widths[i], utf8.RuneCountInString(c))
-		}
-	}
-	for i, row := range cells {
+	for i, text := range aligned(cells) {
 		var line strings.Builder
-		for j, c := range row {
-			pad := strings.Repeat(" ", widths[j]-utf8.RuneCountInString(c))
-			if j == 0 {
-				line.WriteString(c + pad)
-			} else {
-				line.WriteString("  " + pad + c)
-			}
-		}
+		line.WriteString(text)
 		notes := ""
 		switch {
 		case i > 0:
@@ -352,7 +344,9 @@ func (s Summary) tail(b *strings.Builder) {
 	for _, n := range s.Notices {
 		fmt.Fprintf(b, "note: %s\n", n)
 	}
-	if s.Interrupted {
+	if s.Interrupted && len(s.Capacity) > 0 {
+		fmt.Fprintln(b, "stopped: the capacities marked ? are partial")
+	} else if s.Interrupted {
 		done := 0
 		for _, r := range s.Rows {
 			if !r.Partial {
@@ -369,6 +363,34 @@ func (s Summary) tail(b *strings.Builder) {
 		fmt.Fprintf(b, "SLO %s: %s, %s\n", th, verdict, s.Verdict)
 	}
 	fmt.Fprintf(b, "results in %s\n", s.Dir)
+}
+
+// aligned renders each row of cells padded to its columns' widths, the
+// first left-aligned, the others right-aligned, two spaces apart.
+func aligned(cells [][]string) []string {
+	var widths []int
+	for _, row := range cells {
+		for i, c := range row {
+			if i == len(widths) {
+				widths = append(widths, 0)
+			}
+			widths[i] = max(widths[i], utf8.RuneCountInString(c))
+		}
+	}
+	out := make([]string, len(cells))
+	for i, row := range cells {
+		var line strings.Builder
+		for j, c := range row {
+			pad := strings.Repeat(" ", widths[j]-utf8.RuneCountInString(c))
+			if j == 0 {
+				line.WriteString(c + pad)
+			} else {
+				line.WriteString("  " + pad + c)
+			}
+		}
+		out[i] = line.String()
+	}
+	return out
 }
 
 // short formats a rate to three significant digits at most: "1526",
@@ -429,6 +451,9 @@ func (s Summary) thresholds() string {
 	}
 	if s.SLO.MinGoodput > 0 {
 		th = append(th, fmt.Sprintf("goodput ≥ %g/s", s.SLO.MinGoodput))
+	}
+	if s.SLO.MinGoodputFraction > 0 {
+		th = append(th, fmt.Sprintf("good ≥ %g%%", 100*s.SLO.MinGoodputFraction))
 	}
 	return strings.Join(th, ", ")
 }

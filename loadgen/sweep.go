@@ -19,6 +19,9 @@ type pointRun interface {
 	// partial when fewer than planned finished; nil when none measured
 	// anything.
 	record() *record.Record
+	// last returns the record of the latest repeat alone and whether its
+	// throughput drifted; nil before the first.
+	last() (*record.Record, bool)
 }
 
 func (r *runner) newRun(p Plan) pointRun {

@@ -140,6 +140,7 @@ func (v *view) llmSummary(res *Result, title string) string {
 	v.writeFacts(&b)
 	v.writeWarnings(&b)
 	v.writeLLMBest(&b)
+	v.writeCapacity(&b)
 	v.writeEndpoints(&b)
 	v.writeIdeal(&b)
 	v.writeServerSide(&b)

@@ -32,6 +32,7 @@ func (v *view) summary(res *Result) string {
 	v.writeFacts(&b)
 	v.writeWarnings(&b)
 	v.writeBest(&b)
+	v.writeCapacity(&b)
 	v.writePolicies(&b)
 	v.writeBucketing(&b)
 	v.writeInjected(&b)
@@ -119,6 +120,9 @@ func sloText(s record.SLO) string {
 		if d.v > 0 {
 			parts = append(parts, d.name+" p99 ≤ "+fmtMs(d.v.Ms()))
 		}
+	}
+	if s.MinGoodputFraction > 0 {
+		parts = append(parts, "good requests ≥ "+num(100*s.MinGoodputFraction)+" %")
 	}
 	if s.MinGoodput > 0 {
 		parts = append(parts, "goodput ≥ "+num(s.MinGoodput)+" req/s")
@@ -330,23 +334,28 @@ func (v *view) writeBest(b *strings.Builder) {
 	if nb := v.bestNaive(); nb != nil && !isNaive(best) && nb.Throughput > 0 {
 		more = append(more, fmt.Sprintf("That is %.1f× the naive endpoint's best throughput (%s req/s).", best.Throughput/nb.Throughput, num(nb.Throughput)))
 	}
-	if len(ok) > 1 {
+	// The next best configurations, each once at its best load: none
+	// when every point that qualifies is the best's configuration.
+	var next []*record.Record
+	seen := map[config]bool{configOf(best.Point): true}
+	for _, r := range ok[1:] {
+		if len(next) == 4 {
+			break
+		}
+		if !seen[configOf(r.Point)] {
+			seen[configOf(r.Point)] = true
+			next = append(next, r)
+		}
+	}
+	if len(next) > 0 {
 		more = append(more, "The next best configurations:")
 	}
 	if len(more) > 0 {
 		b.WriteString(strings.Join(more, " ") + "\n\n")
 	}
-	if len(ok) > 1 {
+	if len(next) > 0 {
 		b.WriteString("| configuration | load | req/s | p99 | errors |\n|---|---|--:|--:|--:|\n")
-		seen := map[config]bool{configOf(best.Point): true}
-		for _, r := range ok[1:] {
-			if len(seen) > 4 {
-				break
-			}
-			if seen[configOf(r.Point)] { // each configuration once, at its best load
-				continue
-			}
-			seen[configOf(r.Point)] = true
+		for _, r := range next {
 			fmt.Fprintf(b, "| %s | %s | %s | %s | %s |\n", v.configLabel(r), loadLabel(r.Point.Load), num(r.Throughput), fmtMs(r.Latency.P99.Ms()), pctAbs(r.ErrorRate()))
 		}
 		b.WriteString("\n")

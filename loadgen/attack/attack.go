@@ -145,6 +145,7 @@ func Run(ctx context.Context, a Config, live func(*Outcome), mark func(end bool)
 		}
 		if done := o.Sent.Add(o.Latency); o.OK() && !done.Before(res.Start) && done.Before(windowEnd) {
 			res.Answered++
+			res.Timeline.answer(done.Sub(res.Start))
 		}
 	}
 	close(finished)

@@ -73,6 +73,7 @@ type Stats struct {
 	chunksInWindow                           int
 	promptInWindow                           int64
 	tokensInWindow                           float64
+	seconds                                  seconds
 
 	live liveStats
 }
@@ -120,6 +121,7 @@ func (s *Stats) Add(r *Result) {
 		}
 	}
 	s.chunksInWindow += in
+	s.seconds.add(s.cfg.Start, s.cfg.End, r)
 	if r.OK() {
 		good := s.cfg.SLO.Good(r.TTFT(), r.TPOT(), r.E2EL())
 		if s.inWindow(r.Sent.Add(r.E2EL())) {
@@ -293,6 +295,7 @@ func (s *Stats) Record(window time.Duration, histograms bool) record.LLM {
 		l.Timeline = slices.Clone(s.sampled)
 		slices.SortFunc(l.Timeline, func(a, b record.Span) int { return int(a.Intended - b.Intended) })
 	}
+	l.Seconds = s.seconds.record(window)
 	l.Flags = s.flags()
 	return l
 }

@@ -95,6 +95,8 @@ type LLM struct {
 	// Timeline is a sample of requests, in order of intended send time,
 	// for a picture of queueing, time to first token and decoding.
 	Timeline []Span `json:"timeline,omitempty"`
+	// Seconds is the window second by second: tokens, completions, TTFT.
+	Seconds []LLMSecond `json:"seconds,omitempty"`
 
 	SLO LLMSLO `json:"slo,omitzero"`
 	// Server is what an infer generation server's /metrics said over the
@@ -214,6 +216,8 @@ type LLMSLO struct {
 	TPOT       Duration `json:"tpot,omitzero"`
 	E2EL       Duration `json:"e2el,omitzero"`
 	MinGoodput float64  `json:"min_goodput,omitzero"` // good requests per second at least
+	// MinGoodFraction: the share of good requests at least (GoodFraction).
+	MinGoodFraction float64 `json:"min_good_fraction,omitzero"`
 }
 
 // Good reports whether a request of these latencies meets s. A request of
@@ -242,6 +246,9 @@ func (s LLMSLO) Misses(l *LLM) []string {
 	p99("E2EL", l.E2EL, s.E2EL)
 	if s.MinGoodput > 0 && l.GoodputPerS < s.MinGoodput {
 		out = append(out, fmt.Sprintf("goodput %.2f/s < %v/s", l.GoodputPerS, s.MinGoodput))
+	}
+	if f := l.GoodFraction(); s.MinGoodFraction > 0 && f < s.MinGoodFraction {
+		out = append(out, fmt.Sprintf("good %.1f%% < %g%%", 100*f, 100*s.MinGoodFraction))
 	}
 	return out
 }

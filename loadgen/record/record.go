@@ -50,6 +50,9 @@ type Manifest struct {
 	// Notices are what the run found missing or assumed (no /metrics, no
 	// Server-Timing, answers checked by their status only…), each once.
 	Notices []string `json:"notices,omitempty"`
+	// Capacities are the capacity searches' findings (load.search), one
+	// per configuration; the same can be had from the records (Capacities).
+	Capacities []Capacity `json:"capacities,omitempty"`
 }
 
 // SLO thresholds; a zero field is not checked.
@@ -64,11 +67,14 @@ type SLO struct {
 	TPOTP99    Duration `json:"tpot_p99,omitzero"`
 	E2ELP99    Duration `json:"e2el_p99,omitzero"`
 	MinGoodput float64  `json:"min_goodput,omitzero"`
+	// MinGoodputFraction: the share of good requests at least
+	// (LLM.GoodFraction).
+	MinGoodputFraction float64 `json:"min_goodput_fraction,omitzero"`
 }
 
 // LLM returns the thresholds of LLM points.
 func (s SLO) LLM() LLMSLO {
-	return LLMSLO{TTFT: s.TTFTP99, TPOT: s.TPOTP99, E2EL: s.E2ELP99, MinGoodput: s.MinGoodput}
+	return LLMSLO{TTFT: s.TTFTP99, TPOT: s.TPOTP99, E2EL: s.E2ELP99, MinGoodput: s.MinGoodput, MinGoodFraction: s.MinGoodputFraction}
 }
 
 // Point is the configuration of one sweep point.
@@ -164,6 +170,9 @@ type Record struct {
 	// and Histogram are the requests' E2EL, and Throughput (and
 	// ItemsPerSec) their completions per second.
 	LLM *LLM `json:"llm,omitempty"`
+	// Search is set on a probe of a capacity search (load.search): its
+	// level's verdict and the search's bracket after it.
+	Search *Search `json:"search,omitempty"`
 }
 
 // Injected is how the requests carrying an injected text (a fault the
@@ -188,6 +197,10 @@ type Tick struct {
 	P50    Duration `json:"p50,omitzero"`     // latency of the successful ones
 	P99    Duration `json:"p99,omitzero"`
 	MaxLag Duration `json:"max_lag,omitzero"` // open loop: the latest send against the schedule
+
+	// Answered counts the successful answers received in that second,
+	// whenever sent: the throughput second by second.
+	Answered int `json:"answered,omitempty"`
 }
 
 // Validity flags.
@@ -353,15 +366,16 @@ func (r *Record) Spread() (lo, hi float64) {
 // Caveats lists why r's figures cannot be taken at face value, for tables
 // and verdicts: "partial" when the point was cut short, then every flag
 // but FlagErrors (failed requests are an outcome the record measures, not
-// a doubt about its figures), or "not valid" for an invalid record without
-// flags. It is empty for a point whose figures stand.
+// a doubt about its figures) and FlagSearch, or "not valid" for an
+// invalid record without flags. It is empty for a point whose figures
+// stand.
 func (r *Record) Caveats() []string {
 	var c []string
 	if r.Partial {
 		c = append(c, "partial")
 	}
 	for _, f := range r.Flags {
-		if f != FlagErrors {
+		if f != FlagErrors && f != FlagSearch {
 			c = append(c, f)
 		}
 	}

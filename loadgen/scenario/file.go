@@ -75,6 +75,8 @@ type (
 		Arrival     string        `yaml:"arrival"`
 		Burstiness  *float64      `yaml:"burstiness"`
 		Drain       *string       `yaml:"drain"`
+		// A capacity search instead of levels.
+		Search *fileSearch `yaml:"search"`
 	}
 	fileSweep struct {
 		Endpoints  list[string] `yaml:"endpoints"`
@@ -96,6 +98,8 @@ type (
 		TPOTP99       *string  `yaml:"tpot_p99"`
 		E2ELP99       *string  `yaml:"e2el_p99"`
 		MinGoodput    *float64 `yaml:"min_goodput"`
+		// The least share of good requests.
+		MinGoodputFraction *float64 `yaml:"min_goodput_fraction"`
 	}
 )
 

@@ -165,10 +165,13 @@ type Load struct {
 	// the machine's good and bad minutes. A started server is restarted
 	// wherever the configuration changes.
 	Interleave bool
+	// Search, when set (load.search), takes the place of Concurrency and
+	// Rates: each configuration's levels are chosen by a capacity search.
+	Search *Search
 }
 
 // Open reports whether the load is open loop.
-func (l Load) Open() bool { return len(l.Rates) > 0 }
+func (l Load) Open() bool { return len(l.Rates) > 0 || (l.Search != nil && l.Search.Open()) }
 
 // Sweep lists the values each dimension takes; points are their product.
 // A server dimension left empty is not passed to infer serve, which then
@@ -217,18 +220,23 @@ type SLO struct {
 	// per-request bound for goodput), good requests per second at least.
 	TTFTP99, TPOTP99, E2ELP99 time.Duration
 	MinGoodput                float64
+	// MinGoodputFraction is the least share of requests that are good
+	// (record.LLM.GoodFraction): goodput against the load, where
+	// MinGoodput is absolute.
+	MinGoodputFraction float64
 }
 
 // Record returns the thresholds in the results' schema.
 func (s SLO) Record() record.SLO {
 	return record.SLO{P99: record.Duration(s.P99), MaxErrorRate: s.MaxErrorRate, MinThroughput: s.MinThroughput,
 		TTFTP99: record.Duration(s.TTFTP99), TPOTP99: record.Duration(s.TPOTP99), E2ELP99: record.Duration(s.E2ELP99),
-		MinGoodput: s.MinGoodput}
+		MinGoodput: s.MinGoodput, MinGoodputFraction: s.MinGoodputFraction}
 }
 
 // Set reports whether any threshold is set.
 func (s SLO) Set() bool {
-	return s.P99 > 0 || s.MaxErrorRate > 0 || s.MinThroughput > 0 || s.TTFTP99 > 0 || s.TPOTP99 > 0 || s.E2ELP99 > 0 || s.MinGoodput > 0
+	return s.P99 > 0 || s.MaxErrorRate > 0 || s.MinThroughput > 0 || s.TTFTP99 > 0 || s.TPOTP99 > 0 || s.E2ELP99 > 0 || s.MinGoodput > 0 ||
+		s.MinGoodputFraction > 0
 }
 
 // Estimate is the time one point's load takes: warm-up and measurement,

@@ -85,6 +85,7 @@ func (v *validator) scenario(fs *fileScenario, dir string) *Scenario {
 	sc.Load = v.load(fs.Load, gen)
 	sc.Sweep = v.sweep(fs.Sweep, sc.Server != nil, gen)
 	sc.SLO = v.slo(fs.SLO, gen)
+	v.searchSLO(sc.Load.Search, &sc.SLO)
 	if gen {
 		return sc
 	}
@@ -283,11 +284,14 @@ func (v *validator) load(l *fileLoad, gen bool) Load {
 		MaxInFlight: DefaultMaxInFlight,
 		Repeats:     1,
 	}
+	v.search(l, &out, gen)
+	open := len(l.Rate) > 0 || (out.Search != nil && out.Search.Open())
 	switch {
+	case out.Search != nil:
 	case len(l.Concurrency) > 0 && len(l.Rate) > 0:
 		v.errorf("$.load.rate", "load has both concurrency (closed loop) and rate (open loop); choose one")
 	case len(l.Concurrency) == 0 && len(l.Rate) == 0:
-		v.errorf("$.load", "load: set concurrency (closed loop: clients) or rate (open loop: requests per second)")
+		v.errorf("$.load", "load: set concurrency (closed loop: clients), rate (open loop: requests per second) or search (the capacity under the SLO)")
 	}
 	for i, c := range l.Concurrency {
 		if c < 1 || c > 100000 {
@@ -324,7 +328,7 @@ func (v *validator) load(l *fileLoad, gen bool) Load {
 	if l.MaxInFlight != nil {
 		out.MaxInFlight = *l.MaxInFlight
 		switch {
-		case len(l.Rate) == 0:
+		case !open:
 			v.errorf("$.load.max_in_flight", "load.max_in_flight applies to open loop (rate) only; in closed loop concurrency bounds it")
 		case out.MaxInFlight < 1 || out.MaxInFlight > 100000:
 			v.errorf("$.load.max_in_flight", "load.max_in_flight %d: want 1 to 100000", out.MaxInFlight)
@@ -452,7 +456,7 @@ func (v *validator) slo(s *fileSLO, gen bool) SLO {
 		v.llmSLO(s, &out)
 	} else {
 		out.P99 = v.duration("$.slo.p99", s.P99, 0, true)
-		for _, k := range []string{"ttft_p99", "tpot_p99", "e2el_p99", "min_goodput"} {
+		for _, k := range []string{"ttft_p99", "tpot_p99", "e2el_p99", "min_goodput", "min_goodput_fraction"} {
 			if find(v.ast.Docs[0].Body, "$.slo."+k) != nil {
 				v.errorf("$.slo."+k, "slo.%s applies to LLM loads (payload.api) only", k)
 			}

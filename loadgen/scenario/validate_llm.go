@@ -144,7 +144,7 @@ func (v *validator) llmLoad(l *fileLoad, out *Load) {
 		out.Arrival = "constant"
 	case "poisson", "gamma":
 		out.Arrival = l.Arrival
-		if len(l.Rate) == 0 {
+		if !out.Open() {
 			v.errorf("$.load.arrival", "load.arrival %s: arrivals pace an open loop; set load.rate", l.Arrival)
 		}
 		if out.Pacer == "ramp" {
@@ -290,6 +290,12 @@ func (v *validator) llmSLO(s *fileSLO, out *SLO) {
 		out.MinGoodput = *s.MinGoodput
 		if !(out.MinGoodput >= 0) || math.IsInf(out.MinGoodput, 0) {
 			v.errorf("$.slo.min_goodput", "slo.min_goodput %v: want good requests per second, 0 or more", out.MinGoodput)
+		}
+	}
+	if s.MinGoodputFraction != nil {
+		out.MinGoodputFraction = *s.MinGoodputFraction
+		if !(out.MinGoodputFraction > 0 && out.MinGoodputFraction <= 1) {
+			v.errorf("$.slo.min_goodput_fraction", "slo.min_goodput_fraction %v: want a share of good requests above 0, at most 1 (0.9 = 90 %%)", out.MinGoodputFraction)
 		}
 	}
 }

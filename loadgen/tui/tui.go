@@ -150,9 +150,13 @@ func (m Model) View() string {
 	w := max(m.width, 40)
 	over := m.done || s.Phase == loadgen.PhaseDone
 	var b strings.Builder
-	head := titleStyle.Render("infer bench · "+s.Scenario) + fmt.Sprintf("   %d/%d points · %s elapsed", s.Done, s.Points, fmtDur(s.Elapsed))
+	progress, done, stopped := fmt.Sprintf("%d/%d points", s.Done, s.Points), sweepDone(s), s.Done < s.Points
+	if s.Search != nil {
+		progress, done, stopped = searchHead(s.Search), searchDone(s.Search), s.Stopping
+	}
+	head := titleStyle.Render("infer bench · "+s.Scenario) + fmt.Sprintf("   %s · %s elapsed", progress, fmtDur(s.Elapsed))
 	switch {
-	case over && s.Done < s.Points:
+	case over && stopped:
 		head += " · " + warnStyle.Render("stopped")
 	case over:
 		head += " · done"
@@ -160,7 +164,7 @@ func (m Model) View() string {
 		head += " · ETA " + fmtDur(s.ETA)
 	}
 	b.WriteString(head + "\n")
-	b.WriteString(bar(sweepDone(s), min(w-2, 70)) + "\n")
+	b.WriteString(bar(done, min(w-2, 70)) + "\n")
 	if over {
 		return b.String()
 	}
@@ -170,7 +174,11 @@ func (m Model) View() string {
 	b.WriteString("\n")
 
 	if s.Done < s.Points {
-		b.WriteString(m.spin.View() + " " + titleStyle.Render(truncate(fmt.Sprintf("%d/%d %s", s.Index+1, s.Points, s.Point.Name), w-2)) + "\n")
+		title := fmt.Sprintf("%d/%d %s", s.Index+1, s.Points, s.Point.Name)
+		if s.Search != nil {
+			title = s.Point.Name
+		}
+		b.WriteString(m.spin.View() + " " + titleStyle.Render(truncate(title, w-2)) + "\n")
 		phase := string(s.Phase)
 		if s.Repeats > 1 && s.Repeat > 0 {
 			phase += fmt.Sprintf(" · repeat %d/%d", s.Repeat, s.Repeats)
@@ -180,11 +188,14 @@ func (m Model) View() string {
 		}
 		b.WriteString("  " + dimStyle.Render(phase) + "\n")
 		b.WriteString(m.live(s))
+		if s.Search != nil {
+			b.WriteString(searchView(s.Search, w))
+		}
 	}
 	if m.stopping || s.Stopping {
 		b.WriteString("\n" + warnStyle.Render(truncate("stopping: finishing the current point and writing results… (q again to leave now)", w)) + "\n")
 	}
-	if len(s.Finished) > 0 {
+	if len(s.Finished) > 0 && s.Search == nil { // a search's probes are in its ladder
 		b.WriteString("\n" + finishedTable(s.Finished, w))
 	}
 	foot := "results in " + s.Dir

@@ -89,6 +89,9 @@ const (
 	// DefaultQueueBatches is QueueCap's default in full batches per
 	// worker.
 	DefaultQueueBatches = 16
+	// DefaultMaxLatency is the max latency front ends start with (the
+	// zero MaxLatency is a legitimate value: no wait for company).
+	DefaultMaxLatency = 100 * time.Millisecond
 )
 
 // WithDefaults returns c with its zero fields set to their documented

@@ -3,9 +3,12 @@ package openai
 import (
 	"cmp"
 	"encoding/json"
+	"errors"
 	"net/http"
+	"strings"
 	"time"
 
+	"github.com/inferhq/infer/internal/setting"
 	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/generate"
 )
@@ -94,19 +97,21 @@ func (s *Service) patchBatching(w http.ResponseWriter, r *http.Request) {
 		}
 		c.Policy = pol
 	}
-	if p.MaxSeqs != nil {
-		if *p.MaxSeqs < 1 || *p.MaxSeqs > generate.MaxMaxSeqs {
-			writeError(w, invalid(http.StatusUnprocessableEntity, "max_seqs", "invalid_max_seqs", "max_seqs %d: want 1 to %d", *p.MaxSeqs, generate.MaxMaxSeqs))
+	// A PATCH names values: 0, which the engine reads as "its default",
+	// is not one. The ranges are the engine's own (Reconfigure checks them).
+	for _, f := range []struct {
+		name string
+		v    *int
+		dst  *int
+	}{{"max_seqs", p.MaxSeqs, &c.MaxSeqs}, {"max_batched_tokens", p.MaxBatchedTokens, &c.MaxBatchedTokens}, {"block_size", p.BlockSize, &c.BlockSize}} {
+		if f.v == nil {
+			continue
+		}
+		if *f.v < 1 {
+			writeError(w, invalid(http.StatusUnprocessableEntity, f.name, "invalid_"+f.name, "%s %d: want at least 1", f.name, *f.v))
 			return
 		}
-		c.MaxSeqs = *p.MaxSeqs
-	}
-	if p.MaxBatchedTokens != nil {
-		if *p.MaxBatchedTokens < 1 || *p.MaxBatchedTokens > generate.MaxMaxBatchedTokens {
-			writeError(w, invalid(http.StatusUnprocessableEntity, "max_batched_tokens", "invalid_max_batched_tokens", "max_batched_tokens %d: want 1 to %d", *p.MaxBatchedTokens, generate.MaxMaxBatchedTokens))
-			return
-		}
-		c.MaxBatchedTokens = *p.MaxBatchedTokens
+		*f.dst = *f.v
 	}
 	if p.MaxLatency != nil {
 		d, err := time.ParseDuration(*p.MaxLatency)
@@ -123,14 +128,22 @@ func (s *Service) patchBatching(w http.ResponseWriter, r *http.Request) {
 		}
 		c.NoPrefixCache = !*p.PrefixCache
 	}
-	if p.BlockSize != nil {
-		c.BlockSize = *p.BlockSize
-	}
 	if err := e.Reconfigure(c); err != nil {
-		writeError(w, invalid(http.StatusUnprocessableEntity, "", "invalid_batching", "%v", err))
+		writeError(w, settingError(err))
 		return
 	}
 	st := s.batching()
 	s.log.Info("batching changed", st.logAttrs()...)
 	server.WriteJSON(w, http.StatusOK, st)
+}
+
+// settingError answers an engine's refusal of a configuration: a setting
+// out of its range is named as its JSON field (max seqs → max_seqs).
+func settingError(err error) *apiError {
+	var se *setting.Error
+	if !errors.As(err, &se) {
+		return invalid(http.StatusUnprocessableEntity, "", "invalid_batching", "%v", err)
+	}
+	field := func(n setting.Name) string { return strings.ReplaceAll(string(n), " ", "_") }
+	return invalid(http.StatusUnprocessableEntity, field(se.Name), "invalid_"+field(se.Name), "%s", se.Render(field))
 }
