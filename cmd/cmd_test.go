@@ -21,6 +21,7 @@ import (
 
 	"github.com/inferhq/infer/models/bert"
 	"github.com/inferhq/infer/models/onnx/onnxtest"
+	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/batch"
 )
 
@@ -392,5 +393,13 @@ func TestUsageErrors(t *testing.T) {
 		if got := out.String(); !strings.Contains(got, tc.msg) || !strings.Contains(got, tc.hint) || strings.Contains(got, "strconv") {
 			t.Errorf("infer %v:\n%s\nwant %q and %q", tc.args, got, tc.msg, tc.hint)
 		}
+	}
+}
+
+// A drain that timed out exits with its own documented code.
+func TestDrainTimeoutExitCode(t *testing.T) {
+	err := fmt.Errorf("%w after 5s: 3 requests still running were answered 503 draining", server.ErrDrainTimeout)
+	if code := exitCode(err, &bytes.Buffer{}); code != exitDrainTimeout {
+		t.Errorf("exitCode(%v) = %d, want %d", err, code, exitDrainTimeout)
 	}
 }

@@ -8,17 +8,20 @@ import (
 	"strings"
 
 	"github.com/spf13/pflag"
+
+	"github.com/inferhq/infer/server"
 )
 
 // Exit codes of infer. This file is the one place where errors become
 // them; docs/bench.md#exit-codes is the one place that tells users.
 const (
-	exitOK          = 0
-	exitError       = 1   // the command failed
-	exitUsage       = 2   // bad flags or arguments (bench: also a bad scenario or an unreachable target)
-	exitThresholds  = 3   // bench: the SLO thresholds were not met, or no complete point could be judged
-	exitRegression  = 4   // report --fail-on-regression: a regression against the baseline
-	exitInterrupted = 130 // bench stopped before its end (q, Ctrl-C, a signal); any command: a second signal cut the drain short
+	exitOK           = 0
+	exitError        = 1   // the command failed
+	exitUsage        = 2   // bad flags or arguments (bench: also a bad scenario or an unreachable target)
+	exitThresholds   = 3   // bench: the SLO thresholds were not met, or no complete point could be judged
+	exitRegression   = 4   // report --fail-on-regression: a regression against the baseline
+	exitDrainTimeout = 5   // serve, worker: the drain timeout passed; the requests still running were answered 503 draining
+	exitInterrupted  = 130 // bench stopped before its end (q, Ctrl-C, a signal); any command: a second signal cut the drain short
 )
 
 // usageError marks an error in how infer was called.
@@ -73,6 +76,9 @@ func exitCode(err error, stderr io.Writer) int {
 	}
 	if errors.Is(err, errInterrupted) {
 		return exitInterrupted
+	}
+	if errors.Is(err, server.ErrDrainTimeout) {
+		return exitDrainTimeout
 	}
 	var ue *usageError
 	if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command") {

@@ -31,6 +31,8 @@ type serveOptions struct {
 	MaxItems     int
 	DrainTimeout time.Duration
 	MaxConns     int
+	PerAddr      int
+	HeaderTime   time.Duration
 	IdleTimeout  time.Duration
 	AdminToken   string
 	CacheSize    int
@@ -60,8 +62,9 @@ API, so any OpenAI client or LLM benchmark works by base URL
 batching, streamed with "stream": true, the same under /static/v1 and
 /naive/v1. --model sim-lm is a fake OpenAI server with known timing.
 
-Overload is refused at once with 429; SIGINT or SIGTERM drains, a second
-signal exits. Guide: docs/serving.md (encoders), docs/generation.md (LLMs).`,
+Overload is refused at once with 429; SIGINT or SIGTERM drains (past
+--drain-timeout the requests still running are answered 503 and serve exits
+5), a second signal exits. Guide: docs/serving.md, docs/generation.md.`,
 		Example: `  infer serve --batch 64 --max-latency 100ms
   infer serve --model sim --sim-fixed 4ms --sim-per-item 0.1ms --workers 4
   curl -d 'Paris is the [MASK] of France.' 127.0.0.1:8080/batched
@@ -96,7 +99,9 @@ signal exits. Guide: docs/serving.md (encoders), docs/generation.md (LLMs).`,
 	f.Var(&opts.MaxBody, "max-body", fmt.Sprintf("largest request body (e.g. 1MiB, 512KiB, 65536; at most %s)", maxBody.String()))
 	f.IntVar(&opts.MaxItems, "max-items", 0, fmt.Sprintf("most items in one request (0: %d, or the queue capacity if smaller)", encoder.DefaultMaxItems))
 	f.DurationVar(&opts.DrainTimeout, "drain-timeout", server.DefaultDrainTimeout, "on SIGINT/SIGTERM, how long to finish admitted requests")
-	f.IntVar(&opts.MaxConns, "max-conns", 0, fmt.Sprintf("most open client connections; at the cap the longest idle one is closed to let a new one in (0: half the open-file limit, at most %d)", server.DefaultMaxConnsCap))
+	f.IntVar(&opts.MaxConns, "max-conns", 0, fmt.Sprintf("most open client connections; at the cap the one quiet for longest (idle, or without a complete request header yet) is closed to let a new one in (0: half the open-file limit, at most %d)", server.DefaultMaxConnsCap))
+	f.IntVar(&opts.PerAddr, "max-conns-per-addr", 0, "most open connections from one client IP address; more are refused (0: no cap per address)")
+	f.DurationVar(&opts.HeaderTime, "header-timeout", server.DefaultHeaderTimeout, "close a connection that has not sent a complete request header within this")
 	f.DurationVar(&opts.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close keep-alive connections idle for this long")
 	f.BoolVar(&opts.AdmitLate, "admit-late", false, "turn deadline-aware scheduling off: admit requests the backlog says will miss their deadline, and compute items whose batch would end after it (default: refuse at once with 429, drop before compute)")
 	f.StringVar(&opts.AdminToken, "admin-token", "", "enable PATCH /admin/batching for this bearer token (also INFER_ADMIN_TOKEN)")
@@ -111,7 +116,7 @@ signal exits. Guide: docs/serving.md (encoders), docs/generation.md (LLMs).`,
 	opts.Log.bind(cmd)
 	groupFlags(cmd,
 		[2]string{"Model", "model tokenizer task max-seq-len truncate"},
-		[2]string{"Network", "addr timeout max-body max-items max-conns idle-timeout drain-timeout admin-token"},
+		[2]string{"Network", "addr timeout max-body max-items max-conns max-conns-per-addr header-timeout idle-timeout drain-timeout admin-token"},
 		[2]string{"Encoder batching", "batch max-latency policy buckets no-isolation workers queue-cap admit-late cache-size cache-ttl"},
 		[2]string{"Generation (decoder models)", "max-seqs max-batched-tokens kv-tokens gen-policy stream-interval prefix-cache block-size"},
 		[2]string{"Simulation (sim, sim-lm)", "sim-fixed sim-per-item sim-fail-on sim-step sim-per-seq sim-per-prefill-token"},
@@ -146,6 +151,8 @@ func (o *serveOptions) config() (serveConfig, error) {
 		return serveConfig{}, usageErrorf("--drain-timeout %v: must be positive", o.DrainTimeout)
 	case o.IdleTimeout <= 0:
 		return serveConfig{}, usageErrorf("--idle-timeout %v: must be positive", o.IdleTimeout)
+	case o.HeaderTime <= 0:
+		return serveConfig{}, usageErrorf("--header-timeout %v: must be positive", o.HeaderTime)
 	}
 	if o.Broker != "" {
 		if err := (broker.Config{URL: o.Broker}).Validate(); err != nil {
@@ -160,13 +167,15 @@ func (o *serveOptions) config() (serveConfig, error) {
 	ver, _ := Version()
 	cfg := serveConfig{
 		Host: server.Config{
-			Addr:         o.Addr,
-			Timeout:      o.Timeout,
-			MaxBody:      int64(o.MaxBody),
-			DrainTimeout: o.DrainTimeout,
-			MaxConns:     o.MaxConns,
-			IdleTimeout:  o.IdleTimeout,
-			AdminToken:   adminToken,
+			Addr:            o.Addr,
+			Timeout:         o.Timeout,
+			MaxBody:         int64(o.MaxBody),
+			DrainTimeout:    o.DrainTimeout,
+			MaxConns:        o.MaxConns,
+			MaxConnsPerAddr: o.PerAddr,
+			HeaderTimeout:   o.HeaderTime,
+			IdleTimeout:     o.IdleTimeout,
+			AdminToken:      adminToken,
 		},
 		Encoder: encoder.Config{
 			Batch:     bcfg,

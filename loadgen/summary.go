@@ -320,6 +320,9 @@ func (s Summary) llmTable(b *strings.Builder) {
 		}
 		if why := topErrors(l.Failures, 4); why != "" {
 			fmt.Fprintf(b, "failed in %s: %s\n", r.Name, why)
+			if words := topErrors(r.Errors, 3); words != "" {
+				fmt.Fprintf(b, "  causes: %s\n", words)
+			}
 		}
 		if slices.Contains(r.Flags, record.FlagScheduleLag) {
 			fmt.Fprintf(b, "behind schedule in %s: sends lagged p99 %v, max %v; p99 TTFT from the intended send %s (from the actual send %s)\n",

@@ -162,14 +162,17 @@ func llmOutcome() *Outcome {
 			{Index: 1, Point: record.Point{Name: "static c=64"}, Sent: 60, Throughput: 3.5, Valid: true,
 				LLM: l(494, 3.5, 1.2, 5100, 11700, 9.1, 0, nil)},
 			{Index: 2, Point: record.Point{Name: "naive c=64"}, Sent: 20, Throughput: 0.8, Flags: []string{record.FlagErrors, record.FlagNoUsage}, Valid: true,
-				LLM: l(114, 0.8, 0, 30000, 61000, 8.3, 4, map[string]int{"stream_error": 3, "disconnect": 1})},
+				Errors: map[string]int{"sse: event too large (over 1 MiB)": 3, "answer is not JSON: <html><body>Bad gateway": 1},
+				LLM:    l(114, 0.8, 0, 30000, 61000, 8.3, 4, map[string]int{"stream_error": 3, "disconnect": 1})},
 		},
 	}
 }
 
 func TestSummaryLLM(t *testing.T) {
 	slo := scenario.SLO{TTFTP99: 2 * time.Second, Require: "any"}
-	s := Summarize(llmOutcome(), slo)
+	out := llmOutcome()
+	out.Records[2].LLM.Unfinished = 2
+	s := Summarize(out, slo)
 	if !s.Passed || s.Rows[1].Violations[0] != "TTFT p99 11.7s > 2s" {
 		t.Errorf("passed %v, violations %q", s.Passed, s.Rows[1].Violations)
 	}

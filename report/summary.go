@@ -6,6 +6,7 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -214,14 +215,39 @@ func statusText(r *record.Record) string {
 		if l.Unfinished > 0 {
 			text += fmt.Sprintf("; %d cut off at the drain", l.Unfinished)
 		}
-		return text
+		return text + topCauses(r.Errors)
 	}
 	for _, k := range slices.Sorted(maps.Keys(r.Status)) {
 		if k != "200" {
 			parts = append(parts, fmt.Sprintf("%s ×%d", k, r.Status[k]))
 		}
 	}
-	return fmt.Sprintf("%s failed: %s", pctAbs(r.ErrorRate()), strings.Join(parts, ", "))
+	return fmt.Sprintf("%s failed: %s", pctAbs(r.ErrorRate()), strings.Join(parts, ", ")) + topCauses(r.Errors)
+}
+
+// topCauses names the most frequent failures in words, from a record's
+// error texts: `; "sse: event too large" ×3, "answer is not JSON: <html>…" ×1`
+// (at most three, each at most 60 characters, fit for a table cell).
+func topCauses(errs map[string]int) string {
+	if len(errs) == 0 {
+		return ""
+	}
+	texts := slices.SortedFunc(maps.Keys(errs), func(a, b string) int {
+		if errs[a] != errs[b] {
+			return errs[b] - errs[a]
+		}
+		return strings.Compare(a, b)
+	})
+	var parts []string
+	for _, t := range texts[:min(3, len(texts))] {
+		short := strings.Join(strings.Fields(t), " ")
+		if r := []rune(short); len(r) > 60 {
+			short = string(r[:59]) + "…"
+		}
+		q := strings.ReplaceAll(strconv.Quote(short), "|", `\|`) // a table cell
+		parts = append(parts, fmt.Sprintf("%s ×%d", q, errs[t]))
+	}
+	return "; " + strings.Join(parts, ", ")
 }
 
 // trustedCount counts the points with trusted measurements and a success.

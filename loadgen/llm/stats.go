@@ -142,14 +142,17 @@ func (s *Stats) Add(r *Result) {
 			s.tokensInWindow += float64(r.OutputTokens) * float64(in) / float64(n)
 		}
 	}
+	if r.Cause == CauseCancelled {
+		// The run cut it off at the drain: neither success nor failure,
+		// counted even when it was sent during the warm-up (a stream that
+		// never ends is cut whenever it started).
+		s.unfinished++
+		return
+	}
 	if !s.inWindow(r.Intended) {
 		return
 	}
 	s.sample(r)
-	if r.Cause == CauseCancelled {
-		s.unfinished++ // the run cut it off: neither success nor failure
-		return
-	}
 	s.requests++
 	s.countStatus(r)
 	s.lag.record(r.Lag())

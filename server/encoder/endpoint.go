@@ -55,6 +55,10 @@ func (s *Service) answer(ep *endpoint, writeErr func(http.ResponseWriter, *serve
 		body, st, err := run(r, arrived)
 		if err != nil {
 			e := s.toAPIError(err)
+			if server.DrainTimedOut(r.Context()) {
+				e = server.Errorf(http.StatusServiceUnavailable, "draining", "the server's drain timeout passed before this request finished")
+				e.RetryAfter = 1
+			}
 			writeErr(w, e)
 			ep.metrics.answered(e, time.Since(arrived))
 			return
