@@ -53,12 +53,12 @@ bench: ## Go benchmarks of the batcher and the simulated accelerator
 # in the packages' testdata/fuzz; what a run finds is kept in the Go cache
 # (a failing input is written to testdata/fuzz and reported).
 FUZZTIME ?= 1000000x
-FUZZ := server:FuzzRequestTimeout server/encoder:FuzzDecodeItems server/encoder:FuzzDecodeV2 server/encoder:FuzzHandler \
+FUZZ := server:FuzzRequestTimeout server/encoder:FuzzDecodeItems server/encoder:FuzzDecodeV2 server/encoder:FuzzHandler server/encoder:FuzzEmbeddings \
 	loadgen/target:FuzzParseMetrics loadgen/attack:FuzzServerTiming \
-	loadgen/llm:FuzzReader loadgen/llm:FuzzChunk loadgen/llm:FuzzEncoding \
+	loadgen/llm:FuzzReader loadgen/llm:FuzzChunk loadgen/llm:FuzzEncoding loadgen/llm:FuzzReadTrace \
 	models/tfjs:FuzzRead models/sentencepiece:FuzzEncode \
 	models/llama:FuzzParseHeader models/llama/tokenizer:FuzzEncode
-fuzz: ## run each fuzz target for FUZZTIME (default 1000000x executions): decoders, deadlines, the whole handler, the metrics, Server-Timing and SSE parsers, TF.js manifests, SentencePiece, llama2.c headers and tokenizer
+fuzz: ## run each fuzz target for FUZZTIME (default 1000000x executions): decoders, deadlines, the whole handler, the metrics, Server-Timing and SSE parsers, trace files, TF.js manifests, SentencePiece, llama2.c headers and tokenizer
 	@set -e; for t in $(FUZZ); do \
 		echo "== $${t#*:} (./$${t%%:*}, $(FUZZTIME))"; \
 		$(GO) test -run='^$$' -fuzz="^$${t#*:}$$" -fuzztime=$(FUZZTIME) ./$${t%%:*}; \

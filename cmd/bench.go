@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -37,6 +38,10 @@ type benchOptions struct {
 	Warmup     time.Duration
 	WarmupSet  bool // --warmup given: it replaces the scenario's
 	Log        logOptions
+	// A bench without a scenario file (--target with no --scenario):
+	// scenario.Quick's fields, and where to save the scenario built.
+	Quick scenario.Quick
+	Save  string
 
 	// Set from the command's streams.
 	Stdin    io.Reader
@@ -50,61 +55,53 @@ type benchOptions struct {
 func newCmdBench(runF func(context.Context, *benchOptions) error) *cobra.Command {
 	opts := &benchOptions{}
 	cmd := &cobra.Command{
-		Use:   "bench",
-		Short: "Load-test an inference server from a scenario file",
-		Long: `Load-test an inference server from a YAML scenario: the server (existing URLs,
-or an infer serve started for each server configuration of the sweep), the
-payload, the load (open loop at a rate, or closed loop with a number of
-clients), and a sweep over endpoints, batch size, workers, max latency,
-policy, length buckets and load levels. See scenarios/reference.yaml for
-every key.
+		Use:   "bench [SCENARIO]",
+		Short: "Load-test any inference server, OpenAI-compatible or HTTP",
+		Long: `Load-test an inference server. Without a scenario file, --target URL with
+--api, --rate or --concurrency and --duration builds one (--save writes it
+out); a scenario file (YAML, or a name in scenarios/) sweeps servers infer
+starts or existing targets over endpoints, batching settings and load
+levels. Streaming LLM APIs get TTFT, TPOT, ITL and E2EL with vLLM's
+definitions; try one with no GPU against infer serve --model sim-lm.
 
-Existing targets (target: urls, or --target) are loaded as they are, unless
-the sweep sets batch, workers, max_latency or policy: then infer bench applies
-each point's settings through the targets' PATCH /admin/batching (started
-with infer serve --admin-token), checks that they took, and puts the targets'
-own settings back at the end. The token comes from --admin-token, else the
-variable named by target.admin_token_env, else INFER_ADMIN_TOKEN.
+Each point's record goes to RUN_DIR/results.jsonl as soon as it is done. On
+a terminal a live view shows the sweep; q or Ctrl-C stops it, keeping the
+points measured. The summary ends PASS, FAIL, NO VERDICT or STOPPED.
 
-Any HTTP server can be a target: payload.expect says how its answers are
-checked (by default infer's shape for infer servers, the status alone for
-others), and what it cannot tell (no /readyz, /metrics or Server-Timing) is
-said once per run.
-
-Streaming LLM endpoints: with payload.api (completions or chat) the points
-load OpenAI-compatible /v1/completions or /v1/chat/completions, streamed
-with usage, on a generation server infer starts (server.model: sim-lm; the
-sweep's endpoints continuous, static and naive are its schedulers, and
-max_seqs, max_batched_tokens and max_latency its settings) or on any target
-(vLLM, TGI, llama.cpp, Ollama…). Each point records TTFT, TPOT, ITL and
-E2EL with vLLM's definitions, output tokens/s, goodput under the SLO's
-ttft_p99, tpot_p99 and e2el_p99, failures by cause, and from an infer
-server its running and waiting sequences, KV use and own TTFT; the live
-view shows them as they come.
-
-Each point's record (throughput, latency percentiles and histogram, status
-counts and error causes, the server's batch sizes, CPU, validity flags; in
-open loop the schedule lag and the latency from each request's intended send
-time) is appended to results.jsonl in the run directory as soon as the point
-is done, next to manifest.json. On a terminal a live view shows the sweep; q
-or Ctrl-C stops it, keeping the finished points and the current one (marked
-partial).
-
-Exit codes: 0 done (or stopped with q); 1 failure; 2 bad scenario, flags or
-unreachable target; 3 SLO thresholds not met; 130 stopped by a signal.`,
-		Example: `  infer bench --scenario scenarios/quick.yaml
-  infer bench -s scenarios/sim-gpu.yaml --out results/sim-gpu --no-tui
-  infer bench -s scenarios/quick.yaml --target http://10.0.0.5:8080,http://10.0.0.6:8080
-  INFER_ADMIN_TOKEN=… infer bench -s scenarios/policies-sim.yaml --target http://10.0.0.5:8080
-  infer bench -s scenarios/policies-sim.yaml --duration 2s --warmup 500ms
-  infer bench -s scenarios/bert.yaml --dry-run
-  infer bench -s scenarios/llm-sim.yaml
-  infer bench -s scenarios/llm-quick.yaml --output json`,
-		Args: noArgs,
+Exit codes: 0 done; 1 failure; 2 bad scenario, flags or unreachable target;
+3 SLO not met, or no point to judge; 130 stopped before the end.
+Guide: docs/bench.md. Every scenario key: scenarios/reference.yaml.`,
+		Example: `  infer bench --target http://127.0.0.1:8000 --rate 2,4,8 --duration 10s
+  infer bench --target http://10.0.0.5:8080/predict --api http --concurrency 1,8
+  infer bench --target http://127.0.0.1:8000 --rate 2,4 --save my.yaml
+  infer bench scenarios/quick.yaml
+  infer bench -s llm-quick --no-tui --output json
+  infer bench -s quick --target http://10.0.0.5:8080,http://10.0.0.6:8080
+  infer bench -s policies-sim --duration 2s --warmup 500ms
+  infer bench -s bert --dry-run`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case len(args) > 1:
+				return usageErrorf("%s takes one scenario file, got %q", cmd.CommandPath(), args)
+			case len(args) == 1 && cmd.Flags().Changed("scenario"):
+				return usageErrorf("scenario %q and --scenario %q: give one", args[0], opts.Scenario)
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Stdin, opts.Stdout, opts.Stderr = cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr()
 			opts.Terminal = isTerminal(opts.Stdin) && isTerminal(opts.Stdout)
 			opts.WarmupSet = cmd.Flags().Changed("warmup")
+			if len(args) == 1 {
+				opts.Scenario = args[0]
+			}
+			if opts.Scenario != "" {
+				for _, name := range quickFlags {
+					if cmd.Flags().Changed(name) {
+						return usageErrorf("--%s builds a scenario without a file; with %s, set it in the file", name, opts.Scenario)
+					}
+				}
+			}
 			if runF != nil {
 				return runF(cmd.Context(), opts)
 			}
@@ -112,7 +109,7 @@ unreachable target; 3 SLO thresholds not met; 130 stopped by a signal.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&opts.Scenario, "scenario", "s", "", "scenario file (YAML) (required)")
+	f.StringVarP(&opts.Scenario, "scenario", "s", "", "scenario file (YAML), or a name in scenarios/ (quick)")
 	f.StringSliceVar(&opts.Targets, "target", nil, "load these servers instead of the scenario's (base URLs; repeat or separate with commas)")
 	f.StringVarP(&opts.Out, "out", "o", "", "run directory (default results/<scenario>-<time>)")
 	f.BoolVar(&opts.NoTUI, "no-tui", false, "print plain progress lines instead of the live view")
@@ -124,8 +121,85 @@ unreachable target; 3 SLO thresholds not met; 130 stopped by a signal.`,
 	f.DurationVar(&opts.Duration, "duration", 0, "measured time of each repeat, instead of the scenario's load.duration (for a short check)")
 	f.DurationVar(&opts.Warmup, "warmup", 0, "warm-up before each repeat, instead of the scenario's load.warmup")
 	f.StringVar(&opts.Log.Level, "log-level", "info", "log level: debug, info, warn, error")
+	f.StringVar(&opts.Quick.API, "api", "completions", "without a scenario: the API to load: completions, chat (OpenAI-compatible, streamed) or http")
+	f.Float64SliceVar(&opts.Quick.Rates, "rate", nil, "without a scenario: open-loop levels in requests/s (Poisson arrivals for LLM APIs), e.g. 2,4,8")
+	f.IntSliceVar(&opts.Quick.Concurrency, "concurrency", nil, "without a scenario: closed-loop levels in clients, e.g. 1,8,32 (default 8)")
+	f.StringVar(&opts.Quick.Model, "model", "", "without a scenario: the model name in requests (default: asked from the server)")
+	f.StringVar(&opts.Quick.Prompts, "prompts", "", "without a scenario: a JSONL or ShareGPT prompt file (LLM APIs)")
+	f.StringVar(&opts.Quick.Corpus, "corpus", "", "without a scenario: a file of request items, one a line (--api http)")
+	f.StringVar(&opts.Save, "save", "", "without a scenario: also write the scenario built from the flags to this file")
 	opts.Log.Format = "text"
 	return cmd
+}
+
+// quickFlags are the flags that build a scenario without a file.
+var quickFlags = []string{"api", "rate", "concurrency", "model", "prompts", "corpus", "save"}
+
+// findScenario returns the scenario file a --scenario value names: the
+// path, else a name in scenarios/ ("quick" is scenarios/quick.yaml).
+func findScenario(name string) string {
+	if _, err := os.Stat(name); err == nil || strings.ContainsRune(name, filepath.Separator) {
+		return name
+	}
+	for _, p := range []string{name + ".yaml", filepath.Join("scenarios", name), filepath.Join("scenarios", name+".yaml")} {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return name
+}
+
+// quickScenario builds the scenario of a bench without a file, and saves
+// it when asked. Files it names are resolved from the working directory,
+// and written relative to the saved file's.
+func quickScenario(opts *benchOptions) (*scenario.Scenario, error) {
+	q := opts.Quick
+	q.Targets, q.Duration, q.Warmup = opts.Targets, opts.Duration, -1
+	if opts.WarmupSet {
+		q.Warmup = opts.Warmup
+	}
+	if opts.Duration < 0 || (opts.WarmupSet && opts.Warmup < 0) {
+		return nil, usageErrorf("--duration %v, --warmup %v: must not be negative", opts.Duration, opts.Warmup)
+	}
+	dir := "."
+	if opts.Save != "" {
+		dir = filepath.Dir(opts.Save)
+		for _, p := range []*string{&q.Prompts, &q.Corpus} {
+			if *p == "" || *p == "builtin" || *p == "mixed" {
+				continue
+			}
+			abs, err := filepath.Abs(*p)
+			if err != nil {
+				return nil, err
+			}
+			absDir, err := filepath.Abs(dir)
+			if err != nil {
+				return nil, err
+			}
+			if rel, err := filepath.Rel(absDir, abs); err == nil {
+				*p = rel
+			}
+		}
+	}
+	src, err := q.YAML()
+	if err != nil {
+		return nil, usageErrorf("%v", err)
+	}
+	name := scenario.QuickName + ".yaml"
+	if opts.Save != "" {
+		name = opts.Save
+	}
+	sc, err := scenario.Parse(name, dir, src)
+	if err != nil {
+		return nil, usageErrorf("%v", err)
+	}
+	if opts.Save != "" {
+		if err := os.WriteFile(opts.Save, src, 0o644); err != nil {
+			return nil, fmt.Errorf("--save: %w", err)
+		}
+		fmt.Fprintf(opts.Stderr, "scenario written to %s: infer bench %s\n", opts.Save, opts.Save)
+	}
+	return sc, nil
 }
 
 func isTerminal(v any) bool {
@@ -134,19 +208,26 @@ func isTerminal(v any) bool {
 }
 
 func runBench(ctx context.Context, opts *benchOptions) error {
-	if opts.Scenario == "" {
-		return usageErrorf("--scenario: name a scenario file, e.g. scenarios/quick.yaml")
-	}
 	if opts.Output != "text" && opts.Output != "json" {
 		return usageErrorf("--output %q: want text or json", opts.Output)
 	}
-	sc, err := scenario.LoadFile(opts.Scenario)
-	if err != nil {
-		return usageErrorf("%v", err)
-	}
-	if len(opts.Targets) > 0 {
-		if sc, err = sc.WithTargets(opts.Targets); err != nil {
+	var sc *scenario.Scenario
+	var err error
+	switch {
+	case opts.Scenario == "" && len(opts.Targets) == 0:
+		return usageErrorf("name a scenario (infer bench scenarios/quick.yaml, or -s quick), or a server: infer bench --target http://127.0.0.1:8000 --rate 2,4")
+	case opts.Scenario == "":
+		if sc, err = quickScenario(opts); err != nil {
+			return err
+		}
+	default:
+		if sc, err = scenario.LoadFile(findScenario(opts.Scenario)); err != nil {
 			return usageErrorf("%v", err)
+		}
+		if len(opts.Targets) > 0 {
+			if sc, err = sc.WithTargets(opts.Targets); err != nil {
+				return usageErrorf("%v", err)
+			}
 		}
 	}
 	switch {
@@ -169,24 +250,29 @@ func runBench(ctx context.Context, opts *benchOptions) error {
 		dir = loadgen.DefaultDir(sc, time.Now())
 	}
 	live := opts.Terminal && !opts.NoTUI
-	// Logs share stderr with the progress lines, or go to a file in the run
-	// directory while the live view owns the terminal.
+	// Logs go to a file in the run directory; with progress lines on
+	// stderr, its warnings and errors go there too (the progress lines say
+	// the rest in words).
 	stderr := &lockedWriter{w: opts.Stderr}
-	logOut := io.Writer(stderr)
-	if live {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("create run directory: %w", err)
-		}
-		f, err := os.Create(filepath.Join(dir, "bench.log"))
-		if err != nil {
-			return fmt.Errorf("create log: %w", err)
-		}
-		defer f.Close()
-		logOut = f
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create run directory: %w", err)
 	}
-	logger, err := opts.Log.logger(logOut)
+	logFile, err := os.Create(filepath.Join(dir, "bench.log"))
+	if err != nil {
+		return fmt.Errorf("create log: %w", err)
+	}
+	defer logFile.Close()
+	logger, err := opts.Log.logger(logFile)
 	if err != nil {
 		return err
+	}
+	if !live {
+		warn := opts.Log
+		if lvl, err := levelOf(warn.Level); err == nil && lvl < slog.LevelWarn {
+			warn.Level = "warn"
+		}
+		toStderr, _ := warn.logger(stderr)
+		logger = slog.New(teeHandler{logger.Handler(), toStderr.Handler()})
 	}
 	launcher := opts.Launcher
 	if launcher == nil {
@@ -236,10 +322,12 @@ func runBench(ctx context.Context, opts *benchOptions) error {
 		}
 	}
 	switch {
+	case out.Interrupted || ctx.Err() != nil:
+		// Stopped by q, Ctrl-C in the live view or a signal: never a
+		// verdict, whatever the finished points say.
+		return errStopped
 	case !summary.Passed:
-		return &thresholdError{verdict: summary.Verdict}
-	case ctx.Err() != nil:
-		return errInterrupted
+		return &thresholdError{verdict: summary.Verdict, unjudged: summary.Outcome == loadgen.OutcomeUnjudged}
 	}
 	return nil
 }
@@ -307,6 +395,39 @@ func runSweep(ctx context.Context, opts *benchOptions, sc *scenario.Scenario, cf
 	return out, runErr
 }
 
+// teeHandler sends each record to every handler that takes its level.
+type teeHandler []slog.Handler
+
+func (t teeHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return slices.ContainsFunc(t, func(h slog.Handler) bool { return h.Enabled(ctx, l) })
+}
+
+func (t teeHandler) Handle(ctx context.Context, r slog.Record) error {
+	var errs []error
+	for _, h := range t {
+		if h.Enabled(ctx, r.Level) {
+			errs = append(errs, h.Handle(ctx, r.Clone()))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (t teeHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	out := make(teeHandler, len(t))
+	for i, h := range t {
+		out[i] = h.WithAttrs(as)
+	}
+	return out
+}
+
+func (t teeHandler) WithGroup(name string) slog.Handler {
+	out := make(teeHandler, len(t))
+	for i, h := range t {
+		out[i] = h.WithGroup(name)
+	}
+	return out
+}
+
 // lockedWriter serializes writes from several goroutines.
 type lockedWriter struct {
 	mu sync.Mutex
@@ -319,20 +440,29 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 	return l.w.Write(b)
 }
 
+// serverText says which server p's point runs on: the flags of the infer
+// serve started, or the targets and the settings their admin API gets.
+func serverText(sc *scenario.Scenario, p loadgen.Plan) string {
+	if p.Serve != nil {
+		return strings.Join(p.Serve, " ")
+	}
+	server := strings.Join(sc.Targets, ",")
+	if set := p.Settings.Flags(); len(set) > 0 {
+		server += " via admin API: " + strings.Join(set, " ")
+	}
+	return server
+}
+
 // printPlan lists the points of the sweep.
 func printPlan(w io.Writer, sc *scenario.Scenario) error {
+	if sc.Load.Search != nil {
+		return printSearchPlan(w, sc)
+	}
 	plans := loadgen.Plans(sc)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "#\tPOINT\tSERVER")
 	for _, p := range plans {
-		server := strings.Join(p.Serve, " ")
-		if p.Serve == nil {
-			server = strings.Join(sc.Targets, ",")
-			if set := p.Settings.Flags(); len(set) > 0 {
-				server += " via admin API: " + strings.Join(set, " ")
-			}
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\n", p.Index, p.Point.Name, server)
+		fmt.Fprintf(tw, "%d\t%s\t%s\n", p.Index, p.Point.Name, serverText(sc, p))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -128,7 +128,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"unreachable", []string{"bench", "-s", good, "--target", closed, "--no-tui", "-o", filepath.Join(t.TempDir(), "r")},
 			"target " + closed + ": unreachable"},
 		{"bad target", []string{"bench", "-s", good, "--target", "localhost:8080"}, "want an http:// or https:// URL"},
-		{"no scenario", []string{"bench"}, "--scenario"},
+		{"no scenario", []string{"bench"}, "-s quick), or a server: infer bench --target"},
 		{"bad output", []string{"bench", "-s", good, "--output", "xml"}, "--output"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -202,6 +202,13 @@ slo:
 	if !strings.Contains(stderr.String(), "done batched c=4") {
 		t.Errorf("no progress lines on stderr:\n%s", stderr.String())
 	}
+	// Info logs go to bench.log, not between the progress lines.
+	if strings.Contains(stderr.String(), `msg="point done"`) {
+		t.Errorf("raw log lines on stderr:\n%s", stderr.String())
+	}
+	if log, err := os.ReadFile(filepath.Join(dir, "bench.log")); err != nil || !strings.Contains(string(log), `msg="point done"`) {
+		t.Errorf("bench.log: %v\n%s", err, log)
+	}
 }
 
 func TestBenchDryRun(t *testing.T) {
@@ -222,7 +229,7 @@ func TestBenchDryRun(t *testing.T) {
 func serveTarget(t *testing.T, args ...string) string {
 	t.Helper()
 	l := target.ExecLauncher{Path: os.Args[0], Env: []string{mainEnv + "=1"}}
-	srv, err := l.Launch(context.Background(), args, nil)
+	srv, err := l.Launch(context.Background(), target.CommandServe, args, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,17 +7,21 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
 	"github.com/inferhq/infer/models/bert"
 	"github.com/inferhq/infer/models/onnx/onnxtest"
+	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/batch"
 )
 
@@ -40,7 +44,7 @@ func TestServeFlags(t *testing.T) {
 				h.DrainTimeout != 30*time.Second || h.IdleTimeout != 75*time.Second || h.MaxConns != 0 || e.MaxItems != 0 {
 				t.Errorf("defaults = %+v", cfg)
 			}
-			if o.Model.Model != "bert-mini" || o.Model.Task != "fill-mask" || o.Model.MaxSeqLen != 128 || !o.Model.Truncate ||
+			if o.Model.Model != "use-lite" || o.Model.Task != "" || o.Model.MaxSeqLen != 128 || !o.Model.Truncate ||
 				o.Model.Threads != 0 || o.Model.SimFixed != 77*time.Millisecond || o.Model.SimPerItem != 1160*time.Microsecond {
 				t.Errorf("model defaults = %+v", o.Model)
 			}
@@ -128,11 +132,11 @@ func TestUnknownModel(t *testing.T) {
 		use     modelUse
 		wantErr string
 	}{
-		{modelOptions{Model: "gpt-17", Devices: "cpu", MaxSeqLen: 128}, serveModels, `--model "gpt-17": unknown model; want sim, sim-lm, a built-in bert-tiny|bert-mini|bert-small|bert-medium|bert-base or gpt2-tiny|gpt2-mini|gpt2-small, or a path to a decoder export directory or an .onnx file`},
+		{modelOptions{Model: "gpt-17", Devices: "cpu", MaxSeqLen: 128}, serveModels, `--model "gpt-17": unknown model; want sim, sim-lm, a built-in bert-tiny|bert-mini|bert-small|bert-medium|bert-base|use-lite or gpt2-tiny|gpt2-mini|gpt2-small|stories260k, or a path to a llama2.c checkpoint (.bin), a decoder export directory or an .onnx file`},
 		{modelOptions{Model: "bert-mni", Devices: "cpu", MaxSeqLen: 128}, serveModels, `--model "bert-mni": unknown model (did you mean "bert-mini"?); want sim, sim-lm, a built-in`},
 		{modelOptions{Model: "simlm", Devices: "cpu"}, serveModels, `(did you mean "sim-lm"?)`},
 		// infer worker serves encoders: it suggests and names those only.
-		{modelOptions{Model: "simlm", Devices: "cpu"}, workerModels, `--model "simlm": unknown model (did you mean "sim"?); want sim, a built-in bert-tiny|bert-mini|bert-small|bert-medium|bert-base, or a path to an .onnx file`},
+		{modelOptions{Model: "simlm", Devices: "cpu"}, workerModels, `--model "simlm": unknown model (did you mean "sim"?); want sim, a built-in bert-tiny|bert-mini|bert-small|bert-medium|bert-base|use-lite, or a path to an .onnx file`},
 		{modelOptions{Model: "gpt2-tiny", Devices: "cpu"}, workerModels, "--model gpt2-tiny: a generative model: infer worker serves encoder models"},
 		{modelOptions{Model: "sim-lm", Devices: "cpu"}, benchModels, "model sim-lm: a simulated decoder"},
 		{modelOptions{Model: "sim", Devices: "tpu"}, serveModels, "--devices"},
@@ -187,17 +191,44 @@ func TestExitCodes(t *testing.T) {
 	}
 }
 
-// TestHelpGolden keeps the user-facing help text under review: run
-// go test ./cmd -run Golden -update after changing a flag.
+// TestHelpGolden keeps the user-facing help text of every command under
+// review (run go test ./cmd -run Golden -update after changing a flag):
+// written to something that is not a terminal it is wrapped at 80
+// columns, and every line fits them; each command's prose before Usage
+// stays short (the rest is in docs/).
 func TestHelpGolden(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"serve", "--help"}, {"models", "--help"}, {"models", "bench", "--help"}, {"models", "calibrate", "--help"}, {"models", "quantize", "--help"}, {"models", "compare", "--help"}, {"bench", "--help"}, {"report", "--help"}, {"route", "--help"}} {
-		name := strings.Join(append([]string{"infer"}, args[:len(args)-1]...), "_") + ".help"
+	var paths [][]string
+	var walk func(c *cobra.Command, path []string)
+	walk = func(c *cobra.Command, path []string) {
+		if c.Hidden || c.Name() == "help" || c.Name() == "completion" {
+			return
+		}
+		paths = append(paths, path)
+		for _, sub := range c.Commands() {
+			walk(sub, append(slices.Clone(path), sub.Name()))
+		}
+	}
+	walk(newCmdRoot(io.Discard, io.Discard), nil)
+	if len(paths) < 12 {
+		t.Fatalf("found %d commands: %v", len(paths), paths)
+	}
+	for _, path := range paths {
+		name := strings.Join(append([]string{"infer"}, path...), "_") + ".help"
 		t.Run(name, func(t *testing.T) {
 			var out bytes.Buffer
 			root := newCmdRoot(&out, &out)
-			root.SetArgs(args)
+			root.SetArgs(append(slices.Clone(path), "--help"))
 			if err := root.Execute(); err != nil {
 				t.Fatal(err)
+			}
+			for i, line := range strings.Split(out.String(), "\n") {
+				if n := utf8.RuneCountInString(line); n > 80 {
+					t.Errorf("line %d is %d columns: %s", i+1, n, line)
+				}
+			}
+			prose, _, _ := strings.Cut(out.String(), "\nUsage:")
+			if n := strings.Count(prose, "\n"); n > 16 && name != "infer_route.help" {
+				t.Errorf("%d lines before Usage, want at most 16: move the rest to docs/", n)
 			}
 			path := filepath.Join("testdata", name)
 			if *update {
@@ -213,6 +244,32 @@ func TestHelpGolden(t *testing.T) {
 				t.Errorf("help differs from %s (rerun with -update if intended):\n%s", path, out.String())
 			}
 		})
+	}
+}
+
+// TestUnknownFlagSuggests: a mistyped flag is answered with the closest
+// one of the command, if one is close.
+func TestUnknownFlagSuggests(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--batchh", "8"}, "unknown flag: --batchh (did you mean --batch?)"},
+		{[]string{"bench", "--rat", "2"}, "unknown flag: --rat (did you mean --rate?)"},
+		{[]string{"serve", "--max-lantecy", "5ms"}, "(did you mean --max-latency?)"},
+	} {
+		var out bytes.Buffer
+		root := newCmdRoot(&out, &out)
+		root.SetArgs(tc.args)
+		if code := exitCode(root.Execute(), &out); code != exitUsage || !strings.Contains(out.String(), tc.want) {
+			t.Errorf("infer %s: exit %d\n%s\nwant %q", strings.Join(tc.args, " "), code, out.String(), tc.want)
+		}
+	}
+	var out bytes.Buffer
+	root := newCmdRoot(&out, &out)
+	root.SetArgs([]string{"serve", "--zzzzzzzz"})
+	if exitCode(root.Execute(), &out); strings.Contains(out.String(), "did you mean") {
+		t.Errorf("a flag like none suggested one:\n%s", out.String())
 	}
 }
 
@@ -336,5 +393,13 @@ func TestUsageErrors(t *testing.T) {
 		if got := out.String(); !strings.Contains(got, tc.msg) || !strings.Contains(got, tc.hint) || strings.Contains(got, "strconv") {
 			t.Errorf("infer %v:\n%s\nwant %q and %q", tc.args, got, tc.msg, tc.hint)
 		}
+	}
+}
+
+// A drain that timed out exits with its own documented code.
+func TestDrainTimeoutExitCode(t *testing.T) {
+	err := fmt.Errorf("%w after 5s: 3 requests still running were answered 503 draining", server.ErrDrainTimeout)
+	if code := exitCode(err, &bytes.Buffer{}); code != exitDrainTimeout {
+		t.Errorf("exitCode(%v) = %d, want %d", err, code, exitDrainTimeout)
 	}
 }

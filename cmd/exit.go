@@ -8,16 +8,20 @@ import (
 	"strings"
 
 	"github.com/spf13/pflag"
+
+	"github.com/inferhq/infer/server"
 )
 
-// Exit codes of infer. This file is the one place where errors become them.
+// Exit codes of infer. This file is the one place where errors become
+// them; docs/bench.md#exit-codes is the one place that tells users.
 const (
-	exitOK          = 0
-	exitError       = 1   // the command failed
-	exitUsage       = 2   // bad flags or arguments (bench: also a bad scenario or an unreachable target)
-	exitThresholds  = 3   // bench: the scenario's SLO thresholds were not met
-	exitRegression  = 4   // report --fail-on-regression: a regression against the baseline
-	exitInterrupted = 130 // a second signal cut the drain short
+	exitOK           = 0
+	exitError        = 1   // the command failed
+	exitUsage        = 2   // bad flags or arguments (bench: also a bad scenario or an unreachable target)
+	exitThresholds   = 3   // bench: the SLO thresholds were not met, or no complete point could be judged
+	exitRegression   = 4   // report --fail-on-regression: a regression against the baseline
+	exitDrainTimeout = 5   // serve, worker: the drain timeout passed; the requests still running were answered 503 draining
+	exitInterrupted  = 130 // bench stopped before its end (q, Ctrl-C, a signal); any command: a second signal cut the drain short
 )
 
 // usageError marks an error in how infer was called.
@@ -32,10 +36,18 @@ func usageErrorf(format string, args ...any) error {
 	return &usageError{msg: fmt.Sprintf(format, args...)}
 }
 
-// thresholdError reports SLO thresholds not met.
-type thresholdError struct{ verdict string }
+// thresholdError reports SLO thresholds not met, or not judged.
+type thresholdError struct {
+	verdict  string
+	unjudged bool // no complete point to judge
+}
 
-func (e *thresholdError) Error() string { return "SLO not met: " + e.verdict }
+func (e *thresholdError) Error() string {
+	if e.unjudged {
+		return "no SLO verdict: " + e.verdict
+	}
+	return "SLO not met: " + e.verdict
+}
 
 // regressionError reports a regression against a baseline.
 type regressionError struct{ verdict string }
@@ -44,6 +56,9 @@ func (e *regressionError) Error() string { return "regression against the baseli
 
 // errInterrupted reports a command stopped by a signal after cleaning up.
 var errInterrupted = errors.New("interrupted")
+
+// errStopped reports a bench stopped before its last point.
+var errStopped = fmt.Errorf("stopped before the end: no verdict (%w)", errInterrupted)
 
 // exitCode prints err, if any, and returns the exit code for it.
 func exitCode(err error, stderr io.Writer) int {
@@ -61,6 +76,9 @@ func exitCode(err error, stderr io.Writer) int {
 	}
 	if errors.Is(err, errInterrupted) {
 		return exitInterrupted
+	}
+	if errors.Is(err, server.ErrDrainTimeout) {
+		return exitDrainTimeout
 	}
 	var ue *usageError
 	if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command") {

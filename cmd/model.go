@@ -11,11 +11,11 @@ import (
 
 	"github.com/inferhq/infer/internal/suggest"
 	"github.com/inferhq/infer/models"
-	"github.com/inferhq/infer/models/bert"
 	"github.com/inferhq/infer/models/onnx"
 	"github.com/inferhq/infer/models/registry"
 	"github.com/inferhq/infer/models/sim"
 	"github.com/inferhq/infer/models/simlm"
+	"github.com/inferhq/infer/models/use"
 )
 
 // modelOptions choose and configure the model; shared by the commands that
@@ -32,14 +32,18 @@ type modelOptions struct {
 	SimFixed   time.Duration
 	SimPerItem time.Duration
 	SimFailOn  string
+	Tokenizer  string
 }
 
-const defaultModel = "bert-mini"
+// defaultModel is what infer serve and infer worker serve without --model:
+// use-lite, a trained sentence encoder, so that a newcomer's first request
+// gets an answer that means something (docs/embeddings.md says why).
+const defaultModel = use.Name
 
 // bind binds --model and the model's settings.
 func (o *modelOptions) bind(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.Model, "model", defaultModel,
-		"model: sim (simulated accelerator), a built-in "+builtinNames(isEncoder)+twinsNote(isEncoder)+", or a path to "+registry.Formats(isEncoder))
+		"model: sim (simulated accelerator), a built-in one ("+nameList(isEncoder)+")"+twinsNote(isEncoder)+", or a path to "+registry.Formats(isEncoder))
 	o.bindSettings(cmd)
 }
 
@@ -47,15 +51,21 @@ func (o *modelOptions) bind(cmd *cobra.Command) {
 // as an argument.
 func (o *modelOptions) bindSettings(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&o.Task, "task", string(bert.FillMask), "head of a built-in model: fill-mask or embed (a file's task comes from its outputs)")
+	f.StringVar(&o.Task, "task", "", "head of a built-in model with several: fill-mask or embed for BERT (default: the model's first; a file's task comes from its outputs)")
 	f.StringVar(&o.Devices, "devices", models.DefaultDevices, "devices for the model instances: cpu, auto, or cuda:0[,cuda:1…]; workers are assigned round-robin")
 	f.IntVar(&o.Threads, "threads", 0, "ONNX Runtime intra-op threads per session (0: the CPUs divided among the sessions)")
-	f.StringVar(&o.OrtLib, "ort-lib", "", "ONNX Runtime shared library (default: $ONNXRUNTIME_LIB, then "+onnx.SetupPath+", then the system's)")
+	f.StringVar(&o.OrtLib, "ort-lib", "", "ONNX Runtime shared library (default: $ONNXRUNTIME_LIB, then where scripts/setup-ort.sh puts it, then the system's)")
 	f.IntVar(&o.MaxSeqLen, "max-seq-len", onnx.DefaultMaxSeqLen, "most tokens of one item, [CLS] and [SEP] included")
 	f.BoolVar(&o.Truncate, "truncate", true, "truncate longer items to --max-seq-len; with --truncate=false they are refused with 413")
 	f.DurationVar(&o.SimFixed, "sim-fixed", sim.DefaultFixed, "sim: fixed cost of any batch")
 	f.DurationVar(&o.SimPerItem, "sim-per-item", sim.DefaultPerItem, "sim: added cost per item in a batch")
 	f.StringVar(&o.SimFailOn, "sim-fail-on", "", "sim: fault injection: a batch holding an item that contains this text fails as a whole")
+}
+
+// bindTokenizer binds --tokenizer, for the commands that serve or measure
+// decoders.
+func (o *modelOptions) bindTokenizer(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&o.Tokenizer, "tokenizer", "", "llama2.c checkpoints: the tokenizer file (default: tokenizer.bin, or the one tok*.bin, beside the checkpoint)")
 }
 
 // taskSet records whether cmd's --task was given; call it in RunE.
@@ -83,6 +93,11 @@ func twinsNote(keep func(registry.Entry) bool) string {
 		return ""
 	}
 	return " (each also quantised, as " + strings.Join(suffixes, " or ") + ")"
+}
+
+// nameList is builtinNames as a list that help can wrap: "a, b, c".
+func nameList(keep func(registry.Entry) bool) string {
+	return strings.ReplaceAll(builtinNames(keep), "|", ", ")
 }
 
 // A modelUse is what a command takes as a model, and how its errors name
@@ -156,6 +171,7 @@ func (o *modelOptions) settings(workers int, log *slog.Logger) (registry.Setting
 		MaxSeqLen:  o.MaxSeqLen,
 		RejectLong: !o.Truncate,
 		Sim:        sim.Config{Fixed: o.SimFixed, PerItem: o.SimPerItem, FailOn: o.SimFailOn},
+		Tokenizer:  o.Tokenizer,
 		Logger:     log,
 	}
 	if o.TaskSet {

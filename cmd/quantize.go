@@ -40,27 +40,18 @@ func newCmdModelsQuantize(runF func(context.Context, *modelsQuantizeOptions) err
 		Short: "Write a dynamically quantised int8 (or int4) copy of a model",
 		Long: `Write a dynamically quantised copy of a model: the float32 weights of its
 MatMul and Gemm nodes become int8 (or int4) with scales, and their inputs are
-quantised at run time, in the graph forms ONNX Runtime runs in its integer
-kernels (VNNI where the CPU has it). Embedding tables (the weights Gather
-reads) stay float32. The LM head, the product that makes the logits, is
-quantised too unless --keep-head.
+quantised at run time, in the forms ONNX Runtime runs in its integer kernels.
+Embedding tables stay float32; the LM head is quantised unless --keep-head.
+A decoder (a graph with a KV cache) gets activations per row, exact under
+batching; any other graph activations per tensor, fastest for large batches.
 
-Two forms: activations per tensor (weights per output channel, or per tensor),
-the fastest for an encoder's large batches, where an item's result depends a
-little on the batch it runs in; and activations per row (weights in blocks),
-where each row is computed on its own, so a decoder stays exact under
-batching, and the fastest for decode steps. By default a decoder (a graph
-with a KV cache) gets rows and any other graph tensors.
-
-IN is an .onnx file (external data files next to it are read) or a built-in
-model name; OUT is written atomically, as one file. A model that is not ONNX,
-has nothing to quantise or is quantised already is refused (exit 2).
-
-Measure what it buys and costs with infer models bench and infer models
-compare; see docs/quantization.md.`,
+IN is an .onnx file or a built-in model name; OUT is written atomically. A
+model that is not ONNX, has nothing to quantise or is quantised already is
+refused (exit 2). Measure it with infer models bench and infer models compare;
+see docs/quantization.md.`,
 		Example: `  infer models quantize model.onnx model-int8.onnx
   infer models quantize gpt2-small gpt2-small-int8.onnx --keep-head
-  infer models quantize model.onnx out.onnx --exclude 'encoder.layer.0.*' --per-tensor
+  infer models quantize model.onnx out.onnx --exclude 'encoder.layer.0.*'
   infer models quantize decoder.onnx decoder-int4.onnx --bits 4 --block 32`,
 		Args: exactArgs(2, "an input model and an output .onnx file"),
 		RunE: func(cmd *cobra.Command, args []string) error {

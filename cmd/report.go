@@ -31,7 +31,7 @@ func newCmdReport(runF func(context.Context, *reportOptions) error) *cobra.Comma
 	opts := &reportOptions{}
 	cmd := &cobra.Command{
 		Use:   "report RUN_DIR",
-		Short: "Draw a bench run as PNG charts and a markdown summary; compare it with a baseline",
+		Short: "Draw a bench run as PNG charts and markdown, against a baseline",
 		Long: `Draw the results of a bench run (the folder holding manifest.json and
 results.jsonl) as PNG charts with a markdown summary: throughput and latency
 against batch size per worker count, naive vs batched, throughput vs p99
@@ -48,7 +48,8 @@ The verdict is printed; it fails the command (exit code 4) only with
 Exit codes: 0 done; 1 failure; 2 bad flags, or a folder that is not a bench
 run; 4 regression against the baseline with --fail-on-regression.`,
 		Example: `  infer report results/quick-20250314-092653
-  infer report results/quick-20250314-092653 --baseline ci/baseline/quick --out ci-report --fail-on-regression`,
+  infer report results/quick-20250314-092653 --baseline ci/baseline/quick \
+    --out ci-report --fail-on-regression`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usageErrorf("%s takes one argument, the run's folder; got %d", cmd.CommandPath(), len(args))

@@ -60,15 +60,18 @@ func signalContext() (context.Context, func()) {
 func newCmdRoot(stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "infer",
-		Short: "Serve a model with dynamic batching, load-test it, and report the results",
+		Short: "Serve models (OpenAI-compatible LLM API), load-test any server, report",
 		Long: `infer serves a model through a naive and a dynamically batched endpoint side
-by side, load-tests inference servers, and draws the results.`,
+by side, and LLMs through an OpenAI-compatible API with continuous batching;
+it load-tests any inference server and draws the results. Guide: docs/.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return &usageError{msg: flagError(err), cmd: c.CommandPath()}
+		return &usageError{msg: unknownFlag(c, flagError(err)), cmd: c.CommandPath()}
 	})
+	cobra.AddTemplateFunc("flagUsages", flagUsages)
+	root.SetUsageTemplate(usageTemplate)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(newCmdServe(nil), newCmdModels(), newCmdVersion(nil))
@@ -90,10 +93,19 @@ func (o *logOptions) bind(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.Format, "log-format", "text", "log format: text or json")
 }
 
-func (o logOptions) logger(w io.Writer) (*slog.Logger, error) {
+// levelOf parses a --log-level.
+func levelOf(s string) (slog.Level, error) {
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(o.Level)); err != nil {
-		return nil, usageErrorf("--log-level %q: want debug, info, warn or error", o.Level)
+	if err := level.UnmarshalText([]byte(s)); err != nil {
+		return 0, usageErrorf("--log-level %q: want debug, info, warn or error", s)
+	}
+	return level, nil
+}
+
+func (o logOptions) logger(w io.Writer) (*slog.Logger, error) {
+	level, err := levelOf(o.Level)
+	if err != nil {
+		return nil, err
 	}
 	hopts := &slog.HandlerOptions{Level: level}
 	switch strings.ToLower(o.Format) {

@@ -2,22 +2,12 @@ package cmd
 
 import (
 	"context"
-	"crypto/subtle"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
-	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/inferhq/infer/route"
@@ -50,6 +40,7 @@ type routeOptions struct {
 	WriteTimeout    time.Duration
 	ResolveInterval time.Duration
 	DrainTimeout    time.Duration
+	MaxConns        int
 	IdleTimeout     time.Duration
 	AdminToken      string
 	Log             logOptions
@@ -58,10 +49,10 @@ type routeOptions struct {
 
 func newCmdRoute(runF func(context.Context, *routeOptions) error) *cobra.Command {
 	d := route.DefaultConfig()
-	opts := &routeOptions{MaxBody: byteSize(d.MaxBody)}
+	opts := &routeOptions{MaxBody: server.DefaultMaxBody}
 	cmd := &cobra.Command{
 		Use:   "route",
-		Short: "Spread requests over replicas of a model server by key, load or prompt prefix",
+		Short: "Spread requests over model server replicas by key, load or prefix",
 		Long: `Route requests over several replicas of a model server (infer serve, or any
 OpenAI-compatible server: vLLM, SGLang, llama.cpp, Ollama), by a policy:
 
@@ -99,10 +90,12 @@ GET /admin/replicas lists the replicas and POST /admin/replicas/NAME/drain
 (or /undrain) takes one out of rotation (or back).`,
 		Example: `  infer serve --model sim --addr 127.0.0.1:8081 &
   infer serve --model sim --addr 127.0.0.1:8082 &
-  infer route --upstream http://127.0.0.1:8081,http://127.0.0.1:8082 --policy least-request
+  infer route --upstream http://127.0.0.1:8081,http://127.0.0.1:8082 \
+    --policy least-request
   curl -d 'Paris is the [MASK] of France.' 127.0.0.1:8080/batched
 
-  infer route --upstream 'http://10.0.0.1:8000;w=2' --upstream http://10.0.0.2:8000 --policy hash --hash-key user
+  infer route --upstream 'http://10.0.0.1:8000;w=2' \
+    --upstream http://10.0.0.2:8000 --policy hash --hash-key user
   infer route --upstream dns://vllm-headless.default.svc:8000 --policy scored`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -118,7 +111,7 @@ GET /admin/replicas lists the replicas and POST /admin/replicas/NAME/drain
 		names[i] = string(p)
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.Addr, "addr", "127.0.0.1:8080", "listen address")
+	f.StringVar(&opts.Addr, "addr", server.DefaultAddr, "listen address")
 	f.StringArrayVar(&opts.Upstreams, "upstream", nil, fmt.Sprintf("replicas: http://host:port, https://host:port or dns://name:port (each address a replica, resolved every --resolve-interval), with an optional weight ';w=N' (1 to %d); comma-separated or repeated", route.MaxWeight))
 	f.StringVar(&opts.Policy, "policy", string(d.Policy), "how to pick a replica: "+strings.Join(names, ", "))
 	f.StringVar(&opts.HashKey, "hash-key", d.Key.String(), "hash: where the key is: header:NAME, user (OpenAI's user field) or json:a.b (a field of the JSON body); a request without one goes to the least loaded replica")
@@ -135,80 +128,98 @@ GET /admin/replicas lists the replicas and POST /admin/replicas/NAME/drain
 	f.DurationVar(&opts.HealthTimeout, "health-timeout", d.Health.Timeout, "a health check that takes longer fails")
 	f.IntVar(&opts.EjectFailures, "eject-failures", d.Health.Failures, "failed requests in a row (500, 502, 503, 504, deadlines, connections broken or not made in time) that eject a replica, unless it is the last that may be picked")
 	f.DurationVar(&opts.EjectTime, "eject-time", d.Health.EjectBase, fmt.Sprintf("how long an ejected replica stays out at least, doubling with each ejection (up to %v)", d.Health.EjectMax))
-	f.DurationVar(&opts.Timeout, "timeout", d.Timeout, "default deadline of a request, through to the end of its answer; X-Request-Timeout may shorten it, and the time left travels to the replica")
+	f.DurationVar(&opts.Timeout, "timeout", server.DefaultTimeout, "default deadline of a request, through to the end of its answer; X-Request-Timeout may shorten it, and the time left travels to the replica")
 	f.Var(&opts.MaxBody, "max-body", fmt.Sprintf("largest request body (e.g. 1MiB, 512KiB, 65536; at most %dMiB)", server.MaxBodyLimit>>20))
 	f.IntVar(&opts.Attempts, "attempts", d.Attempts, fmt.Sprintf("most replicas one request tries, the first included (1 to %d)", route.MaxAttempts))
 	f.BoolVar(&opts.StrictRetries, "strict-retries", false, "retry only requests that never reached a replica or were refused (default: also those whose replica's connection broke before it answered, as when it crashed)")
 	f.DurationVar(&opts.ConnectTimeout, "connect-timeout", d.ConnectTimeout, "bound on connecting to a replica")
 	f.DurationVar(&opts.WriteTimeout, "write-timeout", d.WriteTimeout, "a client that does not take a write of its answer within this is cut, and its request to the replica cancelled")
 	f.DurationVar(&opts.ResolveInterval, "resolve-interval", d.ResolveInterval, "how often dns:// upstreams are resolved again")
-	f.DurationVar(&opts.DrainTimeout, "drain-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long to finish the requests in flight")
-	f.DurationVar(&opts.IdleTimeout, "idle-timeout", 75*time.Second, "close client keep-alive connections idle for this long")
+	f.DurationVar(&opts.DrainTimeout, "drain-timeout", server.DefaultDrainTimeout, "on SIGINT/SIGTERM, how long to finish the requests in flight")
+	f.IntVar(&opts.MaxConns, "max-conns", 0, fmt.Sprintf("most open client connections; at the cap the longest idle one is closed to let a new one in (0: half the open-file limit, at most %d)", server.DefaultMaxConnsCap))
+	f.DurationVar(&opts.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close client keep-alive connections idle for this long")
 	f.StringVar(&opts.AdminToken, "admin-token", "", "enable the admin API (/admin/replicas) for this bearer token (also INFER_ADMIN_TOKEN)")
 	opts.Log.bind(cmd)
 	return cmd
 }
 
+// routeConfig is what infer route runs: a host, and the router on it.
+type routeConfig struct {
+	Host   server.Config
+	Router route.Config
+}
+
 // config checks the flags, each error naming its flag.
-func (o *routeOptions) config() (route.Config, error) {
+func (o *routeOptions) config() (routeConfig, error) {
 	ups, err := route.ParseUpstreams(o.Upstreams)
 	if err != nil {
-		return route.Config{}, usageErrorf("--upstream %v", err)
+		return routeConfig{}, usageErrorf("--upstream %v", err)
 	}
 	policy, err := route.ParsePolicy(o.Policy)
 	if err != nil {
-		return route.Config{}, usageErrorf("--policy: %v", err)
+		return routeConfig{}, usageErrorf("--policy: %v", err)
 	}
 	key, err := route.ParseKey(o.HashKey)
 	if err != nil {
-		return route.Config{}, usageErrorf("--hash-key %v", err)
+		return routeConfig{}, usageErrorf("--hash-key %v", err)
 	}
 	score, err := route.ParseWeights(o.ScoreWeights)
 	if err != nil {
-		return route.Config{}, usageErrorf("--score-weights %v", err)
+		return routeConfig{}, usageErrorf("--score-weights %v", err)
 	}
 	score.Interval = o.MetricsInterval
 	switch {
 	case o.HashBalance < 1 || o.HashBalance > route.MaxBalance:
-		return route.Config{}, usageErrorf("--hash-balance %v: want 1 to %d", o.HashBalance, route.MaxBalance)
+		return routeConfig{}, usageErrorf("--hash-balance %v: want 1 to %d", o.HashBalance, route.MaxBalance)
 	case o.PrefixBlock < 1 || o.PrefixBlock > route.MaxBlockBytes:
-		return route.Config{}, usageErrorf("--prefix-block %d: want 1 to %d bytes", o.PrefixBlock, route.MaxBlockBytes)
+		return routeConfig{}, usageErrorf("--prefix-block %d: want 1 to %d bytes", o.PrefixBlock, route.MaxBlockBytes)
 	case o.PrefixThreshold <= 0 || o.PrefixThreshold > 1:
-		return route.Config{}, usageErrorf("--prefix-threshold %v: want a fraction above 0, at most 1", o.PrefixThreshold)
+		return routeConfig{}, usageErrorf("--prefix-threshold %v: want a fraction above 0, at most 1", o.PrefixThreshold)
 	case o.PrefixCapacity < 1 || o.PrefixCapacity > route.MaxIndexCapacity:
-		return route.Config{}, usageErrorf("--prefix-capacity %d: want 1 to %d blocks", o.PrefixCapacity, route.MaxIndexCapacity)
+		return routeConfig{}, usageErrorf("--prefix-capacity %d: want 1 to %d blocks", o.PrefixCapacity, route.MaxIndexCapacity)
 	case o.BalanceAbs < 1:
-		return route.Config{}, usageErrorf("--balance-abs %d: want at least 1", o.BalanceAbs)
+		return routeConfig{}, usageErrorf("--balance-abs %d: want at least 1", o.BalanceAbs)
 	case o.BalanceRel < 1:
-		return route.Config{}, usageErrorf("--balance-rel %v: want at least 1", o.BalanceRel)
+		return routeConfig{}, usageErrorf("--balance-rel %v: want at least 1", o.BalanceRel)
 	case o.MetricsInterval < route.MinScrapeInterval || o.MetricsInterval > route.MaxScrapeInterval:
-		return route.Config{}, usageErrorf("--metrics-interval %v: want %v to %v", o.MetricsInterval, route.MinScrapeInterval, route.MaxScrapeInterval)
+		return routeConfig{}, usageErrorf("--metrics-interval %v: want %v to %v", o.MetricsInterval, route.MinScrapeInterval, route.MaxScrapeInterval)
 	case o.HealthPath != "" && !strings.HasPrefix(o.HealthPath, "/"):
-		return route.Config{}, usageErrorf("--health-path %q: want a path starting with /", o.HealthPath)
+		return routeConfig{}, usageErrorf("--health-path %q: want a path starting with /", o.HealthPath)
 	case o.HealthInterval < 10*time.Millisecond:
-		return route.Config{}, usageErrorf("--health-interval %v: at least 10ms", o.HealthInterval)
+		return routeConfig{}, usageErrorf("--health-interval %v: at least 10ms", o.HealthInterval)
 	case o.HealthTimeout <= 0:
-		return route.Config{}, usageErrorf("--health-timeout %v: must be positive", o.HealthTimeout)
+		return routeConfig{}, usageErrorf("--health-timeout %v: must be positive", o.HealthTimeout)
 	case o.EjectFailures < 1 || o.EjectFailures > 100:
-		return route.Config{}, usageErrorf("--eject-failures %d: want 1 to 100", o.EjectFailures)
+		return routeConfig{}, usageErrorf("--eject-failures %d: want 1 to 100", o.EjectFailures)
 	case o.EjectTime <= 0:
-		return route.Config{}, usageErrorf("--eject-time %v: must be positive", o.EjectTime)
+		return routeConfig{}, usageErrorf("--eject-time %v: must be positive", o.EjectTime)
 	case o.Timeout <= 0:
-		return route.Config{}, usageErrorf("--timeout %v: must be positive", o.Timeout)
+		return routeConfig{}, usageErrorf("--timeout %v: must be positive", o.Timeout)
 	case o.MaxBody < 1 || o.MaxBody > server.MaxBodyLimit:
-		return route.Config{}, usageErrorf("--max-body %v: want 1 to %dMiB", &o.MaxBody, server.MaxBodyLimit>>20)
+		return routeConfig{}, usageErrorf("--max-body %v: want 1 to %dMiB", &o.MaxBody, server.MaxBodyLimit>>20)
 	case o.Attempts < 1 || o.Attempts > route.MaxAttempts:
-		return route.Config{}, usageErrorf("--attempts %d: want 1 to %d", o.Attempts, route.MaxAttempts)
+		return routeConfig{}, usageErrorf("--attempts %d: want 1 to %d", o.Attempts, route.MaxAttempts)
 	case o.ConnectTimeout <= 0:
-		return route.Config{}, usageErrorf("--connect-timeout %v: must be positive", o.ConnectTimeout)
+		return routeConfig{}, usageErrorf("--connect-timeout %v: must be positive", o.ConnectTimeout)
 	case o.WriteTimeout <= 0:
-		return route.Config{}, usageErrorf("--write-timeout %v: must be positive", o.WriteTimeout)
+		return routeConfig{}, usageErrorf("--write-timeout %v: must be positive", o.WriteTimeout)
 	case o.ResolveInterval < 100*time.Millisecond:
-		return route.Config{}, usageErrorf("--resolve-interval %v: at least 100ms", o.ResolveInterval)
+		return routeConfig{}, usageErrorf("--resolve-interval %v: at least 100ms", o.ResolveInterval)
 	case o.DrainTimeout <= 0:
-		return route.Config{}, usageErrorf("--drain-timeout %v: must be positive", o.DrainTimeout)
+		return routeConfig{}, usageErrorf("--drain-timeout %v: must be positive", o.DrainTimeout)
 	case o.IdleTimeout <= 0:
-		return route.Config{}, usageErrorf("--idle-timeout %v: must be positive", o.IdleTimeout)
+		return routeConfig{}, usageErrorf("--idle-timeout %v: must be positive", o.IdleTimeout)
+	case o.MaxConns < 0 || o.MaxConns > server.MaxConnsLimit:
+		return routeConfig{}, usageErrorf("--max-conns %d: want 0 (the default) to %d", o.MaxConns, server.MaxConnsLimit)
+	}
+	token := o.AdminToken
+	if token == "" {
+		token = os.Getenv("INFER_ADMIN_TOKEN")
+	}
+	host := server.Config{Addr: o.Addr, Timeout: o.Timeout, MaxBody: int64(o.MaxBody), DrainTimeout: o.DrainTimeout,
+		MaxConns: o.MaxConns, IdleTimeout: o.IdleTimeout, AdminToken: token}
+	if err := host.Validate(); err != nil {
+		return routeConfig{}, usageErrorf("%v", err)
 	}
 	cfg := route.Config{
 		Upstreams: ups, Policy: policy, Key: key, Balance: o.HashBalance,
@@ -217,13 +228,13 @@ func (o *routeOptions) config() (route.Config, error) {
 		Score: score,
 		Health: route.HealthConfig{Path: o.HealthPath, Interval: o.HealthInterval, Timeout: o.HealthTimeout,
 			Failures: o.EjectFailures, EjectBase: o.EjectTime},
-		Timeout: o.Timeout, MaxBody: int64(o.MaxBody), Attempts: o.Attempts, StrictRetries: o.StrictRetries, ConnectTimeout: o.ConnectTimeout,
+		Attempts: o.Attempts, StrictRetries: o.StrictRetries, ConnectTimeout: o.ConnectTimeout,
 		WriteTimeout: o.WriteTimeout, ResolveInterval: o.ResolveInterval,
 	}
 	if err := cfg.Validate(); err != nil {
-		return route.Config{}, usageErrorf("%v", err)
+		return routeConfig{}, usageErrorf("%v", err)
 	}
-	return cfg, nil
+	return routeConfig{Host: host, Router: cfg}, nil
 }
 
 func runRoute(ctx context.Context, opts *routeOptions) error {
@@ -231,126 +242,23 @@ func runRoute(ctx context.Context, opts *routeOptions) error {
 	if err != nil {
 		return err
 	}
-	if cfg.Logger, err = opts.Log.logger(opts.Stderr); err != nil {
+	log, err := opts.Log.logger(opts.Stderr)
+	if err != nil {
 		return err
 	}
-	rt, err := route.New(cfg)
+	cfg.Host.Logger, cfg.Router.Logger = log, log
+	rt, err := route.New(cfg.Router)
 	if err != nil {
 		return usageErrorf("%v", err)
 	}
-	token := opts.AdminToken
-	if token == "" {
-		token = os.Getenv("INFER_ADMIN_TOKEN")
-	}
-	ln, err := net.Listen("tcp", opts.Addr)
+	ln, err := listen(opts.Addr)
 	if err != nil {
-		return fmt.Errorf("listen: %w", err)
+		return err
 	}
-	return serveRouter(ctx, ln, rt, routeHost{token: token, drain: opts.DrainTimeout, idle: opts.IdleTimeout, timeout: cfg.Timeout, log: cfg.Logger})
-}
-
-// routeHost is the glue that hosts a router until server/ offers a host
-// that services mount on: listener, timeouts, /healthz, /readyz, /metrics,
-// the admin token and the drain.
-type routeHost struct {
-	token          string
-	drain, idle    time.Duration
-	timeout        time.Duration
-	log            *slog.Logger
-	ready, stopped chan struct{} // closed when the router is ready, and when it has stopped (tests)
-}
-
-func serveRouter(ctx context.Context, ln net.Listener, rt *route.Router, h routeHost) error {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(rt.Collectors()...)
-	mux := http.NewServeMux()
-	rt.Mount(mux)
-	status := func(w http.ResponseWriter, code int, v any) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(code)
-		json.NewEncoder(w).Encode(v)
+	defer ln.Close()
+	srv, err := server.New(cfg.Host, rt)
+	if err != nil {
+		return usageErrorf("%v", err)
 	}
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		status(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := rt.Ready(); err != nil {
-			w.Header().Set("Retry-After", "1")
-			status(w, http.StatusServiceUnavailable, map[string]string{"status": "not_ready", "reason": err.Error()})
-			return
-		}
-		status(w, http.StatusOK, map[string]string{"status": "ready"})
-	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	if h.token != "" {
-		admin, want := rt.Admin(), []byte(h.token)
-		mux.Handle("/admin/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="infer admin"`)
-				status(w, http.StatusUnauthorized, map[string]any{"error": map[string]string{"code": "unauthorized", "message": "admin API needs Authorization: Bearer <--admin-token>"}})
-				return
-			}
-			admin.ServeHTTP(w, r)
-		}))
-	}
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		status(w, http.StatusNotFound, map[string]any{"error": map[string]string{"code": "not_found",
-			"message": "no endpoint " + strconv.Quote(r.URL.Path) + "; see /v1/…, /batched, /naive, /v2/…"}})
-	})
-	srv := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      h.timeout + 10*time.Second,
-		IdleTimeout:       h.idle,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(h.log.Handler(), slog.LevelDebug),
-	}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
-	h.log.Info("listening", "addr", ln.Addr().String())
-
-	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	defer stop()
-	runErr := make(chan error, 1)
-	go func() {
-		runErr <- rt.Run(runCtx, func() {
-			h.log.Info("ready", "replicas", len(rt.Replicas()), "ready", rt.Ready() == nil)
-			if h.ready != nil {
-				close(h.ready)
-			}
-		})
-	}()
-	var err error
-	ran := false
-	select {
-	case <-ctx.Done():
-	case err = <-serveErr:
-		err = fmt.Errorf("serve: %w", err)
-	case err = <-runErr:
-		ran = true
-	}
-	// Drain: refuse new requests, finish those in flight, then close.
-	h.log.Info("draining", "timeout", h.drain)
-	stop()
-	drainCtx, cancel := context.WithTimeout(context.Background(), h.drain)
-	defer cancel()
-	if serr := srv.Shutdown(drainCtx); serr != nil {
-		err = errors.Join(err, fmt.Errorf("drain timed out after %v: %w", h.drain, serr))
-		srv.Close()
-	}
-	if !ran {
-		select {
-		case rerr := <-runErr:
-			err = errors.Join(err, rerr)
-		case <-drainCtx.Done():
-		}
-	}
-	if h.stopped != nil {
-		close(h.stopped)
-	}
-	h.log.Info("stopped")
-	return err
+	return srv.Serve(ctx, ln)
 }

@@ -10,7 +10,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"slices"
@@ -19,8 +18,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/inferhq/infer/route"
 	"github.com/inferhq/infer/server/metric"
@@ -52,7 +49,7 @@ func TestAcceptRouteHash(t *testing.T) {
 			t.Fatalf("INFER_ROUTE_HASH_BALANCE=%q: %v", s, err)
 		}
 	}
-	rt, base := hostRouter(t, route.Config{Policy: route.Hash, Balance: balance}, a, b)
+	_, base := hostRouter(t, route.Config{Policy: route.Hash, Balance: balance}, a, b)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
 	send := func(key string) string {
 		req, _ := http.NewRequest(http.MethodPost, base+"/batched", strings.NewReader("Paris is the [MASK] of France."))
@@ -109,11 +106,13 @@ func TestAcceptRouteHash(t *testing.T) {
 		key := fmt.Sprintf("tenant-%d", i)
 		home[key] = send(key)
 	}
-	rec := httptest.NewRecorder()
-	rt.Admin().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/admin/replicas/"+b.addr+"/drain", nil))
-	if rec.Code != http.StatusOK {
-		t.Fatalf("drain: %d %s", rec.Code, rec.Body)
+	req, _ := http.NewRequest(http.MethodPost, base+"/admin/replicas/"+b.addr+"/drain", nil)
+	req.Header.Set("Authorization", "Bearer "+routeAdminToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("drain: %v %v", resp, err)
 	}
+	resp.Body.Close()
 	moved, wrong := 0, 0
 	for key, h := range home {
 		if now := send(key); now != h {
@@ -346,26 +345,26 @@ func cacheTokens(reps []*child) (hits, queries float64) {
 	return hits, queries
 }
 
-// picksByReason sums infer_route_picks_total by reason.
-func picksByReason(t *testing.T, rt *route.Router) string {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(rt.Collectors()...)
-	mfs, err := reg.Gather()
+// picksByReason sums infer_route_picks_total by reason, read from the
+// router host's /metrics.
+func picksByReason(t *testing.T, base string) string {
+	resp, err := http.Get(base + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer resp.Body.Close()
 	by := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != "infer_route_picks_total" {
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		name, v, ok := strings.Cut(sc.Text(), " ")
+		if !ok || !strings.HasPrefix(name, "infer_route_picks_total{") {
 			continue
 		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" {
-					by[l.GetValue()] += m.GetCounter().GetValue()
-				}
-			}
-		}
+		_, reason, _ := strings.Cut(name, `reason="`)
+		reason, _, _ = strings.Cut(reason, `"`)
+		var f float64
+		fmt.Sscan(v, &f)
+		by[reason] += f
 	}
 	var parts []string
 	for _, r := range []string{"policy", "affinity", "fallback", "retry"} {
@@ -425,7 +424,7 @@ func TestAcceptRouteLLMD(t *testing.T) {
 		for i := range reps {
 			reps[i] = startInfer(t, freeAddr(t), args...)
 		}
-		rt, base := hostRouter(t, route.Config{Policy: p, Prefix: prefix}, reps...)
+		_, base := hostRouter(t, route.Config{Policy: p, Prefix: prefix}, reps...)
 		h0, q0 := cacheTokens(reps)
 		closed := llmdRun(t, base, contexts, clients, 0, d)
 		h1, q1 := cacheTokens(reps)
@@ -442,7 +441,7 @@ func TestAcceptRouteLLMD(t *testing.T) {
 		}
 		acceptLine(t, "llmd %-13s closed loop %d streams: %.0f tokens/s, %.2f req/s, TTFT p50 %v p90 %v, prompt tokens cached %.1f%%; share %s; picks %s; Poisson %.2f req/s: TTFT p50 %v p90 %v",
 			p, clients, closed.tokensPerSec, closed.reqPerSec, quantile(closed.ttft, 0.5).Round(time.Millisecond), quantile(closed.ttft, 0.9).Round(time.Millisecond),
-			100*(h1-h0)/max(1, q1-q0), strings.Join(shares, "/"), picksByReason(t, rt), open.reqPerSec, quantile(open.ttft, 0.5).Round(time.Millisecond), quantile(open.ttft, 0.9).Round(time.Millisecond))
+			100*(h1-h0)/max(1, q1-q0), strings.Join(shares, "/"), picksByReason(t, base), open.reqPerSec, quantile(open.ttft, 0.5).Round(time.Millisecond), quantile(open.ttft, 0.9).Round(time.Millisecond))
 		for _, r := range reps {
 			r.kill()
 		}

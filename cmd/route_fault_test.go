@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -21,6 +20,7 @@ import (
 	"time"
 
 	"github.com/inferhq/infer/route"
+	"github.com/inferhq/infer/server"
 )
 
 // Faults through infer route with real `infer serve` replicas in child
@@ -111,6 +111,9 @@ func ready(base string) bool {
 	return resp.StatusCode == http.StatusOK
 }
 
+// routeAdminToken is the admin token of hostRouter's host.
+const routeAdminToken = "test-admin"
+
 // hostRouter runs a router over the replicas in this process, hosted as
 // infer route hosts it; it returns the router and its base URL.
 func hostRouter(t *testing.T, cfg route.Config, replicas ...*child) (*route.Router, string) {
@@ -130,12 +133,17 @@ func hostRouter(t *testing.T, cfg route.Config, replicas ...*child) (*route.Rout
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv, err := server.New(server.Config{DrainTimeout: 5 * time.Second, AdminToken: routeAdminToken}, rt)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	h := routeHost{drain: 5 * time.Second, idle: time.Minute, timeout: route.DefaultTimeout,
-		log: slog.New(slog.DiscardHandler), ready: make(chan struct{}), stopped: make(chan struct{})}
-	go serveRouter(ctx, ln, rt, h)
-	t.Cleanup(func() { cancel(); <-h.stopped })
-	<-h.ready
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); srv.Serve(ctx, ln) }()
+	t.Cleanup(func() { cancel(); <-stopped })
+	for !srv.Ready() {
+		time.Sleep(5 * time.Millisecond)
+	}
 	return rt, "http://" + ln.Addr().String()
 }
 

@@ -8,10 +8,11 @@ import (
 	"time"
 
 	"github.com/inferhq/infer/route"
+	"github.com/inferhq/infer/server"
 )
 
 func TestRouteFlags(t *testing.T) {
-	parse := func(t *testing.T, args ...string) (route.Config, error) {
+	parse := func(t *testing.T, args ...string) (routeConfig, error) {
 		t.Helper()
 		var got *routeOptions
 		cmd := newCmdRoute(func(_ context.Context, o *routeOptions) error { got = o; return nil })
@@ -20,29 +21,38 @@ func TestRouteFlags(t *testing.T) {
 		cmd.SetOut(&out)
 		cmd.SetErr(&out)
 		if err := cmd.Execute(); err != nil {
-			return route.Config{}, err
+			return routeConfig{}, err
 		}
 		return got.config()
 	}
-	cfg, err := parse(t, "--upstream", "http://127.0.0.1:8081")
+	rc, err := parse(t, "--upstream", "http://127.0.0.1:8081")
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := route.DefaultConfig()
-	if cfg.Policy != route.RoundRobin || cfg.Key.Header != route.DefaultKeyHeader || cfg.Balance != route.DefaultBalance ||
-		cfg.Timeout != route.DefaultTimeout || cfg.MaxBody != route.DefaultMaxBody || cfg.Attempts != d.Attempts ||
+	if h := rc.Host; h.Addr != server.DefaultAddr || h.Timeout != server.DefaultTimeout || h.MaxBody != server.DefaultMaxBody ||
+		h.DrainTimeout != server.DefaultDrainTimeout || h.IdleTimeout != server.DefaultIdleTimeout || h.MaxConns != 0 {
+		t.Errorf("host defaults = %+v", h)
+	}
+	cfg := rc.Router
+	if cfg.Policy != route.RoundRobin || cfg.Key.Header != route.DefaultKeyHeader || cfg.Balance != route.DefaultBalance || cfg.Attempts != d.Attempts ||
 		cfg.Score.Prefix != d.Score.Prefix || cfg.Score.Interval != d.Score.Interval || cfg.Prefix.Threshold != d.Prefix.Threshold || cfg.Health.Interval != d.Health.Interval {
 		t.Errorf("defaults = %+v", cfg)
 	}
-	cfg, err = parse(t, "--upstream", "http://a:1;w=2,http://b:2", "--upstream", "dns://c.svc:3", "--policy", "scored",
+	rc, err = parse(t, "--upstream", "http://a:1;w=2,http://b:2", "--upstream", "dns://c.svc:3", "--policy", "scored",
 		"--hash-key", "user", "--score-weights", "queue=2,kv=0,prefix=1", "--metrics-interval", "50ms", "--attempts", "1",
-		"--max-body", "64KiB", "--health-path", "/health", "--prefix-block", "32", "--timeout", "5m")
+		"--max-body", "64KiB", "--health-path", "/health", "--prefix-block", "32", "--timeout", "5m", "--max-conns", "100",
+		"--admin-token", "s3cret")
 	if err != nil {
 		t.Fatal(err)
 	}
+	if h := rc.Host; h.MaxBody != 64<<10 || h.Timeout != 5*time.Minute || h.MaxConns != 100 || h.AdminToken != "s3cret" {
+		t.Errorf("host = %+v", h)
+	}
+	cfg = rc.Router
 	if len(cfg.Upstreams) != 3 || cfg.Upstreams[0].Weight != 2 || !cfg.Upstreams[2].DNS || cfg.Policy != route.Scored ||
 		cfg.Key.String() != "user" || cfg.Score.Queue != 2 || cfg.Score.KV != 0 || cfg.Score.Interval != 50*time.Millisecond ||
-		cfg.Attempts != 1 || cfg.MaxBody != 64<<10 || cfg.Health.Path != "/health" || cfg.Prefix.BlockBytes != 32 || cfg.Timeout != 5*time.Minute {
+		cfg.Attempts != 1 || cfg.Health.Path != "/health" || cfg.Prefix.BlockBytes != 32 {
 		t.Errorf("config = %+v", cfg)
 	}
 }
@@ -69,6 +79,7 @@ func TestRouteUsageErrors(t *testing.T) {
 		{[]string{"route", "--upstream", "http://a:1", "--prefix-threshold", "2"}, "--prefix-threshold 2"},
 		{[]string{"route", "--upstream", "http://a:1", "--health-path", "readyz"}, "--health-path"},
 		{[]string{"route", "--upstream", "http://a:1", "--timeout", "0s"}, "--timeout 0s"},
+		{[]string{"route", "--upstream", "http://a:1", "--max-conns", "-1"}, "--max-conns -1"},
 		{[]string{"route", "--upstream", "http://a:1", "--log-level", "loud"}, "--log-level"},
 	} {
 		var out bytes.Buffer

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"time"
 
@@ -30,6 +31,8 @@ type serveOptions struct {
 	MaxItems     int
 	DrainTimeout time.Duration
 	MaxConns     int
+	PerAddr      int
+	HeaderTime   time.Duration
 	IdleTimeout  time.Duration
 	AdminToken   string
 	CacheSize    int
@@ -45,64 +48,36 @@ func newCmdServe(runF func(context.Context, *serveOptions) error) *cobra.Command
 	opts := &serveOptions{MaxBody: server.DefaultMaxBody}
 	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "Serve a model through naive and batched endpoints side by side",
-		Long: `Serve a model over HTTP through two endpoints side by side:
+		Short: "Serve a model: batched endpoints or an OpenAI-compatible API",
+		Long: `Serve a model over HTTP. An encoder gets two endpoints side by side: POST
+/naive (each request alone) and POST /batched (dynamic batches of at most
+--batch items, none waiting longer than --max-latency; --policy decides
+within that), plus KServe v2, /healthz, /readyz, /metrics, and OpenAI's
+/v1/embeddings for a model with an embedding head (use-lite, the default).
 
-  POST /naive    each request runs alone on its own model instance (in model
-                 calls of at most --batch items)
-  POST /batched  requests are queued and run in dynamic batches
+A generative model (sim-lm, a built-in GPT-2 decoder, stories260k, a llama2.c
+checkpoint .bin, or an export by path) is served through an OpenAI-compatible
+API, so any OpenAI client or LLM benchmark works by base URL
+(http://ADDR/v1): /v1/completions and /v1/chat/completions with continuous
+batching, streamed with "stream": true, the same under /static/v1 and
+/naive/v1. --model sim-lm is a fake OpenAI server with known timing.
 
-plus KServe v2 (POST /v2/models/{name}/infer), /healthz, /readyz and /metrics.
-
-A batch never holds more than --batch items, and never waits for company
-longer than --max-latency after its first item arrived. Within that, --policy
-decides how long it waits:
-
-  adaptive   (default) only when waiting pays, judged from the measured
-             arrival rate and batch cost: docs/serving.md has the rule
-  fixed      until it holds --batch items or --max-latency has passed
-  immediate  not at all: a free worker takes whatever is queued
-
-Overload is refused at once with 429: beyond --queue-cap items, or when the
-backlog would outlast a request's deadline (--timeout, shortened per request
-by X-Request-Timeout). Open connections are capped by --max-conns (at the cap
-the longest idle one is closed first) and closed after --idle-timeout idle.
-On SIGINT/SIGTERM the server drains: /readyz turns 503, every answer carries
-Connection: close, admitted requests finish within --drain-timeout. A second
-signal exits at once.
-
-A generative (decoder) model, --model sim-lm, a built-in GPT-2 decoder
-(gpt2-tiny, gpt2-mini, gpt2-small on ONNX Runtime) or a decoder export by
-path, is served instead through an OpenAI-compatible API, so that any OpenAI
-client or LLM benchmark works by base URL (http://ADDR/v1):
-
-  POST /v1/completions, /v1/chat/completions   continuous batching (--gen-policy)
-  POST /static/v1/…   static batching: a batch forms within --max-latency, up
-                      to --max-seqs, and nothing joins until all of it is done
-  POST /naive/v1/…    one sequence at a time
-  GET  /v1/models     (and under each prefix)
-
-"stream": true answers with Server-Sent Events, one event per token. Each
-prefix has its own model instance. Continuous batching runs one step at a
-time over every running sequence (up to --max-seqs): decodes first, then
-prompt chunks within --max-batched-tokens; a new request joins at the next
-step, a finished one leaves at once. KV is kept within --kv-tokens: a request
-starts only when its whole prompt fits, and when the running sequences
-outgrow it the newest is preempted and later recomputed. --queue-cap bounds
-the waiting requests per prefix (default 16 × --max-seqs), --timeout each
-request's deadline (waiting for a static batch of long answers takes more
-than the default). --batch, --workers, --policy and --buckets apply to
-encoder models only.`,
+Overload is refused at once with 429; SIGINT or SIGTERM drains (past
+--drain-timeout the requests still running are answered 503 and serve exits
+5), a second signal exits. Guide: docs/serving.md, docs/generation.md.`,
 		Example: `  infer serve --batch 64 --max-latency 100ms
   infer serve --model sim --sim-fixed 4ms --sim-per-item 0.1ms --workers 4
   curl -d 'Paris is the [MASK] of France.' 127.0.0.1:8080/batched
 
   infer serve --model sim-lm --max-seqs 32
-  curl -N 127.0.0.1:8080/v1/completions -d '{"prompt": "Once upon a time", "max_tokens": 32, "stream": true}'
-  curl 127.0.0.1:8080/static/v1/chat/completions -d '{"messages": [{"role": "user", "content": "Hi"}]}'
+  curl -N 127.0.0.1:8080/v1/completions \
+    -d '{"prompt": "Once upon a time", "max_tokens": 32, "stream": true}'
+  curl 127.0.0.1:8080/static/v1/chat/completions \
+    -d '{"messages": [{"role": "user", "content": "Hi"}]}'
 
   infer serve --model gpt2-tiny --kv-tokens 8192
-  infer serve --model ./gpt2-onnx/   # optimum-cli export onnx --model gpt2 gpt2-onnx/`,
+  optimum-cli export onnx --model gpt2 gpt2-onnx/   # elsewhere, then:
+  infer serve --model ./gpt2-onnx/`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Stderr = cmd.ErrOrStderr()
@@ -124,7 +99,9 @@ encoder models only.`,
 	f.Var(&opts.MaxBody, "max-body", fmt.Sprintf("largest request body (e.g. 1MiB, 512KiB, 65536; at most %s)", maxBody.String()))
 	f.IntVar(&opts.MaxItems, "max-items", 0, fmt.Sprintf("most items in one request (0: %d, or the queue capacity if smaller)", encoder.DefaultMaxItems))
 	f.DurationVar(&opts.DrainTimeout, "drain-timeout", server.DefaultDrainTimeout, "on SIGINT/SIGTERM, how long to finish admitted requests")
-	f.IntVar(&opts.MaxConns, "max-conns", 0, fmt.Sprintf("most open client connections; at the cap the longest idle one is closed to let a new one in (0: half the open-file limit, at most %d)", server.DefaultMaxConnsCap))
+	f.IntVar(&opts.MaxConns, "max-conns", 0, fmt.Sprintf("most open client connections; at the cap the one quiet for longest (idle, or without a complete request header yet) is closed to let a new one in (0: half the open-file limit, at most %d)", server.DefaultMaxConnsCap))
+	f.IntVar(&opts.PerAddr, "max-conns-per-addr", 0, "most open connections from one client IP address; more are refused (0: no cap per address)")
+	f.DurationVar(&opts.HeaderTime, "header-timeout", server.DefaultHeaderTimeout, "close a connection that has not sent a complete request header within this")
 	f.DurationVar(&opts.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close keep-alive connections idle for this long")
 	f.BoolVar(&opts.AdmitLate, "admit-late", false, "turn deadline-aware scheduling off: admit requests the backlog says will miss their deadline, and compute items whose batch would end after it (default: refuse at once with 429, drop before compute)")
 	f.StringVar(&opts.AdminToken, "admin-token", "", "enable PATCH /admin/batching for this bearer token (also INFER_ADMIN_TOKEN)")
@@ -132,10 +109,20 @@ encoder models only.`,
 	f.DurationVar(&opts.CacheTTL, "cache-ttl", 0, "how long a cached result stays valid (0: until evicted)")
 	f.StringVar(&opts.Broker, "broker", "", "Redis URL (redis://[user:pass@]host:port/db, rediss://…): /batched admits into its stream for infer worker processes (--queue-cap bounds the stream)")
 	opts.Model.bind(cmd)
-	f.Lookup("model").Usage = "model: sim (simulated accelerator), a built-in encoder " + builtinNames(isEncoder) + ", a generative model served through the OpenAI API: sim-lm (simulated) or a built-in decoder " +
-		builtinNames(isDecoder) + twinsNote(func(registry.Entry) bool { return true }) + ", or a path: an .onnx file (an encoder, or a decoder with a KV cache) or a decoder export directory"
+	opts.Model.bindTokenizer(cmd)
+	f.Lookup("model").Usage = "model: sim (simulated accelerator), a built-in encoder (" + nameList(isEncoder) + "), a generative model served through the OpenAI API: sim-lm (simulated) or a built-in decoder (" +
+		nameList(isDecoder) + ")" + twinsNote(func(registry.Entry) bool { return true }) + ", or a path: an .onnx file (an encoder, or a decoder with a KV cache), a decoder export directory or a llama2.c checkpoint (.bin)"
 	opts.Gen.bind(cmd)
 	opts.Log.bind(cmd)
+	groupFlags(cmd,
+		[2]string{"Model", "model tokenizer task max-seq-len truncate"},
+		[2]string{"Network", "addr timeout max-body max-items max-conns max-conns-per-addr header-timeout idle-timeout drain-timeout admin-token"},
+		[2]string{"Encoder batching", "batch max-latency policy buckets no-isolation workers queue-cap admit-late cache-size cache-ttl"},
+		[2]string{"Generation (decoder models)", "max-seqs max-batched-tokens kv-tokens gen-policy stream-interval prefix-cache block-size"},
+		[2]string{"Simulation (sim, sim-lm)", "sim-fixed sim-per-item sim-fail-on sim-step sim-per-seq sim-per-prefill-token"},
+		[2]string{"ONNX Runtime", "devices threads ort-lib"},
+		[2]string{"Distributed", "broker"},
+	)
 	return cmd
 }
 
@@ -164,6 +151,8 @@ func (o *serveOptions) config() (serveConfig, error) {
 		return serveConfig{}, usageErrorf("--drain-timeout %v: must be positive", o.DrainTimeout)
 	case o.IdleTimeout <= 0:
 		return serveConfig{}, usageErrorf("--idle-timeout %v: must be positive", o.IdleTimeout)
+	case o.HeaderTime <= 0:
+		return serveConfig{}, usageErrorf("--header-timeout %v: must be positive", o.HeaderTime)
 	}
 	if o.Broker != "" {
 		if err := (broker.Config{URL: o.Broker}).Validate(); err != nil {
@@ -178,13 +167,15 @@ func (o *serveOptions) config() (serveConfig, error) {
 	ver, _ := Version()
 	cfg := serveConfig{
 		Host: server.Config{
-			Addr:         o.Addr,
-			Timeout:      o.Timeout,
-			MaxBody:      int64(o.MaxBody),
-			DrainTimeout: o.DrainTimeout,
-			MaxConns:     o.MaxConns,
-			IdleTimeout:  o.IdleTimeout,
-			AdminToken:   adminToken,
+			Addr:            o.Addr,
+			Timeout:         o.Timeout,
+			MaxBody:         int64(o.MaxBody),
+			DrainTimeout:    o.DrainTimeout,
+			MaxConns:        o.MaxConns,
+			MaxConnsPerAddr: o.PerAddr,
+			HeaderTimeout:   o.HeaderTime,
+			IdleTimeout:     o.IdleTimeout,
+			AdminToken:      adminToken,
 		},
 		Encoder: encoder.Config{
 			Batch:     bcfg,
@@ -218,8 +209,15 @@ func runServe(ctx context.Context, opts *serveOptions) error {
 	if err != nil {
 		return err
 	}
+	// The address is bound before the model loads: a busy port is found
+	// in a moment, not after minutes of loading.
+	ln, err := listen(opts.Addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
 	if m.Kind == registry.Decoder {
-		return serveDecoder(ctx, opts, cfg.Host, m)
+		return serveDecoder(ctx, opts, cfg.Host, m, ln)
 	}
 	factory, err := opts.Model.openEncoder(m, opts.Workers, log)
 	if err != nil {
@@ -237,13 +235,13 @@ func runServe(ctx context.Context, opts *serveOptions) error {
 	if err != nil {
 		return usageErrorf("%v", err)
 	}
-	return srv.Run(ctx)
+	return srv.Serve(ctx, ln)
 }
 
 // serveDecoder serves the generative model m through the OpenAI-compatible
 // API. Every flag is checked before the model is loaded, or generated on
 // first use.
-func serveDecoder(ctx context.Context, opts *serveOptions, cfg server.Config, m registry.Model) error {
+func serveDecoder(ctx context.Context, opts *serveOptions, cfg server.Config, m registry.Model, ln net.Listener) error {
 	if opts.Broker != "" {
 		return usageErrorf("--broker: distributed mode serves encoder models only, not %s", opts.Model.Model)
 	}
@@ -271,7 +269,7 @@ func serveDecoder(ctx context.Context, opts *serveOptions, cfg server.Config, m 
 	if err != nil {
 		return usageErrorf("%v", err)
 	}
-	return srv.Run(ctx)
+	return srv.Serve(ctx, ln)
 }
 
 // decoderEngine returns the engine configuration of the flags, with the

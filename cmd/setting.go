@@ -29,6 +29,7 @@ var flagOf = map[setting.Name]string{
 	simlm.SettingPerSeq:              "--sim-per-seq",
 	simlm.SettingPerPrefillToken:     "--sim-per-prefill-token",
 	registry.SettingTask:             "--task",
+	registry.SettingTokenizer:        "--tokenizer",
 }
 
 // flagName is the flag of setting n, or n in its library's words when no

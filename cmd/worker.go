@@ -42,30 +42,23 @@ func newCmdWorker(runF func(context.Context, *workerOptions) error) *cobra.Comma
 	opts := &workerOptions{}
 	cmd := &cobra.Command{
 		Use:   "worker",
-		Short: "Run the model for infer serve --broker frontends (distributed mode)",
+		Short: "Run the model for infer serve --broker frontends (distributed)",
 		Long: `Run the model for the frontends of a broker: read requests from its Redis
-stream through a consumer group, compute them in dynamic batches, send each
-result to the frontend that owns the request, then acknowledge it.
-
-Batches form as in infer serve. Under the default policy, adaptive, a batch
-waits for company only as long as the measured arrival rate and batch cost
-say it pays, and never past --max-latency after its first item reached the
-worker; fixed waits for --batch items or --max-latency, immediate never waits.
+stream through a consumer group, compute them in dynamic batches (formed as
+in infer serve: --batch, --max-latency, --policy), send each result to the
+frontend that owns the request, then acknowledge it.
 
 Entries left unacknowledged by a worker that died are claimed by another
 after --visibility-timeout; results are keyed by request id, so a duplicate
-is harmless. Entries whose deadline passed, or whose client went away, are
-not computed. Run one worker per accelerator, on any machine that reaches
-Redis. Workers announce the model they serve every 250ms; a frontend with no
-live worker of its model (same name and task) turns /readyz to 503 and
-answers 503 no_workers, and both sides log the mismatch.
-
-Without --metrics-addr, each worker takes the first free port from 9101 up,
-so that several can share a host.`,
+is harmless. Run one worker per accelerator, on any machine that reaches
+Redis; a frontend with no live worker of its model answers 503 no_workers.
+Without --metrics-addr, each worker takes the first free port from 9101 up.
+Guide: docs/distributed.md.`,
 		Example: `  infer serve --broker redis://127.0.0.1:6379/0 --model sim
-  infer worker --broker redis://127.0.0.1:6379/0 --model sim    # metrics on 127.0.0.1:9101
-  infer worker --broker redis://127.0.0.1:6379/0 --model sim    # a second one on the host: 9102
-  infer worker --broker rediss://user:pass@redis.internal:6380/0 --devices cuda:0,cuda:1 --workers 2 --metrics-addr :9101`,
+  infer worker --broker redis://127.0.0.1:6379/0 --model sim  # metrics: :9101
+  infer worker --broker redis://127.0.0.1:6379/0 --model sim  # a second: :9102
+  infer worker --broker rediss://user:pass@redis.internal:6380/0 \
+    --devices cuda:0,cuda:1 --workers 2 --metrics-addr :9101`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Stderr = cmd.ErrOrStderr()

@@ -19,7 +19,7 @@ import (
 // with flags, as an existing target, and stops it when the test ends.
 func startTarget(t *testing.T, flags ...string) string {
 	t.Helper()
-	srv, err := testLauncher().Launch(context.Background(), flags, nil)
+	srv, err := testLauncher().Launch(context.Background(), target.CommandServe, flags, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

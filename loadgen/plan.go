@@ -35,8 +35,8 @@ type Plan struct {
 }
 
 // Plans expands the sweep of sc. Points that share a server
-// configuration are consecutive, in the order model, buckets, policy, max
-// latency, workers, batch (batch varies fastest); within one
+// configuration are consecutive, in the order model, route policy,
+// buckets, policy, max latency, workers, batch (batch varies fastest); within one
 // configuration, endpoints, then load levels.
 // The naive endpoint does not depend on the batching settings, so it is
 // measured once per load level and model, with the model's first
@@ -61,12 +61,13 @@ func Plans(sc *scenario.Scenario) []Plan {
 				scale = max(set.Workers, 1)
 			}
 			for level, load := range loads(sc, scale) {
-				p := record.Point{Model: set.Model, Endpoint: ep, Load: load, Items: sc.Payload.N}
+				p := record.Point{Model: set.Model, Endpoint: ep, Load: load, Items: sc.Payload.N, PrefixCache: set.PrefixCache}
 				if ep != "naive" {
 					p.Batch, p.Workers, p.Latency, p.Policy = set.Batch, set.Workers, record.Duration(set.MaxLatency), set.Policy
 					p.Buckets = set.Buckets
 					p.MaxSeqs, p.MaxBatchedTokens = set.MaxSeqs, set.MaxBatchedTokens
 				}
+				p.RoutePolicy = set.RoutePolicy
 				latencySet := set.MaxLatencySet && ep != "naive"
 				p.Name = pointName(p, varied(sc.Sweep), ep != "naive")
 				plans = append(plans, Plan{Index: len(plans), Point: p, Group: g, Serve: serve, Settings: set, LatencySet: latencySet, level: level})
@@ -98,40 +99,62 @@ func batchSettings(s scenario.Sweep, m string) []target.Settings {
 	// A generation server's max_batched_tokens and max_seqs take the
 	// places of workers and batch, which it has none of (one of each pair
 	// is empty).
-	for ki := range or(len(s.Buckets)) {
-		for pi := range or(len(s.Policy)) {
-			for li := range or(len(s.MaxLatency)) {
-				for wi := range or(len(s.Workers) + len(s.MaxBatchedTokens)) {
-					for bi := range or(len(s.Batch) + len(s.MaxSeqs)) {
-						c := target.Settings{Model: m}
-						if len(s.MaxBatchedTokens) > 0 {
-							c.MaxBatchedTokens = s.MaxBatchedTokens[wi]
-						}
-						if len(s.MaxSeqs) > 0 {
-							c.MaxSeqs = s.MaxSeqs[bi]
-						}
-						if len(s.Buckets) > 0 {
-							c.BucketsSet = true
-							if bs := s.Buckets[ki]; len(bs) > 0 {
-								c.Buckets = bs
+	for ri := range or(len(s.RoutePolicy)) {
+		for ki := range or(len(s.Buckets)) {
+			for pi := range or(len(s.Policy)) {
+				for li := range or(len(s.MaxLatency)) {
+					for wi := range or(len(s.Workers) + len(s.MaxBatchedTokens)) {
+						for bi := range or(len(s.Batch) + len(s.MaxSeqs)) {
+							c := target.Settings{Model: m}
+							if len(s.MaxBatchedTokens) > 0 {
+								c.MaxBatchedTokens = s.MaxBatchedTokens[wi]
 							}
+							if len(s.MaxSeqs) > 0 {
+								c.MaxSeqs = s.MaxSeqs[bi]
+							}
+							if len(s.Buckets) > 0 {
+								c.BucketsSet = true
+								if bs := s.Buckets[ki]; len(bs) > 0 {
+									c.Buckets = bs
+								}
+							}
+							if len(s.Policy) > 0 {
+								c.Policy = s.Policy[pi]
+							}
+							if len(s.MaxLatency) > 0 {
+								c.MaxLatency, c.MaxLatencySet = s.MaxLatency[li], true
+							}
+							if len(s.Workers) > 0 {
+								c.Workers = s.Workers[wi]
+							}
+							if len(s.Batch) > 0 {
+								c.Batch = s.Batch[bi]
+							}
+							if len(s.RoutePolicy) > 0 {
+								c.RoutePolicy = s.RoutePolicy[ri]
+							}
+							out = append(out, c)
 						}
-						if len(s.Policy) > 0 {
-							c.Policy = s.Policy[pi]
-						}
-						if len(s.MaxLatency) > 0 {
-							c.MaxLatency, c.MaxLatencySet = s.MaxLatency[li], true
-						}
-						if len(s.Workers) > 0 {
-							c.Workers = s.Workers[wi]
-						}
-						if len(s.Batch) > 0 {
-							c.Batch = s.Batch[bi]
-						}
-						out = append(out, c)
 					}
 				}
 			}
+		}
+	}
+	return withPrefixCache(out, s.PrefixCache)
+}
+
+// withPrefixCache returns the configurations sets with each of the prefix
+// cache settings in turn (the slowest-varying dimension), or sets when
+// there are none.
+func withPrefixCache(sets []target.Settings, cache []bool) []target.Settings {
+	if len(cache) == 0 {
+		return sets
+	}
+	out := make([]target.Settings, 0, len(sets)*len(cache))
+	for i := range cache {
+		for _, c := range sets {
+			c.PrefixCache = &cache[i]
+			out = append(out, c)
 		}
 	}
 	return out
@@ -145,7 +168,7 @@ func loads(s *scenario.Scenario, scale int) []record.Load {
 	}
 	for _, r := range s.Load.Rates {
 		l := record.Load{Mode: "open", Pacer: s.Load.Pacer, Rate: r * float64(scale)}
-		if a := s.Load.Arrival; a == "poisson" || a == "gamma" {
+		if a := s.Load.Arrival; a == "poisson" || a == "gamma" || a == "trace" {
 			l.Arrival, l.Burstiness = a, s.Load.Burstiness
 		}
 		if s.Load.Pacer == "ramp" {
@@ -157,18 +180,18 @@ func loads(s *scenario.Scenario, scale int) []record.Load {
 }
 
 // dims names the server dimensions of a sweep.
-type dims struct{ model, batch, workers, latency, policy, buckets, maxSeqs, mbt bool }
+type dims struct{ model, batch, workers, latency, policy, buckets, maxSeqs, mbt, cache, route bool }
 
 // varied returns the dimensions the sweep gives more than one value.
 func varied(s scenario.Sweep) dims {
 	return dims{len(s.Model) > 1, len(s.Batch) > 1, len(s.Workers) > 1, len(s.MaxLatency) > 1, len(s.Policy) > 1, len(s.Buckets) > 1,
-		len(s.MaxSeqs) > 1, len(s.MaxBatchedTokens) > 1}
+		len(s.MaxSeqs) > 1, len(s.MaxBatchedTokens) > 1, len(s.PrefixCache) > 1, len(s.RoutePolicy) > 1}
 }
 
 // single returns the dimensions the sweep gives one value.
 func single(s scenario.Sweep) dims {
 	return dims{len(s.Model) == 1, len(s.Batch) == 1, len(s.Workers) == 1, len(s.MaxLatency) == 1, len(s.Policy) == 1, len(s.Buckets) == 1,
-		len(s.MaxSeqs) == 1, len(s.MaxBatchedTokens) == 1}
+		len(s.MaxSeqs) == 1, len(s.MaxBatchedTokens) == 1, len(s.PrefixCache) == 1, len(s.RoutePolicy) == 1}
 }
 
 // pointName labels a point with its endpoint, the server settings among
@@ -182,6 +205,9 @@ func pointName(p record.Point, show dims, batching bool) string {
 		parts = append(parts, p.Model)
 	}
 	parts = append(parts, p.Endpoint)
+	if show.route && p.RoutePolicy != "" {
+		parts = append(parts, "route="+p.RoutePolicy)
+	}
 	if batching {
 		parts = append(parts, settingParts(p, show)...)
 	}
@@ -217,6 +243,9 @@ func settingParts(p record.Point, show dims) []string {
 	if show.mbt && p.MaxBatchedTokens > 0 {
 		parts = append(parts, fmt.Sprintf("mbt=%d", p.MaxBatchedTokens))
 	}
+	if show.cache && p.PrefixCache != nil {
+		parts = append(parts, "cache="+record.OnOff(*p.PrefixCache))
+	}
 	return parts
 }
 
@@ -247,7 +276,13 @@ func Shared(sc *scenario.Scenario) string {
 	if len(s.MaxBatchedTokens) == 1 {
 		p.MaxBatchedTokens = s.MaxBatchedTokens[0]
 	}
+	if len(s.PrefixCache) == 1 {
+		p.PrefixCache = &s.PrefixCache[0]
+	}
 	parts := settingParts(p, single(s))
+	if len(s.RoutePolicy) == 1 {
+		parts = append([]string{"route=" + s.RoutePolicy[0]}, parts...)
+	}
 	if len(s.Model) == 1 {
 		parts = append([]string{s.Model[0]}, parts...)
 	}
@@ -260,9 +295,61 @@ func loadName(l record.Load) string {
 		return fmt.Sprintf("c=%d", l.Concurrency)
 	case l.Pacer == "ramp":
 		return fmt.Sprintf("ramp=%s→%s/s", fmtRate(l.RampFrom), fmtRate(l.Rate))
+	case l.Arrival == "trace":
+		return fmt.Sprintf("trace=%s/s", fmtRate(l.Rate))
 	default:
 		return fmt.Sprintf("rate=%s/s", fmtRate(l.Rate))
 	}
 }
 
 func fmtRate(r float64) string { return strconv.FormatFloat(r, 'f', -1, 64) }
+
+// abbreviations are the short names of point names, in words.
+var abbreviations = []struct{ short, long string }{
+	{"b=", "b batch size"}, {"w=", "w workers"}, {"lat=", "lat max latency"}, {"c=", "c clients"},
+	{"seqs=", "seqs max sequences"}, {"mbt=", "mbt max batched tokens"}, {"rate=", "rate arrivals/s"},
+}
+
+// Legend explains the abbreviations a point name uses: "b batch size · w
+// workers · c clients"; "" when it uses none.
+func Legend(name string) string {
+	var parts []string
+	for _, a := range abbreviations {
+		if strings.HasPrefix(name, a.short) || strings.Contains(name, " "+a.short) {
+			parts = append(parts, a.long)
+		}
+	}
+	return strings.Join(parts, " · ")
+}
+
+// SharedText says the settings every point with batching has (Shared), in
+// words: "every batched point: max latency 10ms"; for LLM runs "every
+// batching point: max 8 sequences".
+func SharedText(shared string, llm bool) string {
+	var words []string
+	for part := range strings.FieldsSeq(shared) {
+		k, v, ok := strings.Cut(part, "=")
+		switch {
+		case !ok:
+			words = append(words, "policy "+part)
+		case k == "b":
+			words = append(words, "batch size "+v)
+		case k == "w" && v == "1":
+			words = append(words, "1 worker")
+		case k == "w":
+			words = append(words, v+" workers")
+		case k == "lat":
+			words = append(words, "max latency "+v)
+		case k == "seqs":
+			words = append(words, "max "+v+" sequences")
+		case k == "mbt":
+			words = append(words, "max "+v+" batched tokens")
+		default:
+			words = append(words, k+" "+v)
+		}
+	}
+	if llm {
+		return "every continuous and static point: " + strings.Join(words, ", ")
+	}
+	return "every batched point: " + strings.Join(words, ", ")
+}

@@ -78,8 +78,16 @@ type Outcome struct {
 	Shared      string // the settings every batched point has (Shared)
 	Manifest    record.Manifest
 	Records     []record.Record // one per finished point, in plan order (level by level with load.interleave)
-	Points      int             // points planned
+	Points      int             // points planned (a search's: those it measured)
 	Interrupted bool            // ctx was done before the last point
+	// Search says the run was a capacity search (load.search); Capacities
+	// are its findings, one per configuration searched, as in the
+	// manifest.
+	Search     bool
+	Capacities []record.Capacity
+	// TargetFailed says why a search stopped when its target went away
+	// ("" when it did not): the result is partial.
+	TargetFailed string
 }
 
 // ServerLog is the file in the run directory that collects the output of
@@ -113,6 +121,11 @@ func Run(ctx context.Context, sc *scenario.Scenario, cfg Config) (*Outcome, erro
 		return nil, err
 	}
 	plans := Plans(sc)
+	points := len(plans)
+	if s := sc.Load.Search; s != nil {
+		plans = SearchPlans(sc)
+		points = len(plans) * s.MaxPoints // at most
+	}
 	out := &Outcome{Dir: cfg.Dir, Points: len(plans), Shared: Shared(sc), Manifest: r.manifest(start)}
 	if err := record.WriteManifest(cfg.Dir, &out.Manifest); err != nil {
 		return nil, fmt.Errorf("write manifest: %w", err)
@@ -123,7 +136,7 @@ func Run(ctx context.Context, sc *scenario.Scenario, cfg Config) (*Outcome, erro
 	}
 	defer w.Close()
 
-	r.mon = newMonitor(time.Now, sc.Name, out.Shared, cfg.Dir, len(plans))
+	r.mon = newMonitor(time.Now, sc.Name, out.Shared, cfg.Dir, points)
 	for _, n := range r.noticed() { // the probes' findings
 		r.mon.notice(n)
 	}
@@ -131,7 +144,16 @@ func Run(ctx context.Context, sc *scenario.Scenario, cfg Config) (*Outcome, erro
 	published := make(chan struct{})
 	wg.Go(func() { r.publish(ctx, published) })
 
-	interrupted, runErr := r.sweep(ctx, plans, w, out)
+	var interrupted bool
+	var runErr error
+	if sc.Load.Search != nil {
+		out.Search = true
+		interrupted, runErr = r.search(ctx, plans, w, out)
+		out.Points = len(out.Records)
+		out.Manifest.Capacities = out.Capacities
+	} else {
+		interrupted, runErr = r.sweep(ctx, plans, w, out)
+	}
 	r.servers.Close(ctx)
 	out.Interrupted = interrupted
 	if out.Manifest.Runtime == "" {
@@ -184,6 +206,9 @@ type runner struct {
 	gen     target.GenInfo // what a generation server's metrics said last
 	notes   notices
 	payload llmPayload // LLM scenarios: the requests' generator
+	// fresh tells that the server was started and no load has run on it
+	// since: its prefix cache is empty.
+	fresh bool
 }
 
 // notices are what a run found missing or assumed, each said once.
@@ -273,7 +298,9 @@ func (r *runner) probeTargets(ctx context.Context) error {
 		}
 		samples, err := target.Scrape(ctx, r.client, base)
 		if llmLoad {
-			r.genProbed(i, base, samples, err)
+			if len(r.sc.Replicas) == 0 {
+				r.genProbed(i, base, samples, err)
+			}
 			continue
 		}
 		switch {
@@ -286,12 +313,16 @@ func (r *runner) probeTargets(ctx context.Context) error {
 		}
 	}
 	if llmLoad {
+		for i, rep := range r.sc.Replicas { // the servers behind a front: theirs are the metrics
+			samples, err := target.Scrape(ctx, r.client, rep)
+			r.genProbed(i, rep, samples, err)
+		}
 		model = r.llmModel(ctx, bases[0], model)
 	} else if !r.inferServer() && r.sc.Payload.Expect == "" &&
 		slices.ContainsFunc(r.sc.Sweep.Endpoints, func(e string) bool { return r.sc.Payload.Expectation(e, false) == target.ExpectStatus }) {
 		r.notice("%s is not an infer server (no infer_model_info in /metrics): a 200 answer counts as a success whatever its body (payload.expect: status); set payload.expect to check its shape", bases[0])
 	}
-	servers, err := target.NewExisting(ctx, target.ExistingConfig{URLs: bases, Model: model,
+	servers, err := target.NewExisting(ctx, target.ExistingConfig{URLs: bases, Replicas: r.sc.Replicas, Model: model,
 		AdminKeys: r.sc.Sweep.AdminKeys(), AdminToken: r.cfg.AdminToken, Logger: r.cfg.Logger})
 	if err != nil {
 		return err
@@ -377,7 +408,7 @@ func (r *runner) read(ctx context.Context, endpoint string) reading {
 		return rd // no infer metrics to read; said at the probe
 	}
 	rd.countsOK = true
-	for _, base := range r.servers.URLs() {
+	for _, base := range r.servers.Replicas() {
 		samples, err := target.Scrape(ctx, r.client, base)
 		if err != nil {
 			r.notice("%s/metrics: %v: the server's batch sizes are missing from the points measured then", base, err)

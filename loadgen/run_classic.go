@@ -28,6 +28,10 @@ type classicRun struct {
 	first    time.Time
 	ticks    []record.Tick
 	partial  bool
+	// The latest repeat, alone, and whether each repeat drifted.
+	lastRes  *attack.Result
+	lastM    measure
+	unsteady []bool
 }
 
 func (r *runner) newClassicRun(p Plan) *classicRun {
@@ -44,7 +48,7 @@ func (c *classicRun) resolve(ctx context.Context) record.Point {
 	r, pt := c.r, c.p.Point
 	// Record the batching settings in effect where the sweep left them to
 	// the server.
-	if samples, err := target.Scrape(ctx, r.client, r.servers.URLs()[0]); err == nil {
+	if samples, err := target.Scrape(ctx, r.client, r.servers.Replicas()[0]); err == nil {
 		r.info = target.InfoOf(samples)
 	}
 	if info := r.info; pt.Endpoint != "naive" {
@@ -105,6 +109,9 @@ func (c *classicRun) repeat(ctx context.Context, rep int) (stop bool, err error)
 	c.total.Merge(&res.Tally)
 	c.answered += res.Answered
 	c.m.add(res.Window, begin, end)
+	c.lastRes, c.lastM = &res, measure{}
+	c.lastM.add(res.Window, begin, end)
+	c.unsteady = append(c.unsteady, drifted(pt.Load, res.Timeline.Answered(res.Window)))
 	secs := res.Window.Seconds()
 	c.repeats = append(c.repeats, record.Repeat{
 		Throughput:   float64(res.Answered) / secs,
@@ -132,6 +139,7 @@ func (c *classicRun) record() *record.Record {
 		rec.Injected = c.total.Injected(c.inject)
 	}
 	judge(rec, r.cfg.Cores)
+	flagUnsteady(rec, c.unsteady)
 	if c.total.OK() > 0 && c.total.Timed() == 0 {
 		r.notice("answers of %s carry no Server-Timing header: the server's queue and compute times are not measured", c.pt.Endpoint)
 	}

@@ -5,6 +5,7 @@ package loadgen
 // generation server's /metrics alongside.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -22,20 +23,20 @@ import (
 )
 
 // llmSeed seeds the arrival pacers and the timeline's sample: each point
-// of a sweep gets the same arrival times.
+// of a sweep gets the same arrival times, repeat r the seed llmSeed+r-1.
 const llmSeed = 1
 
-// llmPayload makes an LLM scenario's requests: one generator for the
-// model, made anew when the model changes, so that its prompts' tokens are
-// cached across points.
+// llmPayload makes an LLM scenario's requests: one source for the model,
+// made anew when the model changes, so that its prompts' tokens are cached
+// across points.
 type llmPayload struct {
-	gen   *llm.Generator
+	gen   llm.Source
 	model string
 }
 
-func (p *llmPayload) generator(lp *scenario.LLMPayload, model string) (*llm.Generator, error) {
+func (p *llmPayload) generator(lp *scenario.LLMPayload, model string) (llm.Source, error) {
 	if p.gen == nil || p.model != model {
-		g, err := llm.NewGenerator(lp.Config(model))
+		g, err := llm.NewSource(lp.Config(model))
 		if err != nil {
 			return nil, err
 		}
@@ -80,7 +81,7 @@ func (r *runner) llmModel(ctx context.Context, base, model string) string {
 // checkGenServer makes sure a server infer started serves a generative
 // model: one that is not has no OpenAI endpoints to load.
 func (r *runner) checkGenServer(ctx context.Context) error {
-	samples, err := target.Scrape(ctx, r.client, r.servers.URLs()[0])
+	samples, err := target.Scrape(ctx, r.client, r.servers.Replicas()[0])
 	if err != nil {
 		return fmt.Errorf("read the server's /metrics: %w", err)
 	}
@@ -100,10 +101,14 @@ type llmRun struct {
 	pt      record.Point // as the first repeat found the server
 	outs    []*llm.Outcome
 	servers []*record.LLMServer
+	shares  [][]record.ReplicaShare // per repeat: each replica's, behind a front
 	cpu     time.Duration
 	cpuOK   bool
 	rss     int64
 	partial bool
+	trace   *record.TraceCache // a trace replay's hit rates, before the run
+	// Whether each repeat drifted.
+	unsteady []bool
 }
 
 func (r *runner) newLLMRun(p Plan) *llmRun {
@@ -115,7 +120,7 @@ func (r *runner) newLLMRun(p Plan) *llmRun {
 func (l *llmRun) resolve(ctx context.Context) record.Point {
 	r, pt, label := l.r, l.p.Point, l.label
 	if label != "" && r.gen.OK {
-		if samples, err := target.Scrape(ctx, r.client, r.servers.URLs()[0]); err == nil {
+		if samples, err := target.Scrape(ctx, r.client, r.servers.Replicas()[0]); err == nil {
 			if g := target.GenInfoOf(samples); g.OK {
 				r.gen = g
 			}
@@ -171,7 +176,7 @@ func (l *llmRun) repeat(ctx context.Context, rep int) (stop bool, err error) {
 	var targets []string
 	for _, base := range r.servers.URLs() {
 		c, err := llm.NewClient(llm.ClientConfig{BaseURL: base + target.LLMPrefix(pt.Endpoint), HTTP: httpClient,
-			Timeout: r.sc.Load.Timeout, Tokenizer: llm.KnownTokenizer(model)})
+			Timeout: r.sc.Load.Timeout, Tokenizer: llm.KnownTokenizer(model), KeyHeader: lp.KeyHeader})
 		if err != nil {
 			return false, fmt.Errorf("point %q: %w", pt.Name, err)
 		}
@@ -188,8 +193,26 @@ func (l *llmRun) repeat(ctx context.Context, rep int) (stop bool, err error) {
 		SLO: r.sc.SLO.Record().LLM(), Seed: llmSeed, Histograms: true,
 		Progress: r.mon.llmLive, Cores: r.cfg.Cores,
 	}
-	if pt.Load.Mode == "open" {
-		pacer, err := attack.NewPacer(pt.Load, cfg.Warmup, cfg.Duration, llmSeed)
+	switch {
+	case lp.Trace != nil:
+		cfg.Pacer = lp.Trace.Pacer()
+		if rep == 1 {
+			l.trace = r.traceHitRates(lp.Trace)
+		}
+		switch {
+		case l.trace == nil || r.fresh:
+		case r.sc.Server == nil:
+			l.trace.Warm = true
+			r.notice("the target's prefix cache may hold load from before the trace replay: its hit rate may pass the trace's own figures")
+		default:
+			l.trace.Warm = true
+			r.notice("a trace replay ran on a server whose prefix cache held earlier load (%s): its hit rate may pass the trace's own figures; give each repeat a fresh server (load.interleave with sweep.prefix_cache [true, false] restarts it every repeat)", pt.Name)
+		}
+		r.fresh = false
+	case pt.Load.Mode == "open":
+		// Each repeat draws its own schedule: the same draws repeated
+		// would repeat their chance.
+		pacer, err := attack.NewPacer(pt.Load, cfg.Warmup, cfg.Duration, llmSeed+uint64(rep-1))
 		if err != nil {
 			return false, fmt.Errorf("point %q: %w", pt.Name, err)
 		}
@@ -214,7 +237,13 @@ func (l *llmRun) repeat(ctx context.Context, rep int) (stop bool, err error) {
 		return true, nil
 	}
 	l.outs = append(l.outs, out)
-	l.servers = append(l.servers, w.server(out.Window))
+	srv := w.server(out.Window)
+	if srv != nil && pt.PrefixCache != nil { // the point's own, though r.gen may be another's
+		srv.PrefixCache = pt.PrefixCache
+	}
+	l.servers = append(l.servers, srv)
+	l.unsteady = append(l.unsteady, drifted(pt.Load, llm.Tokens(&out.LLM)))
+	l.shares = append(l.shares, w.shares(out.Window))
 	l.cpu += w.cpu
 	l.cpuOK = l.cpuOK && w.cpuOK
 	l.rss = max(l.rss, w.rss)
@@ -232,10 +261,13 @@ func (l *llmRun) record() *record.Record {
 	}
 	rec := buildLLMRecord(l.p.Index, l.pt, l.outs, l.servers)
 	rec.Partial = l.partial || len(l.outs) < r.sc.Load.Repeats
+	flagUnsteady(rec, l.unsteady)
+	rec.LLM.Replicas = mergeShares(l.shares, l.outs)
 	if l.cpuOK && r.servers.PID() > 0 {
-		rec.Server.CPUSeconds = l.cpu.Seconds()
+		rec.Server.CPUSeconds = l.cpu.Seconds() // the router's, in front of replicas (record.ServerSide)
 	}
 	rec.Server.RSSBytes = l.rss
+	rec.LLM.Trace = l.trace
 	if g := rec.LLM; g.Server != nil {
 		r.ideal(l.pt, g)
 	}
@@ -244,7 +276,7 @@ func (l *llmRun) record() *record.Record {
 }
 
 // ideal sets l's ideal tokens/s when the server runs a simulated model
-// whose costs it tells (sim-lm's).
+// whose costs it tells (sim-lm's): each replica's behind a front.
 func (r *runner) ideal(pt record.Point, l *record.LLM) {
 	step, perSeq, perPrefill, ok := target.SimCosts(l.Server.Params)
 	if !ok || l.Completed == 0 {
@@ -254,8 +286,34 @@ func (r *runner) ideal(pt record.Point, l *record.LLM) {
 	if target.GenLabel(pt.Endpoint) == "naive" {
 		slots = 1
 	}
-	lo, lp := float64(l.OutputTokens)/float64(l.Completed), float64(l.PromptTokens)/float64(l.Completed)
-	l.Ideal = math.Round(target.IdealTokens(step, perSeq, perPrefill, slots, lo, lp)*10) / 10
+	lo, lp := float64(l.OutputTokens)/float64(l.Completed), l.ComputedPrompt()
+	l.Ideal = math.Round(target.IdealTokens(step, perSeq, perPrefill, slots, lo, lp)*float64(r.replicasBehind())*10) / 10
+}
+
+// traceHitRates computes the hit rate a trace replay allows, at the
+// server's block size and KV capacity (from its infer_gen_batching_info,
+// else the scenario's server section), and says it.
+func (r *runner) traceHitRates(t *llm.TraceReplay) *record.TraceCache {
+	block, kv := 0, 0
+	if r.gen.OK {
+		block, kv = r.gen.BlockSize, r.gen.KVTokens
+	}
+	if s := r.sc.Server; s != nil {
+		block, kv = cmp.Or(block, s.BlockSize), cmp.Or(kv, s.KVTokens)
+	}
+	if block == 0 {
+		block = t.BlockTokens()
+		r.notice("the server's KV block size is unknown (no infer_gen_batching_info): the trace's hit rates are computed in its own blocks of %d tokens, and without a capacity", block)
+	}
+	h, err := t.HitRates(block, kv/block)
+	if err != nil {
+		r.notice("trace hit rates: %v", err)
+		return nil
+	}
+	r.notice("trace window: %d requests; the trace allows %s", t.WindowRequests(), h)
+	round5 := func(v float64) float64 { return math.Round(v*1e5) / 1e5 } // a ratio to them is read to 0.1 %
+	return &record.TraceCache{Requests: t.WindowRequests(), Queries: h.Queries, Unbounded: round5(h.Unbounded),
+		LRU: round5(h.LRU), Capacity: h.Capacity, BlockSize: h.BlockSize}
 }
 
 // llmNotices says once what an LLM point found missing.
@@ -288,6 +346,7 @@ type genWatch struct {
 
 	mu                   sync.Mutex
 	begin, end           target.GenCounters
+	beginEach, endEach   []target.GenCounters // per replica (servers.Replicas)
 	haveBegin, haveEnd   bool
 	running, waiting, kv record.Gauge
 	samples              int
@@ -319,8 +378,8 @@ func (w *genWatch) run(ctx context.Context, start time.Time, warmup, duration ti
 		case <-end.C:
 			w.edge(ctx, false)
 		case now := <-tick.C:
-			if c, ok := w.read(ctx); ok {
-				w.r.mon.genLive(GenGauges{Running: c.Running, Waiting: c.Waiting, KV: c.KV / float64(len(w.r.servers.URLs())), MaxSeqs: w.r.gen.MaxSeqs})
+			if c, _, ok := w.read(ctx); ok {
+				w.r.mon.genLive(GenGauges{Running: c.Running, Waiting: c.Waiting, KV: c.KV / float64(len(w.r.servers.Replicas())), MaxSeqs: w.r.gen.MaxSeqs})
 				if now.After(winStart) && now.Before(winEnd) {
 					w.gauge(c)
 				}
@@ -329,25 +388,29 @@ func (w *genWatch) run(ctx context.Context, start time.Time, warmup, duration ti
 	}
 }
 
-// read scrapes the targets' counters for the label.
-func (w *genWatch) read(ctx context.Context) (target.GenCounters, bool) {
+// read scrapes the replicas' counters for the label: their sum, and each
+// one's.
+func (w *genWatch) read(ctx context.Context) (target.GenCounters, []target.GenCounters, bool) {
 	if !w.gen {
-		return target.GenCounters{}, false
+		return target.GenCounters{}, nil, false
 	}
 	var sum target.GenCounters
-	for _, base := range w.r.servers.URLs() {
+	reps := w.r.servers.Replicas()
+	each := make([]target.GenCounters, 0, len(reps))
+	for _, base := range reps {
 		samples, err := target.Scrape(ctx, w.r.client, base)
 		if err != nil {
 			w.r.notice("%s/metrics: %v: the server's side of the points measured then is missing", base, err)
-			return target.GenCounters{}, false
+			return target.GenCounters{}, nil, false
 		}
 		c, ok := target.GenOf(samples, w.label)
 		if !ok {
-			return target.GenCounters{}, false
+			return target.GenCounters{}, nil, false
 		}
 		sum.Add(c)
+		each = append(each, c)
 	}
-	return sum, true
+	return sum, each, true
 }
 
 func (w *genWatch) gauge(c target.GenCounters) {
@@ -357,7 +420,7 @@ func (w *genWatch) gauge(c target.GenCounters) {
 	for _, g := range []struct {
 		g *record.Gauge
 		v float64
-	}{{&w.running, c.Running}, {&w.waiting, c.Waiting}, {&w.kv, c.KV / float64(len(w.r.servers.URLs()))}} {
+	}{{&w.running, c.Running}, {&w.waiting, c.Waiting}, {&w.kv, c.KV / float64(len(w.r.servers.Replicas()))}} {
 		g.g.Mean = (g.g.Mean*n + g.v) / (n + 1)
 		g.g.Max = max(g.g.Max, g.v)
 	}
@@ -366,7 +429,7 @@ func (w *genWatch) gauge(c target.GenCounters) {
 
 // edge reads the window's start (first) or end.
 func (w *genWatch) edge(ctx context.Context, first bool) {
-	c, ok := w.read(ctx)
+	c, each, ok := w.read(ctx)
 	var cpu time.Duration
 	cpuOK := false
 	var rss int64
@@ -382,11 +445,11 @@ func (w *genWatch) edge(ctx context.Context, first bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if first {
-		w.begin, w.haveBegin = c, ok
+		w.begin, w.beginEach, w.haveBegin = c, each, ok
 		w.cpuBegin, w.cpuOK = cpu, cpuOK
 		return
 	}
-	w.end, w.haveEnd = c, ok && w.haveBegin
+	w.end, w.endEach, w.haveEnd = c, each, ok && w.haveBegin
 	w.cpuOK = w.cpuOK && cpuOK
 	w.cpu = cpu - w.cpuBegin
 	w.rss = rss
@@ -411,6 +474,7 @@ func (w *genWatch) server(window time.Duration) *record.LLMServer {
 		s.MaxSeqs = 1
 	}
 	s.Model, s.Params = g.Model, g.Params
+	s.PrefixCache, s.BlockSize = g.PrefixCache, g.BlockSize
 	return s
 }
 
@@ -500,8 +564,9 @@ func msPercentiles(m record.MsStats) *record.Percentiles {
 // the summed windows, the four latency distributions merge exactly (as
 // histograms, to 1 %); the client's queue and schedule lag, the latencies
 // from the intended send and the server's side are the worst repeat's
-// (by p99 TTFT from the intended send); the timeline is the first
-// repeat's. One repeat is returned as it is.
+// (by p99 TTFT from the intended send), but for the server's prefix-cache
+// counters, which add up; the timeline is the first repeat's. One repeat
+// is returned as it is.
 func mergeLLM(outs []*llm.Outcome, servers []*record.LLMServer) *record.LLM {
 	if len(outs) == 1 {
 		l := outs[0].LLM
@@ -575,6 +640,7 @@ func mergeLLM(outs []*llm.Outcome, servers []*record.LLMServer) *record.LLM {
 	w := &outs[worst].LLM
 	m.Queue, m.Lag, m.FromIntended = w.Queue, w.Lag, w.FromIntended
 	m.Server = servers[worst]
+	mergePrefix(&m, outs, servers)
 	return &m
 }
 

@@ -163,7 +163,7 @@ load:
 // target is named by its OpenAI base URL (…/v1), as OpenAI clients name it:
 // the admin API and /metrics are found at the server's root.
 func TestRunLLMAdminSweep(t *testing.T) {
-	srv, err := testLauncher().Launch(context.Background(), []string{"--model", "sim-lm", "--admin-token", "tok", "--max-seqs", "4"}, nil)
+	srv, err := testLauncher().Launch(context.Background(), target.CommandServe, []string{"--model", "sim-lm", "--admin-token", "tok", "--max-seqs", "4"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,18 +72,22 @@ func testServer(args []string) int {
 	step := fs.Duration("sim-step", 2*time.Millisecond, "")
 	perSeq := fs.Duration("sim-per-seq", 100*time.Microsecond, "")
 	perPrefill := fs.Duration("sim-per-prefill-token", 2*time.Microsecond, "")
+	prefixCache := fs.Bool("prefix-cache", true, "")
+	blockSize := fs.Int("block-size", 16, "")
+	kvTokens := fs.Int("kv-tokens", 0, "")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if *model == "sim-lm" {
-		f, err := simlm.New(simlm.Config{Step: *step, PerSeq: *perSeq, PerPrefillToken: *perPrefill})
+		f, err := simlm.New(simlm.Config{Step: *step, PerSeq: *perSeq, PerPrefillToken: *perPrefill, KVTokens: *kvTokens})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
 		}
-		svc, err := openai.New(openai.Config{Engine: generate.Config{MaxSeqs: *maxSeqs, MaxBatchedTokens: *mbt, MaxLatency: *lat}}, f)
+		svc, err := openai.New(openai.Config{Engine: generate.Config{MaxSeqs: *maxSeqs, MaxBatchedTokens: *mbt, MaxLatency: *lat,
+			BlockSize: *blockSize, NoPrefixCache: !*prefixCache}}, f)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2

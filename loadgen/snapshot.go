@@ -82,6 +82,9 @@ type Snapshot struct {
 	// load (the fields above about answers and batches are then unset);
 	// nil otherwise.
 	LLM *LLMLive
+	// Search is the capacity search's state (load.search); nil for a
+	// sweep of levels.
+	Search *SearchLive
 }
 
 // LLMLive is an LLM point's live state: the client's (package llm's
@@ -132,6 +135,8 @@ type monitor struct {
 
 	llm *llm.Snapshot // the LLM point's latest, nil for other points
 	gen *GenGauges
+
+	search *SearchLive // the capacity search's state, nil without one
 }
 
 func newMonitor(now func() time.Time, scenario, shared, dir string, points int) *monitor {
@@ -262,6 +267,7 @@ func (m *monitor) snapshot(tick time.Duration) Snapshot {
 	s.Finished = append([]Row(nil), m.snap.Finished...)
 	s.Notices = slices.Clone(m.snap.Notices)
 	s.Spark = append([]time.Duration(nil), m.spark...)
+	s.Search = m.searchSnapshot()
 	s.Elapsed = now.Sub(m.runStart)
 	if !m.attackStart.IsZero() {
 		in := now.Sub(m.attackStart)

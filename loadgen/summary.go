@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,9 +18,12 @@ import (
 
 // Row summarises one point's record.
 type Row struct {
-	Index        int             `json:"index"`
-	Name         string          `json:"name"`
-	Sent         int             `json:"sent"`
+	Index int    `json:"index"`
+	Name  string `json:"name"`
+	Sent  int    `json:"sent"`
+	// Rate is the nominal open-loop level; TargetRate what the schedule
+	// asked in the measured time (with random arrivals, the draws' rate).
+	Rate         float64         `json:"rate,omitempty"`
 	TargetRate   float64         `json:"target_rate,omitempty"`
 	AchievedRate float64         `json:"achieved_rate"`
 	Throughput   float64         `json:"throughput"`
@@ -77,7 +81,7 @@ type LLMRow struct {
 func RowOf(r *record.Record, slo scenario.SLO) Row {
 	row := Row{
 		Index: r.Index, Name: r.Point.Name, Sent: r.Sent,
-		TargetRate: r.TargetRate, AchievedRate: r.AchievedRate,
+		Rate: r.Point.Load.Nominal(), TargetRate: r.TargetRate, AchievedRate: r.AchievedRate,
 		Throughput: r.Throughput, ItemsPerSec: r.ItemsPerSec,
 		P50: r.Latency.P50, P99: r.Latency.P99,
 		ErrorRate: r.ErrorRate(), Batch: r.MeanBatch(), ResponseBatch: r.Server.ResponseBatch,
@@ -136,13 +140,28 @@ type Summary struct {
 	} `json:"slo"`
 	// Passed is the thresholds' verdict: with Require "all", every
 	// complete point passed; with "any", some point did. A run without
-	// thresholds passes.
+	// thresholds passes. A stopped run, or one with thresholds and no
+	// complete point to judge, does not pass: Outcome says which.
 	Passed  bool   `json:"passed"`
+	Outcome string `json:"outcome"` // OutcomePass, OutcomeFail, OutcomeStopped or OutcomeUnjudged
 	Verdict string `json:"verdict"`
+	// Capacity ranks a capacity search's configurations (load.search) by
+	// the highest load meeting the SLO; the verdict is then theirs.
+	Capacity []record.Capacity `json:"capacity,omitempty"`
 }
 
+// The outcomes of a run, as the summary's last line says them.
+const (
+	OutcomePass     = "PASS"
+	OutcomeFail     = "FAIL"
+	OutcomeStopped  = "STOPPED"    // stopped before its last point: not judged
+	OutcomeUnjudged = "NO VERDICT" // thresholds set, but no complete point to judge
+)
+
 // Summarize judges the outcome of a run against the scenario's SLO.
-// Partial points are shown but not judged.
+// Partial points are shown but not judged; a complete point whose
+// measurement is not trusted (record.Record.Valid) is judged as missing
+// the SLO, since nothing says it met it. A stopped run is not judged.
 func Summarize(o *Outcome, slo scenario.SLO) Summary {
 	s := Summary{Scenario: o.Manifest.Scenario, Dir: o.Dir, Points: o.Points, Shared: o.Shared, Interrupted: o.Interrupted,
 		Notices: o.Manifest.Notices}
@@ -151,6 +170,9 @@ func Summarize(o *Outcome, slo scenario.SLO) Summary {
 	judged, passed := 0, 0
 	for i := range o.Records {
 		row := RowOf(&o.Records[i], slo)
+		if slo.Set() && !o.Records[i].Valid && !row.Partial {
+			row.Violations = append(row.Violations, "untrusted measurement")
+		}
 		s.Rows = append(s.Rows, row)
 		if !row.Partial {
 			judged++
@@ -160,16 +182,31 @@ func Summarize(o *Outcome, slo scenario.SLO) Summary {
 		}
 	}
 	switch {
+	case o.Interrupted && o.Search:
+		s.Capacity = rankCapacities(o.Capacities)
+		s.Outcome = OutcomeStopped
+		s.Verdict = "stopped before the end, the capacities marked ? are partial, not judged"
+	case o.Interrupted:
+		s.Outcome = OutcomeStopped
+		s.Verdict = fmt.Sprintf("stopped before the end, %d of %d points done, not judged", judged, o.Points)
+	case o.Search:
+		s.judgeSearch(o, slo.Require)
 	case !slo.Set():
-		s.Passed, s.Verdict = true, "no thresholds set"
+		s.Passed, s.Outcome, s.Verdict = true, OutcomePass, "no thresholds set"
 	case judged == 0:
-		s.Passed, s.Verdict = true, "no complete point to judge"
+		s.Outcome, s.Verdict = OutcomeUnjudged, "no complete point to judge"
 	case slo.Require == "any":
 		s.Passed = passed > 0
 		s.Verdict = fmt.Sprintf("%d of %d points meet the SLO (any must)", passed, judged)
 	default:
 		s.Passed = passed == judged
 		s.Verdict = fmt.Sprintf("%d of %d points meet the SLO (all must)", passed, judged)
+	}
+	if s.Outcome == "" {
+		s.Outcome = OutcomeFail
+		if s.Passed {
+			s.Outcome = OutcomePass
+		}
 	}
 	return s
 }
@@ -183,14 +220,16 @@ const tableWidth = 80
 // directory.
 func (s Summary) WriteText(w io.Writer) error {
 	var b strings.Builder
+	llm := slices.ContainsFunc(s.Rows, func(r Row) bool { return r.LLMRow != nil })
 	if s.Shared != "" {
-		fmt.Fprintf(&b, "every batched point: %s\n", s.Shared)
+		fmt.Fprintln(&b, SharedText(s.Shared, llm))
 	}
-	if slices.ContainsFunc(s.Rows, func(r Row) bool { return r.LLMRow != nil }) {
+	if llm {
 		s.llmTable(&b)
 	} else {
 		s.table(&b)
 	}
+	s.capacityTable(&b)
 	s.modelsTable(&b)
 	s.tail(&b)
 	_, err := io.WriteString(w, b.String())
@@ -216,11 +255,7 @@ func (s Summary) table(b *strings.Builder) {
 	for _, r := range s.Rows {
 		row := []string{r.Name, strconv.Itoa(r.Sent)}
 		if open {
-			rate := short(r.AchievedRate)
-			if r.TargetRate > 0 {
-				rate += " of " + short(r.TargetRate)
-			}
-			row = append(row, rate)
+			row = append(row, r.sentRate())
 		}
 		row = append(row, short(r.Throughput))
 		if items {
@@ -251,7 +286,7 @@ func (s Summary) table(b *strings.Builder) {
 // failures by cause and the schedule lag.
 func (s Summary) llmTable(b *strings.Builder) {
 	open := slices.ContainsFunc(s.Rows, func(r Row) bool { return r.TargetRate > 0 })
-	good := s.SLO.TTFTP99 > 0 || s.SLO.TPOTP99 > 0 || s.SLO.E2ELP99 > 0 || s.SLO.MinGoodput > 0
+	good := s.SLO.TTFTP99 > 0 || s.SLO.TPOTP99 > 0 || s.SLO.E2ELP99 > 0 || s.SLO.MinGoodput > 0 || s.SLO.MinGoodputFraction > 0
 	head := []string{"POINT"}
 	if open {
 		head = append(head, "SENT/s")
@@ -265,11 +300,7 @@ func (s Summary) llmTable(b *strings.Builder) {
 	for _, r := range s.Rows {
 		row := []string{r.Name}
 		if open {
-			rate := short(r.AchievedRate)
-			if r.TargetRate > 0 {
-				rate += " of " + short(r.TargetRate)
-			}
-			row = append(row, rate)
+			row = append(row, r.sentRate())
 		}
 		l := r.LLMRow
 		if l == nil {
@@ -294,12 +325,42 @@ func (s Summary) llmTable(b *strings.Builder) {
 		}
 		if why := topErrors(l.Failures, 4); why != "" {
 			fmt.Fprintf(b, "failed in %s: %s\n", r.Name, why)
+			if words := topErrors(r.Errors, 3); words != "" {
+				fmt.Fprintf(b, "  causes: %s\n", words)
+			}
 		}
 		if slices.Contains(r.Flags, record.FlagScheduleLag) {
 			fmt.Fprintf(b, "behind schedule in %s: sends lagged p99 %v, max %v; p99 TTFT from the intended send %s (from the actual send %s)\n",
 				r.Name, Round(r.LagP99.D()), Round(r.LagMax.D()), msText(l.TTFTFromIntendedP99), msText(l.TTFT.P99))
 		}
 	}
+}
+
+// sentRate is a row's send rate against its level: "2.80 of 2", with
+// random arrivals "2.80 of 2 (drawn 2.90)" when the draws' rate differs
+// from the level's by more than 0.5 %.
+func (r Row) sentRate() string {
+	if r.TargetRate == 0 {
+		return short(r.AchievedRate)
+	}
+	level := r.Rate
+	if level == 0 {
+		level = r.TargetRate
+	}
+	s := short(r.AchievedRate) + " of " + trim(level)
+	if math.Abs(r.TargetRate/level-1) > 0.005 {
+		s += " (drawn " + short(r.TargetRate) + ")"
+	}
+	return s
+}
+
+// trim formats a level as short does, without trailing zeros: "2", "2.5".
+func trim(v float64) string {
+	s := short(v)
+	if strings.Contains(s, ".") {
+		s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	}
+	return s
 }
 
 // msText formats milliseconds as a rounded duration; "-" for none.
@@ -314,23 +375,9 @@ func msText(ms float64) string {
 // (the first left-aligned), each row's notes beside it, or on a line of
 // their own when they would pass tableWidth.
 func (s Summary) writeCells(b *strings.Builder, cells [][]string) {
-	head := cells[0]
-	widths := make([]int, len(head))
-	for _, row := range cells {
-		for i, c := range row {
-			widths[i] = max(widths[i], utf8.RuneCountInString(c))
-		}
-	}
-	for i, row := range cells {
+	for i, text := range aligned(cells) {
 		var line strings.Builder
-		for j, c := range row {
-			pad := strings.Repeat(" ", widths[j]-utf8.RuneCountInString(c))
-			if j == 0 {
-				line.WriteString(c + pad)
-			} else {
-				line.WriteString("  " + pad + c)
-			}
-		}
+		line.WriteString(text)
 		notes := ""
 		switch {
 		case i > 0:
@@ -354,23 +401,41 @@ func (s Summary) tail(b *strings.Builder) {
 	for _, n := range s.Notices {
 		fmt.Fprintf(b, "note: %s\n", n)
 	}
-	if s.Interrupted {
-		done := 0
-		for _, r := range s.Rows {
-			if !r.Partial {
-				done++
-			}
-		}
-		fmt.Fprintf(b, "stopped: %d of %d points done\n", done, s.Points)
-	}
-	verdict := "PASS"
-	if !s.Passed {
-		verdict = "FAIL"
-	}
-	if th := s.thresholds(); th != "" {
-		fmt.Fprintf(b, "SLO %s: %s, %s\n", th, verdict, s.Verdict)
+	switch th := s.thresholds(); {
+	case th != "":
+		fmt.Fprintf(b, "SLO %s: %s, %s\n", th, s.Outcome, s.Verdict)
+	case s.Interrupted:
+		fmt.Fprintf(b, "%s: %s\n", s.Outcome, s.Verdict)
 	}
 	fmt.Fprintf(b, "results in %s\n", s.Dir)
+}
+
+// aligned renders each row of cells padded to its columns' widths, the
+// first left-aligned, the others right-aligned, two spaces apart.
+func aligned(cells [][]string) []string {
+	var widths []int
+	for _, row := range cells {
+		for i, c := range row {
+			if i == len(widths) {
+				widths = append(widths, 0)
+			}
+			widths[i] = max(widths[i], utf8.RuneCountInString(c))
+		}
+	}
+	out := make([]string, len(cells))
+	for i, row := range cells {
+		var line strings.Builder
+		for j, c := range row {
+			pad := strings.Repeat(" ", widths[j]-utf8.RuneCountInString(c))
+			if j == 0 {
+				line.WriteString(c + pad)
+			} else {
+				line.WriteString("  " + pad + c)
+			}
+		}
+		out[i] = line.String()
+	}
+	return out
 }
 
 // short formats a rate to three significant digits at most: "1526",
@@ -431,6 +496,9 @@ func (s Summary) thresholds() string {
 	}
 	if s.SLO.MinGoodput > 0 {
 		th = append(th, fmt.Sprintf("goodput ≥ %g/s", s.SLO.MinGoodput))
+	}
+	if s.SLO.MinGoodputFraction > 0 {
+		th = append(th, fmt.Sprintf("good ≥ %g%%", 100*s.SLO.MinGoodputFraction))
 	}
 	return strings.Join(th, ", ")
 }

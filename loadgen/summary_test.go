@@ -6,6 +6,8 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,27 +57,63 @@ func sampleOutcome() *Outcome {
 
 func TestSummarize(t *testing.T) {
 	o := sampleOutcome()
+	o.Interrupted = false
 	for _, tc := range []struct {
-		name       string
-		slo        scenario.SLO
-		wantPassed bool
-		wantRow1   int // violations of the second row
+		name        string
+		slo         scenario.SLO
+		wantOutcome string
+		wantRow1    int // violations of the second row, an untrusted one
 	}{
-		{"none", scenario.SLO{Require: "all"}, true, 0},
-		{"all fail", scenario.SLO{P99: time.Second, MaxErrorRate: 0.01, Require: "all"}, false, 2},
-		{"any pass", scenario.SLO{P99: time.Second, MaxErrorRate: 0.01, Require: "any"}, true, 2},
-		{"throughput", scenario.SLO{MinThroughput: 100, Require: "any"}, true, 0},
-		{"throughput all", scenario.SLO{MinThroughput: 100, Require: "all"}, false, 0},
+		{"none", scenario.SLO{Require: "all"}, OutcomePass, 0},
+		{"all fail", scenario.SLO{P99: time.Second, MaxErrorRate: 0.01, Require: "all"}, OutcomeFail, 3},
+		{"any pass", scenario.SLO{P99: time.Second, MaxErrorRate: 0.01, Require: "any"}, OutcomePass, 3},
+		{"throughput", scenario.SLO{MinThroughput: 100, Require: "any"}, OutcomeFail, 1}, // the one point fast enough is untrusted
+		{"throughput all", scenario.SLO{MinThroughput: 100, Require: "all"}, OutcomeFail, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := Summarize(o, tc.slo)
-			if s.Passed != tc.wantPassed || len(s.Rows) != 3 || len(s.Rows[1].Violations) != tc.wantRow1 {
-				t.Errorf("Summarize = passed %v (%s), row 1 violations %q; want %v, %d", s.Passed, s.Verdict, s.Rows[1].Violations, tc.wantPassed, tc.wantRow1)
+			if s.Outcome != tc.wantOutcome || s.Passed != (tc.wantOutcome == OutcomePass) || len(s.Rows) != 3 || len(s.Rows[1].Violations) != tc.wantRow1 {
+				t.Errorf("Summarize = %s passed %v (%s), row 1 violations %q; want %s, %d", s.Outcome, s.Passed, s.Verdict, s.Rows[1].Violations, tc.wantOutcome, tc.wantRow1)
 			}
-			if len(s.Rows[2].Violations) != 0 && tc.slo.MinThroughput == 0 && tc.slo.P99 == 0 {
+			if len(s.Rows[2].Violations) != 0 {
 				t.Errorf("partial row judged: %q", s.Rows[2].Violations)
 			}
 		})
+	}
+}
+
+// TestSummarizeOutcomes: a stopped run is STOPPED, never PASS, whatever
+// its points; thresholds with no complete point to judge give NO VERDICT;
+// points the report would not trust (schedule lag) do not pass.
+func TestSummarizeOutcomes(t *testing.T) {
+	slo := scenario.SLO{P99: time.Second, Require: "any"}
+	stopped := sampleOutcome() // its point 0 meets the SLO
+	if s := Summarize(stopped, slo); s.Passed || s.Outcome != OutcomeStopped || !strings.Contains(s.Verdict, "2 of 4 points done") {
+		t.Errorf("stopped run: %s passed %v (%s)", s.Outcome, s.Passed, s.Verdict)
+	}
+	if s := Summarize(stopped, scenario.SLO{}); s.Passed || s.Outcome != OutcomeStopped {
+		t.Errorf("stopped run without thresholds: %s passed %v", s.Outcome, s.Passed)
+	}
+	partial := sampleOutcome()
+	partial.Interrupted = false
+	partial.Records = partial.Records[2:]
+	if s := Summarize(partial, slo); s.Passed || s.Outcome != OutcomeUnjudged {
+		t.Errorf("no complete point: %s passed %v (%s)", s.Outcome, s.Passed, s.Verdict)
+	}
+	lag := sampleOutcome()
+	lag.Interrupted = false
+	lag.Records = lag.Records[:1]
+	lag.Records[0].Flags, lag.Records[0].Valid = []string{record.FlagScheduleLag}, false
+	s := Summarize(lag, slo)
+	if s.Passed || s.Outcome != OutcomeFail || !slices.Contains(s.Rows[0].Violations, "untrusted measurement") {
+		t.Errorf("a lagging point: %s passed %v, violations %q", s.Outcome, s.Passed, s.Rows[0].Violations)
+	}
+	var b bytes.Buffer
+	if err := Summarize(stopped, slo).WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "SLO p99 ≤ 1s: STOPPED, stopped before the end") || strings.Contains(b.String(), "PASS") {
+		t.Errorf("stopped run's summary:\n%s", b.String())
 	}
 }
 
@@ -124,14 +162,17 @@ func llmOutcome() *Outcome {
 			{Index: 1, Point: record.Point{Name: "static c=64"}, Sent: 60, Throughput: 3.5, Valid: true,
 				LLM: l(494, 3.5, 1.2, 5100, 11700, 9.1, 0, nil)},
 			{Index: 2, Point: record.Point{Name: "naive c=64"}, Sent: 20, Throughput: 0.8, Flags: []string{record.FlagErrors, record.FlagNoUsage}, Valid: true,
-				LLM: l(114, 0.8, 0, 30000, 61000, 8.3, 4, map[string]int{"stream_error": 3, "disconnect": 1})},
+				Errors: map[string]int{"sse: event too large (over 1 MiB)": 3, "answer is not JSON: <html><body>Bad gateway": 1},
+				LLM:    l(114, 0.8, 0, 30000, 61000, 8.3, 4, map[string]int{"stream_error": 3, "disconnect": 1})},
 		},
 	}
 }
 
 func TestSummaryLLM(t *testing.T) {
 	slo := scenario.SLO{TTFTP99: 2 * time.Second, Require: "any"}
-	s := Summarize(llmOutcome(), slo)
+	out := llmOutcome()
+	out.Records[2].LLM.Unfinished = 2
+	s := Summarize(out, slo)
 	if !s.Passed || s.Rows[1].Violations[0] != "TTFT p99 11.7s > 2s" {
 		t.Errorf("passed %v, violations %q", s.Passed, s.Rows[1].Violations)
 	}

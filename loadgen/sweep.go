@@ -19,6 +19,9 @@ type pointRun interface {
 	// partial when fewer than planned finished; nil when none measured
 	// anything.
 	record() *record.Record
+	// last returns the record of the latest repeat alone and whether its
+	// throughput drifted; nil before the first.
+	last() (*record.Record, bool)
 }
 
 func (r *runner) newRun(p Plan) pointRun {
@@ -157,6 +160,7 @@ func (r *runner) serve(ctx context.Context, p Plan) error {
 	if err := r.servers.Use(ctx, p.Group, p.Settings); err != nil {
 		return err
 	}
+	r.fresh = true
 	if r.sc.Payload.LLM != nil {
 		return r.checkGenServer(ctx)
 	}

@@ -29,6 +29,10 @@ type Info struct {
 	Params string
 }
 
+// TaskEmbed is the Info.Task of a model whose every output is a vector
+// ([]float32 of one length): an embedding head.
+const TaskEmbed = "embed"
+
 // Model is one instance of a loaded model. A server gives each worker its own
 // instance and never calls Predict on one instance concurrently.
 type Model interface {

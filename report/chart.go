@@ -625,24 +625,34 @@ type lineLabel struct {
 }
 
 func (l lineLabel) Plot(c draw.Canvas, p *plot.Plot) {
+	if sty, pt, ok := l.place(c, p); ok {
+		textOnPatch(c, sty, pt, l.text)
+	}
+}
+
+// place returns where l's text goes on c: at the right end of its line,
+// above it (below where there is no room); false when the line is off c.
+func (l lineLabel) place(c draw.Canvas, p *plot.Plot) (text.Style, vg.Point, bool) {
 	_, trY := p.Transforms(&c)
 	y := trY(l.y)
-	if y < c.Min.Y || y > c.Max.Y {
-		return
-	}
 	sty := textStyle(sans, 9.5, l.col)
+	if y < c.Min.Y || y > c.Max.Y {
+		return sty, vg.Point{}, false
+	}
 	sty.XAlign, sty.YAlign = draw.XRight, draw.YBottom
 	pt := vg.Point{X: c.Max.X - vg.Points(4), Y: y + vg.Points(2)}
 	if pt.Y+sty.Height(l.text) > c.Max.Y { // no room above: below the line
 		sty.YAlign = draw.YTop
 		pt.Y = y - vg.Points(2)
 	}
-	textOnPatch(c, sty, pt, l.text)
+	return sty, pt, true
 }
 
 // sloLine draws the p99 threshold across p with its value written on it.
-func sloLine(p *plot.Plot, ms float64) {
-	p.Add(hline(ms, line(sloColor, 1.5, 3, 3)), lineLabel{y: ms, text: "SLO p99 " + fmtMs(ms), col: sloColor})
+func sloLine(p *plot.Plot, ms float64) lineLabel {
+	l := lineLabel{y: ms, text: "SLO p99 " + fmtMs(ms), col: sloColor}
+	p.Add(hline(ms, line(sloColor, 1.5, 3, 3)), l)
+	return l
 }
 
 // labels draws texts at data points, offset by dx, dy points, each on a
@@ -651,15 +661,17 @@ func sloLine(p *plot.Plot, ms float64) {
 // tries the other side of its point, then above and below, and is left
 // out when all collide: list the labels most important first. With marks,
 // the labels keep off those markers too, and label i names marker mark[i]
-// (−1: none) where that one was moved aside.
+// (−1: none) where that one was moved aside. With avoid, they keep off
+// the texts of keepOff too.
 type labels struct {
-	x, y   []float64
-	texts  []string
-	style  text.Style
-	dx, dy float64
-	avoid  bool
-	marks  *markers
-	mark   []int
+	x, y    []float64
+	texts   []string
+	style   text.Style
+	dx, dy  float64
+	avoid   bool
+	marks   *markers
+	mark    []int
+	keepOff []lineLabel
 }
 
 func newLabels(x, y []float64, texts []string, size, dx, dy float64, align draw.XAlignment) *labels {
@@ -677,6 +689,11 @@ func (l *labels) Plot(c draw.Canvas, p *plot.Plot) {
 		for i, pt := range marked {
 			r := l.marks.styles[i].Radius
 			placed = append(placed, vg.Rectangle{Min: vg.Point{X: pt.X - r, Y: pt.Y - r}, Max: vg.Point{X: pt.X + r, Y: pt.Y + r}})
+		}
+	}
+	for _, ll := range l.keepOff {
+		if sty, pt, ok := ll.place(c, p); ok {
+			placed = append(placed, patchOf(sty, pt, ll.text))
 		}
 	}
 	for i, t := range l.texts {

@@ -25,15 +25,15 @@ type chart struct {
 
 // optionalCharts are drawn only for the runs they apply to; a report
 // without one removes an earlier report's.
-var optionalCharts = append([]string{"throughput.png", "latency.png", "naive-vs-batched.png", "throughput-latency.png",
-	"server-time.png", "policy.png", "comparison.png"}, llmChartFiles...)
+var optionalCharts = slices.Concat([]string{"throughput.png", "latency.png", "naive-vs-batched.png", "throughput-latency.png",
+	"server-time.png", "policy.png", "comparison.png", routeFile}, llmChartFiles, searchChartFiles)
 
 // charts lists the report's charts: an LLM run's (llm_charts.go), or an
 // encoder run's, with the policy comparison only when points differ by
 // policy; the comparison only with a baseline.
 func (v *view) charts(c *Comparison) []chart {
 	if v.isLLM() {
-		cs := v.llmCharts()
+		cs := append(v.llmCharts(), v.searchCharts()...)
 		if c != nil {
 			cs = append(cs, chart{"comparison.png", "Change against the baseline", func() (*figure, string) { return v.comparisonChart(c) }})
 		}
@@ -49,6 +49,7 @@ func (v *view) charts(c *Comparison) []chart {
 	if len(v.contrasts(policyDim)) > 0 {
 		cs = append(cs, chart{"policy.png", "Batching policies vs offered load", v.policyChart})
 	}
+	cs = append(cs, v.searchCharts()...)
 	if c != nil {
 		cs = append(cs, chart{"comparison.png", "Change against the baseline", func() (*figure, string) { return v.comparisonChart(c) }})
 	}

@@ -47,6 +47,7 @@ func ExampleWrite() {
 	// naive-vs-batched.png
 	// throughput-latency.png
 	// server-time.png
+	// pareto.png
 	// comparison.png
 	// best: batched b=16 w=4 rate=400
 	// regression: 110 regression, 0 warn, 35 pass

@@ -25,10 +25,13 @@ type llmSeries struct {
 	MaxSeqs, MBT int
 	Latency      record.Duration
 	Policy       string
+	Cache        string // the prefix cache: "on", "off", "" when the sweep left it
+	Route        string // the router's policy in front of replicas
 }
 
 func llmSeriesOf(p record.Point) llmSeries {
-	return llmSeries{Endpoint: p.Endpoint, MaxSeqs: p.MaxSeqs, MBT: p.MaxBatchedTokens, Latency: p.Latency, Policy: p.Policy}
+	return llmSeries{Endpoint: p.Endpoint, MaxSeqs: p.MaxSeqs, MBT: p.MaxBatchedTokens, Latency: p.Latency, Policy: p.Policy,
+		Cache: cacheOf(p), Route: p.RoutePolicy}
 }
 
 // llmGroups groups the LLM points by series, in the order: continuous,
@@ -37,7 +40,7 @@ func (v *view) llmGroups() ([]llmSeries, map[llmSeries][]*record.Record) {
 	order, groups := groupBy(v.recs, func(r *record.Record) (llmSeries, bool) { return llmSeriesOf(r.Point), r.LLM != nil })
 	slices.SortStableFunc(order, func(a, b llmSeries) int {
 		return cmp.Or(cmp.Compare(endpointRank(a.Endpoint), endpointRank(b.Endpoint)), cmp.Compare(a.Endpoint, b.Endpoint),
-			cmp.Compare(a.MaxSeqs, b.MaxSeqs), cmp.Compare(a.MBT, b.MBT), cmp.Compare(a.Latency, b.Latency))
+			cmp.Compare(a.MaxSeqs, b.MaxSeqs), cmp.Compare(a.MBT, b.MBT), cmp.Compare(a.Latency, b.Latency), cmp.Compare(b.Cache, a.Cache))
 	})
 	for _, recs := range groups {
 		slices.SortFunc(recs, func(a, b *record.Record) int { return compareLoad(a.Point.Load, b.Point.Load) })
@@ -79,6 +82,9 @@ func (v *view) llmLabel(s llmSeries) string {
 	if s.Endpoint == "naive" {
 		return name
 	}
+	if s.Route != "" {
+		name += " route " + s.Route
+	}
 	if vary(func(o llmSeries) string { return fmt.Sprint(o.MaxSeqs) }) && s.MaxSeqs > 0 {
 		name += fmt.Sprintf(" seqs=%d", s.MaxSeqs)
 	}
@@ -87,6 +93,9 @@ func (v *view) llmLabel(s llmSeries) string {
 	}
 	if vary(func(o llmSeries) string { return o.Latency.D().String() }) {
 		name += " max-lat " + s.Latency.D().String()
+	}
+	if vary(func(o llmSeries) string { return o.Cache }) && s.Cache != "" {
+		name += " cache " + s.Cache
 	}
 	return name
 }
@@ -140,9 +149,13 @@ func (v *view) llmSummary(res *Result, title string) string {
 	v.writeFacts(&b)
 	v.writeWarnings(&b)
 	v.writeLLMBest(&b)
+	v.writeCapacity(&b)
+	v.routeSummary(&b)
 	v.writeEndpoints(&b)
 	v.writeIdeal(&b)
 	v.writeServerSide(&b)
+	v.writePrefix(&b)
+	v.writeTurns(&b)
 	writeCharts(&b, res.Charts)
 	v.writeLLMPoints(&b)
 	if res.Comparison != nil {
@@ -170,6 +183,9 @@ func (v *view) llmConfig(r *record.Record) string {
 	}
 	if p.Latency > 0 && (p.Endpoint == "static" || p.Policy == "static") {
 		s += ", max-latency " + p.Latency.D().String()
+	}
+	if p.RoutePolicy != "" {
+		s += ", route " + p.RoutePolicy
 	}
 	return s
 }
@@ -290,7 +306,7 @@ func (v *view) writeIdeal(b *strings.Builder) {
 	if s := recs[0].LLM.Server; s != nil {
 		params = " (" + s.Params + ")"
 	}
-	fmt.Fprintf(b, "The ideal is sim-lm's steady state at B slots%s: Lo / (Lo·(step/B + per_seq) + per_prefill_token·Lp) tokens/s, for the mean output (Lo) and prompt (Lp) tokens of the point's completed requests; B is --max-seqs (1 for naive). A saturated continuous batcher sits near it; static batching falls below on mixed lengths; an open loop below saturation is bound by its offered load instead.\n\n", params)
+	fmt.Fprintf(b, "The ideal is sim-lm's steady state at B slots%s: Lo / (Lo·(step/B + per_seq) + per_prefill_token·Lp) tokens/s, for the mean output (Lo) and prompt (Lp) tokens of the point's completed requests (Lp without the tokens found in a prefix cache, which cost no prefill); B is --max-seqs (1 for naive); behind a router, the ideal is each replica's times the replicas. A saturated continuous batcher sits near it; static batching falls below on mixed lengths; an open loop below saturation is bound by its offered load instead.\n\n", params)
 	b.WriteString("| point | B | Lo | Lp | ideal tokens/s | measured | measured / ideal |\n|---|--:|--:|--:|--:|--:|--:|\n")
 	for _, r := range recs {
 		l := r.LLM
@@ -299,7 +315,7 @@ func (v *view) writeIdeal(b *strings.Builder) {
 			slots = 1
 		}
 		fmt.Fprintf(b, "| %s | %d | %.1f | %.1f | %s | %s | %.2f |\n", v.pointLabel(r), slots,
-			float64(l.OutputTokens)/float64(l.Completed), float64(l.PromptTokens)/float64(l.Completed),
+			float64(l.OutputTokens)/float64(l.Completed), l.ComputedPrompt(),
 			short(l.Ideal), short(l.OutputTokensPerS), l.OutputTokensPerS/l.Ideal)
 	}
 	b.WriteString("\n")

@@ -23,16 +23,25 @@ import (
 //	                    (one configuration: one panel, a curve per load level)
 //	max-seqs.png        output tokens/s vs --max-seqs, a line per endpoint and load level
 //	timeline.png        a sample of requests: queue, time to first token, decode
-var llmChartFiles = []string{"llm-throughput.png", "llm-latency.png", "ttft-cdf.png", "max-seqs.png", "timeline.png"}
+//	turn-ttft.png       for multi-turn sessions: TTFT p50 and p99 by turn (prefix.go)
+//	route.png           through a router to replicas: the policies side by side (route.go)
+var llmChartFiles = []string{"llm-throughput.png", "llm-latency.png", "ttft-cdf.png", "max-seqs.png", "timeline.png", "turn-ttft.png"}
 
 func (v *view) llmCharts() []chart {
-	return []chart{
+	cs := []chart{
 		{"llm-throughput.png", "Output tokens/s and goodput vs request rate", v.llmThroughputChart},
 		{"llm-latency.png", "TTFT and TPOT vs request rate", v.llmLatencyChart},
 		{"ttft-cdf.png", "TTFT distribution per configuration", v.ttftCDFChart},
 		{"max-seqs.png", "Output tokens/s vs max-seqs", v.maxSeqsChart},
 		{"timeline.png", "Timeline of a sample of requests", v.timelineChart},
 	}
+	if v.hasTurns() {
+		cs = append(cs, chart{"turn-ttft.png", "TTFT by turn of multi-turn sessions", v.turnChart})
+	}
+	if v.isRouted() {
+		cs = append(cs, chart{routeFile, "Routing policies side by side", v.routeChart})
+	}
+	return cs
 }
 
 // rateX is a point's request rate on the x axis: the offered rate of an

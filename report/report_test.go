@@ -112,11 +112,15 @@ func TestChartColours(t *testing.T) {
 	}
 }
 
+// llmOneTurn are the charts of an LLM run without multi-turn sessions.
+var llmOneTurn = slices.DeleteFunc(slices.Clone(llmChartFiles), func(f string) bool { return f == "turn-ttft.png" })
+
 // TestWriteFixtures reports every fixture run, with and without a
 // baseline, and checks which charts are drawn and that each is a real
 // picture.
 func TestWriteFixtures(t *testing.T) {
-	all := []string{"throughput.png", "latency.png", "naive-vs-batched.png", "throughput-latency.png", "server-time.png"}
+	all := []string{"throughput.png", "latency.png", "naive-vs-batched.png", "throughput-latency.png", "server-time.png", "pareto.png"}
+	llmAll := append(slices.Clone(llmOneTurn), "pareto.png")
 	for _, tc := range []struct {
 		run, baseline string
 		drawn         []string
@@ -129,12 +133,12 @@ func TestWriteFixtures(t *testing.T) {
 		{run: "testdata/cpu", drawn: all},
 		{run: "testdata/partial", baseline: "testdata/sim", drawn: append(all, "comparison.png"), verdict: Pass},
 		{run: "testdata/one-point", drawn: []string{"naive-vs-batched.png", "throughput-latency.png", "server-time.png"}},
-		{run: "testdata/failed", baseline: "testdata/sim", drawn: []string{"throughput.png", "naive-vs-batched.png", "throughput-latency.png", "server-time.png", "comparison.png"}, verdict: Regression},
-		{run: "testdata/policies", drawn: append(all, "policy.png"), full: true},
-		{run: "testdata/llm", drawn: llmChartFiles, full: true},
-		{run: "testdata/llm", baseline: "testdata/llm", drawn: append(slices.Clone(llmChartFiles), "comparison.png"), verdict: Pass},
-		{run: "testdata/llm-slow", baseline: "testdata/llm", drawn: append(slices.Clone(llmChartFiles), "comparison.png"), verdict: Regression},
-		{run: "testdata/llm-closed", drawn: []string{"llm-throughput.png", "llm-latency.png", "ttft-cdf.png", "timeline.png"}},
+		{run: "testdata/failed", baseline: "testdata/sim", drawn: []string{"throughput.png", "naive-vs-batched.png", "throughput-latency.png", "server-time.png", "pareto.png", "comparison.png"}, verdict: Regression},
+		{run: "testdata/policies", drawn: append(all[:5:5], "policy.png", "pareto.png"), full: true},
+		{run: "testdata/llm", drawn: llmAll, full: true},
+		{run: "testdata/llm", baseline: "testdata/llm", drawn: append(slices.Clone(llmAll), "comparison.png"), verdict: Pass},
+		{run: "testdata/llm-slow", baseline: "testdata/llm", drawn: append(slices.Clone(llmAll), "comparison.png"), verdict: Regression},
+		{run: "testdata/llm-closed", drawn: []string{"llm-throughput.png", "llm-latency.png", "ttft-cdf.png", "timeline.png", "pareto.png"}},
 	} {
 		t.Run(filepath.Base(tc.run)+"/"+filepath.Base(tc.baseline), func(t *testing.T) {
 			dir := t.TempDir()

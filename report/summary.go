@@ -6,6 +6,7 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -31,6 +32,7 @@ func (v *view) summary(res *Result) string {
 	v.writeFacts(&b)
 	v.writeWarnings(&b)
 	v.writeBest(&b)
+	v.writeCapacity(&b)
 	v.writePolicies(&b)
 	v.writeBucketing(&b)
 	v.writeInjected(&b)
@@ -118,6 +120,9 @@ func sloText(s record.SLO) string {
 		if d.v > 0 {
 			parts = append(parts, d.name+" p99 ≤ "+fmtMs(d.v.Ms()))
 		}
+	}
+	if s.MinGoodputFraction > 0 {
+		parts = append(parts, "good requests ≥ "+num(100*s.MinGoodputFraction)+" %")
 	}
 	if s.MinGoodput > 0 {
 		parts = append(parts, "goodput ≥ "+num(s.MinGoodput)+" req/s")
@@ -210,14 +215,39 @@ func statusText(r *record.Record) string {
 		if l.Unfinished > 0 {
 			text += fmt.Sprintf("; %d cut off at the drain", l.Unfinished)
 		}
-		return text
+		return text + topCauses(r.Errors)
 	}
 	for _, k := range slices.Sorted(maps.Keys(r.Status)) {
 		if k != "200" {
 			parts = append(parts, fmt.Sprintf("%s ×%d", k, r.Status[k]))
 		}
 	}
-	return fmt.Sprintf("%s failed: %s", pctAbs(r.ErrorRate()), strings.Join(parts, ", "))
+	return fmt.Sprintf("%s failed: %s", pctAbs(r.ErrorRate()), strings.Join(parts, ", ")) + topCauses(r.Errors)
+}
+
+// topCauses names the most frequent failures in words, from a record's
+// error texts: `; "sse: event too large" ×3, "answer is not JSON: <html>…" ×1`
+// (at most three, each at most 60 characters, fit for a table cell).
+func topCauses(errs map[string]int) string {
+	if len(errs) == 0 {
+		return ""
+	}
+	texts := slices.SortedFunc(maps.Keys(errs), func(a, b string) int {
+		if errs[a] != errs[b] {
+			return errs[b] - errs[a]
+		}
+		return strings.Compare(a, b)
+	})
+	var parts []string
+	for _, t := range texts[:min(3, len(texts))] {
+		short := strings.Join(strings.Fields(t), " ")
+		if r := []rune(short); len(r) > 60 {
+			short = string(r[:59]) + "…"
+		}
+		q := strings.ReplaceAll(strconv.Quote(short), "|", `\|`) // a table cell
+		parts = append(parts, fmt.Sprintf("%s ×%d", q, errs[t]))
+	}
+	return "; " + strings.Join(parts, ", ")
 }
 
 // trustedCount counts the points with trusted measurements and a success.
@@ -304,23 +334,28 @@ func (v *view) writeBest(b *strings.Builder) {
 	if nb := v.bestNaive(); nb != nil && !isNaive(best) && nb.Throughput > 0 {
 		more = append(more, fmt.Sprintf("That is %.1f× the naive endpoint's best throughput (%s req/s).", best.Throughput/nb.Throughput, num(nb.Throughput)))
 	}
-	if len(ok) > 1 {
+	// The next best configurations, each once at its best load: none
+	// when every point that qualifies is the best's configuration.
+	var next []*record.Record
+	seen := map[config]bool{configOf(best.Point): true}
+	for _, r := range ok[1:] {
+		if len(next) == 4 {
+			break
+		}
+		if !seen[configOf(r.Point)] {
+			seen[configOf(r.Point)] = true
+			next = append(next, r)
+		}
+	}
+	if len(next) > 0 {
 		more = append(more, "The next best configurations:")
 	}
 	if len(more) > 0 {
 		b.WriteString(strings.Join(more, " ") + "\n\n")
 	}
-	if len(ok) > 1 {
+	if len(next) > 0 {
 		b.WriteString("| configuration | load | req/s | p99 | errors |\n|---|---|--:|--:|--:|\n")
-		seen := map[config]bool{configOf(best.Point): true}
-		for _, r := range ok[1:] {
-			if len(seen) > 4 {
-				break
-			}
-			if seen[configOf(r.Point)] { // each configuration once, at its best load
-				continue
-			}
-			seen[configOf(r.Point)] = true
+		for _, r := range next {
 			fmt.Fprintf(b, "| %s | %s | %s | %s | %s |\n", v.configLabel(r), loadLabel(r.Point.Load), num(r.Throughput), fmtMs(r.Latency.P99.Ms()), pctAbs(r.ErrorRate()))
 		}
 		b.WriteString("\n")
@@ -526,7 +561,9 @@ func loadMode(l record.Load) string {
 	return "open loop"
 }
 
-// loadTarget is the load level a point was asked for.
+// loadTarget is the load level a point was asked for: the nominal rate,
+// and beside it the rate random arrivals drew when that differs ("2
+// (drawn 2.9)").
 func loadTarget(r *record.Record) string {
 	l := r.Point.Load
 	if l.Mode == "closed" || (l.Rate == 0 && l.Concurrency > 0) {
@@ -535,7 +572,10 @@ func loadTarget(r *record.Record) string {
 	if l.Pacer == "ramp" {
 		return num(l.RampFrom) + "→" + num(l.Rate)
 	}
-	return num(r.TargetRate)
+	if drawn, ok := r.DrawnRate(); ok {
+		return num(l.Rate) + " (drawn " + num(drawn) + ")"
+	}
+	return num(l.Rate)
 }
 
 func (v *view) writeOffline(b *strings.Builder) {

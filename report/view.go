@@ -19,13 +19,16 @@ type config struct {
 	Policy   string
 	Buckets  string // bucketsText of the point's buckets: "16,32,64", "" for none
 	Items    int
-	// A generation server's --max-seqs and --max-batched-tokens.
+	// A generation server's --max-seqs and --max-batched-tokens, and its
+	// prefix cache ("on", "off", "" when the sweep left it).
 	MaxSeqs, MaxBatchedTokens int
+	Cache                     string
 }
 
 func configOf(p record.Point) config {
 	return config{Endpoint: p.Endpoint, Batch: p.Batch, Workers: p.Workers, Latency: p.Latency, Policy: p.Policy,
-		Buckets: bucketsText(p.Buckets), Items: p.Items, MaxSeqs: p.MaxSeqs, MaxBatchedTokens: p.MaxBatchedTokens}
+		Buckets: bucketsText(p.Buckets), Items: p.Items, MaxSeqs: p.MaxSeqs, MaxBatchedTokens: p.MaxBatchedTokens,
+		Cache: cacheOf(p)}
 }
 
 // bucketsText renders bucket bounds as a comparable key and label:
@@ -127,6 +130,8 @@ func loadLabel(l record.Load) string {
 		return num(l.Rate) + " req/s Poisson"
 	case l.Rate > 0 && l.Arrival == "gamma":
 		return fmt.Sprintf("%s req/s gamma(%s)", num(l.Rate), num(l.Burstiness))
+	case l.Rate > 0 && l.Arrival == "trace":
+		return num(l.Rate) + " req/s trace"
 	case l.Rate > 0:
 		return num(l.Rate) + " req/s"
 	default:

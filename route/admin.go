@@ -7,7 +7,7 @@ import (
 	"github.com/inferhq/infer/server"
 )
 
-// Admin is the router's admin API, for the host to serve behind its admin
+// admin is the router's admin API, which the host serves behind its admin
 // token:
 //
 //	GET  /admin/replicas                 every replica: state, load, ejections
@@ -16,7 +16,7 @@ import (
 //	POST /admin/replicas/{name}/undrain  send it requests again
 //
 // A replica's name is its host:port.
-func (rt *Router) Admin() http.Handler {
+func (rt *Router) admin() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/admin/replicas", server.Methods(map[string]http.Handler{http.MethodGet: http.HandlerFunc(rt.listReplicas)}, refuseMethod))
 	drain := func(on bool) http.Handler {
@@ -39,7 +39,7 @@ func (rt *Router) listReplicas(w http.ResponseWriter, _ *http.Request) {
 	for i, r := range all {
 		list[i] = r.Status(now)
 	}
-	writeJSON(w, http.StatusOK, struct {
+	server.WriteJSON(w, http.StatusOK, struct {
 		Policy   Policy          `json:"policy"`
 		Replicas []ReplicaStatus `json:"replicas"`
 	}{rt.cfg.Policy, list})
@@ -52,7 +52,7 @@ func (rt *Router) setDrained(w http.ResponseWriter, name string, on bool) {
 				rt.log.Info("replica drained by the admin API", "replica", name, "drained", on)
 			}
 			r.m.ready.Set(b2f(r.eligible()))
-			writeJSON(w, http.StatusOK, r.Status(time.Now()))
+			server.WriteJSON(w, http.StatusOK, r.Status(time.Now()))
 			return
 		}
 	}

@@ -22,7 +22,7 @@ func BenchmarkProxy(b *testing.B) {
 			})
 			defer a.Close()
 			tr := startRouter(t, Config{Policy: p}, a)
-			defer func() { tr.cancel(); <-tr.done; tr.Server.Close() }()
+			defer func() { tr.cancel(); <-tr.done }()
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 			b.ReportAllocs()
 			b.SetParallelism(4)

@@ -3,47 +3,7 @@ package route
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"io"
-	"net"
-	"net/http"
-	"sync"
 )
-
-var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
-// readBody reads the whole body, at most limit bytes, into a pooled buffer
-// the caller returns to bufPool. Its errors are the encoder API's: 413 past
-// the limit, 408 for a body that does not arrive in time, 400 otherwise,
-// never quoting a network error (which names addresses).
-func readBody(r *http.Request, limit int64) (*bytes.Buffer, *apiError) {
-	if r.ContentLength > limit {
-		return nil, tooLarge(limit)
-	}
-	buf := bufPool.Get().(*bytes.Buffer)
-	buf.Reset()
-	_, err := buf.ReadFrom(io.LimitReader(r.Body, limit+1))
-	switch {
-	case err != nil:
-		bufPool.Put(buf)
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			return nil, newError(http.StatusRequestTimeout, "body_timeout", "the body did not arrive in time")
-		}
-		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, newError(http.StatusBadRequest, "bad_body", "the body ended early")
-		}
-		return nil, newError(http.StatusBadRequest, "bad_body", "the body could not be read (malformed chunked encoding, or the connection broke)")
-	case int64(buf.Len()) > limit:
-		bufPool.Put(buf)
-		return nil, tooLarge(limit)
-	}
-	return buf, nil
-}
-
-func tooLarge(limit int64) *apiError {
-	return newError(http.StatusRequestEntityTooLarge, "body_too_large", "request body exceeds %d bytes", limit)
-}
 
 // bodyFields are the parts of a JSON body the pickers read.
 type bodyFields struct {

@@ -2,9 +2,11 @@ package route
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
+
+	"github.com/inferhq/infer/server"
 )
 
 // apiError is an answer the router gives itself. It is written in OpenAI's
@@ -13,8 +15,9 @@ import (
 // so clients of either API read it. This file is the one place where the
 // router's errors become statuses:
 //
-//	400 a malformed X-Request-Timeout or body · 404 no such path
-//	405 method · 408 the body did not arrive in time · 413 body too large
+//	400 a malformed X-Request-Timeout or body · 405 method · 408 the body
+//	did not arrive in time · 413 body too large (these three the host's
+//	Limits decide)
 //	502 the replica failed before answering · 503 no replica ready, or
 //	draining · 504 the deadline passed before the answer
 type apiError struct {
@@ -27,9 +30,6 @@ type apiError struct {
 }
 
 func (e *apiError) Error() string { return e.Message }
-
-// statusClientClosed is counted, never sent: the client is gone.
-const statusClientClosed = 499
 
 func newError(status int, code, format string, args ...any) *apiError {
 	typ := "invalid_request_error"
@@ -48,37 +48,32 @@ func newError(status int, code, format string, args ...any) *apiError {
 	return e
 }
 
+// writeError answers with e in OpenAI's error shape, through the host's
+// writer (nothing for a client that left, Retry-After when set).
 func writeError(w http.ResponseWriter, e *apiError) {
-	if e.Status == statusClientClosed {
-		return
-	}
-	if e.RetryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
-	}
-	writeJSON(w, e.Status, struct {
-		Error *apiError `json:"error"`
-	}{e})
+	server.WriteErrorJSON(w, e.Status, e.RetryAfter, errorBody{e})
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	body, err := json.Marshal(v)
-	if err != nil {
-		status = http.StatusInternalServerError
-		body = []byte(`{"error":{"message":"cannot encode response","type":"server_error","param":null,"code":"internal"}}`)
+type errorBody struct {
+	Error *apiError `json:"error"`
+}
+
+// fromHost is an error of the host's body reader or deadline parser (a
+// *server.Error) in the router's shape.
+func fromHost(err error) *apiError {
+	var se *server.Error
+	if !errors.As(err, &se) {
+		return newError(http.StatusBadRequest, "bad_request", "%v", err)
 	}
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(body)+1))
-	w.WriteHeader(status)
-	w.Write(append(body, '\n'))
+	e := newError(se.Status, se.Code, "%s", se.Message)
+	e.RetryAfter = max(e.RetryAfter, se.RetryAfter)
+	return e
 }
 
 // errorEvent is the end of a stream that broke off: an OpenAI error event,
 // then [DONE], so that a client sees why it ended.
 func errorEvent(e *apiError) []byte {
-	body, _ := json.Marshal(struct {
-		Error *apiError `json:"error"`
-	}{e})
+	body, _ := json.Marshal(errorBody{e})
 	b := make([]byte, 0, len(body)+32)
 	b = append(b, "data: "...)
 	b = append(b, body...)

@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"time"
 
 	"github.com/inferhq/infer/route"
+	"github.com/inferhq/infer/server"
 )
 
 // A router over two replicas with the hash policy: every request with the
@@ -30,22 +33,28 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
+	// The router is a service of the host, as infer route runs it.
+	host, err := server.New(server.Config{}, rt)
+	if err != nil {
+		panic(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
 	ctx, stop := context.WithCancel(context.Background())
-	ready := make(chan struct{})
 	done := make(chan error)
-	go func() { done <- rt.Run(ctx, func() { close(ready) }) }()
-	<-ready
-
-	mux := http.NewServeMux()
-	rt.Mount(mux)
-	front := httptest.NewServer(mux)
-	defer front.Close()
+	go func() { done <- host.Serve(ctx, ln) }()
+	for !host.Ready() { // every replica checked once
+		time.Sleep(time.Millisecond)
+	}
+	front := "http://" + ln.Addr().String()
 
 	first := map[string]string{}
 	sticky := true
 	for i := range 40 {
 		key := fmt.Sprintf("user-%d", i%8)
-		req, _ := http.NewRequest(http.MethodPost, front.URL+"/v1/completions", strings.NewReader(`{"prompt": "Hi"}`))
+		req, _ := http.NewRequest(http.MethodPost, front+"/v1/completions", strings.NewReader(`{"prompt": "Hi"}`))
 		req.Header.Set("X-Routing-Key", key)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

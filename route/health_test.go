@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -204,25 +205,23 @@ func names2(rs []*Replica) string {
 func TestAdminDrainsAndListsReplicas(t *testing.T) {
 	a, b := newFake(t), newFake(t)
 	tr := startRouter(t, Config{}, a, b)
-	resp, err := http.Post(tr.URL+"/admin/replicas/"+a.name()+"/drain", "", nil)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("drain: %v %v", resp, err)
+	if resp, err := http.Post(tr.URL+"/admin/replicas/"+a.name()+"/drain", "", nil); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("drain without the token: %v %v, want 401", resp, err)
+	}
+	if resp, body := tr.admin(t, http.MethodPost, "/admin/replicas/"+a.name()+"/drain"); resp.StatusCode != http.StatusOK {
+		t.Fatalf("drain: %d %s", resp.StatusCode, body)
 	}
 	for range 6 {
 		if resp, _ := tr.post(t, "/batched", `{}`); resp.Header.Get(ReplicaHeader) != b.name() {
 			t.Fatalf("a drained replica was picked")
 		}
 	}
-	resp, err = http.Get(tr.URL + "/admin/replicas")
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, body := tr.admin(t, http.MethodGet, "/admin/replicas")
 	var list struct {
 		Policy   string
 		Replicas []ReplicaStatus
 	}
-	json.NewDecoder(resp.Body).Decode(&list)
-	resp.Body.Close()
+	json.Unmarshal([]byte(body), &list)
 	if list.Policy != "round-robin" || len(list.Replicas) != 2 {
 		t.Fatalf("list %+v", list)
 	}
@@ -231,7 +230,7 @@ func TestAdminDrainsAndListsReplicas(t *testing.T) {
 			t.Errorf("%+v: want only a drained, both ready", r)
 		}
 	}
-	http.Post(tr.URL+"/admin/replicas/"+a.name()+"/undrain", "", nil)
+	tr.admin(t, http.MethodPost, "/admin/replicas/"+a.name()+"/undrain")
 	if a.hits.Load() != 0 {
 		t.Fatal("a got requests while drained")
 	}
@@ -240,19 +239,26 @@ func TestAdminDrainsAndListsReplicas(t *testing.T) {
 	if a.hits.Load() == 0 {
 		t.Error("a got no request after undrain")
 	}
-	resp, _ = http.Post(tr.URL+"/admin/replicas/nope:1/drain", "", nil)
-	if resp.StatusCode != http.StatusNotFound {
+	if resp, _ := tr.admin(t, http.MethodPost, "/admin/replicas/nope:1/drain"); resp.StatusCode != http.StatusNotFound {
 		t.Errorf("draining an unknown replica: %d, want 404", resp.StatusCode)
 	}
-	resp, _ = http.Get(tr.URL + "/admin/replicas/" + a.name() + "/drain")
-	if resp.StatusCode != http.StatusMethodNotAllowed {
+	if resp, _ := tr.admin(t, http.MethodGet, "/admin/replicas/"+a.name()+"/drain"); resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("GET drain: %d, want 405", resp.StatusCode)
 	}
-	// Everything drained: no replica ready.
-	http.Post(tr.URL+"/admin/replicas/"+a.name()+"/drain", "", nil)
-	http.Post(tr.URL+"/admin/replicas/"+b.name()+"/drain", "", nil)
+	// Everything drained: no replica ready, and the host's /readyz says so.
+	tr.admin(t, http.MethodPost, "/admin/replicas/"+a.name()+"/drain")
+	tr.admin(t, http.MethodPost, "/admin/replicas/"+b.name()+"/drain")
 	if err := tr.Ready(); err == nil || !strings.Contains(err.Error(), "2 drained") {
 		t.Errorf("Ready() = %v, want 2 drained", err)
+	}
+	resp, err := http.Get(tr.URL + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(ready), "no_replica") || !strings.Contains(string(ready), "2 drained") {
+		t.Errorf("/readyz with every replica drained: %d %s, want 503 no_replica naming 2 drained", resp.StatusCode, ready)
 	}
 }
 
@@ -288,10 +294,15 @@ func TestDrainRefusesNewRequestsAndWaitsForThoseInFlight(t *testing.T) {
 		done <- resp.StatusCode
 	}()
 	eventually(t, "the request is in flight", func() bool { return tr.replica(a).InFlight() == 1 })
-	tr.cancel()
+	tr.cancel() // the host drains: it stops listening, and the router's Run ends
 	eventually(t, "draining", func() bool { return tr.Ready() != nil })
-	if resp, body := tr.post(t, "/batched", `{}`); resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "draining") {
-		t.Errorf("during the drain: %d %s, want 503 draining", resp.StatusCode, body)
+	if err := tr.Ready(); !strings.Contains(err.Error(), "draining") {
+		t.Errorf("Ready() = %v, want draining", err)
+	}
+	rec := httptest.NewRecorder() // a request that reached the router after the drain began
+	tr.proxy(&endpoint{route: "/batched", api: apiEncoder}).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/batched", strings.NewReader(`{}`)))
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "draining") {
+		t.Errorf("during the drain: %d %s, want 503 draining", rec.Code, rec.Body)
 	}
 	select {
 	case <-tr.done:
@@ -330,7 +341,7 @@ func TestMetricsCountPicksAndAnswers(t *testing.T) {
 		}
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(tr.Collectors()...)
+	reg.MustRegister(tr.collectors()...)
 	if _, err := reg.Gather(); err != nil {
 		t.Error(err)
 	}
@@ -341,7 +352,7 @@ func TestMetricsCountPicksAndAnswers(t *testing.T) {
 func metricValue(t *testing.T, rt *Router, name, replica, other string) float64 {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(rt.Collectors()...)
+	reg.MustRegister(rt.collectors()...)
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

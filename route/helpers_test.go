@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/inferhq/infer/server"
 )
 
 // fake is a replica for tests: an HTTP server that answers /readyz (while
@@ -81,18 +83,27 @@ func (f *fake) lastHeader(k string) string {
 	return f.seen[len(f.seen)-1].Header.Get(k)
 }
 
-// testRouter is a router over fakes, served by an httptest server with
-// its admin API (no token) at /admin/.
+// testRouter is a router over fakes, served as a service of a host
+// (package server) on a loopback port, its admin API behind adminToken.
 type testRouter struct {
 	*Router
-	*httptest.Server
-	cancel context.CancelFunc
-	done   chan struct{}
+	URL    string
+	cancel context.CancelFunc // the host drains
+	done   chan struct{}      // closed when the host has stopped
 }
 
+const adminToken = "test-token"
+
 // startRouter starts a router over the fakes with cfg, fast health checks
-// unless cfg sets them, and waits until it has checked every replica.
-func startRouter(t *testing.T, cfg Config, fakes ...*fake) *testRouter {
+// unless cfg sets them, on a host with default settings, and waits until
+// it has checked every replica.
+func startRouter(t testing.TB, cfg Config, fakes ...*fake) *testRouter {
+	t.Helper()
+	return startRouterOn(t, server.Config{}, cfg, fakes...)
+}
+
+// startRouterOn is startRouter on a host configured by host.
+func startRouterOn(t testing.TB, host server.Config, cfg Config, fakes ...*fake) *testRouter {
 	t.Helper()
 	for _, f := range fakes {
 		u, err := ParseUpstream(f.URL)
@@ -111,31 +122,52 @@ func startRouter(t *testing.T, cfg Config, fakes ...*fake) *testRouter {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mux := http.NewServeMux()
-	rt.Mount(mux)
-	mux.Handle("/admin/", rt.Admin())
-	tr := &testRouter{Router: rt, Server: httptest.NewServer(mux), done: make(chan struct{})}
+	host.AdminToken = adminToken
+	host.DrainTimeout = 5 * time.Second
+	srv, err := server.New(host, rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &testRouter{Router: rt, URL: "http://" + ln.Addr().String(), done: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	tr.cancel = cancel
-	ready := make(chan struct{})
 	go func() {
 		defer close(tr.done)
-		if err := rt.Run(ctx, func() { close(ready) }); err != nil {
+		if err := srv.Serve(ctx, ln); err != nil {
 			t.Error(err)
 		}
 	}()
-	t.Cleanup(func() {
-		cancel()
-		tr.Server.CloseClientConnections() // a failed test's requests in flight end
-		<-tr.done
-		tr.Server.Close()
-	})
-	select {
-	case <-ready:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the router did not check its replicas within 5s")
+	t.Cleanup(func() { cancel(); <-tr.done })
+	deadline := time.Now().Add(5 * time.Second)
+	for !srv.Ready() {
+		if time.Now().After(deadline) {
+			t.Fatal("the router did not check its replicas within 5s")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	return tr
+}
+
+// admin sends an admin API request with the token and returns the answer
+// with its body read.
+func (tr *testRouter) admin(t *testing.T, method, path string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, tr.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(b)
 }
 
 // post sends body to path through the router and returns the answer with

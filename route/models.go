@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/inferhq/infer/server"
 )
 
 // modelsTimeout bounds the gathering of the replicas' model lists.
@@ -33,7 +35,7 @@ func (rt *Router) models(route string, one bool) http.Handler {
 			rt.refuse(w, newError(http.StatusServiceUnavailable, "no_replica", "%v", rt.noReplica(rt.Replicas())))
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), min(modelsTimeout, rt.cfg.Timeout))
+		ctx, cancel := context.WithTimeout(r.Context(), min(modelsTimeout, rt.limits.Timeout))
 		defer cancel()
 		lists := make([][]json.RawMessage, len(cands))
 		var wg sync.WaitGroup
@@ -56,7 +58,7 @@ func (rt *Router) models(route string, one bool) http.Handler {
 				seen[id.ID] = true
 				data = append(data, m)
 				if one && id.ID == r.PathValue("model") {
-					writeJSON(w, http.StatusOK, m)
+					server.WriteJSON(w, http.StatusOK, m)
 					return
 				}
 			}
@@ -73,7 +75,7 @@ func (rt *Router) models(route string, one bool) http.Handler {
 			if data == nil {
 				data = []json.RawMessage{}
 			}
-			writeJSON(w, http.StatusOK, struct {
+			server.WriteJSON(w, http.StatusOK, struct {
 				Object string            `json:"object"`
 				Data   []json.RawMessage `json:"data"`
 			}{"list", data})

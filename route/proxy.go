@@ -35,23 +35,28 @@ type endpoint struct {
 	api   api
 }
 
-// Mount registers the proxied endpoints on mux:
+// Mount registers the router on its host (it is a server.Service): the
+// proxied endpoints
 //
 //	POST /naive, /batched                      infer's encoder API
 //	     /v2/…                                 KServe v2 (any method)
 //	POST /v1/completions, /v1/chat/completions, /v1/embeddings
 //	GET  /v1/models, /v1/models/{model}        every ready replica's, merged
 //
-// and the same OpenAI paths under /static/v1/ and /naive/v1/.
-func (rt *Router) Mount(mux *http.ServeMux) {
+// and the same OpenAI paths under /static/v1/ and /naive/v1/; its metrics
+// (infer_route_*), a readiness check (at least one replica may be picked),
+// and the admin API under /admin/ (see admin). Each request's deadline and
+// largest body are the host's Limits.
+func (rt *Router) Mount(m *server.Mount) {
+	rt.limits = m.Limits()
 	post := func(path string, ep *endpoint) {
-		mux.Handle(path, server.Methods(map[string]http.Handler{http.MethodPost: rt.proxy(ep)}, refuseMethod))
+		m.Handle(path, server.Methods(map[string]http.Handler{http.MethodPost: rt.proxy(ep)}, refuseMethod))
 	}
 	post("/naive", &endpoint{route: "/naive", api: apiEncoder})
 	post("/batched", &endpoint{route: "/batched", api: apiEncoder})
 	v2 := rt.proxy(&endpoint{route: "/v2", api: apiV2})
-	mux.Handle("/v2", v2)
-	mux.Handle("/v2/", v2)
+	m.Handle("/v2", v2)
+	m.Handle("/v2/", v2)
 	for _, p := range []string{"", "/static", "/naive"} {
 		ep := &endpoint{route: p + "/v1", api: apiOpenAI}
 		for _, path := range []string{"/completions", "/chat/completions", "/embeddings"} {
@@ -60,9 +65,18 @@ func (rt *Router) Mount(mux *http.ServeMux) {
 		get := func(h http.Handler) http.Handler {
 			return server.Methods(map[string]http.Handler{http.MethodGet: h}, refuseMethod)
 		}
-		mux.Handle(ep.route+"/models", get(rt.models(ep.route, false)))
-		mux.Handle(ep.route+"/models/{model...}", get(rt.models(ep.route, true)))
+		m.Handle(ep.route+"/models", get(rt.models(ep.route, false)))
+		m.Handle(ep.route+"/models/{model...}", get(rt.models(ep.route, true)))
 	}
+	m.Collect(rt.collectors()...)
+	m.Readiness(func() error {
+		if err := rt.Ready(); err != nil {
+			return server.Errorf(http.StatusServiceUnavailable, "no_replica", "%v", err)
+		}
+		return nil
+	})
+	m.Admin("/admin/", rt.admin())
+	m.Paths("/v1/…", "/batched", "/naive", "/v2/…")
 }
 
 func refuseMethod(w http.ResponseWriter, msg string) {
@@ -88,22 +102,22 @@ func (rt *Router) proxy(ep *endpoint) http.Handler {
 			return
 		}
 		defer rt.track.leave()
-		timeout, err := server.Limits{Timeout: rt.cfg.Timeout}.RequestTimeout(r)
+		timeout, err := rt.limits.RequestTimeout(r)
 		if err != nil {
-			rt.refuse(w, newError(http.StatusBadRequest, "bad_timeout", "%v", err))
+			rt.refuse(w, fromHost(err))
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
 		var body []byte
 		if r.Body != nil && r.Body != http.NoBody && r.Method != http.MethodGet && r.Method != http.MethodHead {
-			buf, e := readBody(r, rt.cfg.MaxBody)
-			if e != nil {
-				rt.refuse(w, e)
+			b, err := rt.limits.ReadBody(r)
+			if err != nil {
+				rt.refuse(w, fromHost(err))
 				return
 			}
-			defer bufPool.Put(buf)
-			body = buf.Bytes()
+			defer b.Release()
+			body = b.Bytes()
 		}
 		req := &Request{Route: ep.route}
 		rt.describe(req, r, body)

@@ -38,14 +38,6 @@ type Config struct {
 	Score ScoreConfig
 	// Health configures health checks and ejection.
 	Health HealthConfig
-	// Timeout is a request's default deadline, from its arrival at the
-	// router to the end of its answer; X-Request-Timeout may shorten it.
-	// The time left travels to the replica in X-Request-Timeout. Default
-	// DefaultTimeout.
-	Timeout time.Duration
-	// MaxBody is the largest request body, in bytes, at most
-	// server.MaxBodyLimit. Default 1 MiB.
-	MaxBody int64
 	// Attempts is the most replicas one request tries, the first
 	// included: a request is retried on another replica only while no
 	// byte of an answer has reached the client, and only when the replica
@@ -88,10 +80,8 @@ type Resolver interface {
 
 // Defaults and bounds of Config.
 const (
-	DefaultTimeout = 30 * time.Second
-	DefaultMaxBody = 1 << 20
-	MaxAttempts    = 8
-	MaxBalance     = 100
+	MaxAttempts = 8
+	MaxBalance  = 100
 )
 
 func (c Config) withDefaults() Config {
@@ -107,12 +97,6 @@ func (c Config) withDefaults() Config {
 	c.Prefix = c.Prefix.withDefaults()
 	c.Score = c.Score.withDefaults()
 	c.Health = c.Health.withDefaults()
-	if c.Timeout <= 0 {
-		c.Timeout = DefaultTimeout
-	}
-	if c.MaxBody <= 0 {
-		c.MaxBody = DefaultMaxBody
-	}
 	if c.Attempts <= 0 {
 		c.Attempts = 3
 	}
@@ -162,11 +146,9 @@ func (c Config) Validate() error {
 	switch {
 	case c.Balance != 0 && (c.Balance < 1 || c.Balance > MaxBalance):
 		return fmt.Errorf("hash balance %v: want 1 to %d (a replica takes at most that many times the mean load)", c.Balance, MaxBalance)
-	case c.MaxBody < 0 || c.MaxBody > server.MaxBodyLimit:
-		return fmt.Errorf("max body %d bytes: want 1 to %d", c.MaxBody, server.MaxBodyLimit)
 	case c.Attempts < 0 || c.Attempts > MaxAttempts:
 		return fmt.Errorf("attempts %d: want 1 to %d", c.Attempts, MaxAttempts)
-	case c.Timeout < 0 || c.ConnectTimeout < 0 || c.WriteTimeout < 0 || c.ResolveInterval < 0:
+	case c.ConnectTimeout < 0 || c.WriteTimeout < 0 || c.ResolveInterval < 0:
 		return errors.New("timeouts and intervals must not be negative")
 	case c.ResolveInterval > 0 && c.ResolveInterval < 100*time.Millisecond:
 		return fmt.Errorf("resolve interval %v: at least 100ms", c.ResolveInterval)
@@ -180,11 +162,13 @@ func (c Config) Validate() error {
 	return c.Health.validate()
 }
 
-// Router spreads requests over replicas by a policy. It serves the
-// encoder and OpenAI endpoints (Mount), checks replicas' health and follows
-// DNS (Run), and reports through Ready, Collectors and Admin.
+// Router spreads requests over replicas by a policy. It is a service of
+// the host (package server): Mount registers the encoder and OpenAI
+// endpoints, its metrics, readiness and admin API; Run checks replicas'
+// health and follows DNS until the host drains.
 type Router struct {
 	cfg       Config
+	limits    server.Limits // the host's: each request's deadline and largest body
 	log       *slog.Logger
 	picker    Picker
 	index     *prefixIndex // nil unless the policy reads prompts
@@ -320,8 +304,8 @@ func (rt *Router) noReplica(all []*Replica) error {
 	return fmt.Errorf("no replica is ready (%d known: %s)", len(all), strings.Join(parts, ", "))
 }
 
-// Collectors are the router's metrics, to register on the host's registry.
-func (rt *Router) Collectors() []prometheus.Collector {
+// collectors are the router's metrics, registered on the host's registry.
+func (rt *Router) collectors() []prometheus.Collector {
 	cs := rt.m.collectors()
 	if rt.index != nil {
 		cs = append(cs,

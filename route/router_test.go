@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/inferhq/infer/server"
 )
 
 func TestProxiesEveryEndpointAndNamesTheReplica(t *testing.T) {
@@ -49,7 +51,7 @@ func TestProxiesEveryEndpointAndNamesTheReplica(t *testing.T) {
 
 func TestForwardsHeadersAndTheShrinkingDeadline(t *testing.T) {
 	a := newFake(t)
-	tr := startRouter(t, Config{Timeout: 10 * time.Second}, a)
+	tr := startRouterOn(t, server.Config{Timeout: 10 * time.Second}, Config{}, a)
 	tr.post(t, "/batched", `{}`, "Authorization", "Bearer k", "Connection", "X-Drop", "X-Drop", "1", "X-Request-Timeout", "2s")
 	if got := a.lastHeader("Authorization"); got != "Bearer k" {
 		t.Errorf("Authorization %q, want passed on", got)
@@ -76,7 +78,7 @@ func TestForwardsHeadersAndTheShrinkingDeadline(t *testing.T) {
 
 func TestBodiesAreBounded(t *testing.T) {
 	a := newFake(t)
-	tr := startRouter(t, Config{MaxBody: 1000}, a)
+	tr := startRouterOn(t, server.Config{MaxBody: 1000}, Config{}, a)
 	resp, body := tr.post(t, "/v1/completions", `{"prompt": "`+strings.Repeat("x", 1000)+`"}`)
 	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(body, "body_too_large") {
 		t.Errorf("a body over the limit: %d %s, want 413", resp.StatusCode, body)

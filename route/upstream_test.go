@@ -116,7 +116,6 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *Config) { c.Upstreams = nil }, "no upstream"},
 		{func(c *Config) { c.Policy = "fastest" }, "unknown policy"},
 		{func(c *Config) { c.Balance = 0.5 }, "hash balance"},
-		{func(c *Config) { c.MaxBody = 1 << 40 }, "max body"},
 		{func(c *Config) { c.Attempts = 9 }, "attempts"},
 		{func(c *Config) { c.Prefix.Capacity = MaxIndexCapacity + 1 }, "capacity"},
 		{func(c *Config) { c.Prefix.Threshold = 2 }, "threshold"},

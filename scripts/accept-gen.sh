@@ -6,6 +6,9 @@
 #   floor       the same for infer serve and for internal/ssefloor (the
 #               least a Go net/http server does to stream the same chunks
 #               at the same pace), in turn, ROUNDS (2) pairs
+#   floorcache  the floor's pairs with the prefix cache at work: prompts of
+#               16 shared 128-word prefixes and questions of their own,
+#               --prefix-cache=true, the server's hit rate beside each pair
 #   streams     STREAMS concurrent streams held, and the server's RSS
 #   slow        a client that stops reading: the others go on, and the slow
 #               stream ends (cut, or absorbed by the kernel's socket buffers)
@@ -55,7 +58,17 @@ for i in range(256):
     m = min(1024, max(1, round(100 * math.exp(0.8 * r.gauss(0, 1)))))
     with open(f"{sys.argv[1]}/body.{i}", "w") as f:
         json.dump({"prompt": prompt, "max_tokens": m, "ignore_eos": True, "stream": True}, f)
+# shared.*: the same lengths in and out as body.* on average, prompts of
+# one of 16 prefixes of 128 words and a question of 16–272 words of their
+# own (floorcache).
+prefixes = [" ".join(r.choice(words) for _ in range(128)) for _ in range(16)]
+for i in range(256):
+    prompt = prefixes[i % 16] + " " + " ".join(r.choice(words) for _ in range(r.randint(16, 272)))
+    m = min(1024, max(1, round(100 * math.exp(0.8 * r.gauss(0, 1)))))
+    with open(f"{sys.argv[1]}/shared.{i}", "w") as f:
+        json.dump({"prompt": prompt, "max_tokens": m, "ignore_eos": True, "stream": True}, f)
 PY
+BODY=body # the request bodies stream_loop sends: body.* or shared.*
 
 # stream_loop ID SECONDS: one closed-loop client of streamed completions.
 stream_loop() {
@@ -63,7 +76,7 @@ stream_loop() {
 	while [ $SECONDS -lt $end ]; do
 		i=$((i + 1))
 		code=$(curl -sN -o /dev/null -w '%{http_code}' "$URL/v1/completions" -H 'X-Request-Timeout: 120s' \
-			-d @"$TMP/body.$((i % 256))") || code=000
+			-d @"$TMP/$BODY.$((i % 256))") || code=000
 		echo "$code" >>"$TMP/codes.$1"
 	done
 }
@@ -103,12 +116,29 @@ section_cpu() {
 
 section_floor() {
 	echo "== CPU per streamed token, infer serve vs internal/ssefloor, $ROUNDS pairs in turn ($CONCURRENCY streams, ${DURATION}s each)"
+	floor_pairs
+}
+
+section_floorcache() {
+	echo "== CPU per streamed token with the prefix cache at work, infer serve vs internal/ssefloor, $ROUNDS pairs in turn"
+	echo "   ($CONCURRENCY streams, ${DURATION}s each; prompts of 16 shared 128-word prefixes and questions of 16-272 words)"
+	BODY=shared floor_pairs --prefix-cache=true
+}
+
+# floor_pairs [SERVE_FLAGS...]: ROUNDS pairs in turn of cpu_load on infer
+# serve --model sim-lm SERVE_FLAGS and on internal/ssefloor, and their
+# ratios; with the prefix cache on, the server's hit rate of each round.
+floor_pairs() {
 	go build -o "$TMP/ssefloor" ./internal/ssefloor
 	local pairs=()
 	for r in $(seq "$ROUNDS"); do
-		serve --model sim-lm
+		serve --model sim-lm "$@"
 		cpu_load "  round $r, infer serve" 'infer_gen_generation_tokens_total{endpoint="v1"}'
 		pairs+=("$CPU_PER_TOKEN")
+		local q h
+		q=$(metric 'infer_gen_prefix_cache_queries_total{endpoint="v1"}')
+		h=$(metric 'infer_gen_prefix_cache_hits_total{endpoint="v1"}')
+		awk -v q="$q" -v h="$h" 'BEGIN {if (q > 0) printf "  prefix cache: %.0f of %.0f prompt tokens found cached (%.1f %%)\n", h, q, 100 * h / q}'
 		stop_server
 		port_free "$URL"
 		${SERVE_ENV:-} "$TMP/ssefloor" -addr "${URL#http://}" >"$TMP/floor.log" 2>&1 &
@@ -246,5 +276,5 @@ section_badinput() {
 	rm -f "$TMP"/codes.*
 }
 
-sections=${*:-cpu floor streams slow disconnect badinput}
+sections=${*:-cpu floor floorcache streams slow disconnect badinput}
 for s in $sections; do "section_$s"; done

@@ -7,7 +7,7 @@
 # (apt-get install -y wrk). Every load is bounded in time.
 # Usage: scripts/accept-onnx.sh [section...]; sections: ceiling served memory
 # (default: all). MODEL (default bert-mini), BATCH (64), DURATION (6s, per
-# load) and ROUNDS (5) override the settings; SERVE_ARGS (default
+# load), ROUNDS (5) and PORT (18081) override the settings; SERVE_ARGS (default
 # "--buckets none", so that served batches pad like the offline bench's)
 # adds flags to the served model.
 set -euo pipefail
@@ -20,7 +20,7 @@ BATCH=${BATCH:-64}
 DURATION=${DURATION:-6s}
 ROUNDS=${ROUNDS:-5}
 SERVE_ARGS=${SERVE_ARGS---buckets none}
-URL=http://127.0.0.1:18081
+URL=http://127.0.0.1:${PORT:-18081}
 TMP=$(mktemp -d -t infer-onnx.XXXXXX)
 trap 'stop_server; rm -rf "$TMP"' EXIT
 CORPUS=loadgen/corpus/masked.txt
@@ -40,7 +40,7 @@ end
 LUA
 
 load() { # load ENDPOINT CONNECTIONS: requests/s of a closed-loop wrk run
-	wrk -t1 -c"$2" -d"$DURATION" --latency -s "$TMP/corpus.lua" "$URL$1" -- "$PWD/$CORPUS" >"$TMP/wrk.out"
+	wrk -t1 -c"$2" -d"$DURATION" --timeout 30s --latency -s "$TMP/corpus.lua" "$URL$1" -- "$PWD/$CORPUS" >"$TMP/wrk.out"
 	if grep -q 'Non-2xx' "$TMP/wrk.out"; then grep 'Non-2xx' "$TMP/wrk.out" >&2; fi
 	awk '/Requests\/sec/ {print $2}' "$TMP/wrk.out"
 }

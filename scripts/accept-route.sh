@@ -15,6 +15,10 @@
 #   llmd      the llm-d experiment in miniature: 4 sim-lm replicas
 #             (--max-seqs 32 --kv-tokens 16384), 16 tenants with 3,072-token
 #             contexts, a closed loop of 128 streams per policy
+#   bench     the same through infer bench (scenarios/route-llmd*.yaml):
+#             every policy closed loop, then Poisson, then HAProxy's
+#             roundrobin, leastconn and consistent hash on the tenant over
+#             4 replicas (BENCH_DURATION, default the scenarios' 30s)
 # Every load is bounded in time. Ports: 18800-18815 (ROUTE_PORT_BASE).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -149,6 +153,36 @@ fi
 if section faults; then
 	echo "== faults: kill -9 and SIGSTOP of a replica under load"
 	go test -count=1 -timeout 300s -v -run '^(TestRouteKillReplicaUnderLoad|TestRouteStalledReplicaIsEjectedByDeadline)$' ./cmd | grep -E 'ROUTE|^(--- |ok|FAIL)'
+fi
+
+if section bench; then
+	echo "== bench: the llm-d miniature through infer bench, policy by policy, then through HAProxy"
+	OUT=${BENCH_OUT:-results}
+	dur=()
+	if [[ -n ${BENCH_DURATION:-} ]]; then dur=(--duration "$BENCH_DURATION"); fi
+	[[ -n ${BENCH_SKIP_CLOSED:-} ]] || "$BIN" bench -s scenarios/route-llmd.yaml --no-tui -o "$OUT/route-llmd" "${dur[@]}" | tail -n 12
+	"$BIN" bench -s scenarios/route-llmd-poisson.yaml --no-tui -o "$OUT/route-llmd-poisson" "${dur[@]}" | tail -n 12
+	for i in 1 2 3 4; do
+		start "r$i" "http://127.0.0.1:$((P + i))" "$BIN" serve --model sim-lm --max-seqs 32 --kv-tokens 16384 \
+			--addr "127.0.0.1:$((P + i))" --log-level warn
+	done
+	# The scenario's ports (front 8180, replicas 8181-8184) moved to ours.
+	sed -e "s/127.0.0.1:8180\b/127.0.0.1:$((P + 10))/" -e "s/127.0.0.1:8181\b/127.0.0.1:$((P + 1))/" \
+		-e "s/127.0.0.1:8182\b/127.0.0.1:$((P + 2))/" -e "s/127.0.0.1:8183\b/127.0.0.1:$((P + 3))/" \
+		-e "s/127.0.0.1:8184\b/127.0.0.1:$((P + 4))/" scenarios/route-llmd-haproxy.yaml >"$TMP/haproxy.yaml"
+	for pair in "roundrobin|balance roundrobin" "leastconn|balance leastconn" "hash|balance hdr(X-Routing-Key)
+	hash-type consistent"; do
+		name=${pair%%|*}
+		bal=${pair#*|}
+		haproxy_cfg "$bal" | sed -e "s/^\tserver r2 .*/&\n\tserver r3 127.0.0.1:$((P + 3)) check inter 500ms\n\tserver r4 127.0.0.1:$((P + 4)) check inter 500ms/" >"$TMP/haproxy.cfg"
+		start haproxy "$HAPROXY" haproxy -db -f "$TMP/haproxy.cfg"
+		"$BIN" bench -s "$TMP/haproxy.yaml" --no-tui -o "$OUT/route-llmd-haproxy-$name" "${dur[@]}" | tail -n 6
+		stop haproxy
+		# Fresh replicas for the next front: cold caches, as infer bench gives each policy.
+		for i in 1 2 3 4; do stop "r$i"; start "r$i" "http://127.0.0.1:$((P + i))" "$BIN" serve --model sim-lm \
+			--max-seqs 32 --kv-tokens 16384 --addr "127.0.0.1:$((P + i))" --log-level warn; done
+	done
+	for i in 1 2 3 4; do stop "r$i"; done
 fi
 
 if section llmd; then

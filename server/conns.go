@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -17,9 +18,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// The connections of a server: their number is capped, idle keep-alive
-// connections are closed first when the cap is reached (nginx reuses its
-// "reusable" connections the same way), accept errors are logged at warn and
+// The connections of a server: their number is capped; at the cap the
+// connection quiet for longest is closed to let a new one in, quiet meaning
+// idle between keep-alive requests or new without a complete request header
+// yet (nginx reuses its "reusable" connections the same way; a client that
+// opens sockets and sends nothing thus cannot hold the cap against a client
+// that sends a request); connections from one client address may be capped
+// too; accept errors are logged at warn and
 // retried, and on drain connections are closed without racing a client's
 // request. net/http's own plain-text error answers (431, 400 and 501 for
 // requests it cannot parse) are rewritten into the JSON error shape.
@@ -27,9 +32,11 @@ import (
 // Reasons a connection was closed by the server, as counted by
 // infer_connections_closed_total.
 const (
-	closedIdleEvicted = "idle_evicted" // idle, closed to make room at the cap
-	closedOverCap     = "over_cap"     // new, refused at the cap: none was idle
-	closedDrainIdle   = "drain_idle"   // idle through the drain's quiet period
+	closedIdleEvicted = "idle_evicted"  // idle, closed to make room at the cap
+	closedNewEvicted  = "new_evicted"   // no complete request header yet, closed to make room at the cap
+	closedOverCap     = "over_cap"      // new, refused at the cap: none was quiet
+	closedOverAddrCap = "over_addr_cap" // new, refused: its address holds MaxConnsPerAddr
+	closedDrainIdle   = "drain_idle"    // idle through the drain's quiet period
 )
 
 // drainQuiet is how long a connection must have been idle, or new without a
@@ -44,26 +51,30 @@ const drainQuiet = time.Second
 
 // conns tracks a server's connections. Safe for concurrent use.
 type conns struct {
-	max int
-	log *slog.Logger
+	max     int
+	perAddr int // 0: no cap per client address
+	log     *slog.Logger
 
-	mu   sync.Mutex
-	all  map[*trackedConn]struct{}
-	idle list.List // of *trackedConn, longest idle first
+	mu     sync.Mutex
+	all    map[*trackedConn]struct{}
+	quiet  list.List // of *trackedConn idle or new, longest quiet first
+	byAddr map[netip.Addr]int
 
 	open     atomic.Int64
 	closed   *prometheus.CounterVec
 	acceptEr prometheus.Counter
 }
 
-func newConns(max int, log *slog.Logger) *conns {
+func newConns(max, perAddr int, log *slog.Logger) *conns {
 	return &conns{
-		max: max,
-		log: log,
-		all: make(map[*trackedConn]struct{}),
+		max:     max,
+		perAddr: perAddr,
+		log:     log,
+		all:     make(map[*trackedConn]struct{}),
+		byAddr:  make(map[netip.Addr]int),
 		closed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "infer_connections_closed_total",
-			Help: "Connections closed by the server: idle_evicted (idle, to make room at --max-conns), over_cap (refused at the cap, none idle), drain_idle (parked through a drain).",
+			Help: "Connections closed by the server: idle_evicted (idle, to make room at --max-conns), new_evicted (no complete request header yet, to make room), over_cap (refused at the cap, none quiet), over_addr_cap (refused: --max-conns-per-addr from its address), drain_idle (parked through a drain).",
 		}, []string{"reason"}),
 		acceptEr: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "infer_accept_errors_total", Help: "Errors accepting connections (e.g. too many open files), each retried.",
@@ -82,37 +93,64 @@ func (cs *conns) collectors() []prometheus.Collector {
 type trackedConn struct {
 	net.Conn
 	cs        *conns
+	addr      netip.Addr // the client's; zero when not an IP address
 	state     http.ConnState
 	since     time.Time     // of the last state change
-	el        *list.Element // in cs.idle while idle
+	el        *list.Element // in cs.quiet while idle or new
 	closeOnce sync.Once
 }
 
-// admit registers c, making room at the cap by closing the longest idle
-// connection. It reports false, having closed c, when every connection is
-// busy.
+// admit registers c, making room at the cap by closing the connection quiet
+// for longest (idle, or new without a complete request header). It reports
+// false, having closed c, when every connection is busy with a request, or
+// when c's address already holds its cap.
 func (cs *conns) admit(c net.Conn) (*trackedConn, bool) {
+	addr := clientAddr(c)
 	cs.mu.Lock()
-	if cs.max > 0 && len(cs.all) >= cs.max && !cs.evictLocked(closedIdleEvicted) {
+	refuse := ""
+	switch {
+	case cs.perAddr > 0 && addr.IsValid() && cs.byAddr[addr] >= cs.perAddr:
+		refuse = closedOverAddrCap
+	case cs.max > 0 && len(cs.all) >= cs.max && !cs.evictLocked():
+		refuse = closedOverCap
+	}
+	if refuse != "" {
 		cs.mu.Unlock()
-		cs.closed.WithLabelValues(closedOverCap).Inc()
+		cs.closed.WithLabelValues(refuse).Inc()
 		c.Close()
 		return nil, false
 	}
-	tc := &trackedConn{Conn: c, cs: cs, state: http.StateNew, since: time.Now()}
+	tc := &trackedConn{Conn: c, cs: cs, addr: addr, state: http.StateNew, since: time.Now()}
 	cs.all[tc] = struct{}{}
+	tc.el = cs.quiet.PushBack(tc)
+	if addr.IsValid() {
+		cs.byAddr[addr]++
+	}
 	cs.open.Store(int64(len(cs.all)))
 	cs.mu.Unlock()
 	return tc, true
 }
 
-// evictLocked closes the longest idle connection, if any.
-func (cs *conns) evictLocked(reason string) bool {
-	front := cs.idle.Front()
+// clientAddr is the IP address c comes from, or the zero Addr.
+func clientAddr(c net.Conn) netip.Addr {
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		ip, _ := netip.AddrFromSlice(a.IP)
+		return ip.Unmap()
+	}
+	return netip.Addr{}
+}
+
+// evictLocked closes the connection quiet for longest, if any.
+func (cs *conns) evictLocked() bool {
+	front := cs.quiet.Front()
 	if front == nil {
 		return false
 	}
 	tc := front.Value.(*trackedConn)
+	reason := closedIdleEvicted
+	if tc.state == http.StateNew {
+		reason = closedNewEvicted
+	}
 	cs.forgetLocked(tc)
 	cs.closed.WithLabelValues(reason).Inc()
 	tc.closeConn()
@@ -121,10 +159,20 @@ func (cs *conns) evictLocked(reason string) bool {
 
 func (cs *conns) forgetLocked(tc *trackedConn) {
 	if tc.el != nil {
-		cs.idle.Remove(tc.el)
+		cs.quiet.Remove(tc.el)
 		tc.el = nil
 	}
+	if _, ok := cs.all[tc]; !ok {
+		return
+	}
 	delete(cs.all, tc)
+	if tc.addr.IsValid() {
+		if n := cs.byAddr[tc.addr] - 1; n > 0 {
+			cs.byAddr[tc.addr] = n
+		} else {
+			delete(cs.byAddr, tc.addr)
+		}
+	}
 	cs.open.Store(int64(len(cs.all)))
 }
 
@@ -155,13 +203,13 @@ func (cs *conns) stateChanged(c net.Conn, state http.ConnState) {
 	case http.StateHijacked, http.StateClosed:
 		cs.forgetLocked(tc)
 		return
-	case http.StateIdle:
+	case http.StateIdle, http.StateNew:
 		if tc.el == nil {
-			tc.el = cs.idle.PushBack(tc)
+			tc.el = cs.quiet.PushBack(tc)
 		}
 	default:
 		if tc.el != nil {
-			cs.idle.Remove(tc.el)
+			cs.quiet.Remove(tc.el)
 			tc.el = nil
 		}
 	}
@@ -232,7 +280,7 @@ func (l *listener) Accept() (net.Conn, error) {
 		failed++
 		if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
 			l.cs.mu.Lock()
-			l.cs.evictLocked(closedIdleEvicted)
+			l.cs.evictLocked()
 			l.cs.mu.Unlock()
 		}
 		if now := time.Now(); now.Sub(lastLog) >= time.Second {
@@ -332,12 +380,21 @@ func (w *closingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // server drains, and after a request with a transfer coding (RFC 9112 §6.1:
 // one that also had a Content-Length, which net/http removes before a
 // handler sees it, may be a smuggling attempt, and the connection must then
-// be closed).
-func lifecycle(draining *atomic.Bool, h http.Handler) http.Handler {
+// be closed). A handler that wrote nothing because its request's context
+// ended (the client went away) has its connection closed without an
+// answer, never with net/http's empty 200. inFlight counts the requests
+// being handled.
+func lifecycle(draining *atomic.Bool, inFlight *atomic.Int64, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		inFlight.Add(1)
+		defer inFlight.Add(-1)
 		if len(r.TransferEncoding) > 0 {
 			w.Header().Set("Connection", "close")
 		}
-		h.ServeHTTP(&closingWriter{ResponseWriter: w, draining: draining}, r)
+		cw := &closingWriter{ResponseWriter: w, draining: draining}
+		h.ServeHTTP(cw, r)
+		if !cw.wrote && r.Context().Err() != nil {
+			panic(http.ErrAbortHandler) // net/http closes the connection, logging nothing
+		}
 	})
 }

@@ -28,6 +28,8 @@ import (
 //	             X-Length), after the host's deadline is applied
 //	POST /wait   held until gate is closed (started receives first)
 //	POST /sleep  answered after 200 ms
+//	POST /hold   held until its context ends: answered 503 draining if
+//	             the drain timed out, else (the client left) not at all
 //	GET  /admin/probe  for the admin token's bearers
 type probe struct {
 	model   *models.Info  // nil: a service without a model
@@ -57,6 +59,13 @@ func (p *probe) Mount(m *server.Mount) {
 	m.Handle("/sleep", server.Only(http.MethodPost, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(200 * time.Millisecond)
 		w.Write([]byte("slept"))
+	})))
+	m.Handle("/hold", server.Only(http.MethodPost, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.started <- struct{}{}
+		<-r.Context().Done()
+		if server.DrainTimedOut(r.Context()) {
+			server.WriteError(w, server.Errorf(http.StatusServiceUnavailable, "draining", "drain timed out"))
+		}
 	})))
 	m.Admin("/admin/probe", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("admin")) }))
 	if p.model != nil {

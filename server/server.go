@@ -39,12 +39,24 @@ type Config struct {
 	// DrainTimeout bounds how long shutdown waits for admitted work.
 	// Default DefaultDrainTimeout.
 	DrainTimeout time.Duration
-	// MaxConns caps the open client connections. At the cap, the longest
-	// idle keep-alive connection is closed to let a new one in; when none
-	// is idle, the new one is refused (closed). Default: half the
+	// MaxConns caps the open client connections. At the cap, the
+	// connection quiet for longest (idle between keep-alive requests, or
+	// new without a complete request header) is closed to let a new one
+	// in; when every one is busy with a request, the new one is refused
+	// (closed). Default: half the
 	// process's open-file limit, at most DefaultMaxConnsCap (nginx's
 	// worker_connections is of that order); at most MaxConnsLimit.
 	MaxConns int
+	// MaxConnsPerAddr caps the open connections from one client IP
+	// address; a new one past it is refused (closed). Default 0: no cap
+	// per address (a load generator, or a proxy in front, opens many from
+	// one address). At most MaxConnsLimit.
+	MaxConnsPerAddr int
+	// HeaderTimeout closes a connection that has not sent a complete
+	// request header within it, from its accept (or from the first byte
+	// of a keep-alive connection's next request). Default
+	// DefaultHeaderTimeout.
+	HeaderTimeout time.Duration
 	// IdleTimeout closes keep-alive connections idle for that long.
 	// Default DefaultIdleTimeout (nginx's keepalive_timeout).
 	IdleTimeout time.Duration
@@ -63,6 +75,9 @@ const (
 	DefaultMaxBody      = 1 << 20
 	DefaultDrainTimeout = 30 * time.Second
 	DefaultIdleTimeout  = 75 * time.Second
+	// DefaultHeaderTimeout is Config.HeaderTimeout's default: a client on
+	// a slow link sends a header of a few hundred bytes well within it.
+	DefaultHeaderTimeout = 3 * time.Second
 	// DefaultMaxConnsCap caps MaxConns's default, half the open-file limit.
 	DefaultMaxConnsCap = 4096
 )
@@ -75,16 +90,14 @@ const (
 	MaxConnsLimit = 1 << 20
 )
 
-// The http.Server's own bounds: a request's header must arrive within
-// readHeaderTimeout and its whole body within readTimeout (a slower one is
-// answered 408 by ReadBody), an answer's writes end at the request's
-// timeout plus writeSlack (streams extend their own), and a header holds at
-// most maxHeaderBytes (431 beyond).
+// The http.Server's own bounds: a request's whole body must arrive within
+// readTimeout (a slower one is answered 408 by ReadBody), an answer's
+// writes end at the request's timeout plus writeSlack (streams extend their
+// own), and a header holds at most maxHeaderBytes (431 beyond).
 const (
-	readHeaderTimeout = 5 * time.Second
-	readTimeout       = 30 * time.Second
-	writeSlack        = 10 * time.Second
-	maxHeaderBytes    = 64 << 10
+	readTimeout    = 30 * time.Second
+	writeSlack     = 10 * time.Second
+	maxHeaderBytes = 64 << 10
 )
 
 // defaultMaxConns is half the open-file limit, at most DefaultMaxConnsCap:
@@ -115,6 +128,9 @@ func (c Config) withDefaults() Config {
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = DefaultIdleTimeout
 	}
+	if c.HeaderTimeout <= 0 {
+		c.HeaderTimeout = DefaultHeaderTimeout
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -129,7 +145,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("max body %d bytes: want 1 to %d", c.MaxBody, MaxBodyLimit)
 	case c.MaxConns < 0 || c.MaxConns > MaxConnsLimit:
 		return fmt.Errorf("max conns %d: want 1 to %d", c.MaxConns, MaxConnsLimit)
-	case c.Timeout < 0 || c.DrainTimeout < 0 || c.IdleTimeout < 0:
+	case c.MaxConnsPerAddr < 0 || c.MaxConnsPerAddr > MaxConnsLimit:
+		return fmt.Errorf("max conns per address %d: want 0 (no cap) to %d", c.MaxConnsPerAddr, MaxConnsLimit)
+	case c.Timeout < 0 || c.DrainTimeout < 0 || c.IdleTimeout < 0 || c.HeaderTimeout < 0:
 		return errors.New("timeouts must not be negative")
 	}
 	return nil
@@ -153,7 +171,26 @@ type Server struct {
 
 	unready  atomic.Int32 // services that have not called ready yet
 	draining atomic.Bool
+	inFlight atomic.Int64 // requests being handled
 }
+
+// ErrDrainTimeout is what the requests still running when the drain
+// timeout passes see as their context's cause (context.Cause): a service
+// answers them 503 draining (a stream: an error event, then its end).
+// Serve's error wraps it when the drain timed out.
+var ErrDrainTimeout = errors.New("the drain timeout passed")
+
+// DrainTimedOut reports whether ctx, a request's context or one derived
+// from it, ended because the drain timeout passed: its request is then to be
+// answered 503 draining, not taken for a client that went away.
+func DrainTimedOut(ctx context.Context) bool {
+	return ctx.Err() != nil && errors.Is(context.Cause(ctx), ErrDrainTimeout)
+}
+
+// drainGrace is how long, past the drain timeout, the requests still
+// running have to write their 503 (their contexts ended with
+// ErrDrainTimeout) before their connections are closed.
+const drainGrace = time.Second
 
 // New returns a host of services, each mounted once (see Service.Mount). It
 // runs nothing yet.
@@ -166,7 +203,7 @@ func New(cfg Config, services ...Service) (*Server, error) {
 		cfg:      cfg,
 		services: services,
 		log:      cfg.Logger,
-		conns:    newConns(cfg.MaxConns, cfg.Logger),
+		conns:    newConns(cfg.MaxConns, cfg.MaxConnsPerAddr, cfg.Logger),
 		mux:      http.NewServeMux(),
 	}
 	s.unready.Store(int32(len(services)))
@@ -178,7 +215,7 @@ func New(cfg Config, services ...Service) (*Server, error) {
 	if err := errors.Join(s.mountErrs...); err != nil {
 		return nil, err
 	}
-	s.handler = lifecycle(&s.draining, recoverPanics(s.mux))
+	s.handler = lifecycle(&s.draining, &s.inFlight, recoverPanics(s.mux))
 	return s, nil
 }
 
@@ -232,12 +269,18 @@ func (s *Server) Run(ctx context.Context) error {
 // /readyz turns 503, the listener closes, every response carries
 // Connection: close, the services' contexts end (they refuse new work and
 // finish what they admitted) within Config.DrainTimeout, and connections
-// are closed once quiet (see drainQuiet); then Serve returns. It returns an
-// error if a service failed or the drain timed out.
+// are closed once quiet (see drainQuiet); then Serve returns. Past the
+// drain timeout, the requests still running have their contexts ended with
+// the cause ErrDrainTimeout and drainGrace to answer (503 draining) before
+// their connections close. It returns an error if a service failed, or
+// one wrapping ErrDrainTimeout if the drain timed out.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	reqCtx, abortRequests := context.WithCancelCause(context.Background())
+	defer abortRequests(nil)
 	srv := &http.Server{
 		Handler:           s.handler,
-		ReadHeaderTimeout: readHeaderTimeout,
+		BaseContext:       func(net.Listener) context.Context { return reqCtx },
+		ReadHeaderTimeout: s.cfg.HeaderTimeout,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      s.cfg.Timeout + writeSlack,
 		IdleTimeout:       s.cfg.IdleTimeout,
@@ -287,10 +330,24 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	select {
 	case <-workDone:
 	case <-drainCtx.Done():
-		drainErr = fmt.Errorf("drain timed out after %v", s.cfg.DrainTimeout)
 	}
-	if err := s.closeConns(drainCtx); err != nil && drainErr == nil {
-		drainErr = fmt.Errorf("drain timed out after %v: %w", s.cfg.DrainTimeout, err)
+	if err := s.closeConns(drainCtx); err != nil || drainCtx.Err() != nil {
+		// Past the timeout: the requests still running end with the cause
+		// ErrDrainTimeout, answer 503, and their connections close.
+		running := s.inFlight.Load()
+		abortRequests(ErrDrainTimeout)
+		graceCtx, cancelGrace := context.WithTimeout(context.Background(), drainGrace)
+		defer cancelGrace()
+		drainErr = fmt.Errorf("%w after %v: %d requests still running were answered 503 draining", ErrDrainTimeout, s.cfg.DrainTimeout, running)
+		if err := s.closeConns(graceCtx); err != nil {
+			drainErr = fmt.Errorf("%w; %w", drainErr, err)
+		}
+		select {
+		case <-workDone:
+		case <-graceCtx.Done():
+			drainErr = fmt.Errorf("%w; a service's work did not finish", drainErr)
+		}
+		s.log.Warn("drain timed out", "timeout", s.cfg.DrainTimeout, "requests_answered_503", running)
 	}
 	srv.Close()
 	<-serveErr

@@ -21,24 +21,51 @@ const MaxArrivalRate = 1e6
 // they are more regular, and +Inf gives constant gaps. The first request
 // comes one gap after the start, as with vegeta's constant pacer.
 //
+// Windows, when given, are consecutive spans from the start (a warm-up
+// and a measured window) that each hold exactly round(rate × length)
+// arrivals: the window's n+1 gaps are drawn and scaled so that they sum
+// to its length. For Poisson arrivals that is the process conditioned on
+// its count, so a short window is as random within itself as ever but its
+// rate is the one asked for (unconditioned, 20 s at 2/s can draw 2.9/s by
+// chance). After the windows the gaps run on unscaled.
+//
 // The schedule is a function of the seed only: the same seed gives the
 // same send times, whatever the elapsed times Pace is asked at. A
 // GammaPacer is safe for concurrent use.
 type GammaPacer struct {
 	rate, shape float64
 	seed        uint64
+	windows     []window
+	tail        float64 // where the unscaled gaps start: the windows' end
 
 	mu  sync.Mutex
 	rng *rand.Rand
 	k   uint64  // the latest hit whose arrival is known
 	at  float64 // its arrival, in seconds
+	w   int     // the window of the next arrival; len(windows) past them
+	in  uint64  // arrivals drawn in window w
+	sum float64 // their gaps, unscaled
 }
+
+// window is a span of the schedule that holds n arrivals.
+type window struct {
+	start, length float64 // seconds
+	n             uint64
+	total         float64 // the sum of its n+1 unscaled gaps
+}
+
+// maxFitted bounds the arrivals of the windows scaled to their count: each
+// is drawn twice. Beyond it the windows are long enough that the drawn
+// rate is within a fraction of a per cent of the rate, and are not scaled.
+const maxFitted = 1 << 24
 
 var _ vegeta.Pacer = (*GammaPacer)(nil)
 
 // NewGammaPacer returns a pacer of rate requests per second (0 < rate ≤
-// MaxArrivalRate) and burstiness > 0 (+Inf: constant gaps).
-func NewGammaPacer(rate, burstiness float64, seed uint64) (*GammaPacer, error) {
+// MaxArrivalRate) and burstiness > 0 (+Inf: constant gaps), whose windows
+// (consecutive spans from the start; none: no scaling) each hold exactly
+// round(rate × length) arrivals.
+func NewGammaPacer(rate, burstiness float64, seed uint64, windows ...time.Duration) (*GammaPacer, error) {
 	if !(rate > 0 && rate <= MaxArrivalRate) {
 		return nil, fmt.Errorf("arrival rate %v: want more than 0, at most %v", rate, MaxArrivalRate)
 	}
@@ -46,14 +73,36 @@ func NewGammaPacer(rate, burstiness float64, seed uint64) (*GammaPacer, error) {
 		return nil, fmt.Errorf("burstiness %v: want more than 0", burstiness)
 	}
 	p := &GammaPacer{rate: rate, shape: burstiness, seed: seed}
+	var start, count float64
+	for _, d := range windows {
+		if d < 0 {
+			return nil, fmt.Errorf("window %v: want at least 0", d)
+		}
+		n := math.Round(rate * d.Seconds())
+		p.windows = append(p.windows, window{start: start, length: d.Seconds(), n: uint64(n)})
+		start += d.Seconds()
+		count += n
+	}
+	if count > maxFitted {
+		p.windows = nil
+		start = 0
+	}
+	p.tail = start
+	for i := range p.windows {
+		w := &p.windows[i]
+		p.rng = p.stream(i)
+		for range w.n + 1 {
+			w.total += p.gap()
+		}
+	}
 	p.rewind()
 	return p, nil
 }
 
 // NewPoissonPacer returns a pacer of Poisson arrivals at rate per second:
-// a gamma pacer of burstiness 1.
-func NewPoissonPacer(rate float64, seed uint64) (*GammaPacer, error) {
-	return NewGammaPacer(rate, 1, seed)
+// a gamma pacer of burstiness 1 (see NewGammaPacer for the windows).
+func NewPoissonPacer(rate float64, seed uint64, windows ...time.Duration) (*GammaPacer, error) {
+	return NewGammaPacer(rate, 1, seed, windows...)
 }
 
 // String describes p.
@@ -64,10 +113,32 @@ func (p *GammaPacer) String() string {
 	return fmt.Sprintf("Gamma{%v/s, burstiness %v}", p.rate, p.shape)
 }
 
+// stream returns the random source of window i (i = len(windows): of the
+// gaps after them).
+func (p *GammaPacer) stream(i int) *rand.Rand {
+	return rand.New(rand.NewPCG(p.seed, 0x6a77a+uint64(i)))
+}
+
 // rewind restarts the schedule at hit 0 (the lock held, or not yet shared).
 func (p *GammaPacer) rewind() {
-	p.rng = rand.New(rand.NewPCG(p.seed, 0x6a77a))
-	p.k, p.at = 0, p.gap()
+	p.rng, p.w, p.in, p.sum = p.stream(0), 0, 0, 0
+	p.k, p.at = 0, p.next()
+}
+
+// next draws the arrival after the latest, in seconds from the start.
+func (p *GammaPacer) next() float64 {
+	for p.w < len(p.windows) {
+		w := p.windows[p.w]
+		if p.in < w.n {
+			p.in++
+			p.sum += p.gap()
+			return w.start + w.length*p.sum/w.total
+		}
+		p.w++
+		p.in, p.sum, p.rng = 0, 0, p.stream(p.w)
+	}
+	p.sum += p.gap()
+	return p.tail + p.sum
 }
 
 // gap draws one gap, in seconds.
@@ -92,7 +163,7 @@ func (p *GammaPacer) Pace(elapsed time.Duration, hits uint64) (time.Duration, bo
 	}
 	for p.k < hits {
 		p.k++
-		p.at += p.gap()
+		p.at = p.next()
 	}
 	if p.at >= float64(math.MaxInt64)/float64(time.Second) {
 		return 0, true // past what a Duration holds

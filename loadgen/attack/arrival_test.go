@@ -128,3 +128,97 @@ func TestGammaPacerBounds(t *testing.T) {
 		t.Errorf("hit 50 at 1e-9/s (centuries away): not stopped")
 	}
 }
+
+// TestGammaPacerWindows: each window holds exactly round(rate × length)
+// arrivals, inside it, in order, whatever the seed; the gaps after the
+// windows run on at the rate.
+func TestGammaPacerWindows(t *testing.T) {
+	for _, tc := range []struct {
+		rate, burstiness float64
+		warmup, window   time.Duration
+	}{
+		{2, 1, 5 * time.Second, 20 * time.Second},
+		{4, 1, 0, 20 * time.Second},
+		{8, 0.5, 3 * time.Second, 10 * time.Second},
+		{2.5, 4, time.Second, 3 * time.Second}, // 7.5 rounds to 8
+		{100, math.Inf(1), time.Second, time.Second},
+	} {
+		for seed := range uint64(20) {
+			p, err := NewGammaPacer(tc.rate, tc.burstiness, seed, tc.warmup, tc.window)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantW := int(math.Round(tc.rate * tc.warmup.Seconds()))
+			wantM := int(math.Round(tc.rate * tc.window.Seconds()))
+			var inW, inM, after int
+			var at, last time.Duration
+			for _, g := range gaps(p, wantW+wantM+50) {
+				at += g
+				if at < last {
+					t.Fatalf("%+v seed %d: arrival %v before %v", tc, seed, at, last)
+				}
+				last = at
+				switch {
+				case at < tc.warmup:
+					inW++
+				case at < tc.warmup+tc.window:
+					inM++
+				default:
+					after++
+				}
+			}
+			if inW != wantW || inM != wantM || after != 50 {
+				t.Errorf("rate %v burstiness %v seed %d: %d arrivals in the warm-up, %d in the window; want %d and %d",
+					tc.rate, tc.burstiness, seed, inW, inM, wantW, wantM)
+			}
+		}
+	}
+}
+
+// TestPoissonPacerMeanRate: in a window of 1,000 arrivals, the schedule
+// a bench uses, the mean rate is the rate for every seed. Unscaled, 1,000
+// gaps' sum has a standard deviation of √1000/rate: every seed stays
+// within 4 of them (±12.6 %), and the seeds' deviations spread as a
+// standard normal's, as a sound generator's do.
+func TestPoissonPacerMeanRate(t *testing.T) {
+	for _, rate := range []float64{2, 4, 8} {
+		var far, sq float64
+		const seeds = 200
+		for seed := range uint64(seeds) {
+			window := time.Duration(1000 / rate * float64(time.Second))
+			w, _ := NewPoissonPacer(rate, seed, 0, window)
+			if got := hitsBy(w, window)[0]; got != 1000 {
+				t.Errorf("Poisson at %v/s, seed %d, a window of 1,000 arrivals: %d in it", rate, seed, got)
+			}
+			p, _ := NewPoissonPacer(rate, seed)
+			var sum time.Duration
+			for _, g := range gaps(p, 1000) {
+				sum += g
+			}
+			z := (sum.Seconds() - 1000/rate) / (math.Sqrt(1000) / rate)
+			if math.Abs(z) > 4 {
+				t.Errorf("Poisson at %v/s, seed %d: 1,000 arrivals at %.3f/s, %.1f standard deviations off", rate, seed, 1000/sum.Seconds(), z)
+			}
+			if math.Abs(z) > 2 {
+				far++
+			}
+			sq += z * z
+		}
+		// A normal passes 2 deviations 4.6 % of the time; its variance is 1.
+		if far > 0.1*seeds || sq/seeds < 0.7 || sq/seeds > 1.3 {
+			t.Errorf("Poisson at %v/s: %v of %d seeds past 2 deviations, variance %.2f; want about 4.6%% and 1", rate, far, seeds, sq/seeds)
+		}
+	}
+}
+
+// TestGammaPacerWindowsBounds: a negative window is refused; windows of
+// more than maxFitted arrivals are not scaled (the rate holds by itself).
+func TestGammaPacerWindowsBounds(t *testing.T) {
+	if _, err := NewGammaPacer(10, 1, 0, -time.Second); err == nil {
+		t.Error("a negative window accepted")
+	}
+	p, err := NewGammaPacer(MaxArrivalRate, 1, 0, time.Hour)
+	if err != nil || p.windows != nil {
+		t.Errorf("a window of %v arrivals: %v, windows %v; want unscaled", MaxArrivalRate*3600, err, p.windows)
+	}
+}

@@ -145,6 +145,7 @@ func Run(ctx context.Context, a Config, live func(*Outcome), mark func(end bool)
 		}
 		if done := o.Sent.Add(o.Latency); o.OK() && !done.Before(res.Start) && done.Before(windowEnd) {
 			res.Answered++
+			res.Timeline.answer(done.Sub(res.Start))
 		}
 	}
 	close(finished)
@@ -180,11 +181,12 @@ type schedule interface {
 
 // NewPacer returns the schedule of sends of a point's load, for a warm-up
 // and a measured window of duration: random arrivals at the level's rate
-// (Poisson or gamma, drawn from seed), or newPacer's.
+// (Poisson or gamma, drawn from seed; the warm-up and the window each hold
+// the count the rate asks for), or newPacer's.
 func NewPacer(l record.Load, warmup, duration time.Duration, seed uint64) (vegeta.Pacer, error) {
 	switch l.Arrival {
 	case "poisson", "gamma":
-		return NewGammaPacer(l.Rate, l.Burstiness, seed)
+		return NewGammaPacer(l.Rate, l.Burstiness, seed, warmup, duration)
 	}
 	return newPacer(l, warmup, duration), nil
 }

@@ -235,6 +235,7 @@ type second struct {
 	sent, ok int
 	hist     record.Histogram
 	maxLag   time.Duration
+	answered int // successful answers received in the second, whenever sent
 }
 
 // add counts o, sent at from the window's start.
@@ -284,6 +285,8 @@ func (tl Timeline) Ticks(load record.Load, duration time.Duration) []record.Tick
 			P50:    record.Duration(tl[i].hist.Quantile(0.5)),
 			P99:    record.Duration(tl[i].hist.Quantile(0.99)),
 			MaxLag: record.Duration(tl[i].maxLag),
+
+			Answered: tl[i].answered,
 		}
 	}
 	return out

@@ -26,10 +26,12 @@ type chunk struct {
 	role    bool // some delta or message names a role
 	finish  bool // some choice has a finish_reason
 	// usage: usage.completion_tokens is a whole number ≥ 0; prompt is
-	// usage.prompt_tokens, or -1.
+	// usage.prompt_tokens, or -1; cached is
+	// usage.prompt_tokens_details.cached_tokens, or -1.
 	usage      bool
 	completion int64
 	prompt     int64
+	cached     int64
 	err        bool
 	errMsg     []byte
 	// text is the output text of the choices, in order (text, then
@@ -56,7 +58,7 @@ func (d *deltaFields) output() bool {
 // parse reads data into c, reusing its buffers. It fails on anything
 // encoding/json would reject, and on a value that is not an object.
 func (c *chunk) parse(data []byte) error {
-	*c = chunk{prompt: -1, errMsg: c.errMsg[:0], text: c.text[:0], scratch: c.scratch[:0],
+	*c = chunk{prompt: -1, cached: -1, errMsg: c.errMsg[:0], text: c.text[:0], scratch: c.scratch[:0],
 		s: scanner{b: data, key: c.s.key[:0]}}
 	s := &c.s
 	var (
@@ -217,7 +219,7 @@ func (c *chunk) parseDelta(s *scanner, d *deltaFields) error {
 }
 
 func (c *chunk) parseUsage(s *scanner) error {
-	c.usage, c.completion, c.prompt = false, 0, -1
+	c.usage, c.completion, c.prompt, c.cached = false, 0, -1, -1
 	if s.peek() != '{' {
 		return s.skip()
 	}
@@ -234,6 +236,22 @@ func (c *chunk) parseUsage(s *scanner) error {
 				c.prompt = n
 			}
 			return err
+		case "prompt_tokens_details":
+			c.cached = -1
+			if s.peek() != '{' {
+				return s.skip()
+			}
+			return s.object(func(key []byte) error {
+				if string(key) != "cached_tokens" {
+					return s.skip()
+				}
+				n, ok, err := count(s)
+				c.cached = -1
+				if ok {
+					c.cached = n
+				}
+				return err
+			})
 		}
 		return s.skip()
 	})

@@ -17,10 +17,14 @@ type chunkView struct {
 	Completion, Prompt                    int64
 	Err                                   bool
 	ErrMsg, Text                          string
+	// HasCached and Cached: usage.prompt_tokens_details.cached_tokens.
+	HasCached bool
+	Cached    int64
 }
 
 func viewOf(c *chunk) chunkView {
-	return chunkView{c.choices, c.content, c.role, c.finish, c.usage, c.completion, c.prompt, c.err, string(c.errMsg), string(c.text)}
+	return chunkView{c.choices, c.content, c.role, c.finish, c.usage, c.completion, c.prompt, c.err, string(c.errMsg), string(c.text),
+		c.cached >= 0, max(c.cached, 0)}
 }
 
 // refChunk is the semantics of chunk.parse written over encoding/json's
@@ -79,6 +83,9 @@ func refChunk(data []byte) (v chunkView, ok bool, typeErr bool) {
 		if p, ok := countOf(u["prompt_tokens"]); ok {
 			v.Prompt = p
 		}
+		if d, isObj := u["prompt_tokens_details"].(map[string]any); isObj {
+			v.Cached, v.HasCached = countOf(d["cached_tokens"])
+		}
 	}
 	switch e := m["error"].(type) {
 	case string:
@@ -131,6 +138,14 @@ var serverChunks = []struct {
 	{"usage as floats", `{"usage":{"completion_tokens":2.0e2,"prompt_tokens":-1}}`,
 		chunkView{Usage: true, Completion: 200, Prompt: -1}},
 	{"usage not whole", `{"usage":{"completion_tokens":2.5}}`, chunkView{Prompt: -1}},
+	{"vLLM usage with cached tokens", `{"choices":[],"usage":{"prompt_tokens":2112,"total_tokens":2240,"completion_tokens":128,"prompt_tokens_details":{"cached_tokens":2048}}}`,
+		chunkView{Usage: true, Completion: 128, Prompt: 2112, HasCached: true, Cached: 2048}},
+	{"cached tokens null", `{"usage":{"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":null}}}`,
+		chunkView{Usage: true, Completion: 1, Prompt: -1}},
+	{"prompt_tokens_details null", `{"usage":{"completion_tokens":1,"prompt_tokens_details":null}}`,
+		chunkView{Usage: true, Completion: 1, Prompt: -1}},
+	{"repeated details: last wins", `{"usage":{"prompt_tokens_details":{"cached_tokens":5},"prompt_tokens_details":{"audio_tokens":0}}}`,
+		chunkView{Prompt: -1}},
 	{"repeated key: last wins", `{"choices":[{"text":"a"}],"choices":[{"text":""}]}`, chunkView{Choices: true, Prompt: -1}},
 }
 
@@ -229,19 +244,20 @@ func FuzzChunk(f *testing.F) {
 
 func TestParseServerTiming(t *testing.T) {
 	for _, tc := range []struct {
-		h           string
-		queue, ttft time.Duration
-		ok          bool
+		h    string
+		want serverTiming
 	}{
-		{"queue;dur=0.5, ttft;dur=41.25, batch;desc=8", 500 * time.Microsecond, 41250 * time.Microsecond, true},
-		{`ttft;desc="first";dur=3`, 0, 3 * time.Millisecond, true},
-		{"queue;dur=2, compute;dur=5", 2 * time.Millisecond, 0, false},
-		{"ttft;dur=-1, queue;dur=x", 0, 0, false},
-		{"", 0, 0, false},
+		{"queue;dur=0.5, ttft;dur=41.25, batch;desc=8", serverTiming{queue: 500 * time.Microsecond, ttft: 41250 * time.Microsecond, timed: true}},
+		{`ttft;desc="first";dur=3`, serverTiming{ttft: 3 * time.Millisecond, timed: true}},
+		{"queue;dur=2, compute;dur=5", serverTiming{queue: 2 * time.Millisecond}},
+		{"ttft;dur=-1, queue;dur=x", serverTiming{}},
+		{"", serverTiming{}},
+		{"queue;dur=0.1, ttft;dur=9, batch;desc=4, cached;desc=96", serverTiming{queue: 100 * time.Microsecond, ttft: 9 * time.Millisecond, timed: true, cached: 96, cachedOK: true}},
+		{`cached;desc="0"`, serverTiming{cachedOK: true}},
+		{"cached;desc=-3, cached;dur=5, cached;desc=x", serverTiming{}},
 	} {
-		q, f, ok := parseServerTiming(tc.h)
-		if q != tc.queue || f != tc.ttft || ok != tc.ok {
-			t.Errorf("parseServerTiming(%q) = %v, %v, %v; want %v, %v, %v", tc.h, q, f, ok, tc.queue, tc.ttft, tc.ok)
+		if got := parseServerTiming(tc.h); got != tc.want {
+			t.Errorf("parseServerTiming(%q) = %+v; want %+v", tc.h, got, tc.want)
 		}
 	}
 }

@@ -42,6 +42,10 @@ type ClientConfig struct {
 	APIKey string
 	// Header holds extra headers for every request.
 	Header http.Header
+	// KeyHeader, when set, names the header that carries each request's
+	// Key (its tenant, its group of a shared prefix, its session), as a
+	// router's hash policy reads it (infer route's X-Routing-Key).
+	KeyHeader string
 	// HTTP is the HTTP client. Default: one over NewTransport(0). Its
 	// Timeout should be 0; Timeout below bounds each request.
 	HTTP *http.Client
@@ -121,10 +125,11 @@ type stream struct {
 	ch    chunk
 	res   *Result
 	field []byte // an "error:" field seen (llama.cpp's way)
-	// The usage seen: completion tokens (when usage), prompt tokens (-1
-	// when not given).
-	usage              bool
-	completion, prompt int64
+	// The usage seen: completion tokens (when usage), prompt tokens and
+	// cached prompt tokens (-1 when not given).
+	usage                      bool
+	completion, prompt, cached int64
+	keep                       bool // keep the output text
 }
 
 // seen keeps the usage of the chunk just parsed.
@@ -134,6 +139,9 @@ func (st *stream) seen() {
 	}
 	if st.ch.prompt >= 0 {
 		st.prompt = st.ch.prompt
+	}
+	if st.ch.cached >= 0 {
+		st.cached = st.ch.cached
 	}
 }
 
@@ -151,7 +159,7 @@ func (st *stream) onField(name, value []byte) {
 func (c *Client) Do(ctx context.Context, req *Request, res *Result, live *atomic.Int64) {
 	intended, queued := res.Intended, res.Queued
 	res.reset()
-	res.Intended, res.Queued = intended, queued
+	res.Intended, res.Queued, res.Turn = intended, queued, req.Turn
 
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
@@ -163,6 +171,9 @@ func (c *Client) Do(ctx context.Context, req *Request, res *Result, live *atomic
 	}
 	for k, v := range c.cfg.Header {
 		hr.Header[k] = v
+	}
+	if c.cfg.KeyHeader != "" && req.Key != "" {
+		hr.Header.Set(c.cfg.KeyHeader, req.Key)
 	}
 	hr.Header.Set("Content-Type", "application/json")
 	if req.Stream {
@@ -186,8 +197,10 @@ func (c *Client) Do(ctx context.Context, req *Request, res *Result, live *atomic
 	}
 	defer resp.Body.Close()
 	res.Status = resp.StatusCode
-	if st := resp.Header.Get("Server-Timing"); st != "" {
-		res.ServerQueue, res.ServerTTFT, res.Timed = parseServerTiming(st)
+	if h := resp.Header.Get("Server-Timing"); h != "" {
+		st := parseServerTiming(h)
+		res.ServerQueue, res.ServerTTFT, res.Timed = st.queue, st.ttft, st.timed
+		res.Cached, res.CachedKnown = st.cached, st.cachedOK
 	}
 	if resp.StatusCode != http.StatusOK {
 		c.failStatus(resp, res)
@@ -200,7 +213,8 @@ func (c *Client) Do(ctx context.Context, req *Request, res *Result, live *atomic
 		st.sr.Reset(nil) // keeps the buffers, not the body
 		c.pool.Put(st)
 	}()
-	st.res, st.field, st.usage, st.completion, st.prompt = res, nil, false, 0, -1
+	st.res, st.field, st.usage, st.completion, st.prompt, st.cached = res, nil, false, 0, -1, -1
+	st.keep = c.cfg.Tokenizer != nil || req.KeepText
 	if isEventStream(resp, req.Stream) {
 		res.Streamed = true
 		c.readStream(ctx, rctx, cancel, resp.Body, st, live)
@@ -290,7 +304,7 @@ func (c *Client) readStream(ctx, rctx context.Context, cancel context.CancelFunc
 		st.seen()
 		if ch.content {
 			res.Chunks = append(res.Chunks, now)
-			if c.cfg.Tokenizer != nil {
+			if st.keep {
 				res.text = append(res.text, ch.text...)
 			}
 			if live != nil {
@@ -340,7 +354,7 @@ func (c *Client) readWhole(ctx, rctx context.Context, body io.Reader, st *stream
 		return
 	}
 	res.Chunks = append(res.Chunks, res.End)
-	if c.cfg.Tokenizer != nil {
+	if st.keep {
 		res.text = append(res.text, ch.text...)
 	}
 	if live != nil {
@@ -353,6 +367,9 @@ func (c *Client) count(req *Request, res *Result, st *stream) {
 	res.PromptTokens = req.PromptTokens
 	if st.prompt >= 0 {
 		res.PromptTokens = int(st.prompt)
+	}
+	if st.cached >= 0 {
+		res.Cached, res.CachedKnown = int(st.cached), true
 	}
 	switch {
 	case st.usage:

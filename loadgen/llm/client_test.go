@@ -3,9 +3,13 @@ package llm_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -279,6 +283,41 @@ func TestNewClient(t *testing.T) {
 	for _, bad := range []string{"", "h:8000", "ftp://h", "http://", "://x"} {
 		if _, err := llm.NewClient(llm.ClientConfig{BaseURL: bad}); err == nil {
 			t.Errorf("NewClient(%q) accepted", bad)
+		}
+	}
+}
+
+func TestKeyHeader(t *testing.T) {
+	var got atomic.Pointer[[]string]
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v := r.Header.Values("X-Routing-Key")
+		got.Store(&v)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"choices":[{"text":"hi"}],"usage":{"prompt_tokens":1,"completion_tokens":1}}`)
+	}))
+	defer srv.Close()
+	for _, tc := range []struct {
+		header, key string
+		want        []string
+	}{
+		{"X-Routing-Key", "tenant-3", []string{"tenant-3"}},
+		{"X-Routing-Key", "", nil},            // no key: no header
+		{"", "tenant-3", nil},                 // no header named: the key is not sent
+		{"x-routing-key", "t", []string{"t"}}, // canonicalised
+	} {
+		c, err := llm.NewClient(llm.ClientConfig{BaseURL: srv.URL, KeyHeader: tc.header})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := body(llm.Completions, 1, false)
+		req.Key = tc.key
+		var res llm.Result
+		c.Do(context.Background(), req, &res, nil)
+		if !res.OK() {
+			t.Fatalf("%+v: %s", tc, res.Err)
+		}
+		if g := *got.Load(); !slices.Equal(g, tc.want) {
+			t.Errorf("header %q key %q: the server got %q, want %q", tc.header, tc.key, g, tc.want)
 		}
 	}
 }

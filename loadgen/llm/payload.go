@@ -74,6 +74,13 @@ type PayloadConfig struct {
 	// Seed makes the payloads reproducible: request i depends on Seed
 	// and i only.
 	Seed uint64
+
+	// SharedPrefix, MultiTurn and Trace make a prefix-caching workload
+	// (at most one; NewSource): its prompts replace Prompts and
+	// PromptTokens, and Trace's lengths OutputTokens too.
+	SharedPrefix *SharedPrefix
+	MultiTurn    *MultiTurn
+	Trace        *TraceReplay
 }
 
 // Generator makes a payload's requests. It is safe for concurrent use and
@@ -109,13 +116,22 @@ func NewGenerator(cfg PayloadConfig) (*Generator, error) {
 		return nil, errors.New("no prompts")
 	}
 	for k := range cfg.Extra {
-		switch k {
-		case "model", "prompt", "messages", "max_tokens", "stream", "stream_options", "ignore_eos":
+		if reserved(k) {
 			return nil, fmt.Errorf("extra body field %q: set by the payload itself", k)
 		}
 	}
 	g.ids = make([]promptTokens, min(len(g.cfg.Prompts), maxCachedPrompts))
 	return g, nil
+}
+
+// reserved reports whether a body field is the payload's own, which Extra
+// cannot set.
+func reserved(field string) bool {
+	switch field {
+	case "model", "prompt", "messages", "max_tokens", "stream", "stream_options", "ignore_eos":
+		return true
+	}
+	return false
 }
 
 // builtinPrompts returns the built-in corpus's sentences, their masks
@@ -160,13 +176,6 @@ func (g *Generator) Request(i uint64) *Request {
 		out = DefaultOutputTokens
 	}
 
-	body := make(map[string]any, 8+len(g.cfg.Extra))
-	for k, v := range g.cfg.Extra {
-		body[k] = v
-	}
-	if g.cfg.Model != "" {
-		body["model"] = g.cfg.Model
-	}
 	if g.cfg.API == Chat {
 		m := msgs
 		if len(m) == 0 {
@@ -174,27 +183,44 @@ func (g *Generator) Request(i uint64) *Request {
 		} else if promptTokens >= 0 {
 			m = append(append([]Message{}, m[:len(m)-1]...), Message{Role: m[len(m)-1].Role, Content: text})
 		}
-		body["messages"] = m
 		if promptTokens < 0 {
 			promptTokens = 0
 			for _, mm := range m {
 				promptTokens += g.count(mm.Content)
 			}
 		}
+		return g.cfg.request(m, out, promptTokens)
+	}
+	if len(msgs) > 0 && promptTokens < 0 {
+		text = flatten(msgs)
+	}
+	if promptTokens < 0 {
+		promptTokens = g.count(text)
+	}
+	return g.cfg.request(text, out, promptTokens)
+}
+
+// request makes a request of c's API with input as its prompt (a string,
+// for completions) or messages (a []Message, for chat), asking for out
+// tokens; promptTokens is the client's count of the prompt.
+func (c *PayloadConfig) request(input any, out, promptTokens int) *Request {
+	body := make(map[string]any, 8+len(c.Extra))
+	for k, v := range c.Extra {
+		body[k] = v
+	}
+	if c.Model != "" {
+		body["model"] = c.Model
+	}
+	if c.API == Chat {
+		body["messages"] = input
 	} else {
-		if len(msgs) > 0 && promptTokens < 0 {
-			text = flatten(msgs)
-		}
-		body["prompt"] = text
-		if promptTokens < 0 {
-			promptTokens = g.count(text)
-		}
+		body["prompt"] = input
 	}
 	body["max_tokens"] = out
-	if g.cfg.IgnoreEOS {
+	if c.IgnoreEOS {
 		body["ignore_eos"] = true
 	}
-	if g.cfg.Stream {
+	if c.Stream {
 		body["stream"] = true
 		body["stream_options"] = map[string]bool{"include_usage": true}
 	}
@@ -204,7 +230,7 @@ func (g *Generator) Request(i uint64) *Request {
 		// caller gave it.
 		b, _ = json.Marshal(map[string]string{"error": err.Error()})
 	}
-	return &Request{API: g.cfg.API, Body: b, Stream: g.cfg.Stream, PromptTokens: promptTokens, MaxTokens: out}
+	return &Request{API: c.API, Body: b, Stream: c.Stream, PromptTokens: promptTokens, MaxTokens: out}
 }
 
 // count counts the tokens of a text as GPT-2 does.
@@ -357,7 +383,7 @@ func ReadPrompts(r io.Reader) (prompts []Prompt, skipped int, err error) {
 		}
 	} else {
 		for line := 1; ; line++ {
-			b, rerr := readLine(br)
+			b, rerr := readBounded(br, maxPromptLine)
 			if rerr != nil && rerr != io.EOF {
 				return nil, 0, &PromptFileError{Line: line, Err: rerr}
 			}
@@ -443,20 +469,5 @@ func firstByte(br *bufio.Reader) (byte, error) {
 			}
 		}
 		return b[0], nil
-	}
-}
-
-// readLine reads one line, bounded.
-func readLine(br *bufio.Reader) ([]byte, error) {
-	var line []byte
-	for {
-		part, isPrefix, err := br.ReadLine()
-		line = append(line, part...)
-		if len(line) > maxPromptLine {
-			return nil, fmt.Errorf("line over %d bytes", maxPromptLine)
-		}
-		if err != nil || !isPrefix {
-			return line, err
-		}
 	}
 }

@@ -65,6 +65,15 @@ type Request struct {
 	PromptTokens int
 	// MaxTokens is the max_tokens sent.
 	MaxTokens int
+	// Turn is the request's turn in a multi-turn session, from 1; 0
+	// outside sessions.
+	Turn int
+	// KeepText asks the client to keep the answer's text (Result.Text).
+	KeepText bool
+	// Key is what the request belongs to (a tenant, a shared prefix's
+	// group, a session), sent in ClientConfig.KeyHeader when set; "" for
+	// none.
+	Key string
 }
 
 // Cause classifies a failed request.
@@ -127,9 +136,22 @@ type Result struct {
 	// "queue;dur=…, ttft;dur=…").
 	Timed                   bool
 	ServerQueue, ServerTTFT time.Duration
+	// Cached is the prompt tokens the server found in its prefix cache,
+	// from usage.prompt_tokens_details.cached_tokens, else the
+	// Server-Timing header's "cached;desc=N"; CachedKnown tells whether
+	// the answer said.
+	Cached      int
+	CachedKnown bool
+	// Turn is the request's turn in a multi-turn session (Request.Turn).
+	Turn int
 
-	text []byte // the output text, for the tokenizer
+	text []byte // the output text, for the tokenizer or Request.KeepText
 }
+
+// Text returns the answer's text when the request asked to keep it
+// (Request.KeepText) or the client counts tokens; it is valid until r is
+// reused.
+func (r *Result) Text() []byte { return r.text }
 
 // reset empties r for reuse, keeping its buffers.
 func (r *Result) reset() {
@@ -198,21 +220,37 @@ type Counter interface {
 	Count(text string) int
 }
 
-// parseServerTiming reads the queue and ttft metrics of a Server-Timing
-// header ("queue;dur=0.12, ttft;dur=41.3, batch;desc=8"; dur in
-// milliseconds). ok is false without a ttft metric.
-func parseServerTiming(h string) (queue, ttft time.Duration, ok bool) {
+// serverTiming is what a Server-Timing header says: infer serve's
+// "queue;dur=0.12, ttft;dur=41.3, batch;desc=8, cached;desc=96" (dur in
+// milliseconds).
+type serverTiming struct {
+	queue, ttft time.Duration
+	timed       bool // a ttft metric was there
+	cached      int
+	cachedOK    bool
+}
+
+// parseServerTiming reads the queue, ttft and cached metrics of a
+// Server-Timing header.
+func parseServerTiming(h string) serverTiming {
+	var st serverTiming
 	for h != "" {
 		var metric string
 		metric, h, _ = strings.Cut(h, ",")
 		name, params, _ := strings.Cut(strings.TrimSpace(metric), ";")
-		if name != "queue" && name != "ttft" {
+		if name != "queue" && name != "ttft" && name != "cached" {
 			continue
 		}
 		for params != "" {
 			var p string
 			p, params, _ = strings.Cut(params, ";")
 			k, v, _ := strings.Cut(strings.TrimSpace(p), "=")
+			if name == "cached" && k == "desc" {
+				if n, err := strconv.Atoi(strings.Trim(v, `"`)); err == nil && n >= 0 {
+					st.cached, st.cachedOK = n, true
+				}
+				continue
+			}
 			if k != "dur" {
 				continue
 			}
@@ -222,11 +260,11 @@ func parseServerTiming(h string) (queue, ttft time.Duration, ok bool) {
 			}
 			d := time.Duration(ms * float64(time.Millisecond))
 			if name == "queue" {
-				queue = d
-			} else {
-				ttft, ok = d, true
+				st.queue = d
+			} else if name == "ttft" {
+				st.ttft, st.timed = d, true
 			}
 		}
 	}
-	return queue, ttft, ok
+	return st
 }

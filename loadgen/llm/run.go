@@ -131,6 +131,9 @@ func (c *RunConfig) check() error {
 	case c.MaxInFlight < 0 || c.MaxInFlight > MaxStreams:
 		return bad("max in flight %d, want 0 (default) to %d", c.MaxInFlight, MaxStreams)
 	}
+	if _, ok := c.Source.(SessionSource); ok && c.Pacer != nil {
+		return bad("a multi-turn workload runs its sessions on a closed loop, not on a pacer")
+	}
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = DefaultMaxInFlight
 	}
@@ -327,33 +330,92 @@ func (r *runner) openLoop(ctx context.Context, winEnd time.Time) {
 
 // closedLoop starts Concurrency clients, each sending its next request
 // when answered until the window's end or ctx, and returns then: the
-// clients' last streams drain (or are cut off) as the open loop's do.
+// clients' last streams drain (or are cut off) as the open loop's do. A
+// SessionSource's clients run sessions (see sessions).
 func (r *runner) closedLoop(ctx context.Context, winEnd time.Time) {
 	var next atomic.Uint64
-	for range r.cfg.Concurrency {
+	client := func() { r.requests(ctx, winEnd, &next) }
+	var stagger time.Duration
+	if ss, ok := r.cfg.Source.(SessionSource); ok {
+		client = func() { r.sessions(ctx, winEnd, ss, &next) }
+		// Sessions that started together would keep in step, every
+		// turn i arriving with the others' turn i; client c starts
+		// c/Concurrency of a think time late instead.
+		stagger = ss.ThinkTime() / time.Duration(r.cfg.Concurrency)
+	}
+	for c := range r.cfg.Concurrency {
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
 			defer r.recoverPanic()
-			for ctx.Err() == nil {
-				i := next.Add(1) - 1
-				req := r.cfg.Source.Request(i)
-				now := time.Now()
-				if !now.Before(winEnd) {
-					return
-				}
-				res := r.pool.Get().(*Result)
-				res.Intended, res.Queued = now, 0
-				r.wg.Add(1)
-				r.stream(r.client(i), req, res)
+			if c > 0 && stagger > 0 && !waitUntil(ctx, time.Now().Add(time.Duration(c)*stagger)) {
+				return
 			}
+			client()
 		}()
 	}
-	t := time.NewTimer(time.Until(winEnd))
-	defer t.Stop()
+	waitUntil(ctx, winEnd)
+}
+
+// waitUntil waits until t or ctx is done; it reports whether t came.
+func waitUntil(ctx context.Context, t time.Time) bool {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
 	select {
-	case <-t.C:
+	case <-timer.C:
+		return true
 	case <-ctx.Done():
+		return false
+	}
+}
+
+// requests is one closed-loop client: it sends the next request (by next)
+// when its last was answered, until the window's end or ctx.
+func (r *runner) requests(ctx context.Context, winEnd time.Time, next *atomic.Uint64) {
+	for ctx.Err() == nil {
+		i := next.Add(1) - 1
+		if !r.send(r.client(i), r.cfg.Source.Request(i), winEnd, nil) {
+			return
+		}
+	}
+}
+
+// send streams req on c now and waits for its end, unless the window has
+// ended; it reports whether it sent.
+func (r *runner) send(c *Client, req *Request, winEnd time.Time, after func(*Result)) bool {
+	now := time.Now()
+	if !now.Before(winEnd) {
+		return false
+	}
+	res := r.pool.Get().(*Result)
+	res.Intended, res.Queued = now, 0
+	r.wg.Add(1)
+	r.stream(c, req, res, after)
+	return true
+}
+
+// sessions is one closed-loop client of a multi-turn workload: it runs
+// one session (by next) after another, each turn sent when the last was
+// answered and the think time has passed, until the window's end or ctx.
+// A session keeps to one frontend (Clients), whose cache holds its
+// conversation; one whose turn fails ends there.
+func (r *runner) sessions(ctx context.Context, winEnd time.Time, ss SessionSource, next *atomic.Uint64) {
+	think := ss.ThinkTime()
+	for ctx.Err() == nil {
+		k := next.Add(1) - 1
+		sess, c := ss.Session(k), r.client(k)
+		for req := sess.Next(); req != nil; req = sess.Next() {
+			if due := time.Now().Add(think); sess.Turn() > 1 && think > 0 && (!due.Before(winEnd) || !waitUntil(ctx, due)) {
+				return // the next turn would come after the window
+			}
+			if !r.send(c, req, winEnd, func(res *Result) {
+				if res.OK() {
+					sess.Answer(string(res.Text()), res.OutputTokens)
+				}
+			}) {
+				return
+			}
+		}
 	}
 }
 
@@ -367,13 +429,13 @@ func (r *runner) launch(c *Client, req *Request, res *Result, done func()) {
 	r.wg.Add(1)
 	go func() {
 		defer done()
-		r.stream(c, req, res)
+		r.stream(c, req, res, nil)
 	}()
 }
 
-// stream sends one request and folds it into the stats; the caller has
-// done r.wg.Add(1).
-func (r *runner) stream(c *Client, req *Request, res *Result) {
+// stream sends one request and folds it into the stats, after handing the
+// result to after (when not nil); the caller has done r.wg.Add(1).
+func (r *runner) stream(c *Client, req *Request, res *Result, after func(*Result)) {
 	defer r.wg.Done()
 	defer r.recoverPanic()
 	r.open.Add(1)
@@ -383,6 +445,9 @@ func (r *runner) stream(c *Client, req *Request, res *Result) {
 	if res.OK() {
 		// The live count took a chunk for a token; usage says better.
 		r.tokens.Add(int64(res.OutputTokens - len(res.Chunks)))
+	}
+	if after != nil {
+		after(res)
 	}
 	r.stats.Add(res)
 	r.pool.Put(res)

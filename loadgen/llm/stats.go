@@ -24,6 +24,11 @@ const (
 	// minAchieved is today's bench's bound: an open loop that sent less
 	// than this share of its schedule in the window was held back.
 	minAchieved = 0.95
+	// HitShare is the share of its prompt a request must have found
+	// cached to count as a prefix-cache hit (record.LLMPrefix): more
+	// than a shared first block, which nearly every request of a trace
+	// has.
+	HitShare = 0.5
 )
 
 // StatsConfig describes the measured window and what to judge it by.
@@ -66,6 +71,8 @@ type Stats struct {
 	sampled                                            []record.Span
 	seen                                               int // window requests offered to the sample
 	rng                                                *rand.Rand
+	prefix                                             prefixStats
+	turns                                              []turnStats // by turn, from 1
 
 	// What happened in the window, whenever sent: actual sends, requests
 	// completed, good ones, their prompt tokens, output tokens received.
@@ -73,6 +80,7 @@ type Stats struct {
 	chunksInWindow                           int
 	promptInWindow                           int64
 	tokensInWindow                           float64
+	seconds                                  seconds
 
 	live liveStats
 }
@@ -120,6 +128,7 @@ func (s *Stats) Add(r *Result) {
 		}
 	}
 	s.chunksInWindow += in
+	s.seconds.add(s.cfg.Start, s.cfg.End, r)
 	if r.OK() {
 		good := s.cfg.SLO.Good(r.TTFT(), r.TPOT(), r.E2EL())
 		if s.inWindow(r.Sent.Add(r.E2EL())) {
@@ -133,14 +142,17 @@ func (s *Stats) Add(r *Result) {
 			s.tokensInWindow += float64(r.OutputTokens) * float64(in) / float64(n)
 		}
 	}
+	if r.Cause == CauseCancelled {
+		// The run cut it off at the drain: neither success nor failure,
+		// counted even when it was sent during the warm-up (a stream that
+		// never ends is cut whenever it started).
+		s.unfinished++
+		return
+	}
 	if !s.inWindow(r.Intended) {
 		return
 	}
 	s.sample(r)
-	if r.Cause == CauseCancelled {
-		s.unfinished++ // the run cut it off: neither success nor failure
-		return
-	}
 	s.requests++
 	s.countStatus(r)
 	s.lag.record(r.Lag())
@@ -168,6 +180,8 @@ func (s *Stats) Add(r *Result) {
 	}
 	s.prompt += int64(r.PromptTokens)
 	s.output += int64(r.OutputTokens)
+	s.prefix.add(r)
+	s.addTurn(r)
 	switch r.Source {
 	case FromUsage:
 		s.src.Usage++
@@ -187,6 +201,77 @@ func (s *Stats) Add(r *Result) {
 	if r.Streamed && !r.Done {
 		s.noDone++
 	}
+}
+
+// prefixStats are the window's completed requests that said their cached
+// tokens.
+type prefixStats struct {
+	reported, hits, misses int
+	prompt, cached         int64
+	ttftHit, ttftMiss      dist
+}
+
+func (p *prefixStats) add(r *Result) {
+	if !r.CachedKnown {
+		return
+	}
+	p.reported++
+	p.prompt += int64(r.PromptTokens)
+	p.cached += int64(r.Cached)
+	if r.PromptTokens > 0 && float64(r.Cached) >= HitShare*float64(r.PromptTokens) {
+		p.hits++
+		p.ttftHit.record(r.TTFT())
+	} else {
+		p.misses++
+		p.ttftMiss.record(r.TTFT())
+	}
+}
+
+func (p *prefixStats) record() *record.LLMPrefix {
+	if p.reported == 0 {
+		return nil
+	}
+	out := &record.LLMPrefix{Reported: p.reported, PromptTokens: p.prompt, CachedTokens: p.cached, HitShare: HitShare,
+		Hits: p.hits, Misses: p.misses, TTFTHit: p.ttftHit.stats(), TTFTMiss: p.ttftMiss.stats()}
+	if p.prompt > 0 {
+		out.HitRate = record.Round3(float64(p.cached) / float64(p.prompt))
+	}
+	return out
+}
+
+// turnStats are the window's completed requests of one session turn.
+type turnStats struct {
+	ttft           dist
+	n              int
+	prompt, cached int64
+}
+
+func (s *Stats) addTurn(r *Result) {
+	if r.Turn < 1 || r.Turn > MaxTurns {
+		return
+	}
+	for len(s.turns) < r.Turn {
+		s.turns = append(s.turns, turnStats{})
+	}
+	t := &s.turns[r.Turn-1]
+	t.ttft.record(r.TTFT())
+	t.n++
+	t.prompt += int64(r.PromptTokens)
+	t.cached += int64(r.Cached)
+}
+
+func (s *Stats) turnRecords() []record.LLMTurn {
+	var out []record.LLMTurn
+	for i := range s.turns {
+		t := &s.turns[i]
+		lt := record.LLMTurn{Turn: i + 1, TTFT: t.ttft.stats()}
+		if t.n > 0 {
+			lt.PromptTokens = record.Round3(float64(t.prompt) / float64(t.n))
+			lt.CachedTokens = record.Round3(float64(t.cached) / float64(t.n))
+		}
+		out = append(out, lt)
+	}
+	return out
 }
 
 func (s *Stats) countStatus(r *Result) {
@@ -281,7 +366,15 @@ func (s *Stats) Record(window time.Duration, histograms bool) record.LLM {
 			return &c
 		}
 		l.Histograms = &record.LLMHistograms{TTFT: cp(&s.ttft), TPOT: cp(&s.tpot), ITL: cp(&s.itl), E2EL: cp(&s.e2el)}
+		if s.prefix.reported > 0 {
+			l.Histograms.TTFTHit, l.Histograms.TTFTMiss = cp(&s.prefix.ttftHit), cp(&s.prefix.ttftMiss)
+		}
+		for i := range s.turns {
+			l.Histograms.Turns = append(l.Histograms.Turns, cp(&s.turns[i].ttft))
+		}
 	}
+	l.Prefix = s.prefix.record()
+	l.Turns = s.turnRecords()
 	if s.timed > 0 {
 		mean := func(d time.Duration) float64 { return math.Round(float64(d)/float64(s.timed)/1e3) / 1e3 }
 		l.Timing = &record.LLMTiming{Timed: s.timed, QueueMean: mean(s.srvQueue), TTFTMean: mean(s.srvTTFT)}
@@ -290,6 +383,7 @@ func (s *Stats) Record(window time.Duration, histograms bool) record.LLM {
 		l.Timeline = slices.Clone(s.sampled)
 		slices.SortFunc(l.Timeline, func(a, b record.Span) int { return int(a.Intended - b.Intended) })
 	}
+	l.Seconds = s.seconds.record(window)
 	l.Flags = s.flags()
 	return l
 }

@@ -95,14 +95,29 @@ type LLM struct {
 	// Timeline is a sample of requests, in order of intended send time,
 	// for a picture of queueing, time to first token and decoding.
 	Timeline []Span `json:"timeline,omitempty"`
+	// Seconds is the window second by second: tokens, completions, TTFT.
+	Seconds []LLMSecond `json:"seconds,omitempty"`
 
 	SLO LLMSLO `json:"slo,omitzero"`
 	// Server is what an infer generation server's /metrics said over the
 	// window; nil for servers without them.
 	Server *LLMServer `json:"server,omitempty"`
+	// Replicas is each replica's share of the window, when the load went
+	// through a front (infer route, HAProxy) to several replicas whose
+	// /metrics were read; Server then sums them.
+	Replicas []ReplicaShare `json:"replicas,omitempty"`
 	// Timing is what the completed requests' Server-Timing headers said
 	// (infer serve's queue and ttft); nil when none carried one.
 	Timing *LLMTiming `json:"server_timing,omitempty"`
+	// Prefix is what the answers said of the server's prefix cache; nil
+	// when none said (no cached_tokens, no Server-Timing cached).
+	Prefix *LLMPrefix `json:"prefix,omitempty"`
+	// Trace is, for a trace replay, the hit rate the trace allows (before
+	// the run, from its hash ids).
+	Trace *TraceCache `json:"trace,omitempty"`
+	// Turns has TTFT by turn index, for multi-turn sessions (turn 1
+	// first); nil otherwise.
+	Turns []LLMTurn `json:"turns,omitempty"`
 	// Ideal is the steady-state ideal output tokens/s of a simulated
 	// model (sim-lm) at the point's slots, from the mean prompt and output
 	// tokens served (DESIGN.md: Lo / (Lo·(step/B + per_seq) +
@@ -111,6 +126,20 @@ type LLM struct {
 	// Flags are the validity and data-quality flags (Flag* constants),
 	// to be merged into Record.Flags.
 	Flags []string `json:"flags,omitempty"`
+}
+
+// ComputedPrompt is the mean prompt tokens of l's completed requests that
+// the server computed: without the share its answers said was cached
+// (a cached token costs no prefill). 0 with no completed request.
+func (l *LLM) ComputedPrompt() float64 {
+	if l.Completed == 0 {
+		return 0
+	}
+	lp := float64(l.PromptTokens) / float64(l.Completed)
+	if p := l.Prefix; p != nil && p.PromptTokens > 0 {
+		lp *= 1 - float64(p.CachedTokens)/float64(p.PromptTokens)
+	}
+	return lp
 }
 
 // LLMServer is what an infer generation server (infer_gen_* metrics, for
@@ -152,6 +181,68 @@ type LLMServer struct {
 	// Model and Params describe the model served (infer_gen_model_info).
 	Model  string `json:"model,omitempty"`
 	Params string `json:"params,omitempty"`
+	// The prefix cache: whether it is on and its block size (the /v1
+	// engine's, from infer_gen_batching_info), and the window's deltas
+	// of prefix_cache_queries and prefix_cache_hits (prompt tokens of
+	// requests started, and of those found cached) with their ratio.
+	PrefixCache   *bool   `json:"prefix_cache,omitempty"`
+	BlockSize     int     `json:"block_size,omitempty"`
+	PrefixQueries float64 `json:"prefix_cache_queries,omitempty"`
+	PrefixHits    float64 `json:"prefix_cache_hits,omitempty"`
+	PrefixHitRate float64 `json:"prefix_hit_rate,omitempty"`
+}
+
+// LLMPrefix is what a point's completed requests said of the server's
+// prefix cache (usage.prompt_tokens_details.cached_tokens, else infer's
+// Server-Timing "cached;desc=N"), over those that said it.
+type LLMPrefix struct {
+	Reported     int   `json:"reported"` // completed requests that said their cached tokens
+	PromptTokens int64 `json:"prompt_tokens"`
+	CachedTokens int64 `json:"cached_tokens"`
+	// HitRate is CachedTokens / PromptTokens: the clients' view of the
+	// hit rate.
+	HitRate float64 `json:"hit_rate"`
+	// A request is a hit when at least HitShare of its prompt tokens
+	// were cached (a shared first block alone does not make one), else a
+	// miss; their TTFTs apart.
+	HitShare float64 `json:"hit_share"`
+	Hits     int     `json:"hits"`
+	Misses   int     `json:"misses"`
+	TTFTHit  MsStats `json:"ttft_hit_ms"`
+	TTFTMiss MsStats `json:"ttft_miss_ms"`
+}
+
+// TraceCache is the hit rate a trace replay's window allows, computed from
+// its hash ids before the run: the share of its prompt tokens (Queries)
+// that a prefix cache of blocks of BlockSize tokens finds, unbounded and
+// with LRU at Capacity blocks (the server's KV capacity; 0 when unknown).
+type TraceCache struct {
+	Requests  int     `json:"requests"`
+	Queries   int64   `json:"queries"`
+	Unbounded float64 `json:"unbounded"`
+	LRU       float64 `json:"lru,omitempty"`
+	Capacity  int     `json:"capacity_blocks,omitempty"`
+	BlockSize int     `json:"block_size"`
+	// Warm is set when a repeat ran on a server whose cache held earlier
+	// load (not restarted since), which the figures above do not model.
+	Warm bool `json:"warm,omitempty"`
+}
+
+// OnOff renders a setting that is on or off.
+func OnOff(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
+}
+
+// LLMTurn is the TTFT of the requests of one turn of multi-turn
+// sessions, with their mean prompt and cached tokens.
+type LLMTurn struct {
+	Turn         int     `json:"turn"`
+	TTFT         MsStats `json:"ttft_ms"`
+	PromptTokens float64 `json:"prompt_tokens_mean"`
+	CachedTokens float64 `json:"cached_tokens_mean,omitempty"`
 }
 
 // LLMTiming sums up the Server-Timing headers of completed requests: how
@@ -190,6 +281,11 @@ type LLMHistograms struct {
 	TPOT *Histogram `json:"tpot"`
 	ITL  *Histogram `json:"itl"`
 	E2EL *Histogram `json:"e2el"`
+	// TTFTHit and TTFTMiss split TTFT by LLMPrefix's hits and misses;
+	// Turns by turn (LLM.Turns).
+	TTFTHit  *Histogram   `json:"ttft_hit,omitempty"`
+	TTFTMiss *Histogram   `json:"ttft_miss,omitempty"`
+	Turns    []*Histogram `json:"turns,omitempty"`
 }
 
 // Span is one sampled request, its times from the window's start:
@@ -214,6 +310,8 @@ type LLMSLO struct {
 	TPOT       Duration `json:"tpot,omitzero"`
 	E2EL       Duration `json:"e2el,omitzero"`
 	MinGoodput float64  `json:"min_goodput,omitzero"` // good requests per second at least
+	// MinGoodFraction: the share of good requests at least (GoodFraction).
+	MinGoodFraction float64 `json:"min_good_fraction,omitzero"`
 }
 
 // Good reports whether a request of these latencies meets s. A request of
@@ -242,6 +340,9 @@ func (s LLMSLO) Misses(l *LLM) []string {
 	p99("E2EL", l.E2EL, s.E2EL)
 	if s.MinGoodput > 0 && l.GoodputPerS < s.MinGoodput {
 		out = append(out, fmt.Sprintf("goodput %.2f/s < %v/s", l.GoodputPerS, s.MinGoodput))
+	}
+	if f := l.GoodFraction(); s.MinGoodFraction > 0 && f < s.MinGoodFraction {
+		out = append(out, fmt.Sprintf("good %.1f%% < %g%%", 100*f, 100*s.MinGoodFraction))
 	}
 	return out
 }

@@ -50,6 +50,9 @@ type Manifest struct {
 	// Notices are what the run found missing or assumed (no /metrics, no
 	// Server-Timing, answers checked by their status only…), each once.
 	Notices []string `json:"notices,omitempty"`
+	// Capacities are the capacity searches' findings (load.search), one
+	// per configuration; the same can be had from the records (Capacities).
+	Capacities []Capacity `json:"capacities,omitempty"`
 }
 
 // SLO thresholds; a zero field is not checked.
@@ -64,11 +67,14 @@ type SLO struct {
 	TPOTP99    Duration `json:"tpot_p99,omitzero"`
 	E2ELP99    Duration `json:"e2el_p99,omitzero"`
 	MinGoodput float64  `json:"min_goodput,omitzero"`
+	// MinGoodputFraction: the share of good requests at least
+	// (LLM.GoodFraction).
+	MinGoodputFraction float64 `json:"min_goodput_fraction,omitzero"`
 }
 
 // LLM returns the thresholds of LLM points.
 func (s SLO) LLM() LLMSLO {
-	return LLMSLO{TTFT: s.TTFTP99, TPOT: s.TPOTP99, E2EL: s.E2ELP99, MinGoodput: s.MinGoodput}
+	return LLMSLO{TTFT: s.TTFTP99, TPOT: s.TPOTP99, E2EL: s.E2ELP99, MinGoodput: s.MinGoodput, MinGoodFraction: s.MinGoodputFraction}
 }
 
 // Point is the configuration of one sweep point.
@@ -87,13 +93,20 @@ type Point struct {
 	// MaxSeqs and MaxBatchedTokens are a generation server's --max-seqs
 	// and --max-batched-tokens (LLM points), when infer started or
 	// configured it, or as its /metrics said.
-	MaxSeqs          int  `json:"max_seqs,omitempty"`
-	MaxBatchedTokens int  `json:"max_batched_tokens,omitempty"`
-	Load             Load `json:"load"`
-	Items            int  `json:"items_per_request"` // items in each request body
+	MaxSeqs          int `json:"max_seqs,omitempty"`
+	MaxBatchedTokens int `json:"max_batched_tokens,omitempty"`
+	// RoutePolicy is the policy of the infer route that infer bench
+	// started in front of the replicas (server.replicas), when it did.
+	RoutePolicy string `json:"route_policy,omitempty"`
+	Load        Load   `json:"load"`
+	Items       int    `json:"items_per_request"` // items in each request body
 	// Expect is how 200 answers were checked: "status" (any body),
 	// "infer" (one output per item) or "kserve" (a KServe v2 answer).
 	Expect string `json:"expect,omitempty"`
+
+	// PrefixCache is a generation server's --prefix-cache, when the
+	// sweep set it.
+	PrefixCache *bool `json:"prefix_cache,omitempty"`
 }
 
 // Load is how the generator drove one point.
@@ -104,9 +117,30 @@ type Load struct {
 	RampFrom    float64 `json:"ramp_from,omitempty"`   // ramp: starting requests/s
 	Concurrency int     `json:"concurrency,omitempty"` // closed loop: clients
 	// Arrival is an LLM open loop's arrival process: "poisson" or "gamma"
-	// (of shape Burstiness); "" for constant gaps.
+	// (of shape Burstiness), "trace" (a trace replay's timestamps, Rate
+	// their mean); "" for constant gaps.
 	Arrival    string  `json:"arrival,omitempty"`
 	Burstiness float64 `json:"burstiness,omitempty"`
+}
+
+// Nominal is the open loop's level: its rate, a ramp's mean; 0 in closed
+// loop.
+func (l Load) Nominal() float64 {
+	switch {
+	case l.Mode == "closed":
+		return 0
+	case l.Pacer == "ramp":
+		return (l.RampFrom + l.Rate) / 2
+	}
+	return l.Rate
+}
+
+// DrawnRate returns the rate a random schedule's draws came to in the
+// measured time (TargetRate), and whether it differs enough from the
+// nominal level (more than 0.5 %) to be shown beside it.
+func (r *Record) DrawnRate() (float64, bool) {
+	n := r.Point.Load.Nominal()
+	return r.TargetRate, n > 0 && r.TargetRate > 0 && math.Abs(r.TargetRate/n-1) > 0.005
 }
 
 // Record is the result of one sweep point, over all its repeats.
@@ -116,8 +150,12 @@ type Record struct {
 	Start    time.Time `json:"start"`
 	Duration Duration  `json:"duration"` // measured time, warm-up excluded, summed over repeats
 
-	Sent         int     `json:"sent"`          // requests sent in the measured time
-	TargetRate   float64 `json:"target_rate"`   // requests/s asked for (open loop), 0 for closed loop
+	Sent int `json:"sent"` // requests sent in the measured time
+	// TargetRate is the requests/s the schedule asked for in the measured
+	// time (open loop; 0 in closed loop): the level's rate (a ramp's
+	// mean), or with random arrivals the rate the draws came to
+	// (DrawnRate), beside point.load.rate, the nominal level.
+	TargetRate   float64 `json:"target_rate"`
 	AchievedRate float64 `json:"achieved_rate"` // requests/s actually sent
 	// Throughput is the successful answers received per second in the
 	// measured time, whenever their requests were sent: the server's real
@@ -165,6 +203,9 @@ type Record struct {
 	// and Histogram are the requests' E2EL, and Throughput (and
 	// ItemsPerSec) their completions per second.
 	LLM *LLM `json:"llm,omitempty"`
+	// Search is set on a probe of a capacity search (load.search): its
+	// level's verdict and the search's bracket after it.
+	Search *Search `json:"search,omitempty"`
 }
 
 // Injected is how the requests carrying an injected text (a fault the
@@ -189,6 +230,10 @@ type Tick struct {
 	P50    Duration `json:"p50,omitzero"`     // latency of the successful ones
 	P99    Duration `json:"p99,omitzero"`
 	MaxLag Duration `json:"max_lag,omitzero"` // open loop: the latest send against the schedule
+
+	// Answered counts the successful answers received in that second,
+	// whenever sent: the throughput second by second.
+	Answered int `json:"answered,omitempty"`
 }
 
 // Validity flags.
@@ -296,7 +341,7 @@ type ServerSide struct {
 	// responses whose Server-Timing carried it (token models only).
 	MeanPadding float64  `json:"mean_padding,omitempty"`
 	Metrics     *Metrics `json:"metrics,omitempty"`     // /metrics deltas over the point
-	CPUSeconds  float64  `json:"cpu_seconds,omitempty"` // server process CPU over the point, when known
+	CPUSeconds  float64  `json:"cpu_seconds,omitempty"` // server process CPU over the point, when known (the router's, in front of server.replicas)
 	RSSBytes    int64    `json:"rss_bytes,omitempty"`   // server resident memory at the end, when known
 }
 
@@ -354,15 +399,16 @@ func (r *Record) Spread() (lo, hi float64) {
 // Caveats lists why r's figures cannot be taken at face value, for tables
 // and verdicts: "partial" when the point was cut short, then every flag
 // but FlagErrors (failed requests are an outcome the record measures, not
-// a doubt about its figures), or "not valid" for an invalid record without
-// flags. It is empty for a point whose figures stand.
+// a doubt about its figures) and FlagSearch, or "not valid" for an
+// invalid record without flags. It is empty for a point whose figures
+// stand.
 func (r *Record) Caveats() []string {
 	var c []string
 	if r.Partial {
 		c = append(c, "partial")
 	}
 	for _, f := range r.Flags {
-		if f != FlagErrors {
+		if f != FlagErrors && f != FlagSearch {
 			c = append(c, f)
 		}
 	}

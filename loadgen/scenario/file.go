@@ -24,6 +24,9 @@ type (
 		URLs          list[string] `yaml:"urls"`
 		Model         string       `yaml:"model"`
 		AdminTokenEnv string       `yaml:"admin_token_env"`
+		// Replicas are the model servers behind a front (HAProxy), whose
+		// /metrics tell each one's share.
+		Replicas list[string] `yaml:"replicas"`
 	}
 	fileServer struct {
 		Model        string   `yaml:"model"`
@@ -40,6 +43,13 @@ type (
 		SimPerSeq          *string `yaml:"sim_per_seq"`
 		SimPerPrefillToken *string `yaml:"sim_per_prefill_token"`
 		KVTokens           *int    `yaml:"kv_tokens"`
+		BlockSize          *int    `yaml:"block_size"`
+		// Replicas behind an infer route.
+		Replicas *int       `yaml:"replicas"`
+		Route    *fileRoute `yaml:"route"`
+	}
+	fileRoute struct {
+		Args []string `yaml:"args"`
 	}
 	filePayload struct {
 		Corpus string      `yaml:"corpus"`
@@ -55,6 +65,30 @@ type (
 		IgnoreEOS    bool                 `yaml:"ignore_eos"`
 		Temperature  *float64             `yaml:"temperature"`
 		Prompts      string               `yaml:"prompts"`
+		KeyHeader    string               `yaml:"key_header"`
+		// Prefix-caching workloads (validate_prefix.go).
+		SharedPrefix *fileSharedPrefix `yaml:"shared_prefix"`
+		MultiTurn    *fileMultiTurn    `yaml:"multi_turn"`
+		Trace        *fileTrace        `yaml:"trace"`
+	}
+	fileSharedPrefix struct {
+		Groups         int                  `yaml:"groups"`
+		PrefixTokens   int                  `yaml:"prefix_tokens"`
+		QuestionTokens *located[llm.Length] `yaml:"question_tokens"`
+		Pick           string               `yaml:"pick"`
+	}
+	fileMultiTurn struct {
+		Turns         int                  `yaml:"turns"`
+		ThinkTime     *string              `yaml:"think_time"`
+		FirstTokens   *located[llm.Length] `yaml:"first_tokens"`
+		MessageTokens *located[llm.Length] `yaml:"message_tokens"`
+	}
+	fileTrace struct {
+		File     string   `yaml:"file"`
+		Speed    *float64 `yaml:"speed"`
+		Start    *string  `yaml:"start"`
+		Duration *string  `yaml:"duration"`
+		Scale    *float64 `yaml:"scale"`
 	}
 	fileInject struct {
 		Text  string `yaml:"text"`
@@ -75,6 +109,8 @@ type (
 		Arrival     string        `yaml:"arrival"`
 		Burstiness  *float64      `yaml:"burstiness"`
 		Drain       *string       `yaml:"drain"`
+		// A capacity search instead of levels.
+		Search *fileSearch `yaml:"search"`
 	}
 	fileSweep struct {
 		Model      list[string] `yaml:"model"`
@@ -85,8 +121,11 @@ type (
 		Policy     list[string] `yaml:"policy"`
 		Buckets    list[[]int]  `yaml:"buckets"`
 		// Generative models.
-		MaxSeqs          list[int] `yaml:"max_seqs"`
-		MaxBatchedTokens list[int] `yaml:"max_batched_tokens"`
+		MaxSeqs          list[int]  `yaml:"max_seqs"`
+		MaxBatchedTokens list[int]  `yaml:"max_batched_tokens"`
+		PrefixCache      list[bool] `yaml:"prefix_cache"`
+		// The policies of infer route (server.replicas).
+		RoutePolicy list[string] `yaml:"route_policy"`
 	}
 	fileSLO struct {
 		P99           *string  `yaml:"p99"`
@@ -97,6 +136,8 @@ type (
 		TPOTP99       *string  `yaml:"tpot_p99"`
 		E2ELP99       *string  `yaml:"e2el_p99"`
 		MinGoodput    *float64 `yaml:"min_goodput"`
+		// The least share of good requests.
+		MinGoodputFraction *float64 `yaml:"min_goodput_fraction"`
 	}
 )
 

@@ -39,8 +39,13 @@ type Scenario struct {
 	// targets' admin token (target.admin_token_env), for sweeps that set
 	// batching settings through PATCH /admin/batching; "" when unset.
 	AdminTokenEnv string
+	// Replicas are the model servers behind the targets (a front such as
+	// HAProxy; target.replicas), whose /metrics tell each one's share;
+	// empty when the targets are the servers.
+	Replicas []string
 	// Server, when set, has infer start `infer serve` for each distinct
-	// server configuration of the sweep.
+	// server configuration of the sweep (server.replicas of them behind an
+	// infer route, when set).
 	Server *target.Serve
 
 	Payload Payload
@@ -90,13 +95,25 @@ type LLMPayload struct {
 	Prompts string
 	Set     []llm.Prompt
 	Skipped int
+	// KeyHeader names the header that carries each request's key (its
+	// tenant: a shared prefix's group, a session), for a router's hash
+	// policy (infer route's X-Routing-Key); "" sends none.
+	KeyHeader string
+	// SharedPrefix, MultiTurn and Trace are a prefix-caching workload
+	// (payload.shared_prefix, multi_turn, trace), at most one; TraceFile
+	// is the trace's file as written.
+	SharedPrefix *llm.SharedPrefix
+	MultiTurn    *llm.MultiTurn
+	Trace        *llm.TraceReplay
+	TraceFile    string
 }
 
 // Config returns the payload generator's configuration for model.
 func (p *LLMPayload) Config(model string) llm.PayloadConfig {
 	return llm.PayloadConfig{API: p.API, Model: model, Stream: p.Stream, PromptTokens: p.PromptTokens,
 		OutputTokens: p.OutputTokens, IgnoreEOS: p.IgnoreEOS, Prompts: p.Set, Seed: payloadSeed,
-		Extra: map[string]any{"temperature": p.Temperature}}
+		Extra:        map[string]any{"temperature": p.Temperature},
+		SharedPrefix: p.SharedPrefix, MultiTurn: p.MultiTurn, Trace: p.Trace}
 }
 
 // payloadSeed seeds every point's payload, so that the points of a sweep
@@ -165,10 +182,13 @@ type Load struct {
 	// the machine's good and bad minutes. A started server is restarted
 	// wherever the configuration changes.
 	Interleave bool
+	// Search, when set (load.search), takes the place of Concurrency and
+	// Rates: each configuration's levels are chosen by a capacity search.
+	Search *Search
 }
 
 // Open reports whether the load is open loop.
-func (l Load) Open() bool { return len(l.Rates) > 0 }
+func (l Load) Open() bool { return len(l.Rates) > 0 || (l.Search != nil && l.Search.Open()) }
 
 // Sweep lists the values each dimension takes; points are their product.
 // A server dimension left empty is not passed to infer serve, which then
@@ -189,6 +209,12 @@ type Sweep struct {
 	// MaxLatency is then static batching's wait to form a batch.
 	MaxSeqs          []int
 	MaxBatchedTokens []int
+	// RoutePolicy lists the policies of the infer route in front of
+	// server.replicas.
+	RoutePolicy []string
+	// PrefixCache turns a generation server's prefix cache on and off
+	// (--prefix-cache; on a target, PATCH /admin/batching of /v1).
+	PrefixCache []bool
 }
 
 // AdminKeys names the sweep keys set that the admin API applies to
@@ -199,7 +225,7 @@ func (s Sweep) AdminKeys() []string {
 		name string
 		n    int
 	}{{"batch", len(s.Batch)}, {"workers", len(s.Workers)}, {"max_latency", len(s.MaxLatency)}, {"policy", len(s.Policy)},
-		{"max_seqs", len(s.MaxSeqs)}, {"max_batched_tokens", len(s.MaxBatchedTokens)}} {
+		{"max_seqs", len(s.MaxSeqs)}, {"max_batched_tokens", len(s.MaxBatchedTokens)}, {"prefix_cache", len(s.PrefixCache)}} {
 		if d.n > 0 {
 			keys = append(keys, d.name)
 		}
@@ -220,18 +246,23 @@ type SLO struct {
 	// per-request bound for goodput), good requests per second at least.
 	TTFTP99, TPOTP99, E2ELP99 time.Duration
 	MinGoodput                float64
+	// MinGoodputFraction is the least share of requests that are good
+	// (record.LLM.GoodFraction): goodput against the load, where
+	// MinGoodput is absolute.
+	MinGoodputFraction float64
 }
 
 // Record returns the thresholds in the results' schema.
 func (s SLO) Record() record.SLO {
 	return record.SLO{P99: record.Duration(s.P99), MaxErrorRate: s.MaxErrorRate, MinThroughput: s.MinThroughput,
 		TTFTP99: record.Duration(s.TTFTP99), TPOTP99: record.Duration(s.TPOTP99), E2ELP99: record.Duration(s.E2ELP99),
-		MinGoodput: s.MinGoodput}
+		MinGoodput: s.MinGoodput, MinGoodputFraction: s.MinGoodputFraction}
 }
 
 // Set reports whether any threshold is set.
 func (s SLO) Set() bool {
-	return s.P99 > 0 || s.MaxErrorRate > 0 || s.MinThroughput > 0 || s.TTFTP99 > 0 || s.TPOTP99 > 0 || s.E2ELP99 > 0 || s.MinGoodput > 0
+	return s.P99 > 0 || s.MaxErrorRate > 0 || s.MinThroughput > 0 || s.TTFTP99 > 0 || s.TPOTP99 > 0 || s.E2ELP99 > 0 || s.MinGoodput > 0 ||
+		s.MinGoodputFraction > 0
 }
 
 // Estimate is the time one point's load takes: warm-up and measurement,
@@ -316,12 +347,15 @@ func (s *Scenario) WithTargets(urls []string) (*Scenario, error) {
 			return nil, fmt.Errorf("--target: %w", err)
 		}
 	}
+	if len(s.Sweep.RoutePolicy) > 0 {
+		return nil, errors.New("--target: the scenario sweeps route_policy, the policies of an infer route it starts in front of server.replicas; run it with its server section")
+	}
 	if len(s.Sweep.Buckets) > 0 {
 		return nil, errors.New("--target: the scenario sweeps buckets, which the admin API cannot set on a target; run it with its server section")
 	}
-	if s.Payload.LLM != nil && (len(s.Sweep.MaxSeqs) > 0 || len(s.Sweep.MaxBatchedTokens) > 0 || len(s.Sweep.MaxLatency) > 0) &&
+	if s.Payload.LLM != nil && (len(s.Sweep.MaxSeqs) > 0 || len(s.Sweep.MaxBatchedTokens) > 0 || len(s.Sweep.MaxLatency) > 0 || len(s.Sweep.PrefixCache) > 0) &&
 		slices.ContainsFunc(s.Sweep.Endpoints, func(e string) bool { return target.GenLabel(e) == "static" }) {
-		return nil, errors.New("--target: the scenario sweeps max_seqs, max_batched_tokens or max_latency with the static endpoint; the admin API sets the /v1 engine's only, so run it with its server section")
+		return nil, errors.New("--target: the scenario sweeps max_seqs, max_batched_tokens, max_latency or prefix_cache with the static endpoint; the admin API sets the /v1 engine's only, so run it with its server section")
 	}
 	c := *s
 	c.Targets = make([]string, len(urls))

@@ -193,22 +193,7 @@ func TestParseLLMErrors(t *testing.T) {
 		{"temperature on encoder", "server:\n  model: sim\npayload:\n  temperature: 0\n" + loadC, 4, "set payload.api"},
 		{"per worker", head + "load:\n  concurrency: 4\n  per_worker: true\n", 7, "no workers to scale by"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := scenario.Parse("s.yaml", t.TempDir(), []byte(tc.src))
-			if err == nil {
-				t.Fatalf("Parse succeeded, want an error containing %q", tc.want)
-			}
-			var se *scenario.ScenarioError
-			if !errors.As(err, &se) {
-				t.Fatalf("error %v (%T) is not a *scenario.ScenarioError", err, err)
-			}
-			if !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("error = %q, want it to contain %q", err, tc.want)
-			}
-			if se.Line != tc.line {
-				t.Errorf("error at line %d, want %d (%v)", se.Line, tc.line, err)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { wantScenarioError(t, t.TempDir(), tc.src, tc.line, tc.want) })
 	}
 }
 
@@ -241,8 +226,17 @@ func TestReferenceLLM(t *testing.T) {
 	}
 	for _, k := range []string{"api", "stream", "prompt_tokens", "output_tokens", "ignore_eos", "temperature", "prompts", "arrival",
 		"burstiness", "max_in_flight", "drain", "endpoints", "max_seqs", "max_batched_tokens", "max_latency", "ttft_p99", "tpot_p99",
-		"e2el_p99", "min_goodput", "sim_step", "sim_per_seq", "sim_per_prefill_token", "kv_tokens", "urls", "model"} {
+		"e2el_p99", "min_goodput", "sim_step", "sim_per_seq", "sim_per_prefill_token", "kv_tokens", "urls", "model",
+		"block_size", "prefix_cache"} {
 		if !strings.Contains(string(src), "  "+k+":") {
+			t.Errorf("reference-llm.yaml does not document %s", k)
+		}
+	}
+	// The workloads, one at a time, are documented in comments, each
+	// with every key of its own.
+	for _, k := range []string{"# shared_prefix: {groups:", "prefix_tokens:", "question_tokens:", "pick:", "# multi_turn: {turns:",
+		"think_time:", "first_tokens:", "message_tokens:", "# trace: {file:", "speed:", "start:", "duration:", "scale:"} {
+		if !strings.Contains(string(src), k) {
 			t.Errorf("reference-llm.yaml does not document %s", k)
 		}
 	}

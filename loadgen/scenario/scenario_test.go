@@ -311,8 +311,11 @@ func TestScenarioFiles(t *testing.T) {
 	}
 	want := []string{"bert.yaml", "bucketing.yaml", "demo.yaml", "isolation.yaml", "llm-onnx-ceiling.yaml", "llm-onnx-defaults.yaml", "llm-onnx-memory.yaml", "llm-onnx-static.yaml", "llm-onnx.yaml", "llm-quick.yaml", "llm-sim-closed.yaml",
 		"llm-sim-poisson.yaml", "llm-sim.yaml", "overload.yaml", "policies-bert.yaml", "policies-closed-sim-fast.yaml",
-		"policies-closed-sim.yaml", "policies-quick.yaml", "policies-sim-fast.yaml", "policies-sim.yaml", "quick.yaml",
-		"reference-llm.yaml", "reference.yaml", "sim-gpu.yaml", "single-client.yaml"}
+		"policies-closed-sim.yaml", "policies-quick.yaml", "policies-sim-fast.yaml", "policies-sim.yaml", "prefix-multiturn.yaml",
+		"prefix-shared-poisson.yaml", "prefix-shared.yaml", "prefix-trace-kv256k.yaml", "prefix-trace.yaml", "quick.yaml",
+		"reference-llm.yaml", "reference.yaml", "route-llmd-haproxy.yaml", "route-llmd-poisson.yaml", "route-llmd.yaml", "route-trace.yaml",
+		"search-llm-sim-fine-continuous.yaml", "search-llm-sim-fine-static.yaml",
+		"search-llm-sim.yaml", "search-sim-fine.yaml", "search-sim.yaml", "sim-gpu.yaml", "single-client.yaml"}
 	var got []string
 	for _, f := range files {
 		got = append(got, filepath.Base(f))
@@ -326,7 +329,7 @@ func TestScenarioFiles(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(loadgen.Plans(sc)) == 0 {
+			if len(loadgen.Plans(sc)) == 0 && len(loadgen.SearchPlans(sc)) == 0 {
 				t.Error("no points")
 			}
 			if sc.Server != nil && !slices.Contains(sc.Server.Flags(target.Settings{}), "--model") {

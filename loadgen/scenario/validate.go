@@ -74,18 +74,25 @@ func (v *validator) scenario(fs *fileScenario, dir string) *Scenario {
 		v.errorf("$", "no target or server: say which server to load (target: urls) or which infer serve to start (server: model)")
 	case fs.Target != nil:
 		sc.Targets, sc.Model, sc.AdminTokenEnv = v.target(fs.Target)
+		sc.Replicas = v.targetReplicas(fs.Target)
 	default:
 		sc.Server = v.server(fs.Server, fs.Sweep != nil && len(fs.Sweep.Buckets) > 0, fs.Sweep != nil && len(fs.Sweep.Model) > 0, gen)
+		v.routed(fs.Server, sc.Server)
 	}
 	if gen {
 		sc.Payload = v.llmPayload(fs.Payload, dir)
+		fs.Load = v.traceLoad(fs.Load, sc.Payload.LLM)
 	} else {
 		sc.Payload = v.payload(fs.Payload, dir)
 	}
 	sc.Load = v.load(fs.Load, gen)
 	sc.Sweep = v.sweep(fs.Sweep, sc.Server != nil, gen)
+	sc.Sweep.RoutePolicy = v.routePolicies(fs.Sweep, sc.Server)
 	sc.SLO = v.slo(fs.SLO, gen)
+	v.searchSLO(sc.Load.Search, &sc.SLO)
 	if gen {
+		v.workloadLoad(&sc.Load, sc.Payload.LLM)
+		v.prefixSweep(fs.Sweep, &sc.Sweep, sc.Server)
 		return sc
 	}
 	if sc.Payload.Format == "text" && slices.ContainsFunc(sc.Sweep.Endpoints, func(e string) bool { return target.Canonical(e) == "v2" }) {
@@ -213,7 +220,7 @@ func (v *validator) payload(p *filePayload, dir string) Payload {
 		p = &filePayload{}
 	}
 	out := Payload{Corpus: p.Corpus, N: 1, Format: p.Format}
-	for _, k := range []string{"stream", "prompt_tokens", "output_tokens", "ignore_eos", "temperature", "prompts"} {
+	for _, k := range []string{"stream", "prompt_tokens", "output_tokens", "ignore_eos", "temperature", "prompts", "key_header", "shared_prefix", "multi_turn", "trace"} {
 		if v.ast != nil && find(v.ast.Docs[0].Body, "$.payload."+k) != nil {
 			v.errorf("$.payload."+k, "payload.%s applies to LLM loads: set payload.api (completions or chat)", k)
 		}
@@ -286,11 +293,14 @@ func (v *validator) load(l *fileLoad, gen bool) Load {
 		MaxInFlight: DefaultMaxInFlight,
 		Repeats:     1,
 	}
+	v.search(l, &out, gen)
+	open := len(l.Rate) > 0 || (out.Search != nil && out.Search.Open())
 	switch {
+	case out.Search != nil:
 	case len(l.Concurrency) > 0 && len(l.Rate) > 0:
 		v.errorf("$.load.rate", "load has both concurrency (closed loop) and rate (open loop); choose one")
 	case len(l.Concurrency) == 0 && len(l.Rate) == 0:
-		v.errorf("$.load", "load: set concurrency (closed loop: clients) or rate (open loop: requests per second)")
+		v.errorf("$.load", "load: set concurrency (closed loop: clients), rate (open loop: requests per second) or search (the capacity under the SLO)")
 	}
 	for i, c := range l.Concurrency {
 		if c < 1 || c > 100000 {
@@ -327,7 +337,7 @@ func (v *validator) load(l *fileLoad, gen bool) Load {
 	if l.MaxInFlight != nil {
 		out.MaxInFlight = *l.MaxInFlight
 		switch {
-		case len(l.Rate) == 0:
+		case !open:
 			v.errorf("$.load.max_in_flight", "load.max_in_flight applies to open loop (rate) only; in closed loop concurrency bounds it")
 		case out.MaxInFlight < 1 || out.MaxInFlight > 100000:
 			v.errorf("$.load.max_in_flight", "load.max_in_flight %d: want 1 to 100000", out.MaxInFlight)
@@ -368,7 +378,7 @@ func (v *validator) sweep(s *fileSweep, server, gen bool) Sweep {
 	for _, k := range []struct {
 		name string
 		n    int
-	}{{"max_seqs", len(s.MaxSeqs)}, {"max_batched_tokens", len(s.MaxBatchedTokens)}} {
+	}{{"max_seqs", len(s.MaxSeqs)}, {"max_batched_tokens", len(s.MaxBatchedTokens)}, {"prefix_cache", len(s.PrefixCache)}} {
 		if k.n > 0 {
 			v.errorf("$.sweep."+k.name, "sweep.%s applies to generation servers (payload.api) only", k.name)
 		}
@@ -486,7 +496,7 @@ func (v *validator) slo(s *fileSLO, gen bool) SLO {
 		v.llmSLO(s, &out)
 	} else {
 		out.P99 = v.duration("$.slo.p99", s.P99, 0, true)
-		for _, k := range []string{"ttft_p99", "tpot_p99", "e2el_p99", "min_goodput"} {
+		for _, k := range []string{"ttft_p99", "tpot_p99", "e2el_p99", "min_goodput", "min_goodput_fraction"} {
 			if find(v.ast.Docs[0].Body, "$.slo."+k) != nil {
 				v.errorf("$.slo."+k, "slo.%s applies to LLM loads (payload.api) only", k)
 			}

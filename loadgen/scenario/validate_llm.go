@@ -58,6 +58,7 @@ func (v *validator) llmPayload(p *filePayload, dir string) Payload {
 		lp.Stream = *p.Stream
 	}
 	lp.IgnoreEOS = p.IgnoreEOS
+	lp.KeyHeader = v.keyHeader(p.KeyHeader)
 	if t := p.Temperature; t != nil {
 		if !(*t >= 0 && *t <= maxTemperature) {
 			v.errorf("$.payload.temperature", "payload.temperature %v: want 0 (greedy) to %v", *t, maxTemperature)
@@ -83,6 +84,7 @@ func (v *validator) llmPayload(p *filePayload, dir string) Payload {
 		}
 		lp.Set, lp.Skipped = set, skipped
 	}
+	v.workload(p, dir, lp)
 	return out
 }
 
@@ -144,7 +146,7 @@ func (v *validator) llmLoad(l *fileLoad, out *Load) {
 		out.Arrival = "constant"
 	case "poisson", "gamma":
 		out.Arrival = l.Arrival
-		if len(l.Rate) == 0 {
+		if !out.Open() {
 			v.errorf("$.load.arrival", "load.arrival %s: arrivals pace an open loop; set load.rate", l.Arrival)
 		}
 		if out.Pacer == "ramp" {
@@ -260,6 +262,7 @@ func (v *validator) llmServer(s *fileServer, spec *target.Serve) {
 	if s.Timeout == nil {
 		spec.Timeout = LLMServerTimeout
 	}
+	v.blockSize(s, spec)
 }
 
 // generation reports what the generation engine's Config.Validate says
@@ -277,7 +280,7 @@ func (v *validator) generation(path, key string, c generate.Config) bool {
 var encoderServerKeys = []string{"sim_fixed", "sim_per_item", "sim_fail_on"}
 
 // genServerKeys are server keys of generation models only.
-var genServerKeys = []string{"sim_step", "sim_per_seq", "sim_per_prefill_token", "kv_tokens"}
+var genServerKeys = []string{"sim_step", "sim_per_seq", "sim_per_prefill_token", "kv_tokens", "block_size"}
 
 func (v *validator) llmSLO(s *fileSLO, out *SLO) {
 	if s.P99 != nil {
@@ -290,6 +293,12 @@ func (v *validator) llmSLO(s *fileSLO, out *SLO) {
 		out.MinGoodput = *s.MinGoodput
 		if !(out.MinGoodput >= 0) || math.IsInf(out.MinGoodput, 0) {
 			v.errorf("$.slo.min_goodput", "slo.min_goodput %v: want good requests per second, 0 or more", out.MinGoodput)
+		}
+	}
+	if s.MinGoodputFraction != nil {
+		out.MinGoodputFraction = *s.MinGoodputFraction
+		if !(out.MinGoodputFraction > 0 && out.MinGoodputFraction <= 1) {
+			v.errorf("$.slo.min_goodput_fraction", "slo.min_goodput_fraction %v: want a share of good requests above 0, at most 1 (0.9 = 90 %%)", out.MinGoodputFraction)
 		}
 	}
 }

@@ -32,6 +32,7 @@ type batching struct {
 	Workers          int    `json:"workers,omitempty"`
 	MaxSeqs          int    `json:"max_seqs,omitempty"`
 	MaxBatchedTokens int    `json:"max_batched_tokens,omitempty"`
+	PrefixCache      *bool  `json:"prefix_cache,omitempty"`
 }
 
 // admin changes the batching settings of existing targets through
@@ -125,6 +126,9 @@ func patchOf(c Settings) map[string]any {
 	if c.MaxBatchedTokens > 0 {
 		p["max_batched_tokens"] = c.MaxBatchedTokens
 	}
+	if c.PrefixCache != nil {
+		p["prefix_cache"] = *c.PrefixCache
+	}
 	return p
 }
 
@@ -151,7 +155,17 @@ func took(c Settings, got batching) string {
 	if c.MaxBatchedTokens > 0 && got.MaxBatchedTokens != c.MaxBatchedTokens {
 		diffs = append(diffs, fmt.Sprintf("max_batched_tokens %d, asked %d", got.MaxBatchedTokens, c.MaxBatchedTokens))
 	}
+	if c.PrefixCache != nil && (got.PrefixCache == nil || *got.PrefixCache != *c.PrefixCache) {
+		diffs = append(diffs, fmt.Sprintf("prefix_cache %s, asked %t", boolText(got.PrefixCache), *c.PrefixCache))
+	}
 	return strings.Join(diffs, ", ")
+}
+
+func boolText(b *bool) string {
+	if b == nil {
+		return "absent"
+	}
+	return fmt.Sprint(*b)
 }
 
 // apply sets c on every target, then reads each back to check that it

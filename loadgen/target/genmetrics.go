@@ -21,6 +21,7 @@ type GenCounters struct {
 	ttft                                    histo
 	tpot, e2e, queue                        sumCount
 	success, prompt, generated, preemptions float64
+	prefixQueries, prefixHits               float64
 	stepBatch, stepDur                      sumCount
 	Running, Waiting, KV                    float64
 }
@@ -54,6 +55,9 @@ func (c *GenCounters) fields() map[string]*float64 {
 		metric.GenRunning:         &c.Running,
 		metric.GenWaiting:         &c.Waiting,
 		metric.GenKVUsage:         &c.KV,
+
+		metric.GenPrefixCacheQueries: &c.prefixQueries,
+		metric.GenPrefixCacheHits:    &c.prefixHits,
 	}
 	for name, sc := range map[string]*sumCount{
 		metric.GenTTFT:         &c.ttft.sumCount,
@@ -105,6 +109,8 @@ func (c *GenCounters) Add(o GenCounters) {
 	c.prompt += o.prompt
 	c.generated += o.generated
 	c.preemptions += o.preemptions
+	c.prefixQueries += o.prefixQueries
+	c.prefixHits += o.prefixHits
 	c.Running += o.Running
 	c.Waiting += o.Waiting
 	c.KV += o.KV
@@ -124,9 +130,14 @@ func GenDelta(begin, end GenCounters, window time.Duration) *record.LLMServer {
 		return b.sum - a.sum, b.count - a.count
 	}
 	s := &record.LLMServer{
-		Requests:     end.success - begin.success,
-		PromptTokens: end.prompt - begin.prompt,
-		Preemptions:  end.preemptions - begin.preemptions,
+		Requests:      end.success - begin.success,
+		PromptTokens:  end.prompt - begin.prompt,
+		Preemptions:   end.preemptions - begin.preemptions,
+		PrefixQueries: end.prefixQueries - begin.prefixQueries,
+		PrefixHits:    end.prefixHits - begin.prefixHits,
+	}
+	if s.PrefixQueries > 0 {
+		s.PrefixHitRate = record.Round3(s.PrefixHits / s.PrefixQueries)
 	}
 	s.TTFTMean = ms(d(func(c GenCounters) sumCount { return c.ttft.sumCount }))
 	s.TPOTMean = ms(d(func(c GenCounters) sumCount { return c.tpot }))
@@ -196,6 +207,11 @@ type GenInfo struct {
 	MaxSeqs, MaxBatchedTokens, KVTokens int
 	MaxLatency                          time.Duration
 	Model, Backend, Params              string
+
+	// PrefixCache is whether the prefix cache is on (nil when the
+	// metric does not say), BlockSize its block size in tokens.
+	PrefixCache *bool
+	BlockSize   int
 }
 
 // GenInfoOf reads the generation info metrics out of samples.
@@ -211,6 +227,10 @@ func GenInfoOf(samples []Sample) GenInfo {
 			g.MaxBatchedTokens, _ = strconv.Atoi(l["max_batched_tokens"])
 			g.KVTokens, _ = strconv.Atoi(l["kv_tokens"])
 			g.MaxLatency, _ = time.ParseDuration(l["max_latency"])
+			if on, err := strconv.ParseBool(l["prefix_cache"]); err == nil {
+				g.PrefixCache = &on
+			}
+			g.BlockSize, _ = strconv.Atoi(l["block_size"])
 		case metric.GenModelInfo:
 			g.Model, g.Backend, g.Params = l["model"], l["backend"], l["params"]
 		}

@@ -16,15 +16,22 @@ import (
 )
 
 // Launcher starts the server under test for a sweep point. infer bench
-// injects one that runs `infer serve` as a child process; tests may start
-// servers another way.
+// injects one that runs `infer serve` (or `infer route`) as a child
+// process; tests may start servers another way.
 type Launcher interface {
-	// Launch starts a server with the given `infer serve` flags (the
-	// caller adds no --addr: the launcher picks a free local one) and
-	// returns as soon as it is started; the caller waits for /readyz. The
-	// server's output goes to log (nil: kept only for LogTail).
-	Launch(ctx context.Context, flags []string, log io.Writer) (Server, error)
+	// Launch starts a server, `infer command` (CommandServe or
+	// CommandRoute) with the given flags (the caller adds no --addr: the
+	// launcher picks a free local one), and returns as soon as it is
+	// started; the caller waits for /readyz. The server's output goes to
+	// log (nil: kept only for LogTail).
+	Launch(ctx context.Context, command string, flags []string, log io.Writer) (Server, error)
 }
+
+// The commands a Launcher starts.
+const (
+	CommandServe = "serve"
+	CommandRoute = "route"
+)
 
 // Server is a started server.
 type Server interface {
@@ -42,7 +49,7 @@ type Server interface {
 	Stop(ctx context.Context) error
 }
 
-// ExecLauncher starts `Path Args... serve --addr 127.0.0.1:PORT flags...`
+// ExecLauncher starts `Path Args... command --addr 127.0.0.1:PORT flags...`
 // as a child process in a process group of its own (on Linux, killed if
 // infer bench dies).
 type ExecLauncher struct {
@@ -53,11 +60,11 @@ type ExecLauncher struct {
 
 // Launch implements Launcher. A port taken between choosing it and the
 // server binding it is retried with another.
-func (l ExecLauncher) Launch(ctx context.Context, flags []string, log io.Writer) (Server, error) {
+func (l ExecLauncher) Launch(ctx context.Context, command string, flags []string, log io.Writer) (Server, error) {
 	var err error
 	for range 3 {
 		var s *process
-		s, err = l.start(flags, log)
+		s, err = l.start(command, flags, log)
 		if err != nil {
 			return nil, err
 		}
@@ -82,13 +89,13 @@ func (l ExecLauncher) Launch(ctx context.Context, flags []string, log io.Writer)
 	return nil, err
 }
 
-func (l ExecLauncher) start(flags []string, log io.Writer) (*process, error) {
+func (l ExecLauncher) start(command string, flags []string, log io.Writer) (*process, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	args := append(append(append([]string(nil), l.Args...), "serve", flagAddr, addr), flags...)
+	args := append(append(append([]string(nil), l.Args...), command, flagAddr, addr), flags...)
 	cmd := exec.Command(l.Path, args...)
 	cmd.Env = append(os.Environ(), l.Env...)
 	detach(cmd)

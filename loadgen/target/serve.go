@@ -29,9 +29,22 @@ type Serve struct {
 	// Args are more flags, passed verbatim after the others; none may set
 	// a flag that infer bench sets (SetByBench).
 	Args []string
+	// BlockSize is a generation server's KV block size in tokens
+	// (--block-size).
+	BlockSize int
 	// ReadyTimeout bounds the wait for /readyz after a start.
 	ReadyTimeout time.Duration
+	// Replicas, when above 0, starts that many servers (each with the
+	// flags above) and an `infer route` in front of them, which the load
+	// goes to (RouteFlags); 0 starts one server and loads it directly.
+	Replicas int
+	// RouteArgs are more `infer route` flags, passed verbatim; none may
+	// set a flag that infer bench sets (RouteSetByBench).
+	RouteArgs []string
 }
+
+// Routed reports whether s starts replicas behind an infer route.
+func (s *Serve) Routed() bool { return s.Replicas > 0 }
 
 // Settings are the batching settings that one configuration of a sweep
 // gives its server; a zero field is left to the server. A started server
@@ -44,12 +57,17 @@ type Settings struct {
 	MaxLatency     time.Duration
 	MaxLatencySet  bool // MaxLatency is set: zero is a setting too
 	Policy         string
-	// MaxSeqs and MaxBatchedTokens are a generation server's.
+	// MaxSeqs and MaxBatchedTokens are a generation server's, and
+	// PrefixCache turns its prefix cache on or off (nil: left as it is).
 	MaxSeqs, MaxBatchedTokens int
+	PrefixCache               *bool
 	// Buckets are the length buckets' bounds; set to none when BucketsSet
 	// and empty. Only a server infer starts takes them.
 	Buckets    []int
 	BucketsSet bool
+	// RoutePolicy is the policy of the infer route in front of the
+	// replicas (Serve.Replicas); "" leaves it to infer route.
+	RoutePolicy string
 }
 
 // infer serve's flags that infer bench sets or passes.
@@ -70,9 +88,19 @@ const (
 	flagSimPerSeq          = "--sim-per-seq"
 	flagSimPerPrefillToken = "--sim-per-prefill-token"
 	flagKVTokens           = "--kv-tokens"
+	flagBlockSize          = "--block-size"
+	flagPrefixCache        = "--prefix-cache"
 	flagDevices            = "--devices"
 	flagQueueCap           = "--queue-cap"
 	flagTimeout            = "--timeout"
+)
+
+// infer route's flags that infer bench sets.
+const (
+	flagUpstream = "--upstream"
+	// flagRoutePolicy is infer route's --policy (a flag of the same name
+	// as infer serve's batching policy).
+	flagRoutePolicy = "--policy"
 )
 
 // Flags returns the `infer serve` flags (without --addr, which the
@@ -89,6 +117,9 @@ func (s *Serve) Flags(set Settings) []string {
 	dur(flagSimPerPrefillToken, s.SimPerPrefillToken)
 	if s.KVTokens > 0 {
 		f = append(f, flagKVTokens, strconv.Itoa(s.KVTokens))
+	}
+	if s.BlockSize > 0 {
+		f = append(f, flagBlockSize, strconv.Itoa(s.BlockSize))
 	}
 	dur(flagSimFixed, s.SimFixed)
 	dur(flagSimPerItem, s.SimPerItem)
@@ -130,10 +161,41 @@ func (s Settings) Flags() []string {
 	if s.MaxBatchedTokens > 0 {
 		f = append(f, flagMaxBatchedTokens, strconv.Itoa(s.MaxBatchedTokens))
 	}
+	if s.PrefixCache != nil {
+		f = append(f, flagPrefixCache+"="+strconv.FormatBool(*s.PrefixCache))
+	}
 	if s.BucketsSet {
 		f = append(f, flagBuckets, BucketsText(s.Buckets))
 	}
 	return f
+}
+
+// RouteFlags returns the `infer route` flags (without --addr) of the
+// router in front of the replicas at urls, under settings set: the
+// replicas, the policy, the servers' deadline (the router's must not cut
+// what a replica may still answer), then RouteArgs. This is the one place
+// that knows infer route's flags.
+func (s *Serve) RouteFlags(set Settings, urls []string) []string {
+	f := []string{flagUpstream, strings.Join(urls, ",")}
+	if set.RoutePolicy != "" {
+		f = append(f, flagRoutePolicy, set.RoutePolicy)
+	}
+	if s.Timeout > 0 {
+		f = append(f, flagTimeout, s.Timeout.String())
+	}
+	return append(f, s.RouteArgs...)
+}
+
+// RouteSetByBench returns the infer route flag that arg sets if infer
+// bench sets it itself (the replicas, the policy, the address); "" when
+// arg is free.
+func RouteSetByBench(arg string) string {
+	for _, f := range []string{flagAddr, flagUpstream, flagRoutePolicy} {
+		if arg == f || strings.HasPrefix(arg, f+"=") {
+			return f
+		}
+	}
+	return ""
 }
 
 // BucketsText renders bucket bounds as the --buckets flag takes them:
@@ -147,6 +209,13 @@ func BucketsText(bs []int) string {
 		parts[i] = strconv.Itoa(b)
 	}
 	return strings.Join(parts, ",")
+}
+
+// SetsFlag reports whether arg (like "--block-size" or "--block-size=32")
+// sets the flag of a scenario key: "block_size" or "prefix_cache".
+func SetsFlag(arg, key string) bool {
+	f := map[string]string{"block_size": flagBlockSize, "prefix_cache": flagPrefixCache}[key]
+	return f != "" && (arg == f || strings.HasPrefix(arg, f+"="))
 }
 
 // SetByBench returns the flag that arg (like "--batch" or "--batch=8")

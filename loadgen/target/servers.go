@@ -19,12 +19,18 @@ type Servers interface {
 	Pending(group int) bool
 	// Use gives them configuration group, whose settings are set.
 	Use(ctx context.Context, group int, set Settings) error
-	// URLs returns their base URLs, like http://127.0.0.1:8080.
+	// URLs returns their base URLs, like http://127.0.0.1:8080: where
+	// the load goes.
 	URLs() []string
+	// Replicas returns the base URLs of the model servers whose /metrics
+	// tell the servers' side: those behind a front (a router) when there
+	// is one, else URLs.
+	Replicas() []string
 	// Model is the name of the model they serve; "" when unknown.
 	Model() string
 	// PID is the process id of a server infer started, whose CPU and
-	// memory can be read; 0 otherwise.
+	// memory can be read (the router's, when it started replicas behind
+	// one); 0 otherwise.
 	PID() int
 	// SwitchTime is the mean time a change of configuration has taken so
 	// far, for estimates; 0 when none took measurable time.
@@ -36,7 +42,10 @@ type Servers interface {
 
 // Started runs the servers a scenario's server section describes: one
 // `infer serve` at a time, started anew (with the configuration's
-// settings as flags) for each configuration.
+// settings as flags) for each configuration; or, with Spec.Replicas, that
+// many `infer serve` replicas and an `infer route` in front of them (with
+// the configuration's route policy), all started anew for each
+// configuration, so that every policy meets cold caches.
 type Started struct {
 	Launcher Launcher
 	Spec     *Serve
@@ -49,7 +58,8 @@ type Started struct {
 	Client *http.Client
 	Logger *slog.Logger // nil: discard
 
-	server    Server
+	server    Server   // where the load goes: the one server, or the router
+	replicas  []Server // the replicas behind the router; nil without one
 	group     int
 	log       *os.File
 	starts    int
@@ -77,23 +87,54 @@ func (s *Started) Use(ctx context.Context, group int, set Settings) error {
 		}
 		s.log = f
 	}
-	flags := s.Spec.Flags(set)
-	fmt.Fprintf(s.log, "=== %s infer serve %v\n", time.Now().Format(time.RFC3339), flags)
-	s.logger().Info("starting server", "flags", flags)
 	start := time.Now()
-	srv, err := s.Launcher.Launch(ctx, flags, s.log)
+	flags := s.Spec.Flags(set)
+	if !s.Spec.Routed() {
+		srv, model, err := s.launch(ctx, CommandServe, flags)
+		if err != nil {
+			return err
+		}
+		s.server, s.model = srv, model
+	} else {
+		urls := make([]string, 0, s.Spec.Replicas)
+		for range s.Spec.Replicas {
+			srv, model, err := s.launch(ctx, CommandServe, flags)
+			if err != nil {
+				s.stop()
+				return err
+			}
+			s.replicas = append(s.replicas, srv)
+			s.model = model
+			urls = append(urls, srv.URL())
+		}
+		router, _, err := s.launch(ctx, CommandRoute, s.Spec.RouteFlags(set, urls))
+		if err != nil {
+			s.stop()
+			return err
+		}
+		s.server = router
+	}
+	s.group = group
+	s.starts++
+	s.startTime += time.Since(start)
+	return nil
+}
+
+// launch starts `infer command flags` and waits until it is ready; it
+// returns the server and the model its /readyz named.
+func (s *Started) launch(ctx context.Context, command string, flags []string) (Server, string, error) {
+	fmt.Fprintf(s.log, "=== %s infer %s %v\n", time.Now().Format(time.RFC3339), command, flags)
+	s.logger().Info("starting server", "command", command, "flags", flags)
+	srv, err := s.Launcher.Launch(ctx, command, flags, s.log)
 	if err != nil {
-		return fmt.Errorf("start server %v: %w", flags, err)
+		return nil, "", fmt.Errorf("start infer %s %v: %w", command, flags, err)
 	}
 	model, err := WaitReady(ctx, s.Client, srv, s.Spec.ReadyTimeout)
 	if err != nil {
 		s.stopServer(srv)
-		return fmt.Errorf("start server %v: %w", flags, err)
+		return nil, "", fmt.Errorf("start infer %s %v: %w", command, flags, err)
 	}
-	s.server, s.group, s.model = srv, group, model
-	s.starts++
-	s.startTime += time.Since(start)
-	return nil
+	return srv, model, nil
 }
 
 // URLs implements Servers.
@@ -102,6 +143,18 @@ func (s *Started) URLs() []string {
 		return nil
 	}
 	return []string{s.server.URL()}
+}
+
+// Replicas implements Servers.
+func (s *Started) Replicas() []string {
+	if s.replicas == nil {
+		return s.URLs()
+	}
+	urls := make([]string, len(s.replicas))
+	for i, r := range s.replicas {
+		urls[i] = r.URL()
+	}
+	return urls
 }
 
 // Model implements Servers: what the server's /readyz named.
@@ -132,11 +185,17 @@ func (s *Started) Close(context.Context) {
 	}
 }
 
+// stop stops the router first (it drains its streams), then the
+// replicas.
 func (s *Started) stop() {
 	if s.server != nil {
 		s.stopServer(s.server)
 		s.server = nil
 	}
+	for _, r := range s.replicas {
+		s.stopServer(r)
+	}
+	s.replicas = nil
 }
 
 // stopServer drains and stops srv. The probes' idle connection is closed
@@ -162,6 +221,9 @@ func (s *Started) logger() *slog.Logger {
 type ExistingConfig struct {
 	URLs  []string
 	Model string
+	// Replicas are the model servers behind the URLs (a front such as
+	// HAProxy), whose /metrics tell the servers' side; none: the URLs'.
+	Replicas []string
 	// AdminKeys name the sweep keys (like "batch", "max_latency") whose
 	// settings the run applies through the servers' admin API; none: the
 	// servers are loaded as they are.
@@ -175,13 +237,14 @@ type ExistingConfig struct {
 // admin API (PATCH /admin/batching), checks that it took, and puts their
 // own settings back at Close.
 type Existing struct {
-	urls    []string
-	model   string
-	admin   *admin // nil when the sweep sets no settings
-	orig    []batching
-	applied bool // a configuration was applied, maybe in part
-	group   int
-	logger  *slog.Logger
+	urls     []string
+	replicas []string
+	model    string
+	admin    *admin // nil when the sweep sets no settings
+	orig     []batching
+	applied  bool // a configuration was applied, maybe in part
+	group    int
+	logger   *slog.Logger
 }
 
 var _ Servers = (*Existing)(nil)
@@ -191,7 +254,7 @@ var _ Servers = (*Existing)(nil)
 // load; an absent API or a refused token is an error wrapping ErrAdminAPI
 // that names the fix.
 func NewExisting(ctx context.Context, cfg ExistingConfig) (*Existing, error) {
-	e := &Existing{urls: cfg.URLs, model: cfg.Model, logger: cfg.Logger}
+	e := &Existing{urls: cfg.URLs, replicas: cfg.Replicas, model: cfg.Model, logger: cfg.Logger}
 	if e.logger == nil {
 		e.logger = slog.New(slog.DiscardHandler)
 	}
@@ -231,6 +294,14 @@ func (e *Existing) Use(ctx context.Context, group int, set Settings) error {
 
 // URLs implements Servers.
 func (e *Existing) URLs() []string { return e.urls }
+
+// Replicas implements Servers.
+func (e *Existing) Replicas() []string {
+	if len(e.replicas) == 0 {
+		return e.urls
+	}
+	return e.replicas
+}
 
 // Model implements Servers.
 func (e *Existing) Model() string { return e.model }

@@ -21,6 +21,7 @@ type Lines struct {
 	notices  int
 	last     time.Duration // Elapsed at the last progress line
 	stopping bool
+	search   searchLines
 }
 
 // Put writes the lines the snapshot calls for.
@@ -31,14 +32,15 @@ func (l *Lines) Put(s loadgen.Snapshot) {
 	}
 	for _, r := range s.Finished[min(l.finished, len(s.Finished)):] {
 		if g := r.LLMRow; g != nil {
-			fmt.Fprintf(l.W, "[%d/%d] done %s: %.2f req/s, %.0f tokens/s, TTFT p50 %s p99 %s, TPOT p99 %s, errors %.2f%%%s\n",
-				r.Index+1, s.Points, r.Name, g.RequestsPerS, g.OutputTokensPerS, fmtMs(g.TTFT.P50), fmtMs(g.TTFT.P99), fmtMs(g.TPOT.P99), 100*r.ErrorRate, notes(r))
+			fmt.Fprintf(l.W, "%s done %s: %.2f req/s, %.0f tokens/s, TTFT p50 %s p99 %s, TPOT p99 %s, errors %.2f%%%s\n",
+				at(s, r.Index), r.Name, g.RequestsPerS, g.OutputTokensPerS, fmtMs(g.TTFT.P50), fmtMs(g.TTFT.P99), fmtMs(g.TPOT.P99), 100*r.ErrorRate, notes(r))
 			continue
 		}
-		fmt.Fprintf(l.W, "[%d/%d] done %s: %.1f ok/s, %.1f items/s, p50 %s, p99 %s, errors %.2f%%%s\n",
-			r.Index+1, s.Points, r.Name, r.Throughput, r.ItemsPerSec, fmtLat(r.P50.D()), fmtLat(r.P99.D()), 100*r.ErrorRate, notes(r))
+		fmt.Fprintf(l.W, "%s done %s: %.1f ok/s, %.1f items/s, p50 %s, p99 %s, errors %.2f%%%s\n",
+			at(s, r.Index), r.Name, r.Throughput, r.ItemsPerSec, fmtLat(r.P50.D()), fmtLat(r.P99.D()), 100*r.ErrorRate, notes(r))
 	}
 	l.finished = len(s.Finished)
+	l.search.put(l.W, s.Search)
 	for _, n := range s.Notices[min(l.notices, len(s.Notices)):] {
 		fmt.Fprintf(l.W, "note: %s\n", n)
 	}
@@ -52,14 +54,14 @@ func (l *Lines) Put(s loadgen.Snapshot) {
 	}
 	if !l.started || s.Index != l.index {
 		l.started, l.index, l.last = true, s.Index, s.Elapsed
-		fmt.Fprintf(l.W, "[%d/%d] %s: %s · ETA %s\n", s.Index+1, s.Points, s.Point.Name, s.Phase, fmtDur(s.ETA))
+		fmt.Fprintf(l.W, "%s %s: %s · ETA %s\n", at(s, s.Index), s.Point.Name, s.Phase, fmtDur(s.ETA))
 		return
 	}
 	if s.Elapsed-l.last < every {
 		return
 	}
 	l.last = s.Elapsed
-	line := fmt.Sprintf("[%d/%d] %s: %s", s.Index+1, s.Points, s.Point.Name, s.Phase)
+	line := fmt.Sprintf("%s %s: %s", at(s, s.Index), s.Point.Name, s.Phase)
 	if s.Repeats > 1 {
 		line += fmt.Sprintf(" (repeat %d/%d)", s.Repeat, s.Repeats)
 	}

@@ -28,6 +28,15 @@ import (
 // IsTerminal reports whether f is a terminal.
 func IsTerminal(f *os.File) bool { return term.IsTerminal(f.Fd()) }
 
+// Width returns the columns of the terminal f, or 0 when f is not one.
+func Width(f *os.File) int {
+	w, _, err := term.GetSize(f.Fd())
+	if err != nil {
+		return 0
+	}
+	return w
+}
+
 // Feed carries snapshots from a run to a view: Put never blocks, and a
 // snapshot not yet read is replaced by a newer one. One goroutine may Put.
 type Feed struct{ ch chan loadgen.Snapshot }
@@ -150,9 +159,15 @@ func (m Model) View() string {
 	w := max(m.width, 40)
 	over := m.done || s.Phase == loadgen.PhaseDone
 	var b strings.Builder
-	head := titleStyle.Render("infer bench · "+s.Scenario) + fmt.Sprintf("   %d/%d points · %s elapsed", s.Done, s.Points, fmtDur(s.Elapsed))
+	done := sweepDone(s)
+	progress, stopped := fmt.Sprintf("%.0f%% · %d/%d points done", 100*done, s.Done, s.Points), s.Done < s.Points
+	if s.Search != nil {
+		done, stopped = searchDone(s.Search), s.Stopping
+		progress = fmt.Sprintf("%.0f%% · %s", 100*done, searchHead(s.Search))
+	}
+	head := titleStyle.Render("infer bench · "+s.Scenario) + fmt.Sprintf("   %s · %s elapsed", progress, fmtDur(s.Elapsed))
 	switch {
-	case over && s.Done < s.Points:
+	case over && stopped:
 		head += " · " + warnStyle.Render("stopped")
 	case over:
 		head += " · done"
@@ -160,17 +175,24 @@ func (m Model) View() string {
 		head += " · ETA " + fmtDur(s.ETA)
 	}
 	b.WriteString(head + "\n")
-	b.WriteString(bar(sweepDone(s), min(w-2, 70)) + "\n")
+	b.WriteString(bar(done, min(w-2, 70)) + "\n")
 	if over {
 		return b.String()
 	}
 	if s.Shared != "" {
-		b.WriteString(dimStyle.Render(truncate("every batched point: "+s.Shared, w)) + "\n")
+		b.WriteString(dimStyle.Render(truncate(loadgen.SharedText(s.Shared, s.LLM != nil), w)) + "\n")
+	}
+	if l := loadgen.Legend(s.Point.Name); l != "" && s.Done < s.Points {
+		b.WriteString(dimStyle.Render(truncate(l, w)) + "\n")
 	}
 	b.WriteString("\n")
 
 	if s.Done < s.Points {
-		b.WriteString(m.spin.View() + " " + titleStyle.Render(truncate(fmt.Sprintf("%d/%d %s", s.Index+1, s.Points, s.Point.Name), w-2)) + "\n")
+		title := fmt.Sprintf("%d/%d %s", s.Index+1, s.Points, s.Point.Name)
+		if s.Search != nil {
+			title = s.Point.Name
+		}
+		b.WriteString(m.spin.View() + " " + titleStyle.Render(truncate(title, w-2)) + "\n")
 		phase := string(s.Phase)
 		if s.Repeats > 1 && s.Repeat > 0 {
 			phase += fmt.Sprintf(" · repeat %d/%d", s.Repeat, s.Repeats)
@@ -180,11 +202,14 @@ func (m Model) View() string {
 		}
 		b.WriteString("  " + dimStyle.Render(phase) + "\n")
 		b.WriteString(m.live(s))
+		if s.Search != nil {
+			b.WriteString(searchView(s.Search, w))
+		}
 	}
 	if m.stopping || s.Stopping {
 		b.WriteString("\n" + warnStyle.Render(truncate("stopping: finishing the current point and writing results… (q again to leave now)", w)) + "\n")
 	}
-	if len(s.Finished) > 0 {
+	if len(s.Finished) > 0 && s.Search == nil { // a search's probes are in its ladder
 		b.WriteString("\n" + finishedTable(s.Finished, w))
 	}
 	foot := "results in " + s.Dir
@@ -226,6 +251,9 @@ func (m Model) liveLLM(s loadgen.Snapshot, line func(label, text string)) {
 	g := s.LLM
 	window := dimStyle.Render("last " + fmtDur(g.Window))
 	rate := fmt.Sprintf("%.0f tokens/s · %.2f req/s %s", g.TokensPerS, g.RequestsPerS, window)
+	if g.Window < time.Second {
+		rate = dimStyle.Render("… (after the first second)")
+	}
 	if s.TargetRate > 0 {
 		rate += fmt.Sprintf(" · target %s/s", trimRate(s.TargetRate))
 	}
@@ -263,6 +291,9 @@ func trimRate(r float64) string { return strconv.FormatFloat(math.Round(r*100)/1
 func (m Model) liveAnswers(s loadgen.Snapshot, line func(label, text string)) {
 	window := dimStyle.Render("last " + fmtDur(s.Window))
 	rate := fmt.Sprintf("%.1f answers/s %s", s.RPS, window)
+	if s.Window < time.Second {
+		rate, window = dimStyle.Render("… (after the first second)"), ""
+	}
 	if s.TargetRate > 0 {
 		rate += fmt.Sprintf(" · target %.0f/s", s.TargetRate)
 		if s.Phase == loadgen.PhaseMeasuring && s.RPS < 0.95*s.TargetRate && s.Window >= time.Second {
@@ -294,12 +325,15 @@ func (m Model) liveAnswers(s loadgen.Snapshot, line func(label, text string)) {
 
 // sweepDone is the share of the sweep done, counting the current point's
 // progress.
+// sweepDone is the share of the sweep done, by time: the elapsed time of
+// the elapsed time plus the ETA, so that the bar, the percentage and the
+// ETA agree (with interleaved repeats no point is done until its last
+// repeat, so points done lag far behind).
 func sweepDone(s loadgen.Snapshot) float64 {
-	done := float64(s.Done)
-	if s.PointTotal > 0 && s.Done < s.Points && s.Phase != loadgen.PhaseDone {
-		done += float64(s.PointElapsed) / float64(s.PointTotal)
+	if s.Phase == loadgen.PhaseDone || s.Done >= s.Points {
+		return fraction(float64(s.Done), float64(s.Points))
 	}
-	return fraction(done, float64(s.Points))
+	return fraction(float64(s.Elapsed), float64(s.Elapsed+s.ETA))
 }
 
 // bar draws a progress bar width cells wide, done (0…1) of it full.

@@ -55,8 +55,8 @@ func TestViewRunning(t *testing.T) {
 	}
 	view := tm.View()
 	for _, want := range []string{
-		"infer bench · quick", "2/7 points", "1m15s elapsed", "ETA 1m05s",
-		"every batched point: lat=10ms",
+		"infer bench · quick", "54% · 2/7 points done", "1m15s elapsed", "ETA 1m05s",
+		"every batched point: max latency 10ms", "b batch size · w workers · c clients",
 		"3/7 batched b=8 w=1 c=32", "measuring · repeat 1/2 · 3s of 4s",
 		"316.5 answers/s last 2s · target 400/s (behind)", "322.2 ok/s so far", "p50 97.4ms", "p99 231ms",
 		"note     http://127.0.0.1:1/metrics answers 404", "lag      p99 1.2ms     max 3.4ms",
@@ -67,9 +67,23 @@ func TestViewRunning(t *testing.T) {
 			t.Errorf("view lacks %q:\n%s", want, view)
 		}
 	}
-	// 2.4 of 7 points: a third of the bar.
-	if full := strings.Count(view, "█") - 1; full < 22 || full > 25 {
-		t.Errorf("progress bar has %d full cells of 70, want about 24:\n%s", full, view)
+	// 75 s of 75 + 65: 54 % of the bar, as the ETA says.
+	if full := strings.Count(view, "█") - 1; full < 37 || full > 38 {
+		t.Errorf("progress bar has %d full cells of 70, want about 38:\n%s", full, view)
+	}
+	// Interleaved repeats: 1 point of 7 done, but 66 s of 81: the bar
+	// and the percentage follow the ETA, not the points done.
+	s := running()
+	s.Done, s.Elapsed, s.ETA = 1, 66*time.Second, 15*time.Second
+	tm, _ = tm.Update(snapshotMsg(s))
+	if view := tm.View(); !strings.Contains(view, "81% · 1/7 points done") {
+		t.Errorf("interleaved run's header:\n%s", view)
+	}
+	// In the first second the rate is not shown over an empty window.
+	s.Window = 0
+	tm, _ = tm.Update(snapshotMsg(s))
+	if view := tm.View(); strings.Contains(view, "last 0s") || !strings.Contains(view, "after the first second") {
+		t.Errorf("a rate over no window:\n%s", view)
 	}
 }
 

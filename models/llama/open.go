@@ -3,12 +3,16 @@ package llama
 import (
 	"bytes"
 	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/inferhq/infer/models/llama/stories260k"
@@ -79,6 +83,15 @@ func Open(cfg Config) (*onnx.DecoderFactory, error) {
 			"graph", path, "took", time.Since(start).Round(time.Millisecond))
 	}
 	return onnx.OpenDecoder(onnx.DecoderConfig{Path: path, Name: name, KVTokens: cfg.KVTokens, Tokenizer: tok, Runtime: cfg.Runtime})
+}
+
+// WriteBuiltin writes the ONNX graph of the built-in checkpoint to w.
+func WriteBuiltin(w io.Writer) error {
+	ck, name, err := openCheckpoint(Config{Checkpoint: Builtin})
+	if err != nil {
+		return err
+	}
+	return Generate(w, ck, name)
 }
 
 // ReadArch returns the shape of a checkpoint, a path or the built-in's
@@ -165,3 +178,13 @@ func isFile(path string) bool {
 	st, err := os.Stat(path)
 	return err == nil && st.Mode().IsRegular()
 }
+
+// BuiltinFileName returns the name Ensure gives the built-in's graph in
+// the cache (FileName of stories260k and its checkpoint's hash).
+var BuiltinFileName = sync.OnceValue(func() string {
+	sum := sha256.Sum256(stories260k.Checkpoint)
+	return FileName(Builtin, hex.EncodeToString(sum[:]))
+})
+
+// BuiltinArch is the shape of the built-in checkpoint, from its header.
+var BuiltinArch = sync.OnceValues(func() (Arch, error) { return ReadArch(Builtin) })

@@ -41,7 +41,7 @@ func TestOpen(t *testing.T) {
 		f, err := Open(tc.cfg)
 		requireRuntime(t, err)
 		info, dinfo := f.Info(), f.Decoder()
-		want := models.DecoderInfo{Context: 512, EOS: 1, Vocab: 512, KVTokens: 2048, Engine: onnx.DecoderEngine()}
+		want := models.DecoderInfo{Context: 512, EOS: 1, Vocab: 512, KVTokens: 2048, BlockKV: true, Engine: onnx.DecoderEngine()}
 		if info.Name != tc.name || info.Task != Task || dinfo != want {
 			t.Errorf("%+v: %+v %+v, want name %s and %+v", tc.cfg, info, dinfo, tc.name, want)
 		}

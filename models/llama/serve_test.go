@@ -1,6 +1,7 @@
 package llama
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -353,4 +354,69 @@ func TestServedBadInput(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestServedGreedyInCompany: greedy text streamed through the OpenAI API
+// is the Go reference's while 15 other streams of different lengths and
+// samplings join and leave the batch, on the continuous and static paths.
+func TestServedGreedyInCompany(t *testing.T) {
+	url := serveStories(t, 0, generate.Config{MaxSeqs: 16, MaxLatency: 20 * time.Millisecond})
+	ref, tok := storiesReference(t)
+	target := targets[1]
+	want := ref.story(tok, target.prompt, target.maxTokens)
+	body, _ := json.Marshal(map[string]any{"prompt": target.prompt, "max_tokens": target.maxTokens, "temperature": 0, "stream": true})
+	for _, prefix := range []string{"/v1", "/static/v1"} {
+		var wg sync.WaitGroup
+		other := func(i int, first chan<- struct{}) {
+			b, _ := json.Marshal(map[string]any{
+				"prompt":     strings.Repeat("The cat sat on the mat. ", i%5) + fmt.Sprintf("Tom had %d apples", i),
+				"max_tokens": 5 + (i*37)%150, "ignore_eos": i%2 == 0, "temperature": float64(i%3) * 0.5, "seed": i, "stream": true,
+			})
+			wg.Go(func() {
+				if err := streamUntilDone(url+prefix+"/completions", string(b), first); err != nil {
+					t.Errorf("%s: stream %d: %v", prefix, i, err)
+				}
+			})
+		}
+		started := make(chan struct{})
+		other(0, started)
+		for i := 1; i < 8; i++ {
+			other(i, nil)
+		}
+		<-started
+		var got string
+		wg.Go(func() { got = streamText(t, url+prefix+"/completions", string(body)) })
+		for i := 8; i < 15; i++ {
+			other(i, nil)
+		}
+		wg.Wait()
+		if got != want.text {
+			t.Errorf("%s %q among 15 other streams: %q\nthe reference: %q", prefix, target.prompt, got, want.text)
+		}
+	}
+}
+
+// streamUntilDone reads a streamed completion to its end; first, if not
+// nil, is closed at its first event.
+func streamUntilDone(url, body string, first chan<- struct{}) error {
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		raw, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("status %d: %.200s", resp.StatusCode, raw)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if first != nil && strings.HasPrefix(sc.Text(), "data: ") {
+			close(first)
+			first = nil
+		}
+		if sc.Text() == "data: [DONE]" {
+			return nil
+		}
+	}
+	return fmt.Errorf("the stream ended without [DONE]: %v", sc.Err())
 }

@@ -323,7 +323,8 @@ func (f *DecoderFactory) describe(info onnxgraph.Info, hf hfConfig, dir string) 
 	if kv == 0 {
 		kv = DefaultKVContexts * ctxLen
 	}
-	f.info = models.DecoderInfo{Context: ctxLen, EOS: eos, Vocab: f.sig.vocab, KVTokens: kv, Engine: DecoderEngine()}
+	f.info = models.DecoderInfo{Context: ctxLen, EOS: eos, Vocab: f.sig.vocab, KVTokens: kv, BlockKV: true,
+		Engine: DecoderEngine()}
 	return nil
 }
 

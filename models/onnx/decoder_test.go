@@ -175,7 +175,7 @@ func TestDecoderSignature(t *testing.T) {
 				f.sig.positions != tc.positions || f.sig.cacheBranch != tc.cach || f.sig.keepLast != tc.keep {
 				t.Errorf("signature = %+v", f.sig)
 			}
-			want := models.DecoderInfo{Context: 1024, EOS: 50256, Vocab: 50257, KVTokens: 16 * 1024,
+			want := models.DecoderInfo{Context: 1024, EOS: 50256, Vocab: 50257, KVTokens: 16 * 1024, BlockKV: true,
 				Engine: models.EngineDefaults{MaxSeqs: 16, MaxBatchedTokens: 256}}
 			if got := f.Decoder(); got != want {
 				t.Errorf("Decoder() = %+v, want %+v", got, want)
@@ -284,12 +284,48 @@ func TestDecoderIncremental(t *testing.T) {
 	}
 }
 
+// blockPlan gives the sequences of a schedule block tables of size tokens a
+// block, as the engine would: new blocks from a counter (never reused, so
+// that what a block held stays), and a cached prefix to start after.
+type blockPlan struct {
+	size int
+	next int32 // the next new block
+	// cached is a prefix whose blocks a sequence already filled: the
+	// target starts after it, and so does every third other sequence,
+	// its prompt that prefix and tokens of its own.
+	cached []int32 // tokens, whole blocks
+	table  []int32 // their blocks
+}
+
+// extend grows table to cover n positions.
+func (b *blockPlan) extend(table []int32, n int) []int32 {
+	for len(table)*b.size < n {
+		table = append(table, b.next)
+		b.next++
+	}
+	return table
+}
+
+// fillPrefix makes a sequence of its own compute the prefix p (whole
+// blocks) and a token more, in blocks of plan, and frees it: p's blocks are
+// then cached.
+func (b *blockPlan) fillPrefix(t *testing.T, d *Decoder, id models.SeqID, p []int32) {
+	t.Helper()
+	tokens := append(slices.Clone(p), 7)
+	table := b.extend(nil, len(tokens))
+	step(t, d, models.StepSeq{ID: id, Tokens: tokens, PromptLen: len(tokens), Sample: true, BlockSize: b.size, Blocks: table})
+	d.Free(id)
+	b.cached, b.table = p, table[:len(p)/b.size]
+}
+
 // mixedSchedule decodes target (sequence 0) while 15 other sequences of
 // different prompt lengths join and leave its batches: they start at
 // different steps, some prefill in chunks, some sit steps out, and each
 // leaves after its own number of tokens, or is preempted and recomputed. It
-// returns target's trace.
-func mixedSchedule(t *testing.T, d *Decoder, target []int32, steps int, s models.Sampling, seed uint64) trace {
+// returns target's trace. With blocks, every sequence has a block table;
+// the target and every third other start after blocks.cached, and a
+// preempted sequence restarts after the full blocks of its earlier life.
+func mixedSchedule(t *testing.T, d *Decoder, target []int32, steps int, s models.Sampling, seed uint64, blocks *blockPlan) trace {
 	t.Helper()
 	r := rand.New(rand.NewPCG(seed, 3))
 	type seq struct {
@@ -300,13 +336,29 @@ func mixedSchedule(t *testing.T, d *Decoder, target []int32, steps int, s models
 		start   int // step it joins at
 		leave   int // tokens it generates before leaving
 		done    bool
-		pending int32 // the token drawn, not yet fed
+		pending int32   // the token drawn, not yet fed
+		table   []int32 // its blocks, with blocks
 	}
 	all := []*seq{{id: 100, tokens: slices.Clone(target), prompt: len(target), start: 0, leave: steps + 1}}
 	for i := 1; i < 16; i++ {
 		n := 1 + r.IntN(120)
 		all = append(all, &seq{id: models.SeqID(100 + i), tokens: prompt(seed*100+uint64(i), n), prompt: n,
 			start: r.IntN(steps), leave: 1 + r.IntN(40)})
+	}
+	if blocks != nil && len(blocks.cached) > 0 {
+		for i, q := range all {
+			if i%3 != 0 {
+				continue
+			}
+			if i > 0 {
+				q.tokens = append(slices.Clone(blocks.cached), q.tokens...)
+				q.prompt = len(q.tokens)
+			}
+			if !slices.Equal(q.tokens[:len(blocks.cached)], blocks.cached) {
+				t.Fatalf("sequence %d does not start with the cached prefix", q.id)
+			}
+			q.fed, q.table = len(blocks.cached), slices.Clone(blocks.table)
+		}
 	}
 	var tr trace
 	for k := 0; len(tr.tokens) < steps+1; k++ {
@@ -321,10 +373,15 @@ func mixedSchedule(t *testing.T, d *Decoder, target []int32, steps int, s models
 			if q.id != 100 && q.fed > 0 && r.IntN(6) == 0 {
 				continue
 			}
-			// Preemption: drop the cache and recompute everything.
+			// Preemption: drop the cache and recompute everything, or
+			// what its full blocks do not hold.
 			if q.id != 100 && q.fed > q.prompt && r.IntN(25) == 0 {
 				d.Free(q.id)
 				q.fed = 0
+				if blocks != nil {
+					q.fed = (len(q.tokens) - 1) / blocks.size * blocks.size
+					q.table = q.table[:q.fed/blocks.size]
+				}
 			}
 			ss := models.StepSeq{ID: q.id, Past: q.fed, PromptLen: q.prompt, Sampling: s}
 			if q.fed < len(q.tokens) {
@@ -334,6 +391,10 @@ func mixedSchedule(t *testing.T, d *Decoder, target []int32, steps int, s models
 				ss.Tokens = []int32{q.pending}
 			}
 			ss.Sample = q.fed+len(ss.Tokens) >= len(q.tokens)
+			if blocks != nil {
+				q.table = blocks.extend(q.table, q.fed+len(ss.Tokens))
+				ss.BlockSize, ss.Blocks = blocks.size, slices.Clone(q.table)
+			}
 			batch = append(batch, ss)
 			members = append(members, q)
 		}
@@ -382,7 +443,7 @@ func TestDecoderBatchComposition(t *testing.T) {
 				t.Fatalf("greedy tokens %v repeat one token: a weak test", alone.tokens)
 			}
 			for seed := uint64(1); seed <= variant.schedules; seed++ {
-				mixed := mixedSchedule(t, d, target, steps, models.Sampling{}, seed)
+				mixed := mixedSchedule(t, d, target, steps, models.Sampling{}, seed, nil)
 				worst := 0.0
 				for k := range alone.tokens {
 					diff := maxDiff(alone.logits[k], mixed.logits[k])
@@ -534,7 +595,7 @@ func TestDecoderSamplingDeterminism(t *testing.T) {
 	target := prompt(8, 17)
 	s := models.Sampling{Temperature: 0.9, TopP: 0.95, Seed: 1234}
 	alone := decodeAlone(t, d, 1, target, 24, s)
-	mixed := mixedSchedule(t, d, target, 24, s, 3)
+	mixed := mixedSchedule(t, d, target, 24, s, 3, nil)
 	if !slices.Equal(alone.tokens, mixed.tokens) {
 		t.Fatalf("seed %d: alone %v, in company %v", s.Seed, alone.tokens, mixed.tokens)
 	}

@@ -50,7 +50,12 @@ type Decoder struct {
 
 	seqs map[models.SeqID]*seqState
 	used int // tokens in the cache, summed over seqs
-	pool *bufPool
+	// own is the tokens of the sequences without a block table, which the
+	// decoder bounds by KVTokens itself; the engine bounds the others by
+	// their blocks, which prefixes share.
+	own   int
+	pool  *bufPool
+	store *blockStore // the blocks of the engine's tables (kvstore.go)
 
 	// Reused from step to step.
 	ids, pos []int64
@@ -79,10 +84,22 @@ func newDecoder(f *DecoderFactory, s *session) *Decoder {
 
 		keepLogits: 1,
 	}
+	d.store = &blockStore{d: d.dims, slots: f.info.KVTokens}
 	// The cache lives outside the Go heap: an instance dropped without
 	// Close still gives it back.
-	runtime.AddCleanup(d, func(p *bufPool) { p.close() }, d.pool)
+	runtime.AddCleanup(d, func(c caches) { c.close() }, caches{d.pool, d.store})
 	return d
+}
+
+// caches are the memory outside the Go heap a Decoder holds.
+type caches struct {
+	pool  *bufPool
+	store *blockStore
+}
+
+func (c caches) close() {
+	c.pool.close()
+	c.store.close()
 }
 
 // job is one row of a run.
@@ -130,19 +147,27 @@ func (d *Decoder) Step(ctx context.Context, seqs []models.StepSeq, next []int32)
 	var prefill, decode []job
 	for i, s := range seqs {
 		st := d.seqs[s.ID]
-		if s.Past == 0 {
+		if st == nil || s.Past == 0 {
 			if st != nil {
 				d.Free(s.ID) // a restart (a recompute after preemption)
 			}
 			st = &seqState{id: s.ID}
 			d.seqs[s.ID] = st
 		}
+		if err := d.store.claim(st, s); err != nil {
+			return err
+		}
+		if s.Past > st.n {
+			if err := d.resume(st, s.Past); err != nil {
+				return err
+			}
+		}
 		d.inStep[st] = true
 		j := job{st: st, tokens: s.Tokens, out: -1, p: s.Sampling}
 		if s.Sample {
 			j.out = i
 		}
-		if s.Past == 0 || len(s.Tokens) > 1 {
+		if st.n == 0 || len(s.Tokens) > 1 {
 			prefill = append(prefill, j)
 		} else {
 			decode = append(decode, j)
@@ -170,9 +195,25 @@ func (d *Decoder) Step(ctx context.Context, seqs []models.StepSeq, next []int32)
 	return d.run(decode, next, true)
 }
 
-// check validates a step's arguments against the cache.
+// resume starts st after a cached prefix of past tokens, whole blocks of
+// its table: a buffer of one row gets their keys and values from the block
+// store, and the sequence's first run computes only its other tokens.
+func (d *Decoder) resume(st *seqState, past int) error {
+	b, err := d.pool.get(d.dims, 1, past, true)
+	if err != nil {
+		return err
+	}
+	d.store.fill(st, past/d.store.size, b, 0)
+	d.pool.moveTo(st, b, 0)
+	st.n = past
+	d.used += past
+	return nil
+}
+
+// check validates a step's arguments against the cache and, for sequences
+// with block tables, against the block store.
 func (d *Decoder) check(seqs []models.StepSeq) error {
-	used := d.used
+	used := d.own
 	seen := make(map[models.SeqID]bool, len(seqs))
 	for _, s := range seqs {
 		if seen[s.ID] {
@@ -185,9 +226,9 @@ func (d *Decoder) check(seqs []models.StepSeq) error {
 			return fmt.Errorf("%w: sequence %d: no tokens to feed", models.ErrInvalidInput, s.ID)
 		case s.Past < 0:
 			return fmt.Errorf("%w: sequence %d: past %d", models.ErrInvalidInput, s.ID, s.Past)
-		case s.Past > 0 && st == nil:
+		case s.Past > 0 && st == nil && s.BlockSize == 0:
 			return fmt.Errorf("onnx: sequence %d: past %d, but the instance holds no cache for it", s.ID, s.Past)
-		case s.Past > 0 && st.n != s.Past:
+		case s.Past > 0 && st != nil && st.n != s.Past:
 			return fmt.Errorf("onnx: sequence %d: past %d, but the instance holds %d of its tokens", s.ID, s.Past, st.n)
 		case s.Past+len(s.Tokens) > d.info.Context:
 			return fmt.Errorf("%w: sequence %d: %d tokens, more than the context of %d", models.ErrInputTooLong,
@@ -199,16 +240,18 @@ func (d *Decoder) check(seqs []models.StepSeq) error {
 					s.ID, t, d.info.Vocab)
 			}
 		}
-		if s.Past == 0 && st != nil {
+		if s.Past == 0 && st != nil && st.table == nil {
 			used -= st.n
 		}
-		used += len(s.Tokens)
+		if s.BlockSize == 0 {
+			used += len(s.Tokens)
+		}
 	}
 	if used > d.info.KVTokens {
 		return fmt.Errorf("%w: the step needs %d tokens of cache, the bound (--kv-tokens) is %d", ErrKVFull,
 			used, d.info.KVTokens)
 	}
-	return nil
+	return d.store.checkStep(seqs, d.seqs)
 }
 
 // prefill runs the jobs that feed several tokens (or start a sequence):
@@ -457,9 +500,14 @@ func (d *Decoder) run(jobs []job, next []int32, decode bool) error {
 		if j.st == nil {
 			continue
 		}
+		from := j.st.n
 		j.st.n += len(j.tokens)
 		d.used += len(j.tokens)
+		if j.st.table == nil {
+			d.own += len(j.tokens)
+		}
 		d.pool.moveTo(j.st, present, r)
+		d.store.wrote(j.st, from)
 	}
 	d.sample(jobs, logits, kept, next, !decode)
 	return nil
@@ -541,6 +589,10 @@ func (d *Decoder) Free(id models.SeqID) {
 	}
 	d.pool.leave(st)
 	d.used -= st.n
+	if st.table == nil {
+		d.own -= st.n
+	}
+	d.store.release(st)
 	delete(d.seqs, id)
 }
 
@@ -551,8 +603,8 @@ func (d *Decoder) Close() error {
 		return nil
 	}
 	clear(d.seqs)
-	d.used = 0
-	d.pool.close()
+	d.used, d.own = 0, 0
+	caches{d.pool, d.store}.close()
 	d.decodeLogits, d.runLogits, d.rowLogits, d.kept = nil, nil, nil, nil
 	d.sess = nil
 	d.f.sessions.release(d.s)

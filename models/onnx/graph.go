@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	ort "github.com/yalue/onnxruntime_go"
+
+	"github.com/inferhq/infer/models"
 )
 
 // Graph input names, as in Hugging Face BERT exports and models/bert.
@@ -29,7 +31,7 @@ const (
 // Tasks, as models.Info.Task reports them.
 const (
 	TaskFillMask = "fill-mask"
-	TaskEmbed    = "embed"
+	TaskEmbed    = models.TaskEmbed
 )
 
 func (h head) task() string {

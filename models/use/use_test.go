@@ -230,6 +230,10 @@ func TestWeights(t *testing.T) {
 	if w.Params() != learned {
 		t.Errorf("Params() = %d, the GraphModel has %d learned floats", w.Params(), learned)
 	}
+	if w.Params() != Params || w.Width != Width || len(w.Layers) != Layers || w.Heads != Heads {
+		t.Errorf("the weights' %d parameters, width %d, %d layers of %d heads; the package's constants say %d, %d, %d, %d (infer models list shows them)",
+			w.Params(), w.Width, len(w.Layers), w.Heads, Params, Width, Layers, Heads)
+	}
 	t.Logf("%d parameters", w.Params())
 }
 

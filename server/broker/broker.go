@@ -106,6 +106,11 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// CommandTimeout bounds how long a Redis command waits for its answer: past
+// it the connection counts as lost (a 503 unavailable for the requests in
+// flight, and refusals until Redis answers again).
+const CommandTimeout = time.Second
+
 // DefaultURL is Config.URL's default: a Redis on this host.
 const DefaultURL = "redis://127.0.0.1:6379/0"
 
@@ -177,8 +182,12 @@ func (c Config) options() (*redis.Options, error) {
 	opt.MaxRetries = -1
 	opt.DialerRetries = 1
 	opt.DialTimeout = 2 * time.Second
-	opt.ReadTimeout = c.Poll + 5*time.Second // longer than a blocking read
-	opt.WriteTimeout = 5 * time.Second
+	// A frozen Redis (stopped, swapping, a partition that drops packets)
+	// is noticed when a command gets no answer within CommandTimeout. A
+	// blocking read blocks for less (see Frontend.pop); go-redis adds its
+	// block time to the deadline of XREADGROUP.
+	opt.ReadTimeout = CommandTimeout
+	opt.WriteTimeout = CommandTimeout
 	opt.ContextTimeoutEnabled = true
 	opt.DisableIdentity = true
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}

@@ -491,3 +491,23 @@ func TestAbandonedAfterMaxDeliveries(t *testing.T) {
 		t.Errorf("claims %v, abandoned %v; want at least 1 and 1", claims, abandoned)
 	}
 }
+
+// A frozen Redis (SIGSTOP) is noticed within about CommandTimeout: the
+// request in flight and the next ones get 503 unavailable, not a hang.
+func TestFrozenRedisNoticedWithinASecond(t *testing.T) {
+	r := startRedis(t)
+	bc := broker.Config{URL: r.url, Prefix: t.Name()}
+	url, _ := startFrontend(t, broker.FrontendConfig{Config: bc}, simFactory(t, 0, 0))
+	startWorker(t, broker.WorkerConfig{Config: bc}, simFactory(t, 0, 0))
+	if o := post(http.DefaultClient, url, []string{"a"}, 5*time.Second); o.status != 200 {
+		t.Fatalf("before the freeze: %d %s %v", o.status, o.code, o.err)
+	}
+	if err := r.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer r.cmd.Process.Signal(syscall.SIGCONT)
+	o := post(http.DefaultClient, url, []string{"a"}, 10*time.Second)
+	if o.status != http.StatusServiceUnavailable || o.took > 2*broker.CommandTimeout {
+		t.Errorf("with Redis frozen: %d %s after %v, want 503 within %v", o.status, o.code, o.took, 2*broker.CommandTimeout)
+	}
+}

@@ -419,10 +419,12 @@ func (f *Frontend) receive(ctx context.Context) {
 	}
 }
 
-// pop waits up to Config.Poll for results and returns up to 512 of them.
-// (go-redis's BLMPop rounds the timeout up to whole seconds.)
+// pop waits up to Config.Poll, at most half CommandTimeout (so that a
+// frozen Redis is told from a quiet one within CommandTimeout), for results
+// and returns up to 512 of them. (go-redis's BLMPop rounds the timeout up
+// to whole seconds.)
 func (f *Frontend) pop(ctx context.Context) ([]string, error) {
-	timeout := strconv.FormatFloat(f.cfg.Poll.Seconds(), 'f', 3, 64)
+	timeout := strconv.FormatFloat(min(f.cfg.Poll, CommandTimeout/2).Seconds(), 'f', 3, 64)
 	v, err := f.rdb.Do(ctx, "blmpop", timeout, 1, f.replyKey, "left", "count", 512).Slice()
 	if err != nil {
 		return nil, err

@@ -22,6 +22,7 @@ type cache struct {
 type cacheEntry struct {
 	key     string
 	out     models.Output
+	tokens  int       // the item's tokens, for usage counts
 	expires time.Time // zero: never
 }
 
@@ -29,24 +30,26 @@ func newCache(size int, ttl time.Duration) *cache {
 	return &cache{cap: size, ttl: ttl, ll: list.New(), items: make(map[string]*list.Element, min(size, 1024))}
 }
 
-func (c *cache) get(key string, now time.Time) (models.Output, bool) {
+// get returns the output of key and the number of its tokens.
+func (c *cache) get(key string, now time.Time) (models.Output, int, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el, ok := c.items[key]
 	if !ok {
-		return nil, false
+		return nil, 0, false
 	}
 	e := el.Value.(*cacheEntry)
 	if !e.expires.IsZero() && now.After(e.expires) {
 		c.ll.Remove(el)
 		delete(c.items, key)
-		return nil, false
+		return nil, 0, false
 	}
 	c.ll.MoveToFront(el)
-	return e.out, true
+	return e.out, e.tokens, true
 }
 
-func (c *cache) put(key string, out models.Output, now time.Time) {
+// put keeps out, of an item of tokens tokens, as key's output.
+func (c *cache) put(key string, out models.Output, tokens int, now time.Time) {
 	var expires time.Time
 	if c.ttl > 0 {
 		expires = now.Add(c.ttl)
@@ -55,11 +58,11 @@ func (c *cache) put(key string, out models.Output, now time.Time) {
 	defer c.mu.Unlock()
 	if el, ok := c.items[key]; ok {
 		e := el.Value.(*cacheEntry)
-		e.out, e.expires = out, expires
+		e.out, e.tokens, e.expires = out, tokens, expires
 		c.ll.MoveToFront(el)
 		return
 	}
-	c.items[key] = c.ll.PushFront(&cacheEntry{key: key, out: out, expires: expires})
+	c.items[key] = c.ll.PushFront(&cacheEntry{key: key, out: out, tokens: tokens, expires: expires})
 	for c.ll.Len() > c.cap {
 		last := c.ll.Back()
 		c.ll.Remove(last)

@@ -120,7 +120,7 @@ func strictObject(body []byte, known ...string) (map[string]json.RawMessage, err
 		return nil, malformed(err)
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return nil, server.Errorf(http.StatusUnprocessableEntity, "invalid_body", `body must be a JSON object like {"inputs": ["text", ...]}`)
+		return nil, server.Errorf(http.StatusUnprocessableEntity, "invalid_body", "body must be a JSON object with the fields %s", quoteAll(known))
 	}
 	fields := make(map[string]json.RawMessage, len(known))
 	for dec.More() {

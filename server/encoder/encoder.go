@@ -155,8 +155,9 @@ type Service struct {
 	// Set once loading is done; read by handlers.
 	batched  atomic.Pointer[schedulerBox]
 	naive    atomic.Pointer[naive]
-	ready    atomic.Bool // the model is loaded and warm
-	draining atomic.Bool // Run's context ended: new work is refused
+	ready    atomic.Bool  // the model is loaded and warm
+	dims     atomic.Int64 // the length of the model's vectors, from its warm-up; 0 if not vectors
+	draining atomic.Bool  // Run's context ended: new work is refused
 
 	admin chan struct{} // holds a token while an admin change runs
 }
@@ -195,6 +196,11 @@ func (s *Service) Mount(m *server.Mount) {
 	m.Handle("/batched", server.Only(http.MethodPost, s.inferHandler(batched)))
 	// v2 requests run in the batched endpoint's batches, counted apart.
 	s.v2Routes(m, &endpoint{name: endpointV2, metrics: s.metrics.v2, do: batched.do})
+	if s.embeds() {
+		// OpenAI's embeddings run on the naive and batched paths, counted apart.
+		s.embeddingsRoutes(m, &endpoint{name: endpointNaiveEmbeddings, metrics: s.metrics.naiveEmbeddings, do: naive.do},
+			&endpoint{name: endpointEmbeddings, metrics: s.metrics.embeddings, do: batched.do})
+	}
 	m.Admin("/admin/batching", s.adminHandler())
 	m.Paths("/naive", "/batched", "/v2/models/"+s.info.Name+"/infer")
 	m.Model(s.info)
@@ -319,8 +325,12 @@ func (s *Service) warm(ctx context.Context, m models.Model, maxBatch int) ([]war
 			ins[i] = in
 		}
 		start := time.Now()
-		if err := m.Predict(ctx, ins, make([]models.Output, n)); err != nil {
+		outs := make([]models.Output, n)
+		if err := m.Predict(ctx, ins, outs); err != nil {
 			return nil, fmt.Errorf("warm up with %d items: %w", n, err)
+		}
+		if v, ok := outs[0].([]float32); ok {
+			s.dims.Store(int64(len(v)))
 		}
 		if i > 0 {
 			timed = append(timed, warmup{n, time.Since(start)})

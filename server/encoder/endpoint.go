@@ -55,6 +55,10 @@ func (s *Service) answer(ep *endpoint, writeErr func(http.ResponseWriter, *serve
 		body, st, err := run(r, arrived)
 		if err != nil {
 			e := s.toAPIError(err)
+			if server.DrainTimedOut(r.Context()) {
+				e = server.Errorf(http.StatusServiceUnavailable, "draining", "the server's drain timeout passed before this request finished")
+				e.RetryAfter = 1
+			}
 			writeErr(w, e)
 			ep.metrics.answered(e, time.Since(arrived))
 			return
@@ -110,15 +114,17 @@ func (s *Service) compute(ctx context.Context, ep *endpoint, items []string) ([]
 			"request has %d items; the limit is %d (--max-items)", len(items), s.cfg.MaxItems)
 	}
 	if s.cache == nil {
-		return s.run(ctx, ep, items, nil)
+		return s.run(ctx, ep, items, nil, nil)
 	}
 	outs := make([]models.Output, len(items))
 	var miss []int // indexes of the items to compute
 	var missed []string
+	cachedTokens := 0
 	now := time.Now()
 	for i, text := range items {
-		if out, ok := s.cache.get(text, now); ok {
+		if out, n, ok := s.cache.get(text, now); ok {
 			outs[i] = out
+			cachedTokens += n
 			continue
 		}
 		miss, missed = append(miss, i), append(missed, text)
@@ -127,15 +133,17 @@ func (s *Service) compute(ctx context.Context, ep *endpoint, items []string) ([]
 	s.metrics.cacheHits.Add(float64(hits))
 	s.metrics.cacheMisses.Add(float64(len(miss)))
 	if len(miss) == 0 {
-		return outs, timing{cached: hits}, nil
+		return outs, timing{cached: hits, tokens: cachedTokens}, nil
 	}
 
-	computed, t, err := s.run(ctx, ep, missed, miss)
+	tokens := make([]int, len(missed))
+	computed, t, err := s.run(ctx, ep, missed, miss, tokens)
 	var ie *batch.ItemsError
 	if err != nil && !errors.As(err, &ie) {
 		return nil, timing{}, err
 	}
 	t.cached = hits
+	t.tokens += cachedTokens
 	var errs []error
 	for k, i := range miss {
 		if ie != nil && ie.Errs[k] != nil {
@@ -146,7 +154,7 @@ func (s *Service) compute(ctx context.Context, ep *endpoint, items []string) ([]
 			continue
 		}
 		outs[i] = computed[k]
-		s.cache.put(items[i], computed[k], now)
+		s.cache.put(items[i], computed[k], tokens[k], now)
 	}
 	if errs != nil {
 		return outs, t, &batch.ItemsError{Errs: errs}
@@ -155,9 +163,11 @@ func (s *Service) compute(ctx context.Context, ep *endpoint, items []string) ([]
 }
 
 // run prepares items and computes them on the endpoint's scheduler. idx,
-// when not nil, gives each item's index in the request, for error messages.
-func (s *Service) run(ctx context.Context, ep *endpoint, items []string, idx []int) ([]models.Output, timing, error) {
+// when not nil, gives each item's index in the request, for error messages;
+// tokens, when not nil, receives each item's number of tokens.
+func (s *Service) run(ctx context.Context, ep *endpoint, items []string, idx, tokens []int) ([]models.Output, timing, error) {
 	ins := make([]models.Input, len(items))
+	total := 0
 	for k, text := range items {
 		var err error
 		if ins[k], err = s.factory.Prepare(text); err != nil {
@@ -167,19 +177,24 @@ func (s *Service) run(ctx context.Context, ep *endpoint, items []string, idx []i
 			}
 			return nil, timing{}, fmt.Errorf("item %d: %w", i, err)
 		}
+		total += len(ins[k].Tokens)
+		if tokens != nil {
+			tokens[k] = len(ins[k].Tokens)
+		}
 	}
 	outs, st, err := ep.do(ctx, ins)
 	var ie *batch.ItemsError
 	if err == nil || errors.As(err, &ie) {
 		ep.metrics.queueDur.Observe(st.Queue.Seconds())
 	}
-	return outs, timing{Stats: st}, err
+	return outs, timing{Stats: st, tokens: total}, err
 }
 
 // timing is how a request was served, for its Server-Timing header.
 type timing struct {
 	batch.Stats
 	cached int // items answered from the cache
+	tokens int // the items' tokens (0 for a model without tokens)
 }
 
 // serverTiming renders st as a Server-Timing header value: queue and compute

@@ -111,3 +111,16 @@ func TestBadInputDuringLoad(t *testing.T) {
 		}
 	})
 }
+
+// A client that half-closes after its request never gets an empty 200, on
+// /batched or /naive: an answer, or the connection closed without one.
+func TestHalfClosedClientNeverGetsAnEmpty200(t *testing.T) {
+	ts := servertest.Start(t, server.Config{}, newService(t, encoder.Config{}, simModel(t, 20*time.Millisecond, time.Millisecond)))
+	for _, path := range []string{"/batched", "/naive"} {
+		body := `{"inputs":["Paris is the [MASK] of France."]}`
+		raw := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", path, len(body), body)
+		if r := servertest.HalfClosed(t, ts.URL, raw); r != nil && r.Status != 200 {
+			t.Errorf("%s: %d %s, want an answer or none", path, r.Status, r.Body)
+		}
+	}
+}

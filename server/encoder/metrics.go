@@ -18,6 +18,9 @@ const (
 	endpointNaive   = "naive"
 	endpointBatched = "batched"
 	endpointV2      = "v2"
+	// OpenAI's /v1/embeddings and /naive/v1/embeddings.
+	endpointEmbeddings      = "embeddings"
+	endpointNaiveEmbeddings = "naive_embeddings"
 )
 
 // metrics holds the service's collectors, served on the host's /metrics.
@@ -39,7 +42,8 @@ type metrics struct {
 	cacheMisses prometheus.Counter
 	extra       []prometheus.Collector // gauges and the batching settings
 
-	naive, batched, v2 *epMetrics // each endpoint's, resolved once
+	naive, batched, v2          *epMetrics // each endpoint's, resolved once
+	embeddings, naiveEmbeddings *epMetrics
 }
 
 // epMetrics holds one endpoint's resolved children, so that the hot path does
@@ -108,6 +112,10 @@ func newMetrics(s *Service) *metrics {
 	m.naive = m.endpoint(endpointNaive, true)
 	m.batched = m.endpoint(endpointBatched, true)
 	m.v2 = m.endpoint(endpointV2, false) // v2 requests run in the batched endpoint's batches
+	if s.embeds() {                      // and embeddings in the naive and batched endpoints'
+		m.embeddings = m.endpoint(endpointEmbeddings, false)
+		m.naiveEmbeddings = m.endpoint(endpointNaiveEmbeddings, false)
+	}
 	depth := func(ep string, n func() int) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "infer_queue_depth", Help: "Items admitted and not yet taken by a model instance.",

@@ -144,6 +144,13 @@ type Config struct {
 	// instead of inside the decode steps. Measured slower on the sim's
 	// cost model (see the package doc); kept for comparison.
 	SeparatePrefill bool
+	// ColdStep is what a step of one sequence costs, the model's own
+	// figure (a simulated model's step cost, or a timed warm-up step):
+	// until a sequence has finished and its running time is known, the
+	// deadline admission (see AdmitLate) takes a sequence to live ColdStep
+	// × its max tokens. Zero: no estimate, so a cold engine refuses only
+	// past QueueCap.
+	ColdStep time.Duration
 	// OnStep, if set, is called by the engine after each step, on the
 	// engine's goroutine: it must be quick.
 	OnStep func(StepInfo)
@@ -221,6 +228,8 @@ func (c Config) Validate() error {
 		return setting.Errorf(SettingKVTokens, c.KVTokens, "must not be negative")
 	case c.MaxLatency < 0:
 		return setting.Errorf(SettingMaxLatency, c.MaxLatency, "must not be negative")
+	case c.ColdStep < 0:
+		return fmt.Errorf("cold step %v: must not be negative", c.ColdStep)
 	case c.QueueCap < 0 || c.QueueCap > MaxQueueCap:
 		return setting.Errorf(SettingQueueCap, c.QueueCap, "want 0 (default) to %d", MaxQueueCap)
 	case c.StreamBuffer < 0 || c.StreamBuffer > MaxStreamBuffer:

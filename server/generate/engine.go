@@ -226,15 +226,19 @@ func (e *Engine) KVUsage() float64 {
 // measured running time of sequences; zero until some finished. It is what
 // a Retry-After should say.
 func (e *Engine) Backlog() time.Duration {
-	d, _ := e.startEstimate(e.cfg.Load(), int(e.queued.Load()))
+	d, _ := e.startEstimate(e.cfg.Load(), int(e.queued.Load()), 0)
 	return d
 }
 
 // startEstimate predicts how long the q-th waiting request waits before it
 // starts: under Continuous a slot frees every life/maxSeqs on average; under
-// Static whole batches go by.
-func (e *Engine) startEstimate(cfg *Config, q int) (time.Duration, bool) {
+// Static whole batches go by. life is the measured running time of a
+// sequence; until one finished, coldLife (0: none known).
+func (e *Engine) startEstimate(cfg *Config, q int, coldLife time.Duration) (time.Duration, bool) {
 	life := time.Duration(e.life.Load())
+	if life <= 0 {
+		life = coldLife
+	}
 	if life <= 0 {
 		return 0, false
 	}
@@ -305,7 +309,7 @@ func (e *Engine) enqueue(ctx context.Context, cfg *Config, s *seq, now time.Time
 		return ErrQueueFull
 	}
 	if deadline, ok := ctx.Deadline(); ok && !cfg.AdmitLate {
-		if wait, ok := e.startEstimate(cfg, int(q)); ok && now.Add(wait).After(deadline) {
+		if wait, ok := e.startEstimate(cfg, int(q), cfg.ColdStep*time.Duration(s.maxTokens)); ok && now.Add(wait).After(deadline) {
 			e.queued.Add(-1)
 			return ErrWouldMissDeadline
 		}

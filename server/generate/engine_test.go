@@ -698,3 +698,41 @@ func TestStaticBatchEndsWhenItsLastLiveRowLeaves(t *testing.T) {
 		}
 	})
 }
+
+// Before any sequence finished, the deadline admission estimates a
+// sequence's life from ColdStep × its max tokens: a cold burst is refused
+// at once beyond what can start within its deadline, rather than admitted
+// to time out.
+func TestColdAdmissionUsesTheModelsStepCost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake()
+		f.fixed = 10 * ms
+		e := start(t, Config{Policy: Naive, QueueCap: 100, ColdStep: 10 * ms}, f)
+		// Each lives 5 steps, 50ms: within 200ms, 5 start in time (the
+		// first at once), the fifth just at the deadline.
+		ctx, cancel := context.WithTimeout(t.Context(), 200*ms)
+		defer cancel()
+		var outs []<-chan outcome
+		for range 10 {
+			req := answer(5, 5)
+			req.MaxTokens = 5
+			outs = append(outs, run(t, ctx, e, req))
+			synctest.Wait()
+		}
+		refused, late := 0, 0
+		for _, o := range outs {
+			r := <-o
+			switch {
+			case errors.Is(r.err, ErrWouldMissDeadline):
+				refused++
+			case errors.Is(r.err, context.DeadlineExceeded):
+				late++
+			case r.err != nil:
+				t.Errorf("unexpected %v", r.err)
+			}
+		}
+		if refused != 5 || late != 1 {
+			t.Errorf("cold burst of 10 (50ms each) within 200ms: %d refused, %d timed out; want 5 refused at once, 1 timed out (it starts at its deadline)", refused, late)
+		}
+	})
+}

@@ -85,6 +85,17 @@ func (h *handler) toAPIError(err error) *apiError {
 	}
 }
 
+// errorOf is toAPIError for a request whose context is ctx: one ended by
+// the host's drain timeout is answered 503 draining, not taken for a
+// client that went away.
+func (h *handler) errorOf(ctx context.Context, err error) *apiError {
+	if server.DrainTimedOut(ctx) {
+		return &apiError{Status: http.StatusServiceUnavailable, Type: typeUnavailable, Code: "draining",
+			Message: "the server's drain timeout passed before this request finished", RetryAfter: 1}
+	}
+	return h.toAPIError(err)
+}
+
 func errDraining() *apiError {
 	return &apiError{Status: http.StatusServiceUnavailable, Type: typeUnavailable, Code: "draining", Message: "server is shutting down", RetryAfter: 1}
 }

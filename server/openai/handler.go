@@ -76,7 +76,7 @@ func (h *handler) completions(chat bool) http.Handler {
 // the error event).
 func (h *handler) serve(w http.ResponseWriter, r *http.Request, chat bool, arrived time.Time) int {
 	fail := func(err error) int {
-		e := h.toAPIError(err)
+		e := h.errorOf(r.Context(), err)
 		writeError(w, e)
 		h.ep.m.failed(e)
 		return e.Status
@@ -97,7 +97,7 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request, chat bool, arriv
 	if err != nil {
 		return fail(err)
 	}
-	p, err := h.parse(body.Bytes(), chat)
+	p, err := h.parse(body.Bytes(), chat, timeout)
 	body.Release()
 	if err != nil {
 		return fail(err)
@@ -229,7 +229,7 @@ func (a *answer) stream(ctx context.Context, w http.ResponseWriter, s *generate.
 			toks, err = s.Next(ctx, toks)
 		}
 		if !started && len(toks) == 0 && err != nil {
-			e := a.h.toAPIError(err)
+			e := a.h.errorOf(ctx, err)
 			writeError(w, e)
 			m.failed(e)
 			return e.Status
@@ -255,7 +255,7 @@ func (a *answer) stream(ctx context.Context, w http.ResponseWriter, s *generate.
 			buf = append(buf, "data: [DONE]\n\n"...)
 			m.finished(res, ttft, time.Since(a.arrived))
 		case err != nil:
-			e := a.h.toAPIError(err)
+			e := a.h.errorOf(ctx, err)
 			m.failed(e)
 			status = e.Status
 			if status == server.StatusClientClosed {

@@ -79,9 +79,12 @@ type Service struct {
 	info    models.Info
 	dinfo   models.DecoderInfo
 	tok     models.Tokenizer
-	log     *slog.Logger
-	limits  server.Limits // the host's, set by Mount
-	metrics *metrics
+	// maxTokenBytes is the most bytes a token stands for: a prompt's
+	// length bounds its tokens (see encode).
+	maxTokenBytes int
+	log           *slog.Logger
+	limits        server.Limits // the host's, set by Mount
+	metrics       *metrics
 
 	// One per route prefix, in the order of prefixes.
 	eps []*endpoint
@@ -100,6 +103,7 @@ type endpoint struct {
 	prefix string // "" for /v1, "/static", "/naive"
 	policy generate.Policy
 	engine *generate.Engine // set by Load
+	step   time.Duration    // a step of one sequence, timed by Load
 	m      *epMetrics
 }
 
@@ -131,6 +135,7 @@ func New(cfg Config, f models.DecoderFactory) (*Service, error) {
 		cfg.Engine.Policy = generate.Continuous
 	}
 	s := &Service{cfg: cfg, factory: f, info: f.Info(), dinfo: dinfo, tok: f.Tokenizer(), log: cfg.Logger}
+	s.maxTokenBytes = maxTokenBytes(s.tok, dinfo.Vocab)
 	s.eps = []*endpoint{
 		{name: "v1", prefix: "", policy: cfg.Engine.Policy},
 		{name: string(generate.Static), prefix: "/static", policy: generate.Static},
@@ -170,7 +175,17 @@ func (s *Service) load(ctx context.Context) error {
 		if err := s.warm(ctx, dec); err != nil {
 			return fmt.Errorf("warm up decoder instance %d: %w", i, err)
 		}
+		// A second step, timed, is the model's own cost of a step: the
+		// engine's deadline admission starts from it.
+		t0 := time.Now()
+		if err := s.warm(ctx, dec); err != nil {
+			return fmt.Errorf("warm up decoder instance %d: %w", i, err)
+		}
+		ep.step = time.Since(t0)
 		ecfg := s.cfg.Engine
+		if ecfg.ColdStep == 0 {
+			ecfg.ColdStep = ep.step
+		}
 		ecfg.Policy = ep.policy
 		ecfg.OnStep = ep.m.observeStep
 		e, err := generate.New(ecfg, dec, s.dinfo, s.tok)

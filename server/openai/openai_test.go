@@ -553,3 +553,70 @@ func TestSlowBodyAnswered408(t *testing.T) {
 		}
 	})
 }
+
+// A client that half-closes after its request never gets an empty 200, on
+// any endpoint: an answer, or the connection closed without one.
+func TestHalfClosedClientNeverGetsAnEmpty200(t *testing.T) {
+	ts := startServer(t, simlm.Config{}, openai.Config{}, server.Config{})
+	for _, tc := range []struct{ path, body string }{
+		{"/v1/completions", `{"prompt":"Once upon a time","max_tokens":8}`},
+		{"/v1/completions", `{"prompt":"Once upon a time","max_tokens":8,"stream":true}`},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"max_tokens":8}`},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"max_tokens":8,"stream":true}`},
+		{"/naive/v1/completions", `{"prompt":"Once upon a time","max_tokens":8}`},
+		{"/static/v1/completions", `{"prompt":"Once upon a time","max_tokens":8,"stream":true}`},
+	} {
+		raw := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", tc.path, len(tc.body), tc.body)
+		if r := servertest.HalfClosed(t, ts.URL, raw); r != nil && r.Status != 200 {
+			t.Errorf("%s %s: %d %s, want an answer or none", tc.path, tc.body, r.Status, r.Body)
+		}
+	}
+}
+
+// Chat without max_tokens, forced to its length, still finishes within its
+// deadline: the default is what the model generates in half of it.
+func TestChatDefaultMaxTokensFitsTheDeadline(t *testing.T) {
+	ts := startServer(t, simlm.Config{Step: 10 * time.Millisecond}, openai.Config{}, server.Config{})
+	resp := post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"ignore_eos":true}`, "X-Request-Timeout", "1s")
+	body := readAll(t, resp)
+	var got struct {
+		Choices []struct {
+			FinishReason string `json:"finish_reason"`
+		}
+		Usage struct {
+			CompletionTokens int `json:"completion_tokens"`
+		}
+	}
+	if err := json.Unmarshal([]byte(body), &got); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%d %s, want 200", resp.StatusCode, body)
+	}
+	if n := got.Usage.CompletionTokens; n < 10 || n > 60 || got.Choices[0].FinishReason != "length" {
+		t.Errorf("%d tokens, finish %q; want about 50 (half of 1s at 10ms a step), finish length", n, got.Choices[0].FinishReason)
+	}
+}
+
+// Field names are exact and a known field comes once, as on the encoder
+// API; unknown fields are ignored.
+func TestJSONKeysAreStrict(t *testing.T) {
+	ts := startServer(t, simlm.Config{Step: time.Millisecond}, openai.Config{}, server.Config{})
+	for _, tc := range []struct {
+		path, body string
+		status     int
+		code       string
+	}{
+		{"/v1/completions", `{"PROMPT":"x","max_tokens":2}`, 422, "unknown_field"},
+		{"/v1/completions", `{"prompt":"a","prompt":"b","max_tokens":2}`, 400, "duplicate_field"},
+		{"/v1/completions", `{"prompt":"a","max_tokens":2,"Max_Tokens":2}`, 422, "unknown_field"},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","Content":"x"}],"max_tokens":2}`, 422, "unknown_field"},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"x","role":"system"}],"max_tokens":2}`, 400, "duplicate_field"},
+		{"/v1/completions", `{"prompt":"x","max_tokens":2,"stream":true,"stream_options":{"include_usage":true,"Include_Usage":false}}`, 422, "unknown_field"},
+		{"/v1/completions", `{"prompt":"x","max_tokens":2,"foo":1,"foo":2,"user":"u"}`, 200, ""},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"x","name":"n"}],"max_tokens":2}`, 200, ""},
+	} {
+		resp := post(t, ts.URL+tc.path, tc.body)
+		body := readAll(t, resp)
+		if resp.StatusCode != tc.status || (tc.code != "" && !strings.Contains(body, `"code":"`+tc.code+`"`)) {
+			t.Errorf("%s %s: %d %s; want %d %s", tc.path, tc.body, resp.StatusCode, body, tc.status, tc.code)
+		}
+	}
+}

@@ -94,7 +94,7 @@ func TestPrefixCacheOverHTTP(t *testing.T) {
 		status int
 		want   string
 	}{
-		{`{"block_size":5000}`, 422, "block size 5000: want 1 to 1024"},
+		{`{"block_size":5000}`, 422, "block_size 5000: want 1 to 1024"},
 		{`{"prefix_cache":"yes"}`, 400, "malformed_json"},
 		{`{"prefix_cache":false}`, 200, `"prefix_cache":false,"block_size":16`},
 	} {

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/inferhq/infer/models"
@@ -49,8 +50,23 @@ type message struct {
 }
 
 // Default max tokens when a request names none: OpenAI's 16 for
-// completions; up to the context for chat.
+// completions; for chat, the rest of the context, at most what the model
+// generates in half the request's deadline at its measured step cost (see
+// chatDefault).
 const defaultCompletionMaxTokens = 16
+
+// chatDefault is chat's default max tokens for a request with timeout and
+// room tokens left in the context: at most Config.MaxTokens, and at most
+// what one sequence generates in half the timeout at the endpoint's
+// measured step cost (a batch's steps cost more), so that a request forced
+// to its full length (ignore_eos) can still finish in time.
+func (h *handler) chatDefault(room int, timeout time.Duration) int {
+	n := min(room, h.s.cfg.MaxTokens)
+	if step := h.ep.step; step > 0 {
+		n = min(n, max(1, int(timeout/2/step)))
+	}
+	return n
+}
 
 // parsed is a validated request.
 type parsed struct {
@@ -61,11 +77,14 @@ type parsed struct {
 }
 
 // parse decodes and validates a body.
-func (h *handler) parse(body []byte, chat bool) (*parsed, error) {
+func (h *handler) parse(body []byte, chat bool, timeout time.Duration) (*parsed, error) {
 	if !utf8.Valid(body) {
 		// JSON text must be UTF-8 (RFC 8259); Go's decoder would turn the
 		// bytes into U+FFFD and the model would answer another prompt.
 		return nil, invalid(http.StatusBadRequest, "", "invalid_utf8", "request body is not valid UTF-8")
+	}
+	if err := checkKeys(body); err != nil {
+		return nil, err
 	}
 	var req request
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -106,9 +125,8 @@ func (h *handler) parse(body []byte, chat bool) (*parsed, error) {
 	if len(p.gen.Prompt) == 0 {
 		return nil, invalid(http.StatusUnprocessableEntity, "prompt", "empty_prompt", "the prompt has no tokens")
 	}
-	if n, ctx := len(p.gen.Prompt), s.dinfo.Context; n >= ctx {
-		return nil, invalid(http.StatusRequestEntityTooLarge, "prompt", "context_length_exceeded",
-			"this model's maximum context length is %d tokens; the prompt has %d (and needs room for at least one generated token)", ctx, n)
+	if n, ctx := len(p.gen.Prompt), s.dinfo.Context; n >= ctx { // token ids
+		return nil, tooLong(ctx, n, false)
 	}
 
 	maxTokens, param := req.MaxTokens, "max_tokens"
@@ -118,7 +136,7 @@ func (h *handler) parse(body []byte, chat bool) (*parsed, error) {
 	room := s.dinfo.Context - len(p.gen.Prompt)
 	switch {
 	case maxTokens == nil && chat:
-		p.gen.MaxTokens = min(room, s.cfg.MaxTokens)
+		p.gen.MaxTokens = h.chatDefault(room, timeout)
 	case maxTokens == nil:
 		p.gen.MaxTokens = min(room, defaultCompletionMaxTokens)
 	case *maxTokens < 1:
@@ -180,7 +198,7 @@ func (h *handler) completionPrompt(raw json.RawMessage, msgs []message) ([]int32
 	}
 	var text string
 	if err := json.Unmarshal(raw, &text); err == nil {
-		return h.s.tok.Encode(text), nil
+		return h.encode(text)
 	}
 	var texts []string
 	if err := json.Unmarshal(raw, &texts); err == nil {
@@ -190,7 +208,7 @@ func (h *handler) completionPrompt(raw json.RawMessage, msgs []message) ([]int32
 		if len(texts) != 1 {
 			return nil, invalid(http.StatusUnprocessableEntity, "prompt", "unsupported", "%d prompts: only one prompt per request is supported", len(texts))
 		}
-		return h.s.tok.Encode(texts[0]), nil
+		return h.encode(texts[0])
 	}
 	var ids []int32
 	if err := json.Unmarshal(raw, &ids); err == nil {
@@ -230,7 +248,7 @@ func (h *handler) chatPrompt(msgs []message, prompt json.RawMessage) ([]int32, e
 		b.WriteByte('\n')
 	}
 	b.WriteString("assistant:")
-	return h.s.tok.Encode(b.String()), nil
+	return h.encode(b.String())
 }
 
 // messageText reads a message's content: a string, or an array of text

@@ -7,6 +7,8 @@
 package servertest
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"io"
 	"net"
@@ -215,4 +217,43 @@ func (s *Server) stop() error {
 	<-s.done
 	s.Client.CloseIdleConnections()
 	return s.err
+}
+
+// HalfClosed sends raw (a whole HTTP/1.1 request) to the server at url
+// (http://host:port) on a new TCP connection, half-closes it
+// (shutdown(SHUT_WR)) and reads until the server closes it. It fails the
+// test if the answer is a 200 with an empty body, which a client cannot
+// tell from a real one; it returns the answer, nil if the connection was
+// closed without one.
+func HalfClosed(t testing.TB, url, raw string) *Reply {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+	c.(*net.TCPConn).CloseWrite()
+	all, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatalf("after a half-close: %v", err)
+	}
+	if len(all) == 0 {
+		return nil
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(all)), nil)
+	if err != nil {
+		t.Fatalf("after a half-close: %q: %v", all, err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("after a half-close: %q: %v", all, err)
+	}
+	if resp.StatusCode == http.StatusOK && len(body) == 0 {
+		t.Errorf("after a half-close: an empty 200 (%q)", all)
+	}
+	return &Reply{Status: resp.StatusCode, Header: resp.Header, Body: string(body)}
 }

@@ -8,6 +8,7 @@ package llmtest
 import (
 	"encoding/json"
 	"fmt"
+	"hash/maphash"
 	"net/http"
 	"slices"
 	"strconv"
@@ -79,6 +80,20 @@ type Config struct {
 	Tokens int
 	// PromptTokens is the usage's prompt_tokens; 0: the prompt's words.
 	PromptTokens int
+	// Prefix emulates a prefix cache over the prompt's words (a chat's
+	// message contents in order): an answer's usage says, as
+	// prompt_tokens_details.cached_tokens, how many of its prompt's
+	// leading words an earlier prompt began with.
+	Prefix bool
+	// PerUncached delays the first token by this much for each prompt
+	// word not found cached (every word without Prefix), as a prefill
+	// would.
+	PerUncached time.Duration
+	// Vary starts each answer's words at the request's number, so that
+	// answers differ from one request to the next.
+	Vary bool
+	// Log keeps each request's prompt words and answer (Exchanges).
+	Log bool
 }
 
 // maxTokens bounds an answer's length.
@@ -93,6 +108,55 @@ type Server struct {
 
 	mu        sync.Mutex
 	ttft, itl []time.Duration // measured at the writes, bounded
+	cached    map[uint64]bool // Prefix: the hashes of every prompt's word prefixes
+	seed      maphash.Seed
+	log       []Exchange
+}
+
+// Exchange is a request the server read (Config.Log): its messages as
+// "role: content" (a completion's prompt as one), and its answer's text.
+type Exchange struct {
+	Messages []string
+	Answer   string
+	At       time.Time // when the request was read
+}
+
+// Exchanges returns the requests logged so far (Config.Log), in the order
+// they were read.
+func (s *Server) Exchanges() []Exchange {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.log)
+}
+
+// maxPrefixWords bounds the words the emulated prefix cache holds.
+const maxPrefixWords = 1 << 20
+
+// lookup returns how many leading words of words an earlier prompt began
+// with, and caches words' prefixes.
+func (s *Server) lookup(words []string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cached == nil {
+		s.cached, s.seed = make(map[uint64]bool), maphash.MakeSeed()
+	}
+	var h maphash.Hash
+	h.SetSeed(s.seed)
+	hit, missed := 0, false
+	for _, w := range words {
+		h.WriteString(w)
+		h.WriteByte(0)
+		k := h.Sum64()
+		if !missed && s.cached[k] {
+			hit++
+		} else {
+			missed = true
+		}
+		if len(s.cached) < maxPrefixWords {
+			s.cached[k] = true
+		}
+	}
+	return hit
 }
 
 // maxMeasured bounds the timings a Server keeps.
@@ -275,10 +339,38 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "max_tokens "+strconv.Itoa(n)+" out of [1, 100000]")
 		return
 	}
+	seq := s.requests.Load()
 	a := answer{s: s, w: w, r: r, start: start, chat: chat, model: req.Model,
-		prompt: s.cfg.PromptTokens, split: s.cfg.split(n), tokens: n}
+		prompt: s.cfg.PromptTokens, split: s.cfg.split(n), tokens: n, cached: -1}
+	words := strings.Fields(prompt)
 	if a.prompt == 0 {
-		a.prompt = len(strings.Fields(prompt))
+		a.prompt = len(words)
+	}
+	uncached := len(words)
+	if s.cfg.Prefix {
+		a.cached = s.lookup(words)
+		uncached -= a.cached
+	}
+	a.delay = time.Duration(uncached) * s.cfg.PerUncached
+	if s.cfg.Vary {
+		a.offset = int(seq)
+	}
+	if s.cfg.Log {
+		e := Exchange{Answer: a.answerText(), At: time.Now()}
+		if chat {
+			for _, m := range req.Messages {
+				e.Messages = append(e.Messages, m.Role+": "+fmt.Sprint(m.Content))
+			}
+		} else {
+			var p string
+			_ = json.Unmarshal(req.Prompt, &p)
+			e.Messages = []string{p}
+		}
+		s.mu.Lock()
+		if len(s.log) < maxMeasured {
+			s.log = append(s.log, e)
+		}
+		s.mu.Unlock()
 	}
 	a.modelJSON, _ = json.Marshal(req.Model)
 	if !req.Stream || s.cfg.NotStreamed {
@@ -299,6 +391,9 @@ type answer struct {
 	// modelJSON is model as a JSON string.
 	modelJSON []byte
 	prompt    int
+	cached    int           // cached prompt words (Prefix), else -1
+	delay     time.Duration // the first token's delay for uncached words
+	offset    int           // Vary: the request's number
 	split     []int
 	tokens    int
 	timer     *time.Timer
@@ -331,25 +426,36 @@ func (a *answer) sleepUntil(at time.Duration) bool {
 func (a *answer) text(chunk, k int) string {
 	var b strings.Builder
 	for j := range k {
-		b.WriteString(words[(chunk+j)%len(words)])
+		b.WriteString(words[(a.offset+chunk+j)%len(words)])
 	}
 	return b.String()
 }
 
-func (a *answer) usage() map[string]int {
-	return map[string]int{"prompt_tokens": a.prompt, "completion_tokens": a.tokens, "total_tokens": a.prompt + a.tokens}
+// answerText is the whole answer's text.
+func (a *answer) answerText() string {
+	var b strings.Builder
+	for i, k := range a.split {
+		b.WriteString(a.text(i, k))
+	}
+	return b.String()
+}
+
+func (a *answer) usage() map[string]any {
+	u := map[string]any{"prompt_tokens": a.prompt, "completion_tokens": a.tokens, "total_tokens": a.prompt + a.tokens}
+	if a.cached >= 0 {
+		u["prompt_tokens_details"] = map[string]int{"cached_tokens": a.cached}
+	}
+	return u
 }
 
 // whole writes a non-streamed answer once the whole generation is done.
 func (a *answer) whole() {
 	cfg := &a.s.cfg
-	if !a.sleepUntil(cfg.FirstToken + time.Duration(len(a.split)-1)*cfg.Interval) {
+	if !a.sleepUntil(a.delay + cfg.FirstToken + time.Duration(len(a.split)-1)*cfg.Interval) {
 		return
 	}
 	var text strings.Builder
-	for i, k := range a.split {
-		text.WriteString(a.text(i, k))
-	}
+	text.WriteString(a.answerText())
 	choice := map[string]any{"index": 0, "finish_reason": "length"}
 	object := "text_completion"
 	if a.chat {
@@ -382,7 +488,7 @@ func (a *answer) stream(includeUsage bool) {
 		data, _ := json.Marshal(v)
 		return a.send(enc, data)
 	}
-	chunk := func(choices []any, usage map[string]int) map[string]any {
+	chunk := func(choices []any, usage map[string]any) map[string]any {
 		m := map[string]any{"id": "fake-1", "object": object, "created": 1, "model": a.model, "choices": choices}
 		if usage != nil {
 			m["usage"] = usage
@@ -399,7 +505,7 @@ func (a *answer) stream(includeUsage bool) {
 		}
 	}
 	for i, k := range a.split {
-		if !a.sleepUntil(cfg.FirstToken + time.Duration(i)*cfg.Interval) {
+		if !a.sleepUntil(a.delay + cfg.FirstToken + time.Duration(i)*cfg.Interval) {
 			return
 		}
 		if cfg.ErrorAfter > 0 && i == cfg.ErrorAfter {
@@ -427,7 +533,7 @@ func (a *answer) stream(includeUsage bool) {
 		} else {
 			choice["text"] = a.text(i, k)
 		}
-		var usage map[string]int
+		var usage map[string]any
 		if last && cfg.UsageInLast {
 			choice["finish_reason"] = "length"
 			if includeUsage {
@@ -532,7 +638,7 @@ func (a *answer) contentChunk(object string, i, k int, role bool) []byte {
 		b = append(b, `"text":"`...)
 	}
 	for j := range k {
-		b = append(b, words[(i+j)%len(words)]...)
+		b = append(b, words[(a.offset+i+j)%len(words)]...)
 	}
 	b = append(b, '"')
 	if a.chat {
