@@ -132,11 +132,11 @@ func TestUnknownModel(t *testing.T) {
 		use     modelUse
 		wantErr string
 	}{
-		{modelOptions{Model: "gpt-17", Devices: "cpu", MaxSeqLen: 128}, serveModels, `--model "gpt-17": unknown model; want sim, sim-lm, a built-in bert-tiny|bert-mini|bert-small|bert-medium|bert-base|use-lite or gpt2-tiny|gpt2-mini|gpt2-small|stories260k, or a path to a llama2.c checkpoint (.bin), a decoder export directory or an .onnx file`},
+		{modelOptions{Model: "gpt-17", Devices: "cpu", MaxSeqLen: 128}, serveModels, `--model "gpt-17": unknown model; want sim, sim-lm, a built-in bert-tiny|bert-mini|bert-small|bert-medium|bert-base|use-lite or gpt2-tiny|gpt2-mini|gpt2-small|stories260k (each also quantised, as NAME-int8 or NAME-int4), or a path to a llama2.c checkpoint (.bin), a decoder export directory or an .onnx file`},
 		{modelOptions{Model: "bert-mni", Devices: "cpu", MaxSeqLen: 128}, serveModels, `--model "bert-mni": unknown model (did you mean "bert-mini"?); want sim, sim-lm, a built-in`},
 		{modelOptions{Model: "simlm", Devices: "cpu"}, serveModels, `(did you mean "sim-lm"?)`},
 		// infer worker serves encoders: it suggests and names those only.
-		{modelOptions{Model: "simlm", Devices: "cpu"}, workerModels, `--model "simlm": unknown model (did you mean "sim"?); want sim, a built-in bert-tiny|bert-mini|bert-small|bert-medium|bert-base|use-lite, or a path to an .onnx file`},
+		{modelOptions{Model: "simlm", Devices: "cpu"}, workerModels, `--model "simlm": unknown model (did you mean "sim"?); want sim, a built-in bert-tiny|bert-mini|bert-small|bert-medium|bert-base|use-lite (each also quantised, as NAME-int8), or a path to an .onnx file`},
 		{modelOptions{Model: "gpt2-tiny", Devices: "cpu"}, workerModels, "--model gpt2-tiny: a generative model: infer worker serves encoder models"},
 		{modelOptions{Model: "sim-lm", Devices: "cpu"}, benchModels, "model sim-lm: a simulated decoder"},
 		{modelOptions{Model: "sim", Devices: "tpu"}, serveModels, "--devices"},
