@@ -20,6 +20,9 @@
 #             server closes them, while /healthz and a real request are
 #             tried 20 times each: both must succeed 19 of 20; the
 #             attacker's and the server's CPU over the same time
+#   hostile   the bench against six hostile servers (never-ending stream,
+#             1 byte/s drip, POST black hole, event over the bound, HTML,
+#             cut mid-stream): each summary's cut-off count or causes line
 # Every load is bounded in time. Usage: scripts/accept-harden.sh [section...]
 # (default: all). PORT (default 20080) sets the port; BIN another binary.
 set -euo pipefail
@@ -34,7 +37,7 @@ trap 'stop_server; rm -rf "$TMP"' EXIT
 vegeta_install
 
 SECTIONS=("$@")
-if [[ ${#SECTIONS[@]} -eq 0 ]]; then SECTIONS=(drain conns deadline admin naive silent prompts drainstreams cold); fi
+if [[ ${#SECTIONS[@]} -eq 0 ]]; then SECTIONS=(drain conns deadline admin naive silent prompts drainstreams cold hostile); fi
 
 if section drain; then
 	echo "== drain: ${DRAIN_RUNS:-10} × SIGTERM at 1.5 s into a 300 req/s keep-alive load (sim 77ms + 1.16ms)"
@@ -363,4 +366,9 @@ PY
 		echo "  $burst: $(python3 "$TMP/burst.py" "$PORT" /naive/v1/completions 600)"
 	done
 	stop_server
+fi
+
+if section hostile; then
+	echo "== hostile: the bench's summary against six hostile servers (TestRunLLMHostile)"
+	go test -count=1 -v -run 'TestRunLLMHostile$' ./loadgen/ | grep -E '^=== (CONT|NAME)|^    --- |cut off at the drain|causes:|^(ok|FAIL)'
 fi

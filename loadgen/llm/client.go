@@ -268,7 +268,7 @@ func (c *Client) readStream(ctx, rctx context.Context, cancel context.CancelFunc
 			default:
 				cause, text := transportCause(ctx, rctx, err)
 				if cause == CauseTransport {
-					cause = CauseDisconnect
+					cause, text = CauseDisconnect, "stream broke off before [DONE]: "+text
 				}
 				res.fail(cause, "%s", text)
 			}
@@ -331,7 +331,7 @@ func (c *Client) readWhole(ctx, rctx context.Context, body io.Reader, st *stream
 	case err != nil:
 		cause, text := transportCause(ctx, rctx, err)
 		if cause == CauseTransport {
-			cause = CauseDisconnect
+			cause, text = CauseDisconnect, "answer broke off: "+text
 		}
 		res.fail(cause, "%s", text)
 		return

@@ -181,7 +181,7 @@ func TestFailures(t *testing.T) {
 		{"event: error", llmtest.Config{Quirks: llmtest.Quirks{ErrorAfter: 5, ErrorStyle: "event"}}, llm.CauseStreamError, "fake failure mid-stream"},
 		{"error: line (llama.cpp)", llmtest.Config{Quirks: llmtest.Quirks{ErrorAfter: 5, ErrorStyle: "llamacpp", NoSpace: true}}, llm.CauseStreamError, "fake failure mid-stream"},
 		{"error after the first token", llmtest.Config{Quirks: llmtest.Quirks{ErrorAfter: 1, EOL: "\r\n"}}, llm.CauseStreamError, "fake failure"},
-		{"cut mid-stream", llmtest.Config{Quirks: llmtest.Quirks{CutAfter: 3}}, llm.CauseDisconnect, ""},
+		{"cut mid-stream", llmtest.Config{Quirks: llmtest.Quirks{CutAfter: 3}}, llm.CauseDisconnect, "stream broke off before [DONE]"},
 		{"429", llmtest.Config{Quirks: llmtest.Quirks{Status: 429}}, llm.CauseHTTP4xx, "HTTP 429: fake failure"},
 		{"503", llmtest.Config{Quirks: llmtest.Quirks{Status: 503}}, llm.CauseHTTP5xx, "HTTP 503: fake failure"},
 	} {
