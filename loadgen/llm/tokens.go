@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/inferhq/infer/models/bpe"
+	"github.com/inferhq/infer/models/simlm"
 )
 
 // KnownTokenizer returns a Counter that counts as the model's own
@@ -18,7 +19,7 @@ func KnownTokenizer(model string) Counter {
 		name = name[i+1:]
 	}
 	switch {
-	case name == "sim-lm", strings.HasPrefix(name, "gpt2"), strings.HasPrefix(name, "distilgpt2"):
+	case name == simlm.Name, strings.HasPrefix(name, "gpt2"), strings.HasPrefix(name, "distilgpt2"):
 		return bpe.GPT2()
 	}
 	return nil

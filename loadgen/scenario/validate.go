@@ -17,6 +17,7 @@ import (
 
 	"github.com/inferhq/infer/loadgen/corpus"
 	"github.com/inferhq/infer/loadgen/target"
+	"github.com/inferhq/infer/models/sim"
 	"github.com/inferhq/infer/server/batch"
 	"github.com/inferhq/infer/server/generate"
 )
@@ -169,10 +170,10 @@ func (v *validator) server(s *fileServer, bucketSweep, modelSweep, gen bool) *ta
 	if gen {
 		v.llmServer(s, spec)
 	}
-	spec.SimFixed = v.simCost("$.server.sim_fixed", s.SimFixed, s.Model, "sim")
-	spec.SimPerItem = v.simCost("$.server.sim_per_item", s.SimPerItem, s.Model, "sim")
+	spec.SimFixed = v.simCost("$.server.sim_fixed", s.SimFixed, s.Model, sim.Name)
+	spec.SimPerItem = v.simCost("$.server.sim_per_item", s.SimPerItem, s.Model, sim.Name)
 	if s.SimFailOn != "" {
-		if s.Model != "sim" {
+		if s.Model != sim.Name {
 			v.errorf("$.server.sim_fail_on", "server.sim_fail_on applies to model sim only, not %q", s.Model)
 		}
 		spec.SimFailOn = s.SimFailOn

@@ -15,6 +15,7 @@ import (
 
 	"github.com/inferhq/infer/loadgen/llm"
 	"github.com/inferhq/infer/loadgen/target"
+	"github.com/inferhq/infer/models/simlm"
 	"github.com/inferhq/infer/server/generate"
 )
 
@@ -32,7 +33,7 @@ const LLMServerTimeout = 10 * time.Minute
 // scenario starts one without payload.api. It is not the list of what
 // may be served: any model name is passed to infer serve, which decides.
 func decoderHint(model string) bool {
-	return model == "sim-lm" || strings.HasPrefix(model, "gpt2") || strings.HasPrefix(model, "distilgpt2")
+	return model == simlm.Name || strings.HasPrefix(model, "gpt2") || strings.HasPrefix(model, "distilgpt2")
 }
 
 // maxTemperature bounds payload.temperature, as OpenAI's API does.
@@ -248,9 +249,9 @@ func checkPath(p string) error {
 
 // llmServer checks the server keys of a generation server into spec.
 func (v *validator) llmServer(s *fileServer, spec *target.Serve) {
-	spec.SimStep = v.simCost("$.server.sim_step", s.SimStep, s.Model, "sim-lm")
-	spec.SimPerSeq = v.simCost("$.server.sim_per_seq", s.SimPerSeq, s.Model, "sim-lm")
-	spec.SimPerPrefillToken = v.simCost("$.server.sim_per_prefill_token", s.SimPerPrefillToken, s.Model, "sim-lm")
+	spec.SimStep = v.simCost("$.server.sim_step", s.SimStep, s.Model, simlm.Name)
+	spec.SimPerSeq = v.simCost("$.server.sim_per_seq", s.SimPerSeq, s.Model, simlm.Name)
+	spec.SimPerPrefillToken = v.simCost("$.server.sim_per_prefill_token", s.SimPerPrefillToken, s.Model, simlm.Name)
 	if s.KVTokens != nil {
 		spec.KVTokens = *s.KVTokens
 		if spec.KVTokens < 1 {
