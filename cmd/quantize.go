@@ -29,6 +29,7 @@ type modelsQuantizeOptions struct {
 	Block       int
 	Exclude     []string
 	KeepHead    bool
+	KeepEmbed   bool
 	JSON        bool
 	Stdout      io.Writer
 }
@@ -41,7 +42,9 @@ func newCmdModelsQuantize(runF func(context.Context, *modelsQuantizeOptions) err
 		Long: `Write a dynamically quantised copy of a model: the float32 weights of its
 MatMul and Gemm nodes become int8 (or int4) with scales, and their inputs are
 quantised at run time, in the forms ONNX Runtime runs in its integer kernels.
-Embedding tables stay float32; the LM head is quantised unless --keep-head.
+Embedding tables (the float32 tables Gather reads rows of) become int8 with a
+scale per row unless --keep-embeddings; the LM head is quantised unless
+--keep-head.
 A decoder (a graph with a KV cache) gets activations per row, exact under
 batching; any other graph activations per tensor, fastest for large batches.
 
@@ -69,6 +72,7 @@ see docs/quantization.md.`,
 	f.IntVar(&opts.Block, "block", 0, fmt.Sprintf("activations per row: weights along K that share a scale, 16 to 256 (0: %d)", quant.DefaultBlock))
 	f.StringArrayVar(&opts.Exclude, "exclude", nil, "keep in float32 the nodes whose name or weight name matches this pattern ('*' any run of characters but '/'); repeatable")
 	f.BoolVar(&opts.KeepHead, "keep-head", false, "keep the LM head (the product that makes the logits) in float32")
+	f.BoolVar(&opts.KeepEmbed, "keep-embeddings", false, "keep the embedding tables (the float32 tables Gather reads rows of) in float32")
 	f.StringVar(&opts.Task, "task", "", "head of a built-in encoder given as IN with several: fill-mask or embed for BERT (default: the model's first)")
 	f.BoolVar(&opts.JSON, "json", false, "print what was done as JSON")
 	return cmd
@@ -81,6 +85,8 @@ type quantizeReport struct {
 	Form        string       `json:"form"`
 	Products    int          `json:"products"`
 	Quantized   []string     `json:"quantized"`
+	Tables      int          `json:"embedding_lookups"`
+	Lookups     []string     `json:"embedding_lookups_quantized"`
 	Skipped     []quant.Skip `json:"skipped"`
 	Head        string       `json:"head,omitempty"`
 	BytesBefore int64        `json:"weight_bytes_before"`
@@ -102,14 +108,14 @@ func runModelsQuantize(_ context.Context, opts *modelsQuantizeOptions) error {
 	}
 	start := time.Now()
 	rep, err := quant.File(in, opts.Out, quant.Options{Activations: acts, PerTensor: opts.PerTensor, Bits: opts.Bits,
-		Block: opts.Block, Exclude: opts.Exclude, KeepHead: opts.KeepHead})
+		Block: opts.Block, Exclude: opts.Exclude, KeepHead: opts.KeepHead, KeepEmbeddings: opts.KeepEmbed})
 	if err != nil {
 		return quantError(err)
 	}
 	took := time.Since(start)
 	if opts.JSON {
 		return writeJSON(opts.Stdout, quantizeReport{Input: in, Output: opts.Out, Form: rep.Form,
-			Products: rep.Products, Quantized: rep.Quantized, Skipped: rep.Skipped, Head: rep.Head,
+			Products: rep.Products, Quantized: rep.Quantized, Tables: rep.Tables, Lookups: rep.Lookups, Skipped: rep.Skipped, Head: rep.Head,
 			BytesBefore: rep.BytesBefore, BytesAfter: rep.BytesAfter, Seconds: took.Seconds()})
 	}
 	w := opts.Stdout

@@ -26,11 +26,11 @@ func TestQuantizeFlags(t *testing.T) {
 	var got *modelsQuantizeOptions
 	cmd := newCmdModelsQuantize(func(_ context.Context, o *modelsQuantizeOptions) error { got = o; return nil })
 	if !execFlags(t, cmd, []string{"in.onnx", "out.onnx", "--per-tensor", "--exclude", "a*", "--exclude", "b,c", "--keep-head",
-		"--activations", "tensor", "--json"}, "") {
+		"--keep-embeddings", "--activations", "tensor", "--json"}, "") {
 		return
 	}
 	if got.In != "in.onnx" || got.Out != "out.onnx" || !got.PerTensor || !slices.Equal(got.Exclude, []string{"a*", "b,c"}) ||
-		!got.KeepHead || got.Activations != "tensor" || got.Bits != 8 || got.Block != 0 || !got.JSON {
+		!got.KeepHead || !got.KeepEmbed || got.Activations != "tensor" || got.Bits != 8 || got.Block != 0 || !got.JSON {
 		t.Errorf("options = %+v", got)
 	}
 	for _, tc := range []struct {
@@ -87,7 +87,7 @@ func TestQuantizeCommand(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "q.onnx")
 	code, text := infer(t, "models", "quantize", src, out)
-	if code != exitOK || !strings.Contains(text, "8 of 10 MatMul/Gemm nodes quantised (int8, weights per channel, activations per tensor") ||
+	if code != exitOK || !strings.Contains(text, "8 of 10 MatMul/Gemm nodes quantised (int8, weights per channel, activations per tensor at run time), 3 of 3 embedding lookups int8 per row") ||
 		!strings.Contains(text, "LM head: Gemm_1, quantised") || !strings.Contains(text, "left in float32: 2, no constant weight") {
 		t.Fatalf("quantize: exit %d\n%s", code, text)
 	}
@@ -98,9 +98,15 @@ func TestQuantizeCommand(t *testing.T) {
 
 	code, text = infer(t, "models", "quantize", src, filepath.Join(dir, "q.json.onnx"), "--json", "--keep-head", "--activations", "row", "--bits", "4", "--block", "16")
 	var rep quantizeReport
+	// The head kept in float32 keeps the word embeddings it is tied to.
 	if code != exitOK || json.Unmarshal([]byte(text), &rep) != nil || len(rep.Quantized) != 7 || rep.Head != "Gemm_1" ||
-		rep.Form != "int4, weights in blocks of 16, activations per row at run time" {
+		rep.Form != "int4, weights in blocks of 16, activations per row at run time" || rep.Tables != 3 || len(rep.Lookups) != 2 {
 		t.Errorf("quantize --json: exit %d, %+v\n%s", code, rep, text)
+	}
+	code, text = infer(t, "models", "quantize", src, filepath.Join(dir, "q.emb.onnx"), "--json", "--keep-embeddings")
+	rep = quantizeReport{}
+	if code != exitOK || json.Unmarshal([]byte(text), &rep) != nil || len(rep.Quantized) != 8 || rep.Tables != 3 || len(rep.Lookups) != 0 {
+		t.Errorf("quantize --keep-embeddings: exit %d, %+v\n%s", code, rep, text)
 	}
 
 	text2 := filepath.Join(dir, "notes.txt")

@@ -2,6 +2,8 @@ package onnx
 
 import (
 	"context"
+	"io"
+	"math"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -89,9 +91,11 @@ func TestQuantizedFused(t *testing.T) {
 	path := quantized(t, src, quant.Options{})
 	got := optimizedOps(t, path, []string{inputIDs, attentionMask, tokenTypeIDs}, []string{"mask_positions", "top_scores", "top_ids"})
 	fused := got["DynamicQuantizeMatMul"] + got["MatMulIntegerToFloat"]
-	// bert-tiny: 6 products in each of 2 layers, and the head's 2.
-	if fused != 14 || got["MatMulInteger"] != 0 || got["Cast"] > 1 {
-		t.Errorf("bert-tiny per tensor, optimised: %v; want 14 fused products, no MatMulInteger", got)
+	// bert-tiny: 6 products in each of 2 layers, and the head's 2. The
+	// word, position and type embeddings are read as int8 rows (two
+	// Gathers and a Cast each), not folded back into float32 tables.
+	if fused != 14 || got["MatMulInteger"] != 0 || got["Cast"] != 1+3 || got["Gather"] != 1+2*3 {
+		t.Errorf("bert-tiny per tensor, optimised: %v; want 14 fused products, no MatMulInteger, 3 lookups of int8 rows", got)
 	}
 	t.Logf("bert-tiny, activations per tensor, as ONNX Runtime runs it: %v", got)
 
@@ -255,5 +259,100 @@ func TestQuantizedDecoderAgreement(t *testing.T) {
 			t.Errorf("%s: %+v; want top-1 ≥ %v over every position", c.name, rep, c.minAgree)
 		}
 		t.Logf("%s: %+v", c.name, rep)
+	}
+}
+
+// TestQuantizedLookup: ONNX Runtime reads a quantised embedding table's
+// rows as they are dequantised by hand, q·scale, bit for bit (one float32
+// product each), for any index the float32 Gather takes (repeated,
+// negative), and refuses an index out of range as it did. The table is
+// not folded back into float32: the optimised graph still gathers int8
+// rows.
+func TestQuantizedLookup(t *testing.T) {
+	requireRuntime(t)
+	const rows, width = 50, 24
+	src := filepath.Join(t.TempDir(), "lookup.onnx")
+	err := onnxgraph.WriteFile(src, func(w io.Writer) error {
+		g := onnxgraph.NewGraph("lookup")
+		ids := g.Input("ids", onnxgraph.Int64, onnxgraph.Sym("n"))
+		table := g.Weight("table", []int64{rows, width}, random(7))
+		g.NodeOut("Gather", []string{table, ids}, []string{"y"})
+		g.Output("y", onnxgraph.Float32, onnxgraph.Sym("n"), onnxgraph.Fixed(width))
+		_, err := (&onnxgraph.Model{Graph: g}).WriteTo(w)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := filepath.Join(t.TempDir(), "lookup-int8.onnx")
+	rep, err := quant.File(src, q, quant.Options{})
+	if err != nil || len(rep.Lookups) != 1 {
+		t.Fatalf("quantise: %v, %+v", err, rep)
+	}
+	f, err := onnxgraph.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := f.Float32s("table")
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	qv, scales, err := quant.Rows(v, rows, width)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	opts, err := sessionOptions(models.Device{Kind: "cpu"}, 1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer opts.Destroy()
+	s, err := ort.NewDynamicAdvancedSession(q, []string{"ids"}, []string{"y"}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	lookup := func(ids []int64) ([]float32, error) {
+		in, err := ort.NewTensor(ort.NewShape(int64(len(ids))), ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer in.Destroy()
+		out := []ort.Value{nil}
+		if err := s.Run([]ort.Value{in}, out); err != nil {
+			return nil, err
+		}
+		defer out[0].Destroy()
+		return slices.Clone(out[0].(*ort.Tensor[float32]).GetData()), nil
+	}
+	ids := []int64{0, 49, 7, 7, -1, -50, 23}
+	got, err := lookup(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	worst := 0.0
+	for i, id := range ids {
+		r := int((id + rows) % rows)
+		for c := range width {
+			want := float32(qv[r*width+c]) * scales[r]
+			if g := got[i*width+c]; g != want {
+				t.Fatalf("id %d, column %d: %v, want %v (int8 %d × scale %v)", id, c, g, want, qv[r*width+c], scales[r])
+			}
+			worst = max(worst, math.Abs(float64(want-v[r*width+c]))/float64(scales[r]))
+		}
+	}
+	if worst > 0.5+1e-6 {
+		t.Errorf("a value is %.3f scales from the float32 table's, want at most half a scale", worst)
+	}
+	for _, bad := range [][]int64{{50}, {-51}} {
+		if _, err := lookup(bad); err == nil {
+			t.Errorf("index %v: no error, want the runtime's out-of-range error", bad)
+		}
+	}
+
+	got2 := optimizedOps(t, q, []string{"ids"}, []string{"y"})
+	if got2["Gather"] != 2 || got2["Cast"] != 1 || got2["DequantizeLinear"] != 0 {
+		t.Errorf("optimised: %v; want the two Gathers (int8 rows, scales) and the Cast kept", got2)
 	}
 }

@@ -91,8 +91,8 @@ func cacheName(src string, opts Options) (string, error) {
 	}
 	defer file.Close()
 	h := sha256.New()
-	fmt.Fprintf(h, "quantizer=%s activations=%s per-tensor=%v bits=%d block=%d keep-head=%v exclude=%q\n",
-		Version, opts.Activations, opts.PerTensor, opts.Bits, opts.Block, opts.KeepHead, opts.Exclude)
+	fmt.Fprintf(h, "quantizer=%s activations=%s per-tensor=%v bits=%d block=%d keep-head=%v keep-embeddings=%v exclude=%q\n",
+		Version, opts.Activations, opts.PerTensor, opts.Bits, opts.Block, opts.KeepHead, opts.KeepEmbeddings, opts.Exclude)
 	if _, err := io.Copy(h, file); err != nil {
 		return "", fmt.Errorf("quantise: hash %s: %w", src, err)
 	}

@@ -1,7 +1,9 @@
 // Package quant writes dynamically quantised versions of ONNX models: the
 // float32 weights of MatMul and Gemm nodes become int8 (or int4) with
 // scales, and the activations that meet them are quantised at run time from
-// their own range. Embedding tables (the weights Gather reads) stay float32.
+// their own range. Embedding tables (the float32 initializers Gather reads
+// rows of) become int8, one scale per row, and only the rows read are turned
+// back into float32 (gather.go).
 //
 // It writes one of two graph forms, the two that ONNX Runtime runs in its
 // fast integer kernels (VNNI where the CPU has it); docs/quantization.md has
@@ -99,7 +101,7 @@ var blockSizes = []int{16, 32, 64, 128, 256}
 // MatMul and Gemm with a constant float32 weight to int8, the LM head
 // included: a decoder's with activations per row and weights per block of
 // 128, any other graph's with activations per tensor and weights per
-// channel.
+// channel; and every embedding table to int8 per row.
 type Options struct {
 	// Activations chooses the graph form; see the package documentation.
 	Activations Activations
@@ -123,12 +125,18 @@ type Options struct {
 	// the node whose weight is also an embedding table (tied), or whose
 	// output reaches a graph output through shape-only operators.
 	KeepHead bool
+	// KeepEmbeddings keeps the embedding tables in float32: the float32
+	// initializers Gather nodes read rows of. By default each becomes int8
+	// with one scale per row, a quarter of its memory (a fifth of
+	// bert-base's weights). A table that another node also reads in
+	// float32 (an LM head kept in float32) stays float32 anyway.
+	KeepEmbeddings bool
 }
 
 // Version changes whenever the same model and options would be quantised
 // into a different file, so that cached files of an older quantizer are
 // not reused.
-const Version = "1"
+const Version = "2"
 
 // Metadata keys Rewrite sets on the quantised model.
 const (
@@ -163,9 +171,14 @@ type Report struct {
 	Form string
 	// Products is the number of MatMul and Gemm nodes in the model.
 	Products int
-	// Quantized names the nodes quantised.
+	// Quantized names the products quantised.
 	Quantized []string
-	// Skipped are the products left in float32, with the reason.
+	// Tables is the number of Gather nodes that read an initializer.
+	Tables int
+	// Lookups names the Gather nodes that read their table in int8.
+	Lookups []string
+	// Skipped are the products and Gathers left in float32, with the
+	// reason.
 	Skipped []Skip
 	// Head names the LM head found, "" when there is none.
 	Head string
@@ -182,8 +195,11 @@ type Skip struct {
 
 // String summarises the report in one line.
 func (r *Report) String() string {
-	s := fmt.Sprintf("%d of %d MatMul/Gemm nodes quantised (%s); weights %s → %s",
-		len(r.Quantized), r.Products, r.Form, mb(r.BytesBefore), mb(r.BytesAfter))
+	s := fmt.Sprintf("%d of %d MatMul/Gemm nodes quantised (%s)", len(r.Quantized), r.Products, r.Form)
+	if r.Tables > 0 {
+		s += fmt.Sprintf(", %d of %d embedding lookups int8 per row", len(r.Lookups), r.Tables)
+	}
+	s += fmt.Sprintf("; weights %s → %s", mb(r.BytesBefore), mb(r.BytesAfter))
 	if r.BytesBefore > 0 {
 		s += fmt.Sprintf(" (%.2f×)", float64(r.BytesAfter)/float64(r.BytesBefore))
 	}
@@ -335,16 +351,17 @@ func Rewrite(f *onnxgraph.File, opts Options) (*Report, error) {
 		rep.BytesBefore += in.Bytes()
 	}
 	plans, reasons := plan(f, scopes, opts, rep)
-	if len(rep.Quantized) == 0 {
-		return nil, &InputError{fmt.Errorf("%w: %s", ErrNothing, nothingWhy(rep.Products, reasons))}
+	lookups := planTables(f, scopes, opts, plans, rep, reasons)
+	if len(rep.Quantized) == 0 && len(rep.Lookups) == 0 {
+		return nil, &InputError{fmt.Errorf("%w: %s", ErrNothing, nothingWhy(rep.Products, rep.Tables, reasons))}
 	}
-	w := &writer{f: f, opts: opts, done: map[string]quantized{}}
+	w := &writer{f: f, opts: opts, done: map[string]quantized{}, tables: map[string]quantized{}}
 	replaced := map[string]bool{}
 	for i, s := range scopes {
-		if len(plans[i]) == 0 {
+		if len(plans[i]) == 0 && len(lookups[i]) == 0 {
 			continue
 		}
-		if err := w.rewrite(s, plans[i]); err != nil {
+		if err := w.rewrite(s, plans[i], lookups[i]); err != nil {
 			return nil, err
 		}
 		for _, p := range plans[i] {
@@ -353,12 +370,16 @@ func Rewrite(f *onnxgraph.File, opts Options) (*Report, error) {
 				replaced[c] = true
 			}
 		}
+		for _, l := range lookups[i] {
+			replaced[l.table] = true
+		}
 	}
 	dropUnused(f, scopes, replaced)
 	for _, in := range f.Initializers() {
 		rep.BytesAfter += in.Bytes()
 	}
-	f.SetMetadata(MetaQuantization, fmt.Sprintf("%s; %d of %d products", rep.Form, len(rep.Quantized), rep.Products))
+	f.SetMetadata(MetaQuantization, fmt.Sprintf("%s; %d of %d products; %d of %d embedding lookups",
+		rep.Form, len(rep.Quantized), rep.Products, len(rep.Lookups), rep.Tables))
 	f.SetMetadata(MetaQuantizer, "infer/quant "+Version)
 	return rep, nil
 }
@@ -407,16 +428,20 @@ func plan(f *onnxgraph.File, scopes []*onnxgraph.Scope, opts Options, rep *Repor
 	return plans, reasons
 }
 
-// nothingWhy says why no product was chosen.
-func nothingWhy(products int, reasons map[string]int) string {
-	if products == 0 {
-		return "the model has no MatMul or Gemm node"
+// nothingWhy says why no product and no lookup was chosen.
+func nothingWhy(products, tables int, reasons map[string]int) string {
+	if products == 0 && tables == 0 {
+		return "the model has no MatMul or Gemm node and no Gather of an embedding table"
 	}
 	var parts []string
 	for _, why := range slices.Sorted(maps.Keys(reasons)) {
 		parts = append(parts, fmt.Sprintf("%d %s", reasons[why], why))
 	}
-	return fmt.Sprintf("of its %d MatMul/Gemm nodes, %s", products, strings.Join(parts, ", "))
+	of := fmt.Sprintf("%d MatMul/Gemm nodes", products)
+	if tables > 0 {
+		of += fmt.Sprintf(" and %d Gathers of a table", tables)
+	}
+	return fmt.Sprintf("of its %s, %s", of, strings.Join(parts, ", "))
 }
 
 // candidate returns the product n would be, or why it cannot be quantised.

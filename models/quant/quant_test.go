@@ -3,6 +3,7 @@ package quant
 import (
 	"errors"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -146,12 +147,16 @@ func TestRewriteBert(t *testing.T) {
 			t.Errorf("skipped %s: %s; want only products of two activations", s.Node, s.Reason)
 		}
 	}
+	// The word, position and type embeddings.
+	if rep.Tables != 3 || len(rep.Lookups) != 3 {
+		t.Errorf("%d of %d embedding lookups quantised, want 3 of 3", len(rep.Lookups), rep.Tables)
+	}
 	if !(rep.BytesAfter < rep.BytesBefore) {
 		t.Errorf("weights %d → %d bytes: want smaller", rep.BytesBefore, rep.BytesAfter)
 	}
 
 	got := ops(t, out)
-	want := map[string]int{"DynamicQuantizeLinear": 0, "MatMulInteger": len(rep.Quantized), "MatMul": 2 * layers, "Gemm": 0, "Gather": 4}
+	want := map[string]int{"DynamicQuantizeLinear": 0, "MatMulInteger": len(rep.Quantized), "MatMul": 2 * layers, "Gemm": 0, "Gather": 7}
 	// One DynamicQuantizeLinear per activation: Q, K and V share theirs.
 	want["DynamicQuantizeLinear"] = len(rep.Quantized) - 2*layers
 	for op, n := range want {
@@ -159,9 +164,18 @@ func TestRewriteBert(t *testing.T) {
 			t.Errorf("%d %s nodes, want %d (all: %v)", got[op], op, n, got)
 		}
 	}
+	// Per lookup, a Gather of int8 rows and one of their scales (the
+	// sequence length's Gather is the seventh).
+	if got["Cast"] != 18 {
+		t.Errorf("%d Cast nodes, want 18: one per product and per lookup, and the mask's", got["Cast"])
+	}
 	inits := initializers(t, out)
-	if w := inits["embeddings.word_embeddings.weight"]; w.Type != onnxgraph.Float32 {
-		t.Errorf("word embeddings %+v: want them kept in float32 for Gather", w)
+	if _, ok := inits["embeddings.word_embeddings.weight"]; ok {
+		t.Error("the float32 word embeddings are still there")
+	}
+	rows, scales := inits["embeddings.word_embeddings.weight_rows_int8"], inits["embeddings.word_embeddings.weight_row_scales"]
+	if rows.Type != onnxgraph.Int8 || !slices.Equal(rows.Dims, []int64{300, 32}) || !slices.Equal(scales.Dims, []int64{300, 1}) {
+		t.Errorf("word embeddings %+v, scales %+v: want int8 [300 32] and [300 1] scales", rows, scales)
 	}
 	if _, ok := inits["encoder.layer.0.attention.self.query.weight"]; ok {
 		t.Error("the float32 query weight is still there")
@@ -182,7 +196,7 @@ func TestRewriteBert(t *testing.T) {
 	if !slices.EqualFunc(info.Inputs, orig.Inputs, sameTensor) || !slices.EqualFunc(info.Outputs, orig.Outputs, sameTensor) {
 		t.Errorf("inputs or outputs changed: %v → %v, %v → %v", orig.Inputs, info.Inputs, orig.Outputs, info.Outputs)
 	}
-	if info.Metadata[MetaQuantization] != "int8, weights per channel, activations per tensor at run time; 14 of 18 products" || info.Metadata[bert.MetaArch] != "bert-test" {
+	if info.Metadata[MetaQuantization] != "int8, weights per channel, activations per tensor at run time; 14 of 18 products; 3 of 3 embedding lookups" || info.Metadata[bert.MetaArch] != "bert-test" {
 		t.Errorf("metadata %v", info.Metadata)
 	}
 
@@ -241,8 +255,27 @@ func TestOptions(t *testing.T) {
 	}) {
 		t.Errorf("%d Gemm left, skipped %v: want the head kept", got, rep.Skipped)
 	}
-	if _, ok := initializers(t, filepath.Join(dir, "head.onnx"))["embeddings.word_embeddings.weight_quantized"]; ok {
+	inits = initializers(t, filepath.Join(dir, "head.onnx"))
+	if _, ok := inits["embeddings.word_embeddings.weight_quantized"]; ok {
 		t.Error("the head was kept but its int8 copy written")
+	}
+	// The head reads the word embeddings in float32, so their Gather does
+	// too: an int8 copy beside them would only add memory. The position
+	// and type embeddings are quantised.
+	if _, ok := inits["embeddings.word_embeddings.weight_rows_int8"]; ok || len(rep.Lookups) != 2 ||
+		!slices.ContainsFunc(rep.Skipped, func(s Skip) bool { return strings.Contains(s.Reason, "table also read in float32 by Gemm") }) {
+		t.Errorf("head kept: lookups %v, skipped %v; want the word embeddings kept for the head", rep.Lookups, rep.Skipped)
+	}
+
+	// Keep the embeddings.
+	rep, err = File(fm, filepath.Join(dir, "emb.onnx"), Options{KeepEmbeddings: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inits = initializers(t, filepath.Join(dir, "emb.onnx"))
+	if w := inits["embeddings.word_embeddings.weight"]; w.Type != onnxgraph.Float32 || len(rep.Lookups) != 0 || rep.Tables != 3 ||
+		ops(t, filepath.Join(dir, "emb.onnx"))["Gather"] != 4 || rep.Head == "" || !slices.Contains(rep.Quantized, rep.Head) {
+		t.Errorf("embeddings kept: %+v, lookups %v of %d, head %q; want the tables in float32, the head int8", w, rep.Lookups, rep.Tables, rep.Head)
 	}
 
 	if _, err := File(in, filepath.Join(dir, "bad.onnx"), Options{Exclude: []string{"[a-"}}); !isInput(err) {
@@ -281,8 +314,13 @@ func TestRewriteGPT2(t *testing.T) {
 	if s := inits["transformer.h.0.attn.c_attn.weight_scale"]; !slices.Equal(s.Dims, []int64{96}) {
 		t.Errorf("c_attn scales %+v: want one per column and block, 96", s)
 	}
-	if _, ok := inits["transformer.wte.weight"]; !ok {
-		t.Error("the token embeddings were dropped; Gather reads them")
+	// The token and position embeddings are read in int8 rows; the head
+	// has its own copy of the token embeddings in blocks.
+	if _, ok := inits["transformer.wte.weight"]; ok || len(rep.Lookups) != 2 {
+		t.Errorf("lookups %v: want the float32 token embeddings replaced by int8 rows", rep.Lookups)
+	}
+	if r := inits["transformer.wte.weight_rows_int8"]; r.Type != onnxgraph.Int8 || !slices.Equal(r.Dims, []int64{300, 32}) {
+		t.Errorf("token embeddings %+v: want int8 [300 32]", r)
 	}
 	info, err := onnxgraph.Inspect(out)
 	if err != nil {
@@ -601,5 +639,146 @@ func TestPerTensorDecoder(t *testing.T) {
 	}
 	if _, err := File(in, filepath.Join(t.TempDir(), "y.onnx"), Options{PerTensor: true, Activations: ActivationsTensor}); err != nil {
 		t.Errorf("per-tensor weights and activations on a decoder: %v", err)
+	}
+}
+
+func TestRows(t *testing.T) {
+	w := []float32{
+		1, -0.5, 0.25,
+		0, 0, 0,
+		-0.02, 0.01, 0.005,
+	}
+	q, s, err := Rows(w, 3, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantS := []float32{1.0 / 127, 1, 0.02 / 127}
+	for i := range s {
+		if math.Abs(float64(s[i]-wantS[i])) > 1e-9 {
+			t.Fatalf("scales %v, want %v (per row; 1 for a row of zeros)", s, wantS)
+		}
+	}
+	// -0.5·127 = -63.5 rounds to even; 0.01/(0.02/127) is 63.5 but for
+	// the float32 scale's rounding, just under.
+	if want := []int8{127, -64, 32, 0, 0, 0, -127, 63, 32}; !slices.Equal(q, want) {
+		t.Errorf("Rows = %v, want %v", q, want)
+	}
+	for i, v := range w {
+		if back := float32(q[i]) * s[i/3]; math.Abs(float64(back-v)) > float64(s[i/3])/2+1e-9 {
+			t.Errorf("value %d = %v comes back as %v, scale %v", i, v, back, s[i/3])
+		}
+	}
+	for _, bad := range [][]float32{{1, float32(math.NaN())}, {float32(math.Inf(-1)), 1}} {
+		if _, _, err := Rows(bad, 1, 2); err == nil {
+			t.Errorf("Rows(%v): no error for a value that is not finite", bad)
+		}
+	}
+	if _, _, err := Rows(w, 2, 3); err == nil {
+		t.Error("Rows of 9 values as 2×3: no error")
+	}
+}
+
+// TestLookupsHostile: only a Gather of rows of a float32 [rows, width]
+// initializer, by computed indices, reads its table in int8. The others
+// are left as they are, each with its reason: rows of an activation (not a
+// table), tables of int64 or int8 (quantised already), of rank 1,
+// gathered along the columns, or by constant indices, and a table that
+// another node also reads in float32.
+func TestLookupsHostile(t *testing.T) {
+	src := generate(t, "gathers.onnx", func(w io.Writer) error {
+		g := onnxgraph.NewGraph("gathers")
+		ids := g.Input("ids", onnxgraph.Int64, onnxgraph.Sym("n"))
+		x := g.Input("x", onnxgraph.Float32, onnxgraph.Fixed(10), onnxgraph.Fixed(4))
+		table := func(name string, dims ...int64) string { return g.Weight(name, dims, onnxgraph.Fill(0.5)) }
+		gather := func(out, data, idx string, attrs ...onnxgraph.Attr) {
+			g.NodeOut("Gather", []string{data, idx}, []string{out}, attrs...)
+			g.Output(out, onnxgraph.Float32)
+		}
+		gather("ok", table("words", 10, 4), ids)
+		gather("ok2", "words", ids) // a second Gather of one table
+		gather("activation", x, ids)
+		gather("int64", table("t64", 10, 4), ids)
+		gather("int8", table("t8", 10, 4), ids)
+		gather("rank1", table("vector", 10), ids)
+		gather("columns", table("wide", 4, 10), ids, onnxgraph.Int("axis", 1))
+		gather("constant", table("fixed", 10, 4), table("const_ids", 2))
+		gather("shared_rows", table("shared", 10, 4), ids)
+		g.NodeOut("Add", []string{x, "shared"}, []string{"sum"})
+		g.Output("sum", onnxgraph.Float32)
+		_, err := (&onnxgraph.Model{Graph: g}).WriteTo(w)
+		return err
+	})
+	// Make t64 and t8 tables of int64 and int8, and const_ids indices.
+	f, err := onnxgraph.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		t    onnxgraph.DataType
+		size int
+	}{{"t64", onnxgraph.Int64, 8}, {"t8", onnxgraph.Int8, 1}, {"const_ids", onnxgraph.Int64, 8}} {
+		in, _ := f.Initializer(c.name)
+		if err := f.SetInitializer(c.name, c.t, in.Dims, make([]byte, int(in.Elements())*c.size)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	edited := filepath.Join(t.TempDir(), "edited.onnx")
+	err = onnxgraph.WriteFile(edited, func(w io.Writer) error { _, err := f.WriteTo(w); return err })
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	out := filepath.Join(t.TempDir(), "q.onnx")
+	rep, err := File(edited, out, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(rep.Lookups, []string{"ok", "ok2"}) || rep.Tables != 8 {
+		t.Errorf("lookups %v of %d Gathers of a table: want the two of words, of 8", rep.Lookups, rep.Tables)
+	}
+	reasons := map[string]string{}
+	for _, s := range rep.Skipped {
+		reasons[s.Node] = s.Reason
+	}
+	want := map[string]string{
+		"int64":       "table of type int64",
+		"int8":        "table of type int8",
+		"rank1":       "table of rank 1",
+		"columns":     "Gather along the table's columns",
+		"constant":    "constant indices (folded into a constant by the runtime)",
+		"shared_rows": "table also read in float32 by Add sum",
+	}
+	if !maps.Equal(reasons, want) {
+		t.Errorf("skipped %v, want %v", reasons, want)
+	}
+	inits := initializers(t, out)
+	if _, ok := inits["words"]; ok || inits["words_rows_int8"].Type != onnxgraph.Int8 || inits["shared"].Type != onnxgraph.Float32 {
+		t.Errorf("initializers %v: want words replaced by int8 rows (once), shared kept", slices.Sorted(maps.Keys(inits)))
+	}
+	if got := ops(t, out); got["Gather"] != 7+4 || got["Cast"] != 2 || got["Mul"] != 2 {
+		t.Errorf("ops %v: want the 7 Gathers left and 2×2 for the lookups of words, each with its Cast and Mul", got)
+	}
+
+	// A table that is not finite is refused, and nothing written.
+	nan := generate(t, "nan.onnx", func(w io.Writer) error {
+		g := onnxgraph.NewGraph("nan")
+		ids := g.Input("ids", onnxgraph.Int64, onnxgraph.Sym("n"))
+		g.NodeOut("Gather", []string{g.Weight("t", []int64{2, 2}, onnxgraph.Fill(float32(math.NaN()))), ids}, []string{"y"})
+		g.Output("y", onnxgraph.Float32)
+		_, err := (&onnxgraph.Model{Graph: g}).WriteTo(w)
+		return err
+	})
+	bad := filepath.Join(t.TempDir(), "nan-int8.onnx")
+	if _, err := File(nan, bad, Options{}); !isInput(err) || !strings.Contains(err.Error(), "embedding table") {
+		t.Errorf("a table of NaN: %v, want an InputError naming the table", err)
+	}
+	if _, err := os.Stat(bad); err == nil {
+		t.Error("a refused table left its output")
+	}
+	// Kept in float32 on request: nothing else to quantise.
+	if _, err := File(nan, bad, Options{KeepEmbeddings: true}); !errors.Is(err, ErrNothing) || !strings.Contains(err.Error(), "1 embedding table kept in float32") {
+		t.Errorf("embeddings kept, no product: %v, want ErrNothing saying why", err)
 	}
 }

@@ -11,9 +11,10 @@ import (
 // writer rewrites the chosen products of a model into the form its options
 // say.
 type writer struct {
-	f    *onnxgraph.File
-	opts Options // resolved
-	done map[string]quantized
+	f      *onnxgraph.File
+	opts   Options // resolved
+	done   map[string]quantized
+	tables map[string]quantized // embedding tables, by name
 }
 
 // quantized is a weight written quantised, with its scales.
@@ -22,27 +23,39 @@ type quantized struct {
 	k, n          int64
 }
 
-// rewrite replaces the products of one graph by their quantised form.
-func (w *writer) rewrite(s *onnxgraph.Scope, plan []product) error {
+// rewrite replaces the products and the lookups of one graph by their
+// quantised form.
+func (w *writer) rewrite(s *onnxgraph.Scope, plan []product, lookups []lookup) error {
 	byOutput := map[string]product{}
 	for _, p := range plan {
 		byOutput[p.node.Outputs[0]] = p
+	}
+	gathers := map[string]lookup{}
+	for _, l := range lookups {
+		gathers[l.node.Outputs[0]] = l
 	}
 	// The run-time quantisation of each activation, shared by its products
 	// (activations per tensor).
 	activations := map[string][3]string{}
 	var out []onnxgraph.Node
 	for _, n := range s.Nodes() {
-		p, ok := byOutput[n.Outputs[0]]
-		if !ok || len(n.Outputs) == 0 {
+		if len(n.Outputs) == 0 {
 			out = append(out, n)
 			continue
 		}
 		var nodes []onnxgraph.Node
 		var err error
-		if w.opts.Activations == ActivationsRow {
+		p, ok := byOutput[n.Outputs[0]]
+		l, isLookup := gathers[n.Outputs[0]]
+		switch {
+		case isLookup:
+			nodes, err = w.lookup(l)
+		case !ok:
+			out = append(out, n)
+			continue
+		case w.opts.Activations == ActivationsRow:
 			nodes, err = w.rows(p)
-		} else {
+		default:
 			nodes, err = w.tensor(p, activations)
 		}
 		if err != nil {
