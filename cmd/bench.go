@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/inferhq/infer/loadgen"
+	"github.com/inferhq/infer/loadgen/record"
 	"github.com/inferhq/infer/loadgen/scenario"
 	"github.com/inferhq/infer/loadgen/target"
 	"github.com/inferhq/infer/loadgen/tui"
@@ -293,8 +294,14 @@ func runBench(ctx context.Context, opts *benchOptions) error {
 		}
 		return err
 	}
+	if acc := compareSwept(ctx, record.Models(out.Records, nil), logger); len(acc) > 0 {
+		// Kept with the run, so that infer report shows it too.
+		out.Manifest.Accuracy = acc
+		if err := record.WriteManifest(dir, &out.Manifest); err != nil {
+			return err
+		}
+	}
 	summary := loadgen.Summarize(out, sc.SLO)
-	compareSwept(ctx, summary.Models, logger)
 	if opts.Output == "json" {
 		enc := json.NewEncoder(opts.Stdout)
 		enc.SetIndent("", "  ")
@@ -334,18 +341,24 @@ func runBench(ctx context.Context, opts *benchOptions) error {
 
 // compareSwept measures the accuracy of each model of a sweep of models
 // against the first (infer models compare on bounded inputs), so that the
-// summary gives speed, memory and accuracy together. A model it cannot
-// compare (a simulated one, another task) says why.
-func compareSwept(ctx context.Context, rows []loadgen.ModelRow, log *slog.Logger) {
+// summary gives speed, memory and accuracy together; it returns them by
+// model. A model it cannot compare (a simulated one, another task) says
+// why.
+func compareSwept(ctx context.Context, rows []record.ModelRow, log *slog.Logger) map[string]string {
+	var acc map[string]string
 	for i := 1; i < len(rows) && ctx.Err() == nil; i++ {
 		start := time.Now()
-		acc, err := accuracy(ctx, rows[0].Model, rows[i].Model)
+		a, err := accuracy(ctx, rows[0].Model, rows[i].Model)
 		if err != nil {
-			acc = "not measured: " + err.Error()
+			a = "not measured: " + err.Error()
 		}
-		rows[i].Accuracy = acc
+		if acc == nil {
+			acc = map[string]string{}
+		}
+		acc[rows[i].Model] = a
 		log.Info("compared models", "a", rows[0].Model, "b", rows[i].Model, "took", time.Since(start).Round(time.Millisecond))
 	}
+	return acc
 }
 
 // adminToken is the targets' admin token: the flag's, else the variable

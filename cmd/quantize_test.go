@@ -20,6 +20,7 @@ import (
 	"github.com/inferhq/infer/models/onnx"
 	"github.com/inferhq/infer/models/onnxgraph"
 	"github.com/inferhq/infer/models/quant"
+	"github.com/inferhq/infer/report"
 )
 
 func TestQuantizeFlags(t *testing.T) {
@@ -257,4 +258,26 @@ sweep:
 		t.Errorf("summary:\n%s\nwant the models side by side", text)
 	}
 	t.Logf("summary:\n%s", text)
+
+	// infer report draws the same from the run directory, the accuracy
+	// kept in its manifest.
+	var rep bytes.Buffer
+	if err := runReport(context.Background(), &reportOptions{Run: opts.Out, Stdout: &rep}); err != nil {
+		t.Fatalf("report: %v\n%s", err, rep.String())
+	}
+	md, err := os.ReadFile(filepath.Join(report.DefaultDir(opts.Out), report.SummaryFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = regexp.MustCompile(`## Models side by side
+
+.*
+
+- \S+tiny-fill-mask.onnx: \S+ items/s \(1.00×\), p99 \S+ \(1.00×\), RSS \d+ MiB \(1.00×\) at batched c=2
+- \S+tiny-int8.onnx: \S+ items/s \(\d+\.\d\d×\), p99 \S+ \(\d+\.\d\d×\), RSS \d+ MiB \(\d+\.\d\d×\) at batched c=2
+  - against \S+: fill-mask top-1 agreement (0\.9\d+|1\.0000), top-5 overlap \d\.\d+ over \d+ masks
+`)
+	if !want.Match(md) {
+		t.Errorf("report summary.md:\n%s\nwant the models side by side", md)
+	}
 }

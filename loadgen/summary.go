@@ -130,8 +130,8 @@ type Summary struct {
 	Rows   []Row  `json:"rows"`
 	// Models are the models of a sweep of models side by side; nil
 	// without sweep.model.
-	Models      []ModelRow `json:"models,omitempty"`
-	Interrupted bool       `json:"interrupted,omitempty"`
+	Models      []record.ModelRow `json:"models,omitempty"`
+	Interrupted bool              `json:"interrupted,omitempty"`
 	// Notices are what the run found missing or assumed, each said once.
 	Notices []string `json:"notices,omitempty"`
 	SLO     struct {
@@ -166,7 +166,7 @@ func Summarize(o *Outcome, slo scenario.SLO) Summary {
 	s := Summary{Scenario: o.Manifest.Scenario, Dir: o.Dir, Points: o.Points, Shared: o.Shared, Interrupted: o.Interrupted,
 		Notices: o.Manifest.Notices}
 	s.SLO.SLO, s.SLO.Require = slo.Record(), slo.Require
-	s.Models = modelRows(o.Records)
+	s.Models = record.Models(o.Records, o.Manifest.Accuracy)
 	judged, passed := 0, 0
 	for i := range o.Records {
 		row := RowOf(&o.Records[i], slo)
@@ -440,16 +440,7 @@ func aligned(cells [][]string) []string {
 
 // short formats a rate to three significant digits at most: "1526",
 // "97.5", "9.93".
-func short(v float64) string {
-	switch {
-	case v >= 100:
-		return strconv.FormatFloat(v, 'f', 0, 64)
-	case v >= 10:
-		return strconv.FormatFloat(v, 'f', 1, 64)
-	default:
-		return strconv.FormatFloat(v, 'f', 2, 64)
-	}
-}
+func short(v float64) string { return record.Short(v) }
 
 // topErrors renders the n most frequent causes of failure: "HTTP 429
 // queue_full ×120, connection reset ×3"; "" when none failed.
@@ -503,22 +494,6 @@ func (s Summary) thresholds() string {
 	return strings.Join(th, ", ")
 }
 
-// Round shortens a duration for display to about 3 significant digits.
-func Round(d time.Duration) time.Duration {
-	switch {
-	case d >= 100*time.Second:
-		return d.Round(time.Second)
-	case d >= 10*time.Second:
-		return d.Round(100 * time.Millisecond)
-	case d >= time.Second:
-		return d.Round(10 * time.Millisecond)
-	case d >= 100*time.Millisecond:
-		return d.Round(time.Millisecond)
-	case d >= 10*time.Millisecond:
-		return d.Round(100 * time.Microsecond)
-	case d >= time.Millisecond:
-		return d.Round(10 * time.Microsecond)
-	default:
-		return d.Round(time.Microsecond)
-	}
-}
+// Round shortens a duration for display to about 3 significant digits
+// (record.Round).
+func Round(d time.Duration) time.Duration { return record.Round(d) }

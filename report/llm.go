@@ -150,6 +150,7 @@ func (v *view) llmSummary(res *Result, title string) string {
 	v.writeWarnings(&b)
 	v.writeLLMBest(&b)
 	v.writeCapacity(&b)
+	v.writeModels(&b)
 	v.routeSummary(&b)
 	v.writeEndpoints(&b)
 	v.writeIdeal(&b)

@@ -33,6 +33,7 @@ func (v *view) summary(res *Result) string {
 	v.writeWarnings(&b)
 	v.writeBest(&b)
 	v.writeCapacity(&b)
+	v.writeModels(&b)
 	v.writePolicies(&b)
 	v.writeBucketing(&b)
 	v.writeInjected(&b)

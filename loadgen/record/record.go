@@ -53,6 +53,10 @@ type Manifest struct {
 	// Capacities are the capacity searches' findings (load.search), one
 	// per configuration; the same can be had from the records (Capacities).
 	Capacities []Capacity `json:"capacities,omitempty"`
+	// Accuracy says, for each model of a sweep of models (sweep.model)
+	// but the first, how closely its outputs follow the first model's, as
+	// infer bench measured it after the sweep (ModelRow.Accuracy).
+	Accuracy map[string]string `json:"accuracy,omitempty"`
 }
 
 // SLO thresholds; a zero field is not checked.

@@ -1,0 +1,60 @@
+package report
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/inferhq/infer/loadgen/record"
+)
+
+// TestSummaryModels: a sweep of models (sweep.model) gets the models side
+// by side in summary.md, as in the bench's summary: each one's best
+// complete point, its p99 and peak RSS with ratios to the first, and the
+// accuracy the bench measured, kept in the manifest.
+func TestSummaryModels(t *testing.T) {
+	ms := func(n int) record.Duration { return record.Duration(time.Duration(n) * time.Millisecond) }
+	point := func(model string, c int, items, p99 float64, rss int64, partial bool) record.Record {
+		return record.Record{
+			Point: record.Point{Name: model + " batched c=" + string(rune('0'+c)), Model: model, Endpoint: "batched", Batch: 32, Workers: 1,
+				Load: record.Load{Mode: "closed", Concurrency: c}, Items: 1},
+			Sent: 100, Throughput: items, ItemsPerSec: items, Status: map[string]int{"200": 100}, Valid: true, Partial: partial,
+			Latency: record.Percentiles{P50: ms(int(p99 / 2)), P99: ms(int(p99))}, Server: record.ServerSide{RSSBytes: rss << 20},
+		}
+	}
+	run := &record.Run{Dir: t.TempDir(), Records: []record.Record{
+		point("bert-base", 4, 10, 4000, 800, false),
+		point("bert-base", 8, 12, 8000, 826, false),
+		point("bert-base-int8", 4, 30, 1500, 400, false),
+		point("bert-base-int8", 8, 60, 1000, 413, false),
+		point("bert-base-int8", 9, 99, 100, 420, true), // cut short: not its best
+	}}
+	run.Manifest.Accuracy = map[string]string{"bert-base-int8": "fill-mask top-1 agreement 0.9636, top-5 overlap 0.9367 over 275 masks"}
+	res, err := Write(context.Background(), run, nil, "", small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(res.Summary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "## Models side by side\n\n" +
+		"Each model's best throughput over its complete points, the p99 latency of that point and its server's peak resident memory, with ratios to `bert-base`; then how closely its outputs follow the first model's (`infer models compare`).\n\n" +
+		"- bert-base: 12.0 items/s (1.00×), p99 8s (1.00×), RSS 826 MiB (1.00×) at batched c=8\n" +
+		"- bert-base-int8: 60.0 items/s (5.00×), p99 1s (0.12×), RSS 420 MiB (0.51×) at batched c=8\n" +
+		"  - against bert-base: fill-mask top-1 agreement 0.9636, top-5 overlap 0.9367 over 275 masks\n\n"
+	if !strings.Contains(string(b), want) {
+		t.Errorf("summary.md lacks\n%s\ngot:\n%s", want, b)
+	}
+
+	// One model: nothing to set side by side.
+	run.Records = run.Records[:2]
+	if res, err = Write(context.Background(), run, nil, "", small); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ = os.ReadFile(res.Summary); strings.Contains(string(b), "Models side by side") {
+		t.Errorf("one model: summary.md has a models section:\n%s", b)
+	}
+}
