@@ -2,15 +2,23 @@ package onnx
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"io"
+	"math"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	ort "github.com/yalue/onnxruntime_go"
+
 	"github.com/inferhq/infer/models"
 	"github.com/inferhq/infer/models/bert"
 	"github.com/inferhq/infer/models/gpt2"
+	"github.com/inferhq/infer/models/onnxgraph"
 	"github.com/inferhq/infer/models/quant"
 )
 
@@ -120,6 +128,135 @@ func BenchmarkQuantizedDecode(b *testing.B) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// BenchmarkQuantizedLookup measures the forms an int8 embedding table can
+// be read in, on bert-base's word embeddings (30522×768) and a batch of
+// 32×128 token ids: float32's Gather; the form models/quant writes (a
+// Gather of int8 rows and one of their scales, Cast, Mul, standard
+// operators); and ONNX Runtime's com.microsoft GatherBlockQuantized on
+// the same rows stored as uint8 (v+128) with one block per row (block
+// 1024, a power of two, as it requires). The three take turns; the metrics
+// are their median times and the ratios to float32's.
+func BenchmarkQuantizedLookup(b *testing.B) {
+	requireRuntime(b)
+	const vocab, width, ids = 30522, 768, 32 * 128
+	dir := b.TempDir()
+	src := filepath.Join(dir, "lookup.onnx")
+	err := onnxgraph.WriteFile(src, func(w io.Writer) error {
+		g := onnxgraph.NewGraph("lookup")
+		in := g.Input("ids", onnxgraph.Int64, onnxgraph.Sym("n"))
+		g.NodeOut("Gather", []string{g.Weight("table", []int64{vocab, width}, onnxgraph.Normal(1, "table", 0.02)), in}, []string{"y"})
+		g.Output("y", onnxgraph.Float32, onnxgraph.Sym("n"), onnxgraph.Fixed(width))
+		_, err := (&onnxgraph.Model{Graph: g}).WriteTo(w)
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rows := filepath.Join(dir, "rows.onnx")
+	if _, err := quant.File(src, rows, quant.Options{}); err != nil {
+		b.Fatal(err)
+	}
+	// GatherBlockQuantized on the same rows and scales.
+	f, err := onnxgraph.Open(src)
+	if err != nil {
+		b.Fatal(err)
+	}
+	v, err := f.Float32s("table")
+	if err != nil {
+		b.Fatal(err)
+	}
+	q, sc, err := quant.Rows(v, vocab, width)
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw := make([]byte, len(q))
+	for i, x := range q {
+		raw[i] = byte(int(x) + 128) // uint8 v+128: the default zero point of 8 bits
+	}
+	scaleRaw := make([]byte, 0, 4*len(sc))
+	for _, x := range sc {
+		scaleRaw = binary.LittleEndian.AppendUint32(scaleRaw, math.Float32bits(x))
+	}
+	f.RemoveInitializer("table")
+	if err := f.SetInitializer("table_uint8", onnxgraph.Uint8, []int64{vocab, width}, raw); err != nil {
+		b.Fatal(err)
+	}
+	if err := f.SetInitializer("scales", onnxgraph.Float32, []int64{vocab, 1}, scaleRaw); err != nil {
+		b.Fatal(err)
+	}
+	f.Scopes()[0].SetNodes([]onnxgraph.Node{onnxgraph.NewNode("lookup", "GatherBlockQuantized", "com.microsoft",
+		[]string{"table_uint8", "ids", "scales"}, []string{"y"},
+		onnxgraph.Int("bits", 8), onnxgraph.Int("block_size", 1024), onnxgraph.Int("gather_axis", 0), onnxgraph.Int("quantize_axis", 1))})
+	f.SetOpset("com.microsoft", 1)
+	blocks := filepath.Join(dir, "blocks.onnx")
+	err = onnxgraph.WriteFile(blocks, func(w io.Writer) error { _, err := f.WriteTo(w); return err })
+	f.Close()
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	opts, err := sessionOptions(models.Device{Kind: "cpu"}, 0, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer opts.Destroy()
+	idv := make([]int64, ids)
+	for i := range idv {
+		idv[i] = int64(i*7919) % vocab
+	}
+	in, err := ort.NewTensor(ort.NewShape(ids), idv)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer in.Destroy()
+	names := []string{"fp32", "rows", "blocks"}
+	var sessions []*ort.DynamicAdvancedSession
+	var outs [][]float32
+	for _, path := range []string{src, rows, blocks} {
+		s, err := ort.NewDynamicAdvancedSession(path, []string{"ids"}, []string{"y"}, opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Destroy()
+		sessions = append(sessions, s)
+		out := []ort.Value{nil}
+		if err := s.Run([]ort.Value{in}, out); err != nil {
+			b.Fatal(err)
+		}
+		outs = append(outs, slices.Clone(out[0].(*ort.Tensor[float32]).GetData()))
+		out[0].Destroy()
+	}
+	if !slices.Equal(outs[1], outs[2]) {
+		b.Fatal("GatherBlockQuantized's rows differ from the int8 rows times their scales")
+	}
+	times := make([][]time.Duration, len(sessions))
+	for i := 0; b.Loop(); i++ {
+		for k := range sessions {
+			k := (k + i) % len(sessions)
+			out := []ort.Value{nil}
+			t0 := time.Now()
+			if err := sessions[k].Run([]ort.Value{in}, out); err != nil {
+				b.Fatal(err)
+			}
+			times[k] = append(times[k], time.Since(t0))
+			out[0].Destroy()
+		}
+	}
+	median := func(d []time.Duration) float64 {
+		d = slices.Clone(d)
+		slices.Sort(d)
+		return float64(d[len(d)/2].Microseconds()) / 1e3
+	}
+	base := median(times[0])
+	for k, name := range names {
+		m := median(times[k])
+		b.ReportMetric(m, name+"-ms")
+		if k > 0 && base > 0 {
+			b.ReportMetric(m/base, name+"/fp32")
 		}
 	}
 }
