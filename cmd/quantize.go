@@ -42,9 +42,9 @@ func newCmdModelsQuantize(runF func(context.Context, *modelsQuantizeOptions) err
 		Long: `Write a dynamically quantised copy of a model: the float32 weights of its
 MatMul and Gemm nodes become int8 (or int4) with scales, and their inputs are
 quantised at run time, in the forms ONNX Runtime runs in its integer kernels.
-Embedding tables (the float32 tables Gather reads rows of) become int8 with a
-scale per row unless --keep-embeddings; the LM head is quantised unless
---keep-head.
+Embedding tables (the float32 tables Gather reads rows of) become int8
+with a scale per row unless --keep-embeddings; the LM head is quantised
+unless --keep-head.
 A decoder (a graph with a KV cache) gets activations per row, exact under
 batching; any other graph activations per tensor, fastest for large batches.
 
