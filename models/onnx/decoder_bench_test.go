@@ -71,18 +71,20 @@ func (t *abTimes) add(second bool, d time.Duration) {
 	}
 }
 
+// medianMs returns the median of d in milliseconds, 0 for none.
+func medianMs(d []time.Duration) float64 {
+	d = slices.Clone(d)
+	slices.Sort(d)
+	if len(d) == 0 {
+		return 0
+	}
+	return float64(d[len(d)/2].Microseconds()) / 1e3
+}
+
 // report reports the median milliseconds of each alternative and their
 // ratio.
 func (t *abTimes) report(b *testing.B, nameA, nameB string) {
-	median := func(d []time.Duration) float64 {
-		d = slices.Clone(d)
-		slices.Sort(d)
-		if len(d) == 0 {
-			return 0
-		}
-		return float64(d[len(d)/2].Microseconds()) / 1e3
-	}
-	ma, mb := median(t.a), median(t.b)
+	ma, mb := medianMs(t.a), medianMs(t.b)
 	b.ReportMetric(ma, nameA+"-ms")
 	b.ReportMetric(mb, nameB+"-ms")
 	if ma > 0 {

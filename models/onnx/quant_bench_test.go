@@ -246,14 +246,9 @@ func BenchmarkQuantizedLookup(b *testing.B) {
 			out[0].Destroy()
 		}
 	}
-	median := func(d []time.Duration) float64 {
-		d = slices.Clone(d)
-		slices.Sort(d)
-		return float64(d[len(d)/2].Microseconds()) / 1e3
-	}
-	base := median(times[0])
+	base := medianMs(times[0])
 	for k, name := range names {
-		m := median(times[k])
+		m := medianMs(times[k])
 		b.ReportMetric(m, name+"-ms")
 		if k > 0 && base > 0 {
 			b.ReportMetric(m/base, name+"/fp32")
