@@ -38,7 +38,7 @@ type h1 struct {
 }
 
 func newH1(next http.RoundTripper, connect time.Duration) *h1 {
-	return &h1{next: next, dial: (&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}).DialContext,
+	return &h1{next: next, dial: dialer(connect).DialContext,
 		maxIdle: maxIdlePerReplica, idleTimeout: idleConnTimeout, maxHeader: maxAnswerHeader,
 		now: time.Now, idle: map[string][]*h1Conn{}}
 }
@@ -50,6 +50,11 @@ const (
 	maxAnswerHeader   = 64 << 10
 	connBuffer        = 16 << 10
 )
+
+// dialer connects to replicas, for h1 and newTransport alike.
+func dialer(connect time.Duration) *net.Dialer {
+	return &net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}
+}
 
 // h1Conn is a connection to a replica. Reads through it are bounded by
 // limit, so that an answer's header cannot grow without end.

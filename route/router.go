@@ -241,7 +241,7 @@ func New(cfg Config) (*Router, error) {
 // bounded as a client's are; the same bounds as h1's.
 func newTransport(connect time.Duration) *http.Transport {
 	return &http.Transport{
-		DialContext:            (&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:            dialer(connect).DialContext,
 		MaxIdleConnsPerHost:    maxIdlePerReplica,
 		IdleConnTimeout:        idleConnTimeout,
 		TLSHandshakeTimeout:    connect,
