@@ -49,6 +49,7 @@ const (
 	idleConnTimeout   = 90 * time.Second
 	maxAnswerHeader   = 64 << 10
 	connBuffer        = 16 << 10
+	earlyAnswerWait   = 50 * time.Millisecond // after a failed write, for an answer already sent
 )
 
 // dialer connects to replicas, for h1 and newTransport alike.
@@ -105,15 +106,26 @@ func (t *h1) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	pc.limit = t.maxHeader
-	if err := req.Write(pc.bw); err != nil {
-		return fail(err)
+	werr := req.Write(pc.bw)
+	if werr == nil {
+		werr = pc.bw.Flush()
 	}
-	if err := pc.bw.Flush(); err != nil {
-		return fail(err)
+	if werr != nil {
+		if ctx.Err() != nil {
+			return fail(werr)
+		}
+		// A replica may answer before it has read the whole body (a 413
+		// for a body above its limit) and close: its answer, if it came
+		// within earlyAnswerWait, is passed on rather than the broken
+		// write, as http.Transport does.
+		pc.Conn.SetReadDeadline(time.Now().Add(earlyAnswerWait))
 	}
 	var resp *http.Response
 	for range 5 { // interim answers (100 Continue, 103 Early Hints) are skipped, as http.Transport does
 		if resp, err = http.ReadResponse(pc.br, req); err != nil {
+			if werr != nil {
+				return fail(werr)
+			}
 			return fail(err)
 		}
 		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
@@ -124,7 +136,7 @@ func (t *h1) RoundTrip(req *http.Request) (*http.Response, error) {
 		return fail(errors.New("too many interim answers"))
 	}
 	pc.limit = math.MaxInt64
-	keep := !resp.Close && resp.StatusCode != http.StatusSwitchingProtocols &&
+	keep := werr == nil && !resp.Close && resp.StatusCode != http.StatusSwitchingProtocols &&
 		(resp.ContentLength >= 0 || slices.Contains(resp.TransferEncoding, "chunked"))
 	resp.Body = &h1Body{t: t, pc: pc, addr: addr, body: resp.Body, stop: stop, keep: keep}
 	return resp, nil

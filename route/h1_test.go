@@ -264,3 +264,28 @@ func TestH1ClosesIdleConnections(t *testing.T) {
 		t.Errorf("connections = %d, want 3 (one after closeIdle, one after the idle timeout)", got)
 	}
 }
+
+// A replica that answers before it has read the whole body (a 413 for a
+// body above its own limit) has its answer passed on, as http.Transport
+// does, rather than the broken write.
+func TestH1PassesAnEarlyAnswerOn(t *testing.T) {
+	s, _ := countingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<10)); err != nil {
+			http.Error(w, "too large", http.StatusRequestEntityTooLarge)
+			return
+		}
+		io.WriteString(w, "ok")
+	})
+	tr := newH1(nil, time.Second)
+	for range 3 {
+		req, _ := http.NewRequest(http.MethodPost, s.URL, strings.NewReader(strings.Repeat("x", 8<<20)))
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("RoundTrip of an 8 MiB body to a replica that takes 1 KiB: %v, want its 413", err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Fatalf("status %d, want 413", resp.StatusCode)
+		}
+	}
+}
