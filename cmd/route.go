@@ -53,41 +53,18 @@ func newCmdRoute(runF func(context.Context, *routeOptions) error) *cobra.Command
 	cmd := &cobra.Command{
 		Use:   "route",
 		Short: "Spread requests over model server replicas by key, load or prefix",
-		Long: `Route requests over several replicas of a model server (infer serve, or any
-OpenAI-compatible server: vLLM, SGLang, llama.cpp, Ollama), by a policy:
+		Long: `Route requests over replicas of a model server (infer serve, or any
+OpenAI-compatible server: vLLM, SGLang, llama.cpp, Ollama) by --policy:
+round-robin (the default, by weight), random, least-request, power-of-two,
+hash (consistent hashing on --hash-key), prefix (the replica that served the
+longest prefix of the prompt) or scored (queue depth, KV cache use and
+prefix affinity, read from each replica's /metrics).
 
-  round-robin    (default) in turn, in proportion to the weights
-  random         at random, in proportion to the weights
-  least-request  the replica with the fewest requests in flight
-  power-of-two   the less loaded of two replicas drawn at random
-  hash           consistent hashing on a key (--hash-key), each replica
-                 taking at most --hash-balance × the mean load
-  prefix         the replica that recently served the longest prefix of
-                 the prompt, unless loads are out of balance (--balance-abs
-                 and --balance-rel), then the least loaded
-  scored         weighted scores (--score-weights) of queue depth and KV
-                 cache use, read from each replica's /metrics every
-                 --metrics-interval, and of prefix affinity
-
-It proxies POST /naive, /batched and /v2/… (infer's encoder API) and the
-OpenAI API (/v1/completions, /v1/chat/completions, /v1/embeddings, also
-under /static/v1 and /naive/v1); GET /v1/models merges every ready
-replica's. Streams pass through event by event; a client that leaves
-cancels its request to the replica at once. A request is retried on another
-replica (up to --attempts in all) only while no byte of an answer has
-reached the client, and only when the replica could not be reached or
-refused it (429, 503), or, unless --strict-retries, its connection broke
-before it answered (it crashed). Replicas are checked every --health-interval
-(/readyz, else /health, else /v1/models) and ejected on a refused
-connection, two failed checks, or --eject-failures failed requests in a row
-(never the last one by failed requests), for --eject-time doubling with each
-ejection.
-
-Answers carry the replica in X-Infer-Replica and Server-Timing
-(route;desc=…). /readyz is 200 while at least one replica is ready;
-/metrics has infer_route_* per replica. With --admin-token,
-GET /admin/replicas lists the replicas and POST /admin/replicas/NAME/drain
-(or /undrain) takes one out of rotation (or back).`,
+It proxies infer's encoder API (/naive, /batched, /v2/…) and the OpenAI API
+(/v1/…); streams pass through event by event. A request is retried on
+another replica only before any byte of its answer reached the client.
+Replicas are health-checked and ejected on failures. docs/route.md has the
+details: retries, health, metrics, the admin API, measurements.`,
 		Example: `  infer serve --model sim --addr 127.0.0.1:8081 &
   infer serve --model sim --addr 127.0.0.1:8082 &
   infer route --upstream http://127.0.0.1:8081,http://127.0.0.1:8082 \

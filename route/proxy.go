@@ -228,7 +228,7 @@ func (rt *Router) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	}
 	out := rt.outgoing(ctx, r, rep, body, left)
 	sent := time.Now()
-	resp, err := rt.transport.RoundTrip(out)
+	resp, err := rt.carrier.RoundTrip(out)
 	if err != nil {
 		switch {
 		case r.Context().Err() != nil:

@@ -63,8 +63,10 @@ type Config struct {
 	ResolveInterval time.Duration
 	// Resolver resolves DNS upstreams. Default net.DefaultResolver.
 	Resolver Resolver
-	// Transport carries requests to replicas. Default: a transport tuned
-	// for many long-lived streams (see newTransport).
+	// Transport carries requests to replicas. Default: proxied requests
+	// to http:// replicas are written and read on the handler's own
+	// goroutine (see h1); the rest go through an http.Transport tuned for
+	// many long-lived streams (see newTransport).
 	Transport http.RoundTripper
 	// Logger receives replica state changes; nil discards them.
 	Logger *slog.Logger
@@ -173,7 +175,9 @@ type Router struct {
 	picker    Picker
 	index     *prefixIndex // nil unless the policy reads prompts
 	m         *metrics
-	transport http.RoundTripper
+	transport http.RoundTripper // health checks, /metrics, /v1/models
+	carrier   http.RoundTripper // proxied requests: h1 unless Config.Transport
+	h1        *h1               // nil with Config.Transport
 	track     tracker
 
 	replicas atomic.Pointer[[]*Replica] // sorted by name
@@ -193,9 +197,11 @@ func New(cfg Config) (*Router, error) {
 	}
 	cfg = cfg.withDefaults()
 	rt := &Router{cfg: cfg, log: cfg.Logger, m: newMetrics(), stops: map[*Replica]context.CancelFunc{}}
-	rt.transport = cfg.Transport
-	if rt.transport == nil {
-		rt.transport = newTransport(cfg.ConnectTimeout)
+	rt.transport, rt.carrier = cfg.Transport, cfg.Transport
+	if cfg.Transport == nil {
+		tr := newTransport(cfg.ConnectTimeout)
+		rt.h1 = newH1(tr, cfg.ConnectTimeout)
+		rt.transport, rt.carrier = tr, rt.h1
 	}
 	if cfg.Policy.needsPrompt(cfg) {
 		rt.index = newPrefixIndex(cfg.Prefix)
@@ -228,20 +234,21 @@ func New(cfg Config) (*Router, error) {
 	return rt, nil
 }
 
-// newTransport is the transport to replicas: connections kept for reuse
-// (up to 1024 idle per replica, as many streams may end at once), no
-// compression of its own (bodies pass through as they are), HTTP/1.1,
-// answers' headers bounded as a client's are.
+// newTransport is the transport to replicas for health checks, reads of
+// /metrics and /v1/models, and proxied requests over https: connections
+// kept for reuse (as many streams may end at once), no compression of its
+// own (bodies pass through as they are), HTTP/1.1, answers' headers
+// bounded as a client's are; the same bounds as h1's.
 func newTransport(connect time.Duration) *http.Transport {
 	return &http.Transport{
-		DialContext:            (&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConnsPerHost:    1024,
-		IdleConnTimeout:        90 * time.Second,
+		DialContext:            dialer(connect).DialContext,
+		MaxIdleConnsPerHost:    maxIdlePerReplica,
+		IdleConnTimeout:        idleConnTimeout,
 		TLSHandshakeTimeout:    connect,
 		DisableCompression:     true,
-		MaxResponseHeaderBytes: 64 << 10,
-		ReadBufferSize:         16 << 10,
-		WriteBufferSize:        16 << 10,
+		MaxResponseHeaderBytes: maxAnswerHeader,
+		ReadBufferSize:         connBuffer,
+		WriteBufferSize:        connBuffer,
 	}
 }
 
@@ -342,11 +349,14 @@ func (rt *Router) Run(ctx context.Context, ready func()) error {
 	}
 	rt.mu.Unlock()
 
-	var dns sync.WaitGroup
+	var loops sync.WaitGroup // DNS, and the reaping of idle connections
+	if rt.h1 != nil {
+		loops.Go(func() { rt.h1.reap(ctx) })
+	}
 	for i, u := range rt.cfg.Upstreams {
 		if u.DNS {
 			rt.resolve(ctx, i, u)
-			dns.Go(func() { rt.resolveLoop(ctx, i, u) })
+			loops.Go(func() { rt.resolveLoop(ctx, i, u) })
 		}
 	}
 	rt.awaitChecked(ctx)
@@ -355,7 +365,10 @@ func (rt *Router) Run(ctx context.Context, ready func()) error {
 	}
 	<-ctx.Done()
 	<-rt.track.drain()
-	dns.Wait()
+	loops.Wait()
+	if rt.h1 != nil {
+		rt.h1.closeIdle(time.Time{})
+	}
 	rt.mu.Lock()
 	for _, stop := range rt.stops {
 		stop()

@@ -21,6 +21,9 @@
 #                  context of 256) against the offline decode ceiling at
 #                  batch 32, context 256; ROUNDS pairs, alternating (target:
 #                  served >= 0.85 x offline), with where the served time goes
+#   serve-staggered the same with scenarios/llm-onnx-staggered.yaml (320 to
+#                  640 tokens out, the same mean context: each step padded to
+#                  its longest row); target: served >= 0.85 x offline
 #   serve-static   scenarios/llm-onnx-static.yaml (gpt2-tiny, continuous on
 #                  /v1 vs static on /static/v1, 32 closed-loop streams, mixed
 #                  lengths); ROUNDS runs (target: continuous >= 2 x static)
@@ -51,7 +54,7 @@ ROUNDS=${ROUNDS:-3}
 WINDOW=${WINDOW:-20s}
 PORT=${PORT:-28100}
 URL=http://127.0.0.1:$PORT
-SECTIONS=${*:-exact ceiling layout memory calibrate serve-exact serve-ceiling serve-static serve-memory serve-defaults}
+SECTIONS=${*:-exact ceiling layout memory calibrate serve-exact serve-ceiling serve-staggered serve-static serve-memory serve-defaults}
 TMP=$(mktemp -d -t infer-gpt2.XXXXXX)
 RESULTS=results/accept-gpt2-$(date -u +%Y%m%dT%H%M%S)
 trap 'stop_server; rm -rf "$TMP"' EXIT
@@ -108,13 +111,15 @@ for section in $SECTIONS; do
 		INFER_REQUIRE_ORT=1 go test -count=1 -v -run 'TestServedGreedyAndSeededTextInCompany|TestServedUnderKVPressure|TestServedDecoderBadInput|TestServedTextRoundTrip|TestServedSplitCharacters|TestServedStepFailure' \
 			./models/onnx | grep -E '^(--- |ok|FAIL)'
 		;;
-	serve-ceiling)
-		echo "== served vs offline, gpt2-tiny, batch 32, context 256: $ROUNDS pairs, alternating (scenarios/llm-onnx-ceiling.yaml)"
+	serve-ceiling | serve-staggered)
+		sc=llm-onnx-ceiling
+		if [ "$section" = serve-staggered ]; then sc=llm-onnx-staggered; fi
+		echo "== served vs offline, gpt2-tiny, batch 32, context 256: $ROUNDS pairs, alternating (scenarios/$sc.yaml)"
 		pairs=()
 		for r in $(seq "$ROUNDS"); do
 			read -r off off_ms < <("$BIN" models bench gpt2-tiny --batch 32 --context 256 --prompts 16 --duration "$WINDOW" --json |
 				jq -r '.decode[0] | "\(.items_per_sec) \(.mean_ms)"')
-			out=$(run "ceiling-$r" llm-onnx-ceiling --duration "$WINDOW")
+			out=$(run "$section-$r" "$sc" --duration "$WINDOW")
 			# Where the served time goes: the decoder's steps (their mean rows
 			# and duration, against the offline step's) and the engine's time
 			# between steps (HTTP, streaming, scheduling).

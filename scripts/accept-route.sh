@@ -5,7 +5,11 @@
 #   overhead  2 sim encoder replicas; at 1,000 req/s of small bodies (vegeta, open loop),
 #             the latency p50/p99 direct, through infer route and through
 #             HAProxy 2.6 (apt-get install haproxy), interleaved A B A B,
-#             and the CPU per request of each front
+#             and the CPU per request of each front. Direct is the same
+#             1,000 req/s sent to the two replicas in turn by vegeta itself,
+#             so that a front's added latency is its p99 less direct's at
+#             the same load on the same machine (DIRECT=one: one replica at
+#             500 req/s, its share of the load)
 #   hash      10,000 requests hashed on X-Routing-Key over 2 replicas: the
 #             share that stayed on its key's replica, then the keys moved
 #             by removing one (go test, INFER_ROUTE_ACCEPT=1)
@@ -83,16 +87,17 @@ backend b
 CFG
 }
 
-# load URL RATE: vegeta, open loop, for LOAD_SECONDS (default 10) at RATE
-# req/s, small bodies to /batched, each with a routing key among 1,000;
-# prints the latency p50 and p99 and the requests answered 200 (into $N).
+# load URL[,URL...] RATE: vegeta, open loop, for LOAD_SECONDS (default 10)
+# at RATE req/s, small bodies to /batched, each with a routing key among
+# 1,000, the URLs in turn; prints the latency p50 and p99 and the requests
+# answered 200 (into $N).
 load() {
 	local url=$1 rate=$2
 	python3 - "$url" "$TMP/body" >"$TMP/targets" <<'PY'
 import sys
-url, body = sys.argv[1], sys.argv[2]
+urls, body = sys.argv[1].split(","), sys.argv[2]
 for i in range(1000):
-    print(f"POST {url}/batched\nX-Routing-Key: tenant-{i}\nContent-Type: text/plain\n@{body}\n")
+    print(f"POST {urls[i % len(urls)]}/batched\nX-Routing-Key: tenant-{i}\nContent-Type: text/plain\n@{body}\n")
 PY
 	"$VEGETA" attack -rate="$rate" -duration="${LOAD_SECONDS:-10}s" -targets="$TMP/targets" >"$TMP/results.bin"
 	"$VEGETA" report -type=json <"$TMP/results.bin" >"$TMP/report.json"
@@ -129,7 +134,11 @@ if section overhead; then
 			--upstream "http://127.0.0.1:$((P + 1)),http://127.0.0.1:$((P + 2))"
 		start haproxy "$HAPROXY" haproxy -db -f "$TMP/haproxy.cfg"
 		for _ in $(seq "$ROUNDS"); do
-			echo "  direct, one replica at 500 req/s:  $(load "http://127.0.0.1:$((P + 1))" 500)"
+			if [[ ${DIRECT:-both} == one ]]; then
+				echo "  direct, one replica at 500 req/s:  $(load "http://127.0.0.1:$((P + 1))" 500)"
+			else
+				echo "  direct, both replicas in turn at 1,000 req/s:  $(load "http://127.0.0.1:$((P + 1)),http://127.0.0.1:$((P + 2))" 1000)"
+			fi
 			front "infer route --policy $policy" "$PID_router" "$ROUTER"
 			front "haproxy ${bal//$'\n\t'/ }" "$PID_haproxy" "$HAPROXY"
 		done

@@ -3,6 +3,7 @@ package onnx
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"testing"
@@ -300,6 +301,95 @@ func BenchmarkPrefixHit(b *testing.B) {
 				id++
 			}
 			times.report(b, "hit", "miss")
+		})
+	}
+}
+
+// BenchmarkStaggered measures what staggered lengths cost a decode batch:
+// 32 slots in continuous batching, each sequence a 16-token prompt and 320
+// to 640 tokens out (uniform, seeded), a finished one replaced in the same
+// step by a new one (as the engine joins them), against 32 sequences decoding
+// in step at a context of 256 to 288 (the offline ceiling's shape, the same
+// mean context). The staggered batch starts in its steady state (each slot
+// part way through its sequence, prefilled untimed); the two take turns,
+// step by step. The metrics are each side's tokens per second and
+// staggered/aligned, which the served ceiling's target (≥ 0.85) bounds.
+func BenchmarkStaggered(b *testing.B) {
+	const slots, promptLen = 32, 16
+	for _, a := range benchArchs(b) {
+		_, stag := openTestDecoder(b, gpt2.Spec{Arch: a}, DecoderConfig{KVTokens: 1 << 20})
+		_, aligned := openTestDecoder(b, gpt2.Spec{Arch: a}, DecoderConfig{KVTokens: 1 << 20})
+		b.Run(a.String(), func(b *testing.B) {
+			rng := rand.New(rand.NewPCG(1, 2))
+			type slot struct {
+				s    models.StepSeq
+				left int // tokens still to generate
+			}
+			var ss [slots]slot
+			id := models.SeqID(0)
+			start := func(i, done int) { // a new sequence in slot i, done tokens already out (untimed prefill)
+				id++
+				out := 320 + rng.IntN(321)
+				done = min(done, out-1)
+				ss[i] = slot{s: models.StepSeq{ID: id, Tokens: prompt(uint64(id), promptLen+done), Sample: true}, left: out - done}
+			}
+			for i := range ss {
+				start(i, rng.IntN(640))
+				next := make([]int32, 1)
+				if err := stag.Step(context.Background(), []models.StepSeq{ss[i].s}, next); err != nil {
+					b.Fatal(err)
+				}
+				ss[i].s.Past, ss[i].s.Tokens = len(ss[i].s.Tokens), next[:1]
+				ss[i].left--
+			}
+			al := fill(b, aligned, slots, 256)
+			var tStag, tAligned time.Duration
+			var nStag, nAligned int
+			seqs := make([]models.StepSeq, slots)
+			next := make([]int32, slots)
+			for b.Loop() {
+				for i := range ss {
+					if ss[i].left == 0 {
+						stag.Free(ss[i].s.ID)
+						start(i, 0)
+					}
+					seqs[i] = ss[i].s
+				}
+				t0 := time.Now()
+				if err := stag.Step(context.Background(), seqs, next); err != nil {
+					b.Fatal(err)
+				}
+				tStag += time.Since(t0)
+				nStag += slots
+				for i := range ss {
+					ss[i].s.Past += len(ss[i].s.Tokens)
+					ss[i].s.Tokens = []int32{next[i]}
+					ss[i].left--
+				}
+
+				if al[0].Past >= 256+32 {
+					b.StopTimer()
+					for _, s := range al {
+						aligned.Free(s.ID)
+					}
+					al = fill(b, aligned, slots, 256)
+					b.StartTimer()
+				}
+				t0 = time.Now()
+				if err := aligned.Step(context.Background(), al, next); err != nil {
+					b.Fatal(err)
+				}
+				tAligned += time.Since(t0)
+				nAligned += slots
+				for i := range al {
+					al[i].Past++
+					al[i].Tokens = []int32{next[i]}
+				}
+			}
+			s, al2 := float64(nStag)/tStag.Seconds(), float64(nAligned)/tAligned.Seconds()
+			b.ReportMetric(s, "staggered-tok/s")
+			b.ReportMetric(al2, "aligned-tok/s")
+			b.ReportMetric(s/al2, "staggered/aligned")
 		})
 	}
 }

@@ -796,3 +796,39 @@ func TestReadDecoderSig(t *testing.T) {
 		t.Errorf("DecoderShapeOf(no inputs) = %v, want ErrNotDecoder", err)
 	}
 }
+
+// TestDecoderReusesPrefillBuffers: requests that come and go one after the
+// other, each prefilled in its own runs, reuse the buffers the previous ones
+// left (pages resident) instead of mapping new ones; and the buffers the
+// pool keeps stay within maxFree and its spare floats besides the largest.
+func TestDecoderReusesPrefillBuffers(t *testing.T) {
+	_, d := openTestDecoder(t, tinySpec(), DecoderConfig{})
+	request := func(id models.SeqID) {
+		s := models.StepSeq{ID: id, Tokens: prompt(uint64(id), 40), Sample: true}
+		next, _ := step(t, d, s)
+		step(t, d, models.StepSeq{ID: id, Past: 40, Tokens: next[:1], Sample: true})
+		d.Free(id)
+	}
+	request(1)
+	request(2)
+	before := d.pool.allocated
+	for id := models.SeqID(3); id < 10; id++ {
+		request(id)
+	}
+	if got := d.pool.allocated - before; got != 0 {
+		t.Errorf("7 more requests of the same shape allocated %d floats; want the kept buffers reused", got)
+	}
+	if n := len(d.pool.free); n < 2 || n > maxFree {
+		t.Errorf("the pool keeps %d free buffers, want 2..%d", n, maxFree)
+	}
+	spare := 0
+	for _, b := range d.pool.free[1:] {
+		spare += cap(b.data)
+		if cap(b.data) > cap(d.pool.free[0].data) {
+			t.Errorf("a kept buffer of %d floats is larger than the first, %d", cap(b.data), cap(d.pool.free[0].data))
+		}
+	}
+	if spare > d.pool.spare {
+		t.Errorf("the pool keeps %d floats besides its largest buffer, more than its spare %d", spare, d.pool.spare)
+	}
+}

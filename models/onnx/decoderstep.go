@@ -77,9 +77,11 @@ var _ models.Decoder = (*Decoder)(nil)
 func newDecoder(f *DecoderFactory, s *session) *Decoder {
 	d := &Decoder{
 		f: f, s: s, sess: s.sess, sig: f.sig, info: f.info,
-		dims:   dims{layers: f.sig.layers, heads: f.sig.heads, headDim: f.sig.headDim},
-		seqs:   map[models.SeqID]*seqState{},
-		pool:   &bufPool{},
+		dims: dims{layers: f.sig.layers, heads: f.sig.heads, headDim: f.sig.headDim},
+		seqs: map[models.SeqID]*seqState{},
+		// Free buffers kept for reuse: up to an eighth of the KV bound
+		// besides the largest (see bufPool.put).
+		pool:   &bufPool{spare: f.info.KVTokens * 2 * f.sig.layers * f.sig.heads * f.sig.headDim / 8},
 		inStep: map[*seqState]bool{},
 
 		keepLogits: 1,
