@@ -79,9 +79,9 @@ func newDecoder(f *DecoderFactory, s *session) *Decoder {
 		f: f, s: s, sess: s.sess, sig: f.sig, info: f.info,
 		dims: dims{layers: f.sig.layers, heads: f.sig.heads, headDim: f.sig.headDim},
 		seqs: map[models.SeqID]*seqState{},
-		// Free buffers kept for reuse: up to an eighth of the KV bound
-		// besides the largest (see bufPool.put).
-		pool:   &bufPool{spare: f.info.KVTokens * 2 * f.sig.layers * f.sig.heads * f.sig.headDim / 8},
+		// Free buffers kept for reuse: up to an eighth of the KV bound, in
+		// floats, besides the largest (see bufPool.put).
+		pool:   &bufPool{spare: int(f.KVBytes() / 4 / 8)},
 		inStep: map[*seqState]bool{},
 
 		keepLogits: 1,
