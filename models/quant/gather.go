@@ -174,11 +174,7 @@ func (w *writer) lookup(l lookup) ([]onnxgraph.Node, error) {
 			return nil, inputErrorf("embedding table %q: %v", l.table, err)
 		}
 		q = quantized{weight: f.Unique(l.table + "_rows_int8"), scale: f.Unique(l.table + "_row_scales")}
-		raw := make([]byte, len(qv))
-		for i, x := range qv {
-			raw[i] = byte(x)
-		}
-		if err := f.SetInitializer(q.weight, onnxgraph.Int8, in.Dims, raw); err != nil {
+		if err := f.SetInitializer(q.weight, onnxgraph.Int8, in.Dims, int8Bytes(qv)); err != nil {
 			return nil, err
 		}
 		if err := f.SetInitializer(q.scale, onnxgraph.Float32, []int64{in.Dims[0], 1}, float32Bytes(scales)); err != nil {
@@ -220,13 +216,9 @@ func Rows(w []float32, rows, cols int) ([]int8, []float32, error) {
 		for _, v := range row {
 			m = max(m, math.Abs(float64(v)))
 		}
-		s := float32(1)
-		if m > 0 {
-			s = float32(m / 127)
-		}
-		scales[r] = s
+		scales[r] = symmetricScale(m)
 		for c, v := range row {
-			q[r*cols+c] = int8(max(-127, min(127, math.RoundToEven(float64(v)/float64(s)))))
+			q[r*cols+c] = toInt8(v, scales[r])
 		}
 	}
 	return q, scales, nil

@@ -27,11 +27,7 @@ func (w *writer) tensor(p product, activations map[string][3]string) ([]onnxgrap
 		}
 		k, n, _ := matrix(v, rows, cols, p.transposed)
 		q := quantized{weight: f.Unique(p.weight + "_quantized"), scale: f.Unique(p.weight + "_scale"), k: int64(k), n: int64(n)}
-		raw := make([]byte, len(qw))
-		for i, x := range qw {
-			raw[i] = byte(x)
-		}
-		if err := f.SetInitializer(q.weight, onnxgraph.Int8, []int64{q.k, q.n}, raw); err != nil {
+		if err := f.SetInitializer(q.weight, onnxgraph.Int8, []int64{q.k, q.n}, int8Bytes(qw)); err != nil {
 			return quantized{}, err
 		}
 		var scaleDims []int64 // a scalar per tensor
@@ -96,10 +92,7 @@ func Int8(w []float32, rows, cols int, transposed, perTensor bool) ([]int8, []fl
 	}
 	scales := make([]float32, len(maxAbs))
 	for i, m := range maxAbs {
-		scales[i] = 1
-		if m > 0 {
-			scales[i] = float32(m / 127)
-		}
+		scales[i] = symmetricScale(m)
 	}
 	q := make([]int8, k*n)
 	for kk := range k {
@@ -108,8 +101,7 @@ func Int8(w []float32, rows, cols int, transposed, perTensor bool) ([]int8, []fl
 			if !perTensor {
 				s = scales[nn]
 			}
-			v := math.RoundToEven(float64(at(kk, nn)) / float64(s))
-			q[kk*n+nn] = int8(max(-127, min(127, v)))
+			q[kk*n+nn] = toInt8(at(kk, nn), s)
 		}
 	}
 	return q, scales, nil

@@ -135,6 +135,29 @@ func finite(w []float32) error {
 	return nil
 }
 
+// symmetricScale is the scale of symmetric int8 for values of at most m in
+// magnitude: m/127, or 1 for all zeros.
+func symmetricScale(m float64) float32 {
+	if m > 0 {
+		return float32(m / 127)
+	}
+	return 1
+}
+
+// toInt8 is v in steps of s, rounded to even and kept within [-127, 127].
+func toInt8(v float32, s float32) int8 {
+	return int8(max(-127, min(127, math.RoundToEven(float64(v)/float64(s)))))
+}
+
+// int8Bytes is q as an ONNX int8 tensor's raw data.
+func int8Bytes(q []int8) []byte {
+	b := make([]byte, len(q))
+	for i, x := range q {
+		b[i] = byte(x)
+	}
+	return b
+}
+
 func float32Bytes(v []float32) []byte {
 	b := make([]byte, 0, 4*len(v))
 	for _, x := range v {
