@@ -15,8 +15,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/inferhq/infer/internal/suggest"
-	"github.com/inferhq/infer/loadgen"
 	"github.com/inferhq/infer/loadgen/corpus"
+	"github.com/inferhq/infer/loadgen/record"
 	"github.com/inferhq/infer/models/bert"
 	"github.com/inferhq/infer/models/ceiling"
 	"github.com/inferhq/infer/models/onnx"
@@ -543,12 +543,12 @@ func runModelsCalibrate(ctx context.Context, opts *modelsBenchOptions) error {
 		return usageErrorf("--batch: %v", err)
 	}
 	c := calibration{Bench: rep, Fit: fit,
-		Flags: fmt.Sprintf("--model sim --sim-fixed %v --sim-per-item %v", loadgen.Round(fit.Fixed), loadgen.Round(fit.PerItem))}
+		Flags: fmt.Sprintf("--model sim --sim-fixed %v --sim-per-item %v", record.Round(fit.Fixed), record.Round(fit.PerItem))}
 	if opts.JSON {
 		return writeJSON(opts.Out, c)
 	}
 	fmt.Fprintf(opts.Out, "\nt(n) = %v + %v·n  (rms error %v, worst %.1f%% of a batch's latency)\n",
-		loadgen.Round(fit.Fixed), loadgen.Round(fit.PerItem), loadgen.Round(fit.RMSE), 100*fit.MaxRelErr)
+		record.Round(fit.Fixed), record.Round(fit.PerItem), record.Round(fit.RMSE), 100*fit.MaxRelErr)
 	fmt.Fprintf(opts.Out, "infer serve %s\n", c.Flags)
 	return nil
 }

@@ -14,7 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/inferhq/infer/loadgen"
+	"github.com/inferhq/infer/loadgen/record"
 	"github.com/inferhq/infer/models"
 	"github.com/inferhq/infer/models/ceiling"
 	"github.com/inferhq/infer/models/onnx"
@@ -166,15 +166,15 @@ func runDecodeCalibrate(ctx context.Context, opts *modelsBenchOptions, m registr
 		return usageErrorf("--batch and --prompts: %v", err)
 	}
 	c := decodeCalibration{Bench: rep, Fit: fit, Flags: fmt.Sprintf("--model sim-lm --sim-step %v --sim-per-seq %v --sim-per-prefill-token %v",
-		loadgen.Round(fit.Step), loadgen.Round(fit.PerSeq), loadgen.Round(fit.PerPrefillToken))}
+		record.Round(fit.Step), record.Round(fit.PerSeq), record.Round(fit.PerPrefillToken))}
 	if opts.JSON {
 		return writeJSON(opts.Out, c)
 	}
-	fmt.Fprintf(opts.Out, "\nstep(n decoding, p prefill tokens) = %v + %v·n + %v·p\n", loadgen.Round(fit.Step),
-		loadgen.Round(fit.PerSeq), loadgen.Round(fit.PerPrefillToken))
+	fmt.Fprintf(opts.Out, "\nstep(n decoding, p prefill tokens) = %v + %v·n + %v·p\n", record.Round(fit.Step),
+		record.Round(fit.PerSeq), record.Round(fit.PerPrefillToken))
 	fmt.Fprintf(opts.Out, "  decode fit: rms error %v, worst %.1f%% of a step; prefill fit: intercept %v, rms error %v, worst %.1f%%\n",
-		loadgen.Round(fit.Decode.RMSE), 100*fit.Decode.MaxRelErr, loadgen.Round(fit.Prefill.Fixed),
-		loadgen.Round(fit.Prefill.RMSE), 100*fit.Prefill.MaxRelErr)
+		record.Round(fit.Decode.RMSE), 100*fit.Decode.MaxRelErr, record.Round(fit.Prefill.Fixed),
+		record.Round(fit.Prefill.RMSE), 100*fit.Prefill.MaxRelErr)
 	fmt.Fprintf(opts.Out, "infer serve %s\n", c.Flags)
 	return nil
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/inferhq/infer/loadgen"
 	"github.com/inferhq/infer/loadgen/record"
 	"github.com/inferhq/infer/report"
 )
@@ -143,5 +142,5 @@ func printReport(w io.Writer, res *report.Result) {
 
 // msRound renders milliseconds as a duration to 3 significant digits.
 func msRound(ms float64) time.Duration {
-	return loadgen.Round(time.Duration(ms * float64(time.Millisecond)))
+	return record.Round(time.Duration(ms * float64(time.Millisecond)))
 }

@@ -107,7 +107,7 @@ func RowOf(r *record.Record, slo scenario.SLO) Row {
 	case r.Throughput == 0:
 		row.Violations = append(row.Violations, "p99 unknown: no successful request")
 	case r.Latency.P99.D() > slo.P99:
-		row.Violations = append(row.Violations, fmt.Sprintf("p99 %v > %v", Round(r.Latency.P99.D()), slo.P99))
+		row.Violations = append(row.Violations, fmt.Sprintf("p99 %v > %v", record.Round(r.Latency.P99.D()), slo.P99))
 	}
 	if slo.MaxErrorRate > 0 && row.ErrorRate > slo.MaxErrorRate {
 		row.Violations = append(row.Violations, fmt.Sprintf("errors %.2f%% > %.2f%%", 100*row.ErrorRate, 100*slo.MaxErrorRate))
@@ -257,15 +257,15 @@ func (s Summary) table(b *strings.Builder) {
 		if open {
 			row = append(row, r.sentRate())
 		}
-		row = append(row, short(r.Throughput))
+		row = append(row, record.Short(r.Throughput))
 		if items {
-			row = append(row, short(r.ItemsPerSec))
+			row = append(row, record.Short(r.ItemsPerSec))
 		}
 		batch := "-"
 		if r.Batch > 0 {
 			batch = fmt.Sprintf("%.1f", r.Batch)
 		}
-		row = append(row, Round(r.P50.D()).String(), Round(r.P99.D()).String(), fmt.Sprintf("%.1f%%", 100*r.ErrorRate), batch)
+		row = append(row, record.Round(r.P50.D()).String(), record.Round(r.P99.D()).String(), fmt.Sprintf("%.1f%%", 100*r.ErrorRate), batch)
 		cells = append(cells, row)
 	}
 	s.writeCells(b, cells)
@@ -275,7 +275,7 @@ func (s Summary) table(b *strings.Builder) {
 		}
 		if slices.Contains(r.Flags, record.FlagScheduleLag) {
 			fmt.Fprintf(b, "behind schedule in %s: sends lagged p99 %v, max %v; p99 from the intended send %v (service time %v)\n",
-				r.Name, Round(r.LagP99.D()), Round(r.LagMax.D()), Round(r.P99FromSchedule.D()), Round(r.P99.D()))
+				r.Name, record.Round(r.LagP99.D()), record.Round(r.LagMax.D()), record.Round(r.P99FromSchedule.D()), record.Round(r.P99.D()))
 		}
 	}
 }
@@ -306,9 +306,9 @@ func (s Summary) llmTable(b *strings.Builder) {
 		if l == nil {
 			l = &LLMRow{}
 		}
-		row = append(row, short(l.RequestsPerS), short(l.OutputTokensPerS), msText(l.TTFT.P50), msText(l.TTFT.P99), msText(l.TPOT.P99))
+		row = append(row, record.Short(l.RequestsPerS), record.Short(l.OutputTokensPerS), msText(l.TTFT.P50), msText(l.TTFT.P99), msText(l.TPOT.P99))
 		if good {
-			row = append(row, short(l.GoodputPerS))
+			row = append(row, record.Short(l.GoodputPerS))
 		}
 		row = append(row, fmt.Sprintf("%.1f%%", 100*r.ErrorRate))
 		cells = append(cells, row)
@@ -320,8 +320,8 @@ func (s Summary) llmTable(b *strings.Builder) {
 			continue
 		}
 		if l.IdealTokensPerS > 0 && r.TargetRate == 0 { // a closed loop saturates; summary.md has the others
-			fmt.Fprintf(b, "ideal of %s: %s tokens/s measured = %.2f of the sim's %s\n", r.Name, short(l.OutputTokensPerS),
-				l.OutputTokensPerS/l.IdealTokensPerS, short(l.IdealTokensPerS))
+			fmt.Fprintf(b, "ideal of %s: %s tokens/s measured = %.2f of the sim's %s\n", r.Name, record.Short(l.OutputTokensPerS),
+				l.OutputTokensPerS/l.IdealTokensPerS, record.Short(l.IdealTokensPerS))
 		}
 		if why := topErrors(l.Failures, 4); why != "" {
 			fmt.Fprintf(b, "failed in %s: %s\n", r.Name, why)
@@ -331,7 +331,7 @@ func (s Summary) llmTable(b *strings.Builder) {
 		}
 		if slices.Contains(r.Flags, record.FlagScheduleLag) {
 			fmt.Fprintf(b, "behind schedule in %s: sends lagged p99 %v, max %v; p99 TTFT from the intended send %s (from the actual send %s)\n",
-				r.Name, Round(r.LagP99.D()), Round(r.LagMax.D()), msText(l.TTFTFromIntendedP99), msText(l.TTFT.P99))
+				r.Name, record.Round(r.LagP99.D()), record.Round(r.LagMax.D()), msText(l.TTFTFromIntendedP99), msText(l.TTFT.P99))
 		}
 	}
 }
@@ -341,22 +341,22 @@ func (s Summary) llmTable(b *strings.Builder) {
 // from the level's by more than 0.5 %.
 func (r Row) sentRate() string {
 	if r.TargetRate == 0 {
-		return short(r.AchievedRate)
+		return record.Short(r.AchievedRate)
 	}
 	level := r.Rate
 	if level == 0 {
 		level = r.TargetRate
 	}
-	s := short(r.AchievedRate) + " of " + trim(level)
+	s := record.Short(r.AchievedRate) + " of " + trim(level)
 	if math.Abs(r.TargetRate/level-1) > 0.005 {
-		s += " (drawn " + short(r.TargetRate) + ")"
+		s += " (drawn " + record.Short(r.TargetRate) + ")"
 	}
 	return s
 }
 
 // trim formats a level as short does, without trailing zeros: "2", "2.5".
 func trim(v float64) string {
-	s := short(v)
+	s := record.Short(v)
 	if strings.Contains(s, ".") {
 		s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
 	}
@@ -368,7 +368,7 @@ func msText(ms float64) string {
 	if ms <= 0 {
 		return "-"
 	}
-	return Round(time.Duration(ms * float64(time.Millisecond))).String()
+	return record.Round(time.Duration(ms * float64(time.Millisecond))).String()
 }
 
 // writeCells writes a table, its first row the header: columns padded
@@ -438,10 +438,6 @@ func aligned(cells [][]string) []string {
 	return out
 }
 
-// short formats a rate to three significant digits at most: "1526",
-// "97.5", "9.93".
-func short(v float64) string { return record.Short(v) }
-
 // topErrors renders the n most frequent causes of failure: "HTTP 429
 // queue_full ×120, connection reset ×3"; "" when none failed.
 func topErrors(errs map[string]int, n int) string {
@@ -493,7 +489,3 @@ func (s Summary) thresholds() string {
 	}
 	return strings.Join(th, ", ")
 }
-
-// Round shortens a duration for display to about 3 significant digits
-// (record.Round).
-func Round(d time.Duration) time.Duration { return record.Round(d) }

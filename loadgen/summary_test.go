@@ -140,7 +140,7 @@ func TestRound(t *testing.T) {
 		2047900000:                 "2.05s",
 		95 * time.Second:           "1m35s",
 	} {
-		if got := Round(in).String(); got != want {
+		if got := record.Round(in).String(); got != want {
 			t.Errorf("Round(%v) = %s, want %s", in, got, want)
 		}
 	}

@@ -320,7 +320,7 @@ func (v *view) naiveVsBatchedChart() (*figure, string) {
 		get         func(*record.Record) float64
 		format      func(float64) string
 	}{
-		{"Throughput", "throughput (successful requests/s)", func(r *record.Record) float64 { return r.Throughput }, short},
+		{"Throughput", "throughput (successful requests/s)", func(r *record.Record) float64 { return r.Throughput }, record.Short},
 		{"p99 latency", "p99 latency (ms)", func(r *record.Record) float64 { return r.Latency.P99.Ms() }, func(ms float64) string { return strings.ReplaceAll(fmtMs(ms), " ", "") }},
 	} {
 		p := newPlot(m.title, "load level", m.unit)
@@ -502,7 +502,7 @@ func (v *view) tradeoffChart() (*figure, string) {
 		if x > xmax*0.6 {
 			dx, align = -16, draw.XRight
 		}
-		p.Add(sc, newLabels([]float64{x}, []float64{y}, []string{fmt.Sprintf("knee: %s\n%s req/s, p99 %s", v.pointLabel(k), short(k.Throughput), fmtMs(y))}, 10.5, dx, 10, align))
+		p.Add(sc, newLabels([]float64{x}, []float64{y}, []string{fmt.Sprintf("knee: %s\n%s req/s, p99 %s", v.pointLabel(k), record.Short(k.Throughput), fmtMs(y))}, 10.5, dx, 10, align))
 	}
 	p.Add(names) // after the knee's label, which goes first
 	for _, w := range v.workers {
@@ -660,19 +660,6 @@ func tint(c color.Color) color.Color {
 	r, g, b, _ := c.RGBA()
 	mix := func(v uint32) uint8 { return uint8((float64(v>>8)*0.4 + 255*0.6)) }
 	return color.RGBA{mix(r), mix(g), mix(b), 255}
-}
-
-// short formats a rate with three significant digits at most, without an
-// exponent: "1526", "97.5", "9.93".
-func short(v float64) string {
-	switch {
-	case v >= 100:
-		return fmt.Sprintf("%.0f", v)
-	case v >= 10:
-		return fmt.Sprintf("%.1f", v)
-	default:
-		return fmt.Sprintf("%.2f", v)
-	}
 }
 
 // fmtMs formats milliseconds briefly: "0.85 ms", "84.1 ms", "1.21 s".

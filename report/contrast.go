@@ -397,7 +397,7 @@ func cellText(r *record.Record) string {
 	case !succeeded(r):
 		return "failed" + flagMark(r)
 	}
-	return fmt.Sprintf("%s / %s · %s%s", fmtDur(r.Latency.P50), fmtDur(r.Latency.P99), short(r.Throughput), flagMark(r))
+	return fmt.Sprintf("%s / %s · %s%s", fmtDur(r.Latency.P50), fmtDur(r.Latency.P99), record.Short(r.Throughput), flagMark(r))
 }
 
 func flagMark(r *record.Record) string {
@@ -439,7 +439,7 @@ func (v *view) writeBucketing(b *strings.Builder) {
 				case !succeeded(r):
 					b.WriteString(" failed" + flagMark(r) + " |")
 				default:
-					fmt.Fprintf(b, " %s · %s · %s%s |", short(r.Throughput), fmtDur(r.Latency.P99), padText(r.Server.MeanPadding), flagMark(r))
+					fmt.Fprintf(b, " %s · %s · %s%s |", record.Short(r.Throughput), fmtDur(r.Latency.P99), padText(r.Server.MeanPadding), flagMark(r))
 				}
 			}
 			for _, val := range others {

@@ -196,7 +196,7 @@ func (v *view) llmConfig(r *record.Record) string {
 func llmFigures(r *record.Record) string {
 	l := r.LLM
 	return fmt.Sprintf("%s output tokens/s, %s req/s, goodput %s/s, TTFT p50 %s p99 %s, TPOT p50 %s p99 %s, errors %s",
-		short(l.OutputTokensPerS), num(l.RequestsPerS), num(l.GoodputPerS), msOrDash(l.TTFT.P50), msOrDash(l.TTFT.P99),
+		record.Short(l.OutputTokensPerS), num(l.RequestsPerS), num(l.GoodputPerS), msOrDash(l.TTFT.P50), msOrDash(l.TTFT.P99),
 		msOrDash(l.TPOT.P50), msOrDash(l.TPOT.P99), pctAbs(r.ErrorRate()))
 }
 
@@ -247,7 +247,7 @@ func (v *view) writeLLMBest(b *strings.Builder) {
 		if e == best.Point.Endpoint || tput(o) <= 0 {
 			continue
 		}
-		more = append(more, fmt.Sprintf("That is %.1f× %s's most output tokens/s (%s, at %s).", tput(best)/tput(o), e, short(tput(o)), loadLabel(o.Point.Load)))
+		more = append(more, fmt.Sprintf("That is %.1f× %s's most output tokens/s (%s, at %s).", tput(best)/tput(o), e, record.Short(tput(o)), loadLabel(o.Point.Load)))
 	}
 	if len(more) > 0 {
 		b.WriteString(strings.Join(more, " ") + "\n\n")
@@ -287,7 +287,7 @@ func (v *view) writeEndpoints(b *strings.Builder) {
 					mark = " *"
 				}
 				fmt.Fprintf(b, "| %s | %s%s | %s | %s | %s | %s | %s | %s |\n", loadLabel(l), v.llmLabel(s), mark,
-					short(r.LLM.OutputTokensPerS), tr, num(r.LLM.GoodputPerS), msOrDash(r.LLM.TTFT.P99), ttft, msOrDash(r.LLM.TPOT.P99))
+					record.Short(r.LLM.OutputTokensPerS), tr, num(r.LLM.GoodputPerS), msOrDash(r.LLM.TTFT.P99), ttft, msOrDash(r.LLM.TPOT.P99))
 			}
 		}
 	}
@@ -317,7 +317,7 @@ func (v *view) writeIdeal(b *strings.Builder) {
 		}
 		fmt.Fprintf(b, "| %s | %d | %.1f | %.1f | %s | %s | %.2f |\n", v.pointLabel(r), slots,
 			float64(l.OutputTokens)/float64(l.Completed), l.ComputedPrompt(),
-			short(l.Ideal), short(l.OutputTokensPerS), l.OutputTokensPerS/l.Ideal)
+			record.Short(l.Ideal), record.Short(l.OutputTokensPerS), l.OutputTokensPerS/l.Ideal)
 	}
 	b.WriteString("\n")
 }
@@ -379,7 +379,7 @@ func (v *view) writeLLMPoints(b *strings.Builder) {
 		}
 		name := v.llmLabel(llmSeriesOf(r.Point))
 		fmt.Fprintf(b, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-			r.Index, name, loadTarget(r), num(r.AchievedRate), num(l.RequestsPerS), short(l.OutputTokensPerS), num(l.GoodputPerS),
+			r.Index, name, loadTarget(r), num(r.AchievedRate), num(l.RequestsPerS), record.Short(l.OutputTokensPerS), num(l.GoodputPerS),
 			msOrDash(l.TTFT.P50), msOrDash(l.TTFT.P90), msOrDash(l.TTFT.P99), msOrDash(l.TPOT.P50), msOrDash(l.TPOT.P99),
 			msOrDash(l.ITL.P50), msOrDash(l.ITL.P99), msOrDash(l.E2EL.P50), msOrDash(l.E2EL.P99), failed, strings.Join(r.Caveats(), ", "))
 	}

@@ -130,7 +130,7 @@ func (v *view) writeCachePairs(b *strings.Builder) {
 			mark = " *"
 		}
 		fmt.Fprintf(b, "| %s | %s%s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", loadLabel(p.on.Point.Load), v.llmLabelNoCache(s), mark,
-			short(on.OutputTokensPerS), short(off.OutputTokensPerS), ratio(on.OutputTokensPerS, off.OutputTokensPerS),
+			record.Short(on.OutputTokensPerS), record.Short(off.OutputTokensPerS), ratio(on.OutputTokensPerS, off.OutputTokensPerS),
 			msOrDash(on.TTFT.P50), msOrDash(off.TTFT.P50), ratio(off.TTFT.P50, on.TTFT.P50),
 			msOrDash(on.TTFT.P99), msOrDash(off.TTFT.P99), ratio(off.TTFT.P99, on.TTFT.P99))
 	}

@@ -124,7 +124,7 @@ func (v *view) routeChart() (*figure, string) {
 			val := r.LLM.OutputTokensPerS
 			xs(b, i, 0)
 			b.bottom, b.top = append(b.bottom, 0), append(b.top, val)
-			txt := short(val)
+			txt := record.Short(val)
 			if !trusted(r) {
 				txt += "*"
 			}
@@ -286,7 +286,7 @@ func (v *view) routeSummary(b *strings.Builder) {
 			if h := hitRate(r.LLM.Replicas); h >= 0 {
 				hit = fmt.Sprintf("%.1f%%", 100*h)
 			}
-			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %.2f | %s |\n", loadLabel(loads[li]), routeName(r), short(r.LLM.OutputTokensPerS),
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %.2f | %s |\n", loadLabel(loads[li]), routeName(r), record.Short(r.LLM.OutputTokensPerS),
 				fmtMs(r.LLM.TTFT.P50), fmtMs(r.LLM.TTFT.P90), fmtMs(r.LLM.TTFT.P99), strings.Join(parts, " / "), cv, hit)
 		}
 	}

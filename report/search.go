@@ -406,9 +406,9 @@ func (v *view) writeCapacity(b *strings.Builder) {
 		}
 		at := "–"
 		if c.Index >= 0 && c.Capacity > 0 {
-			at = short(c.Throughput) + " req/s"
+			at = record.Short(c.Throughput) + " req/s"
 			if llm {
-				at = short(c.OutputTokensPerS) + " tokens/s, " + num(c.Throughput) + " req/s"
+				at = record.Short(c.OutputTokensPerS) + " tokens/s, " + num(c.Throughput) + " req/s"
 			}
 		}
 		took := "–"

@@ -22,6 +22,7 @@ import (
 
 	"github.com/inferhq/infer/loadgen"
 	"github.com/inferhq/infer/loadgen/llm"
+	"github.com/inferhq/infer/loadgen/record"
 	"github.com/inferhq/infer/loadgen/target"
 )
 
@@ -473,7 +474,7 @@ func fmtLat(d time.Duration) string {
 	if d == 0 {
 		return "-"
 	}
-	return loadgen.Round(d).String()
+	return record.Round(d).String()
 }
 
 // fmtDur formats a span of time in whole seconds: "1m05s".
