@@ -126,7 +126,9 @@ type routeConfig struct {
 	Router route.Config
 }
 
-// config checks the flags, each error naming its flag.
+// config returns the configuration of the flags, or a usage error naming
+// the flag to fix. The bounds of each setting are checked by its library's
+// Validate; here only what is the command line's own (notZero).
 func (o *routeOptions) config() (routeConfig, error) {
 	ups, err := route.ParseUpstreams(o.Upstreams)
 	if err != nil {
@@ -145,49 +147,18 @@ func (o *routeOptions) config() (routeConfig, error) {
 		return routeConfig{}, usageErrorf("--score-weights %v", err)
 	}
 	score.Interval = o.MetricsInterval
-	switch {
-	case o.HashBalance < 1 || o.HashBalance > route.MaxBalance:
-		return routeConfig{}, usageErrorf("--hash-balance %v: want 1 to %d", o.HashBalance, route.MaxBalance)
-	case o.PrefixBlock < 1 || o.PrefixBlock > route.MaxBlockBytes:
-		return routeConfig{}, usageErrorf("--prefix-block %d: want 1 to %d bytes", o.PrefixBlock, route.MaxBlockBytes)
-	case o.PrefixThreshold <= 0 || o.PrefixThreshold > 1:
-		return routeConfig{}, usageErrorf("--prefix-threshold %v: want a fraction above 0, at most 1", o.PrefixThreshold)
-	case o.PrefixCapacity < 1 || o.PrefixCapacity > route.MaxIndexCapacity:
-		return routeConfig{}, usageErrorf("--prefix-capacity %d: want 1 to %d blocks", o.PrefixCapacity, route.MaxIndexCapacity)
-	case o.BalanceAbs < 1:
-		return routeConfig{}, usageErrorf("--balance-abs %d: want at least 1", o.BalanceAbs)
-	case o.BalanceRel < 1:
-		return routeConfig{}, usageErrorf("--balance-rel %v: want at least 1", o.BalanceRel)
-	case o.MetricsInterval < route.MinScrapeInterval || o.MetricsInterval > route.MaxScrapeInterval:
-		return routeConfig{}, usageErrorf("--metrics-interval %v: want %v to %v", o.MetricsInterval, route.MinScrapeInterval, route.MaxScrapeInterval)
-	case o.HealthPath != "" && !strings.HasPrefix(o.HealthPath, "/"):
-		return routeConfig{}, usageErrorf("--health-path %q: want a path starting with /", o.HealthPath)
-	case o.HealthInterval < 10*time.Millisecond:
-		return routeConfig{}, usageErrorf("--health-interval %v: at least 10ms", o.HealthInterval)
-	case o.HealthTimeout <= 0:
-		return routeConfig{}, usageErrorf("--health-timeout %v: must be positive", o.HealthTimeout)
-	case o.EjectFailures < 1 || o.EjectFailures > 100:
-		return routeConfig{}, usageErrorf("--eject-failures %d: want 1 to 100", o.EjectFailures)
-	case o.EjectTime <= 0:
-		return routeConfig{}, usageErrorf("--eject-time %v: must be positive", o.EjectTime)
-	case o.Timeout <= 0:
-		return routeConfig{}, usageErrorf("--timeout %v: must be positive", o.Timeout)
-	case o.MaxBody < 1 || o.MaxBody > server.MaxBodyLimit:
-		return routeConfig{}, usageErrorf("--max-body %v: want 1 to %dMiB", &o.MaxBody, server.MaxBodyLimit>>20)
-	case o.Attempts < 1 || o.Attempts > route.MaxAttempts:
-		return routeConfig{}, usageErrorf("--attempts %d: want 1 to %d", o.Attempts, route.MaxAttempts)
-	case o.ConnectTimeout <= 0:
-		return routeConfig{}, usageErrorf("--connect-timeout %v: must be positive", o.ConnectTimeout)
-	case o.WriteTimeout <= 0:
-		return routeConfig{}, usageErrorf("--write-timeout %v: must be positive", o.WriteTimeout)
-	case o.ResolveInterval < 100*time.Millisecond:
-		return routeConfig{}, usageErrorf("--resolve-interval %v: at least 100ms", o.ResolveInterval)
-	case o.DrainTimeout <= 0:
-		return routeConfig{}, usageErrorf("--drain-timeout %v: must be positive", o.DrainTimeout)
-	case o.IdleTimeout <= 0:
-		return routeConfig{}, usageErrorf("--idle-timeout %v: must be positive", o.IdleTimeout)
-	case o.MaxConns < 0 || o.MaxConns > server.MaxConnsLimit:
-		return routeConfig{}, usageErrorf("--max-conns %d: want 0 (the default) to %d", o.MaxConns, server.MaxConnsLimit)
+	if err := notZero(
+		flagValue{"--hash-balance", o.HashBalance}, flagValue{"--prefix-block", o.PrefixBlock},
+		flagValue{"--prefix-threshold", o.PrefixThreshold}, flagValue{"--prefix-capacity", o.PrefixCapacity},
+		flagValue{"--balance-abs", o.BalanceAbs}, flagValue{"--balance-rel", o.BalanceRel},
+		flagValue{"--metrics-interval", o.MetricsInterval}, flagValue{"--health-interval", o.HealthInterval},
+		flagValue{"--health-timeout", o.HealthTimeout}, flagValue{"--eject-failures", o.EjectFailures},
+		flagValue{"--eject-time", o.EjectTime}, flagValue{"--timeout", o.Timeout},
+		flagValue{"--attempts", o.Attempts}, flagValue{"--connect-timeout", o.ConnectTimeout},
+		flagValue{"--write-timeout", o.WriteTimeout}, flagValue{"--resolve-interval", o.ResolveInterval},
+		flagValue{"--drain-timeout", o.DrainTimeout}, flagValue{"--idle-timeout", o.IdleTimeout},
+	); err != nil {
+		return routeConfig{}, err
 	}
 	token := o.AdminToken
 	if token == "" {
@@ -196,7 +167,7 @@ func (o *routeOptions) config() (routeConfig, error) {
 	host := server.Config{Addr: o.Addr, Timeout: o.Timeout, MaxBody: int64(o.MaxBody), DrainTimeout: o.DrainTimeout,
 		MaxConns: o.MaxConns, IdleTimeout: o.IdleTimeout, AdminToken: token}
 	if err := host.Validate(); err != nil {
-		return routeConfig{}, usageErrorf("%v", err)
+		return routeConfig{}, settingError(err)
 	}
 	cfg := route.Config{
 		Upstreams: ups, Policy: policy, Key: key, Balance: o.HashBalance,
@@ -209,7 +180,7 @@ func (o *routeOptions) config() (routeConfig, error) {
 		WriteTimeout: o.WriteTimeout, ResolveInterval: o.ResolveInterval,
 	}
 	if err := cfg.Validate(); err != nil {
-		return routeConfig{}, usageErrorf("%v", err)
+		return routeConfig{}, settingError(err)
 	}
 	return routeConfig{Host: host, Router: cfg}, nil
 }

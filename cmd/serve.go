@@ -142,17 +142,12 @@ func (o *serveOptions) config() (serveConfig, error) {
 	if err != nil {
 		return serveConfig{}, err
 	}
-	switch {
-	case o.Workers < 1:
+	if o.Workers < 1 {
 		return serveConfig{}, usageErrorf("--workers %d: must be at least 1", o.Workers)
-	case o.Timeout <= 0:
-		return serveConfig{}, usageErrorf("--timeout %v: must be positive", o.Timeout)
-	case o.DrainTimeout <= 0:
-		return serveConfig{}, usageErrorf("--drain-timeout %v: must be positive", o.DrainTimeout)
-	case o.IdleTimeout <= 0:
-		return serveConfig{}, usageErrorf("--idle-timeout %v: must be positive", o.IdleTimeout)
-	case o.HeaderTime <= 0:
-		return serveConfig{}, usageErrorf("--header-timeout %v: must be positive", o.HeaderTime)
+	}
+	if err := notZero(flagValue{"--timeout", o.Timeout}, flagValue{"--drain-timeout", o.DrainTimeout},
+		flagValue{"--idle-timeout", o.IdleTimeout}, flagValue{"--header-timeout", o.HeaderTime}); err != nil {
+		return serveConfig{}, err
 	}
 	if o.Broker != "" {
 		if err := (broker.Config{URL: o.Broker}).Validate(); err != nil {
@@ -187,7 +182,7 @@ func (o *serveOptions) config() (serveConfig, error) {
 		},
 	}
 	if err := cfg.Host.Validate(); err != nil {
-		return serveConfig{}, usageErrorf("%v", err)
+		return serveConfig{}, settingError(err)
 	}
 	if err := cfg.Encoder.Validate(); err != nil {
 		return serveConfig{}, usageErrorf("%v", err)

@@ -2,12 +2,15 @@ package cmd
 
 import (
 	"errors"
+	"reflect"
 
 	"github.com/inferhq/infer/internal/setting"
 	"github.com/inferhq/infer/models/onnx"
 	"github.com/inferhq/infer/models/registry"
 	"github.com/inferhq/infer/models/sim"
 	"github.com/inferhq/infer/models/simlm"
+	"github.com/inferhq/infer/route"
+	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/generate"
 )
 
@@ -30,6 +33,30 @@ var flagOf = map[setting.Name]string{
 	simlm.SettingPerPrefillToken:     "--sim-per-prefill-token",
 	registry.SettingTask:             "--task",
 	registry.SettingTokenizer:        "--tokenizer",
+	server.SettingTimeout:            "--timeout",
+	server.SettingMaxBody:            "--max-body",
+	server.SettingDrainTimeout:       "--drain-timeout",
+	server.SettingMaxConns:           "--max-conns",
+	server.SettingMaxConnsPerAddr:    "--max-conns-per-addr",
+	server.SettingHeaderTimeout:      "--header-timeout",
+	server.SettingIdleTimeout:        "--idle-timeout",
+	route.SettingBalance:             "--hash-balance",
+	route.SettingAttempts:            "--attempts",
+	route.SettingConnectTimeout:      "--connect-timeout",
+	route.SettingWriteTimeout:        "--write-timeout",
+	route.SettingResolveInterval:     "--resolve-interval",
+	route.SettingPrefixBlock:         "--prefix-block",
+	route.SettingPrefixCapacity:      "--prefix-capacity",
+	route.SettingPrefixThreshold:     "--prefix-threshold",
+	route.SettingBalanceAbs:          "--balance-abs",
+	route.SettingBalanceRel:          "--balance-rel",
+	route.SettingScoreWeight:         "--score-weights",
+	route.SettingMetricsInterval:     "--metrics-interval",
+	route.SettingHealthPath:          "--health-path",
+	route.SettingHealthInterval:      "--health-interval",
+	route.SettingHealthTimeout:       "--health-timeout",
+	route.SettingEjectFailures:       "--eject-failures",
+	route.SettingEjectTime:           "--eject-time",
 }
 
 // flagName is the flag of setting n, or n in its library's words when no
@@ -49,4 +76,22 @@ func settingError(err error) error {
 		return &usageError{msg: se.Render(flagName)}
 	}
 	return err
+}
+
+// flagValue is a flag's value, for notZero.
+type flagValue struct {
+	name  string
+	value any // a number or a time.Duration
+}
+
+// notZero refuses the first of flags set to 0 where its library would read
+// 0 as its default: on the command line the default is the flag left out.
+// The bounds of the values are their libraries' to check (settingError).
+func notZero(flags ...flagValue) error {
+	for _, f := range flags {
+		if reflect.ValueOf(f.value).IsZero() {
+			return usageErrorf("%s %v: must not be 0 (leave the flag out for its default)", f.name, f.value)
+		}
+	}
+	return nil
 }

@@ -1,6 +1,6 @@
 package route
 
-import "fmt"
+import "github.com/inferhq/infer/internal/setting"
 
 // prefixPicker is affinity by prompt prefix (SGLang's cache-aware policy,
 // on an LRU of block hashes per replica): the replica that recently served
@@ -75,17 +75,17 @@ func (c PrefixConfig) withDefaults() PrefixConfig {
 func (c PrefixConfig) validate() error {
 	switch {
 	case c.BlockBytes < 0 || c.BlockBytes > MaxBlockBytes:
-		return fmt.Errorf("prefix block %d bytes: want 1 to %d", c.BlockBytes, MaxBlockBytes)
+		return setting.Errorf(SettingPrefixBlock, c.BlockBytes, "want 1 to %d bytes", MaxBlockBytes)
 	case c.MaxBlocks < 0 || c.MaxBlocks > MaxPromptBlocks:
-		return fmt.Errorf("prefix blocks per prompt %d: want 1 to %d", c.MaxBlocks, MaxPromptBlocks)
+		return setting.Errorf(SettingPrefixMaxBlocks, c.MaxBlocks, "want 1 to %d", MaxPromptBlocks)
 	case c.Capacity < 0 || c.Capacity > MaxIndexCapacity:
-		return fmt.Errorf("prefix index capacity %d blocks per replica: want 1 to %d", c.Capacity, MaxIndexCapacity)
-	case c.Threshold < 0 || c.Threshold > 1:
-		return fmt.Errorf("prefix threshold %v: want a fraction, 0 to 1", c.Threshold)
+		return setting.Errorf(SettingPrefixCapacity, c.Capacity, "want 1 to %d blocks per replica", MaxIndexCapacity)
+	case c.Threshold < 0 || c.Threshold > 1 || c.Threshold != c.Threshold:
+		return setting.Errorf(SettingPrefixThreshold, c.Threshold, "want a fraction of the prompt's blocks, above 0, at most 1")
 	case c.BalanceAbs < 0:
-		return fmt.Errorf("balance threshold %d requests: must not be negative", c.BalanceAbs)
-	case c.BalanceRel != 0 && c.BalanceRel < 1:
-		return fmt.Errorf("relative balance threshold %v: want at least 1", c.BalanceRel)
+		return setting.Errorf(SettingBalanceAbs, c.BalanceAbs, "want at least 1 request")
+	case c.BalanceRel != 0 && !(c.BalanceRel >= 1):
+		return setting.Errorf(SettingBalanceRel, c.BalanceRel, "want at least 1")
 	}
 	return nil
 }

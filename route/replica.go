@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/inferhq/infer/internal/setting"
 )
 
 // State is a replica's health as the router sees it.
@@ -143,6 +145,12 @@ type HealthConfig struct {
 	EjectMax time.Duration
 }
 
+// Bounds of HealthConfig.
+const (
+	MinHealthInterval = 10 * time.Millisecond
+	MaxEjectFailures  = 100
+)
+
 func (h HealthConfig) withDefaults() HealthConfig {
 	if h.Interval <= 0 {
 		h.Interval = 500 * time.Millisecond
@@ -165,14 +173,18 @@ func (h HealthConfig) withDefaults() HealthConfig {
 
 func (h HealthConfig) validate() error {
 	switch {
-	case h.Interval < 0 || h.Timeout < 0 || h.EjectBase < 0 || h.EjectMax < 0:
-		return fmt.Errorf("health check durations must not be negative")
-	case h.Interval > 0 && h.Interval < 10*time.Millisecond:
-		return fmt.Errorf("health check interval %v: at least 10ms", h.Interval)
-	case h.Failures < 0 || h.Failures > 100:
-		return fmt.Errorf("failures to eject %d: want 1 to 100", h.Failures)
+	case h.Interval < 0 || h.Interval > 0 && h.Interval < MinHealthInterval:
+		return setting.Errorf(SettingHealthInterval, h.Interval, "at least %v", MinHealthInterval)
+	case h.Timeout < 0:
+		return setting.Errorf(SettingHealthTimeout, h.Timeout, "must not be negative")
+	case h.EjectBase < 0:
+		return setting.Errorf(SettingEjectTime, h.EjectBase, "must not be negative")
+	case h.EjectMax < 0:
+		return setting.Errorf(SettingEjectMax, h.EjectMax, "must not be negative")
+	case h.Failures < 0 || h.Failures > MaxEjectFailures:
+		return setting.Errorf(SettingEjectFailures, h.Failures, "want 1 to %d", MaxEjectFailures)
 	case h.Path != "" && h.Path[0] != '/':
-		return fmt.Errorf("health check path %q: want a path starting with /", h.Path)
+		return setting.Errorf(SettingHealthPath, fmt.Sprintf("%q", h.Path), "want a path starting with /")
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/inferhq/infer/internal/setting"
 	"github.com/inferhq/infer/server"
 )
 
@@ -82,8 +83,9 @@ type Resolver interface {
 
 // Defaults and bounds of Config.
 const (
-	MaxAttempts = 8
-	MaxBalance  = 100
+	MaxAttempts        = 8
+	MaxBalance         = 100
+	MinResolveInterval = 100 * time.Millisecond
 )
 
 func (c Config) withDefaults() Config {
@@ -126,8 +128,34 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate reports settings out of their bounds. Zero values stand for
-// their defaults.
+// The names of Config's settings in errors (*setting.Error), its own and
+// those of PrefixConfig, ScoreConfig and HealthConfig.
+const (
+	SettingBalance         setting.Name = "hash balance"
+	SettingAttempts        setting.Name = "attempts"
+	SettingConnectTimeout  setting.Name = "connect timeout"
+	SettingWriteTimeout    setting.Name = "write timeout"
+	SettingResolveInterval setting.Name = "resolve interval"
+	SettingPrefixBlock     setting.Name = "prefix block bytes"
+	SettingPrefixMaxBlocks setting.Name = "prefix blocks per prompt"
+	SettingPrefixCapacity  setting.Name = "prefix index capacity"
+	SettingPrefixThreshold setting.Name = "prefix threshold"
+	SettingBalanceAbs      setting.Name = "balance threshold"
+	SettingBalanceRel      setting.Name = "relative balance threshold"
+	SettingScoreWeight     setting.Name = "score weight"
+	SettingMetricsInterval setting.Name = "metrics interval"
+	SettingSampleMaxAge    setting.Name = "sample max age"
+	SettingHealthPath      setting.Name = "health check path"
+	SettingHealthInterval  setting.Name = "health check interval"
+	SettingHealthTimeout   setting.Name = "health check timeout"
+	SettingEjectFailures   setting.Name = "failures to eject"
+	SettingEjectTime       setting.Name = "ejection time"
+	SettingEjectMax        setting.Name = "longest ejection"
+)
+
+// Validate reports settings out of their bounds, a setting's error a
+// *setting.Error naming it (Setting…). Zero values stand for their
+// defaults.
 func (c Config) Validate() error {
 	if len(c.Upstreams) == 0 {
 		return errors.New("no upstream: list at least one replica")
@@ -147,13 +175,15 @@ func (c Config) Validate() error {
 	}
 	switch {
 	case c.Balance != 0 && (c.Balance < 1 || c.Balance > MaxBalance):
-		return fmt.Errorf("hash balance %v: want 1 to %d (a replica takes at most that many times the mean load)", c.Balance, MaxBalance)
+		return setting.Errorf(SettingBalance, c.Balance, "want 1 to %d (a replica takes at most that many times the mean load)", MaxBalance)
 	case c.Attempts < 0 || c.Attempts > MaxAttempts:
-		return fmt.Errorf("attempts %d: want 1 to %d", c.Attempts, MaxAttempts)
-	case c.ConnectTimeout < 0 || c.WriteTimeout < 0 || c.ResolveInterval < 0:
-		return errors.New("timeouts and intervals must not be negative")
-	case c.ResolveInterval > 0 && c.ResolveInterval < 100*time.Millisecond:
-		return fmt.Errorf("resolve interval %v: at least 100ms", c.ResolveInterval)
+		return setting.Errorf(SettingAttempts, c.Attempts, "want 1 to %d", MaxAttempts)
+	case c.ConnectTimeout < 0:
+		return setting.Errorf(SettingConnectTimeout, c.ConnectTimeout, "must not be negative")
+	case c.WriteTimeout < 0:
+		return setting.Errorf(SettingWriteTimeout, c.WriteTimeout, "must not be negative")
+	case c.ResolveInterval < 0 || c.ResolveInterval > 0 && c.ResolveInterval < MinResolveInterval:
+		return setting.Errorf(SettingResolveInterval, c.ResolveInterval, "at least %v", MinResolveInterval)
 	}
 	if err := c.Prefix.validate(); err != nil {
 		return err

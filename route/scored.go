@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/inferhq/infer/internal/setting"
 )
 
 // scoredPicker is the Gateway API Inference Extension endpoint picker's
@@ -65,14 +67,14 @@ func (c ScoreConfig) withDefaults() ScoreConfig {
 func (c ScoreConfig) validate() error {
 	for _, w := range []float64{c.Queue, c.KV, c.Prefix} {
 		if w < 0 || w > MaxScoreWeight || w != w {
-			return fmt.Errorf("score weight %v: want 0 to %d", w, MaxScoreWeight)
+			return setting.Errorf(SettingScoreWeight, w, "want 0 to %d", MaxScoreWeight)
 		}
 	}
 	switch {
-	case c.Interval != 0 && (c.Interval < MinScrapeInterval || c.Interval > MaxScrapeInterval):
-		return fmt.Errorf("metrics interval %v: want %v to %v", c.Interval, MinScrapeInterval, MaxScrapeInterval)
+	case c.Interval < 0 || c.Interval != 0 && (c.Interval < MinScrapeInterval || c.Interval > MaxScrapeInterval):
+		return setting.Errorf(SettingMetricsInterval, c.Interval, "want %v to %v", MinScrapeInterval, MaxScrapeInterval)
 	case c.MaxAge < 0:
-		return fmt.Errorf("sample max age %v: must not be negative", c.MaxAge)
+		return setting.Errorf(SettingSampleMaxAge, c.MaxAge, "must not be negative")
 	}
 	return nil
 }

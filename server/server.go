@@ -21,6 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/inferhq/infer/internal/setting"
 	"github.com/inferhq/infer/models"
 )
 
@@ -137,18 +138,35 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate reports settings out of their bounds. Zero values stand for
-// their defaults.
+// The names of Config's settings in errors (*setting.Error).
+const (
+	SettingTimeout         setting.Name = "timeout"
+	SettingMaxBody         setting.Name = "max body"
+	SettingDrainTimeout    setting.Name = "drain timeout"
+	SettingMaxConns        setting.Name = "max conns"
+	SettingMaxConnsPerAddr setting.Name = "max conns per address"
+	SettingHeaderTimeout   setting.Name = "header timeout"
+	SettingIdleTimeout     setting.Name = "idle timeout"
+)
+
+// Validate reports settings out of their bounds, each a *setting.Error
+// naming it (Setting…). Zero values stand for their defaults.
 func (c Config) Validate() error {
 	switch {
 	case c.MaxBody < 0 || c.MaxBody > MaxBodyLimit:
-		return fmt.Errorf("max body %d bytes: want 1 to %d", c.MaxBody, MaxBodyLimit)
+		return setting.Errorf(SettingMaxBody, c.MaxBody, "want 1 to %d bytes (%d MiB)", MaxBodyLimit, MaxBodyLimit>>20)
 	case c.MaxConns < 0 || c.MaxConns > MaxConnsLimit:
-		return fmt.Errorf("max conns %d: want 1 to %d", c.MaxConns, MaxConnsLimit)
+		return setting.Errorf(SettingMaxConns, c.MaxConns, "want 0 (the default) to %d", MaxConnsLimit)
 	case c.MaxConnsPerAddr < 0 || c.MaxConnsPerAddr > MaxConnsLimit:
-		return fmt.Errorf("max conns per address %d: want 0 (no cap) to %d", c.MaxConnsPerAddr, MaxConnsLimit)
-	case c.Timeout < 0 || c.DrainTimeout < 0 || c.IdleTimeout < 0 || c.HeaderTimeout < 0:
-		return errors.New("timeouts must not be negative")
+		return setting.Errorf(SettingMaxConnsPerAddr, c.MaxConnsPerAddr, "want 0 (no cap) to %d", MaxConnsLimit)
+	}
+	for _, d := range []struct {
+		name setting.Name
+		v    time.Duration
+	}{{SettingTimeout, c.Timeout}, {SettingDrainTimeout, c.DrainTimeout}, {SettingIdleTimeout, c.IdleTimeout}, {SettingHeaderTimeout, c.HeaderTimeout}} {
+		if d.v < 0 {
+			return setting.Errorf(d.name, d.v, "must not be negative")
+		}
 	}
 	return nil
 }

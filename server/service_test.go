@@ -204,7 +204,9 @@ func TestConfigValidate(t *testing.T) {
 		{server.Config{MaxBody: server.MaxBodyLimit + 1}, "max body"},
 		{server.Config{MaxBody: -1}, "max body"},
 		{server.Config{MaxConns: server.MaxConnsLimit + 1}, "max conns"},
-		{server.Config{DrainTimeout: -time.Second}, "timeouts"},
+		{server.Config{DrainTimeout: -time.Second}, "drain timeout -1s: must not be negative"},
+		{server.Config{HeaderTimeout: -time.Second}, "header timeout"},
+		{server.Config{MaxConnsPerAddr: -1}, "max conns per address -1"},
 	} {
 		err := tc.cfg.Validate()
 		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
