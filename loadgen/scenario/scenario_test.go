@@ -309,7 +309,7 @@ func TestScenarioFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"bert.yaml", "bucketing.yaml", "demo.yaml", "isolation.yaml", "llm-onnx-ceiling.yaml", "llm-onnx-defaults.yaml", "llm-onnx-memory.yaml", "llm-onnx-staggered.yaml", "llm-onnx-static.yaml", "llm-onnx.yaml", "llm-quick.yaml", "llm-sim-closed.yaml",
+	want := []string{"bert.yaml", "bucketing.yaml", "demo.yaml", "int8-bert.yaml", "isolation.yaml", "llm-onnx-ceiling.yaml", "llm-onnx-defaults.yaml", "llm-onnx-memory.yaml", "llm-onnx-staggered.yaml", "llm-onnx-static.yaml", "llm-onnx.yaml", "llm-quick.yaml", "llm-sim-closed.yaml",
 		"llm-sim-poisson.yaml", "llm-sim.yaml", "overload.yaml", "policies-bert.yaml", "policies-closed-sim-fast.yaml",
 		"policies-closed-sim.yaml", "policies-quick.yaml", "policies-sim-fast.yaml", "policies-sim.yaml", "prefix-multiturn.yaml",
 		"prefix-shared-poisson.yaml", "prefix-shared.yaml", "prefix-trace-kv256k.yaml", "prefix-trace.yaml", "quick.yaml",
