@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"time"
 
 	"github.com/inferhq/infer/models"
@@ -173,8 +174,17 @@ func ensure(s Settings, name, task string, gen func(dir string) (string, error))
 		attrs = append(attrs, "task", task)
 	}
 	s.logger().Info("built-in model", append(attrs, "path", path, "took", time.Since(start).Round(time.Millisecond))...)
+	settle()
 	return path, nil
 }
+
+// settle hands the memory a model's generation used back to the operating
+// system. The Go runtime would keep it mapped for minutes, and the server
+// that loads the model next would carry it in its resident set (bert-base-int8
+// served, generated on first use: 647 MiB once ready; from the cache: 244 MiB).
+// A model found in the cache leaves little garbage: a collection of a small
+// heap.
+func settle() { debug.FreeOSMemory() }
 
 // cached returns the tasks whose file (named by file) is in dir.
 func cached(dir string, tasks []string, file func(task string) string) []string {

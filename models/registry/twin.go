@@ -67,6 +67,7 @@ func twin(e Entry, suffix string) Entry {
 				return "", fmt.Errorf("built-in model %s: %w", t.Name, err)
 			}
 			s.logger().Info("built-in model", "name", t.Name, "from", src, "path", path, "took", time.Since(start).Round(time.Millisecond))
+			settle()
 			return path, nil
 		}}
 		return s
