@@ -290,7 +290,7 @@ func (rt *Router) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	h := w.Header()
 	copyHeader(h, resp.Header)
 	h[ReplicaHeader] = rep.nameValue
-	h["Server-Timing"] = []string{routeTiming(resp.Header["Server-Timing"], rep.name)}
+	h["Server-Timing"] = routeTiming(resp.Header["Server-Timing"], rep)
 	w.WriteHeader(resp.StatusCode)
 	rep.m.answered(resp.StatusCode)
 	if isEventStream(resp.Header.Get("Content-Type")) {
@@ -309,8 +309,9 @@ func (rt *Router) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 func (rt *Router) outgoing(ctx context.Context, r *http.Request, rep *Replica, body []byte, left time.Duration) *http.Request {
 	u := *rep.url
 	u.Path, u.RawPath, u.RawQuery = r.URL.Path, r.URL.RawPath, r.URL.RawQuery
-	out := (&http.Request{Method: r.Method, URL: &u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: make(http.Header, len(r.Header)+2), Host: u.Host}).WithContext(ctx)
+	base := http.Request{Method: r.Method, URL: &u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: make(http.Header, len(r.Header)+2), Host: u.Host}
+	out := base.WithContext(ctx) // the one copy on the heap
 	if len(body) > 0 {
 		out.Body = io.NopCloser(bytes.NewReader(body))
 		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
@@ -369,13 +370,16 @@ func containsString(list []string, s string) bool {
 	return false
 }
 
-// routeTiming appends route;desc="<replica>" to a replica's Server-Timing.
-func routeTiming(prior []string, replica string) string {
-	t := `route;desc="` + replica + `"`
-	if len(prior) == 0 {
-		return t
+// routeTiming appends route;desc="<replica>" to a replica's Server-Timing:
+// one value, shared by every answer when the replica sent none.
+func routeTiming(prior []string, rep *Replica) []string {
+	switch len(prior) {
+	case 0:
+		return rep.timing
+	case 1:
+		return []string{prior[0] + ", " + rep.timing[0]}
 	}
-	return strings.Join(prior, ", ") + ", " + t
+	return []string{strings.Join(prior, ", ") + ", " + rep.timing[0]}
 }
 
 func isEventStream(ct string) bool {

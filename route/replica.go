@@ -38,6 +38,7 @@ func (s State) String() string {
 type Replica struct {
 	name      string   // host:port, unique within the router
 	nameValue []string // {name}: the value of ReplicaHeader, shared by every answer
+	timing    []string // {route;desc="name"}: the router's Server-Timing entry, shared likewise
 	url       *url.URL
 	weight    int
 
@@ -61,7 +62,7 @@ type Replica struct {
 }
 
 func newReplica(name string, u *url.URL, weight int) *Replica {
-	return &Replica{name: name, nameValue: []string{name}, url: u, weight: weight}
+	return &Replica{name: name, nameValue: []string{name}, timing: []string{`route;desc="` + name + `"`}, url: u, weight: weight}
 }
 
 // Name is the replica's host:port.
