@@ -313,13 +313,27 @@ func BenchmarkPrefixHit(b *testing.B) {
 // mean context). The staggered batch starts in its steady state (each slot
 // part way through its sequence, prefilled untimed); the two take turns,
 // step by step. The metrics are each side's tokens per second and
-// staggered/aligned, which the served ceiling's target (≥ 0.85) bounds.
+// staggered/aligned, which the served ceiling's target (≥ 0.85) bounds, for
+// the graph as served (its KV cache in place) and the standard graph.
 func BenchmarkStaggered(b *testing.B) {
-	const slots, promptLen = 32, 16
 	for _, a := range benchArchs(b) {
-		_, stag := openTestDecoder(b, gpt2.Spec{Arch: a}, DecoderConfig{KVTokens: 1 << 20})
-		_, aligned := openTestDecoder(b, gpt2.Spec{Arch: a}, DecoderConfig{KVTokens: 1 << 20})
-		b.Run(a.String(), func(b *testing.B) {
+		for _, layout := range []struct {
+			name    string
+			inPlace bool
+		}{{"in-place", true}, {"standard", false}} {
+			b.Run(a.String()+"/"+layout.name, func(b *testing.B) {
+				benchStaggered(b, gpt2.Spec{Arch: a, InPlaceKV: layout.inPlace})
+			})
+		}
+	}
+}
+
+func benchStaggered(b *testing.B, spec gpt2.Spec) {
+	const slots, promptLen = 32, 16
+	{
+		_, stag := openTestDecoder(b, spec, DecoderConfig{KVTokens: 1 << 20})
+		_, aligned := openTestDecoder(b, spec, DecoderConfig{KVTokens: 1 << 20})
+		{
 			rng := rand.New(rand.NewPCG(1, 2))
 			type slot struct {
 				s    models.StepSeq
@@ -390,6 +404,6 @@ func BenchmarkStaggered(b *testing.B) {
 			b.ReportMetric(s, "staggered-tok/s")
 			b.ReportMetric(al2, "aligned-tok/s")
 			b.ReportMetric(s/al2, "staggered/aligned")
-		})
+		}
 	}
 }

@@ -17,26 +17,31 @@ import (
 )
 
 // tinySpec is the model of the decoder tests: gpt2-tiny's shape, whose
-// 50,257-token head is what makes a step cost what GPT-2's costs, with the
-// variants of the graph's inputs that real exports have.
+// 50,257-token head is what makes a step cost what GPT-2's costs, as
+// served (its KV cache in place), with the variants of the graph that real
+// exports have, each of which has the standard KV cache.
 func tinySpec(variant ...func(*gpt2.Spec)) gpt2.Spec {
 	a, err := gpt2.Lookup("gpt2-tiny")
 	if err != nil {
 		panic(err)
 	}
-	s := gpt2.Spec{Arch: a}
+	s := gpt2.Spec{Arch: a, InPlaceKV: true}
 	for _, v := range variant {
 		v(&s)
 	}
 	return s
 }
 
-func noPositionIDs(s *gpt2.Spec) { s.NoPositionIDs = true }
-func merged(s *gpt2.Spec)        { s.CacheBranch = true }
+// standard makes the graph's KV cache the standard one, past in and
+// present out, as in exports.
+func standard(s *gpt2.Spec) { s.InPlaceKV = false }
+
+func noPositionIDs(s *gpt2.Spec) { s.NoPositionIDs, s.InPlaceKV = true, false }
+func merged(s *gpt2.Spec)        { s.CacheBranch, s.InPlaceKV = true, false }
 
 // allLogits leaves out logits_to_keep, as optimum's exports do: logits at
 // every position, rows padded on the right.
-func allLogits(s *gpt2.Spec) { s.AllLogits = true }
+func allLogits(s *gpt2.Spec) { s.AllLogits, s.InPlaceKV = true, false }
 
 // testModels is where the tests' generated models are kept, each generated
 // once per test binary (gpt2-tiny takes seconds under the race detector).
@@ -256,7 +261,7 @@ func TestDecoderIncremental(t *testing.T) {
 	for _, variant := range []struct {
 		name string
 		spec gpt2.Spec
-	}{{"position_ids", tinySpec()}, {"all logits", tinySpec(allLogits)}, {"no position_ids", tinySpec(noPositionIDs, allLogits)},
+	}{{"in place", tinySpec()}, {"position_ids", tinySpec(standard)}, {"all logits", tinySpec(allLogits)}, {"no position_ids", tinySpec(noPositionIDs, allLogits)},
 		{"merged", tinySpec(merged, allLogits)}} {
 		t.Run(variant.name, func(t *testing.T) {
 			_, d := openTestDecoder(t, variant.spec, DecoderConfig{})
@@ -802,7 +807,15 @@ func TestReadDecoderSig(t *testing.T) {
 // left (pages resident) instead of mapping new ones; and the buffers the
 // pool keeps stay within maxFree and its spare floats besides the largest.
 func TestDecoderReusesPrefillBuffers(t *testing.T) {
-	_, d := openTestDecoder(t, tinySpec(), DecoderConfig{})
+	t.Run("in place", func(t *testing.T) { testReusesPrefillBuffers(t, tinySpec(), 1) })
+	t.Run("standard", func(t *testing.T) { testReusesPrefillBuffers(t, tinySpec(standard), 2) })
+}
+
+// testReusesPrefillBuffers is TestDecoderReusesPrefillBuffers for one
+// graph, whose request leaves at least least buffers: an in-place graph's
+// sequence keeps one, a standard graph's run takes a past and a present.
+func testReusesPrefillBuffers(t *testing.T, spec gpt2.Spec, least int) {
+	_, d := openTestDecoder(t, spec, DecoderConfig{})
 	request := func(id models.SeqID) {
 		s := models.StepSeq{ID: id, Tokens: prompt(uint64(id), 40), Sample: true}
 		next, _ := step(t, d, s)
@@ -818,8 +831,8 @@ func TestDecoderReusesPrefillBuffers(t *testing.T) {
 	if got := d.pool.allocated - before; got != 0 {
 		t.Errorf("7 more requests of the same shape allocated %d floats; want the kept buffers reused", got)
 	}
-	if n := len(d.pool.free); n < 2 || n > maxFree {
-		t.Errorf("the pool keeps %d free buffers, want 2..%d", n, maxFree)
+	if n := len(d.pool.free); n < least || n > maxFree {
+		t.Errorf("the pool keeps %d free buffers, want %d..%d", n, least, maxFree)
 	}
 	spare := 0
 	for _, b := range d.pool.free[1:] {

@@ -59,6 +59,10 @@ type Decoder struct {
 
 	// Reused from step to step.
 	ids, pos []int64
+	// An in-place graph's run: its mask (past and fed positions) and its
+	// outputs new.{i}.key|value, [2·layers][rows][heads][sequence][headDim].
+	mask  []int64
+	fresh []float32
 	// The logits of the decode run, and of the other runs one after the
 	// other (their sampled rows are copied to kept).
 	decodeLogits, runLogits []float32
@@ -77,7 +81,7 @@ var _ models.Decoder = (*Decoder)(nil)
 func newDecoder(f *DecoderFactory, s *session) *Decoder {
 	d := &Decoder{
 		f: f, s: s, sess: s.sess, sig: f.sig, info: f.info,
-		dims: dims{layers: f.sig.layers, heads: f.sig.heads, headDim: f.sig.headDim},
+		dims: dims{layers: f.sig.layers, heads: f.sig.heads, headDim: f.sig.headDim, left: f.sig.inPlace},
 		seqs: map[models.SeqID]*seqState{},
 		// Free buffers kept for reuse: up to an eighth of the KV bound, in
 		// floats, besides the largest (see bufPool.put).
@@ -353,6 +357,11 @@ func (d *Decoder) past(jobs []job, decode bool) (*kvBuf, []job, error) {
 // most a quarter of them or 16, and past and present stay within the
 // context, which an export's causal mask may be sized to.
 func (d *Decoder) fits(b *kvBuf, longest int) bool {
+	if d.dims.left {
+		// An in-place graph's buffer: its positions after the longest row
+		// are room to grow (see room), a few times what room makes.
+		return b.t-longest <= 2*max(16, longest/16)
+	}
 	return b.t-longest <= max(16, b.t/4) && b.t < d.info.Context
 }
 
@@ -418,16 +427,26 @@ func (d *Decoder) run(jobs []job, next []int32, decode bool) error {
 	for _, j := range jobs {
 		s = max(s, len(j.tokens))
 	}
-	present, err := d.pool.get(d.dims, rows, t+s, !decode)
-	if err != nil {
-		return err
-	}
+	// The present's mask; for the standard graph, the present itself.
+	var present *kvBuf
+	var presentMask []int64
 	ok := false
-	defer func() {
-		if !ok {
-			d.pool.put(present)
+	if d.dims.left {
+		d.mask = grow(d.mask, rows*(t+s))
+		presentMask = d.mask
+		d.fresh = grow(d.fresh, 2*d.dims.layers*rows*d.dims.heads*s*d.dims.headDim)
+	} else {
+		present, err = d.pool.get(d.dims, rows, t+s, !decode)
+		if err != nil {
+			return err
 		}
-	}()
+		presentMask = present.mask
+		defer func() {
+			if !ok {
+				d.pool.put(present)
+			}
+		}()
+	}
 
 	// Inputs: the tokens, their positions, and the mask of past and current
 	// positions, which is also the present's mask. A graph that takes
@@ -442,12 +461,9 @@ func (d *Decoder) run(jobs []job, next []int32, decode bool) error {
 	d.ids, d.pos = grow(d.ids, rows*s), grow(d.pos, rows*s)
 	for r, j := range jobs {
 		ids, pos := d.ids[r*s:(r+1)*s], d.pos[r*s:(r+1)*s]
-		copy(present.mask[r*(t+s):], past.mask[r*t:(r+1)*t])
-		mask := present.mask[r*(t+s)+t : (r+1)*(t+s)]
-		first := 0 // where the row's tokens start
-		if d.sig.keepLast {
-			first = s - len(j.tokens)
-		}
+		copy(presentMask[r*(t+s):], past.mask[r*t:(r+1)*t])
+		mask := presentMask[r*(t+s)+t : (r+1)*(t+s)]
+		first := d.first(j, s)
 		n := 0 // the row's past tokens; none in a row no sequence holds
 		if j.st != nil {
 			n = j.st.n
@@ -472,16 +488,22 @@ func (d *Decoder) run(jobs []job, next []int32, decode bool) error {
 	defer func() { destroy(in.vs); destroy(out.vs) }()
 	tokShape := ort.NewShape(int64(rows), int64(s))
 	addTensor(&in, tokShape, d.ids)
-	addTensor(&in, ort.NewShape(int64(rows), int64(t+s)), present.mask)
+	addTensor(&in, ort.NewShape(int64(rows), int64(t+s)), presentMask)
 	if d.sig.positions {
 		addTensor(&in, tokShape, d.pos)
 	}
 	addTensor(&out, ort.NewShape(int64(rows), int64(kept), int64(d.info.Vocab)), logits)
 	pastShape := ort.NewShape(int64(rows), int64(d.dims.heads), int64(t), int64(d.dims.headDim))
 	presentShape := ort.NewShape(int64(rows), int64(d.dims.heads), int64(t+s), int64(d.dims.headDim))
+	freshShape := ort.NewShape(int64(rows), int64(d.dims.heads), int64(s), int64(d.dims.headDim))
 	for i := range 2 * d.dims.layers {
 		addTensor(&in, pastShape, d.dims.tensor(past, i))
-		addTensor(&out, presentShape, d.dims.tensor(present, i))
+		if d.dims.left {
+			n := rows * d.dims.heads * s * d.dims.headDim
+			addTensor(&out, freshShape, d.fresh[i*n:(i+1)*n])
+		} else {
+			addTensor(&out, presentShape, d.dims.tensor(present, i))
+		}
 	}
 	if d.sig.cacheBranch {
 		addTensor(&in, ort.NewShape(1), []bool{t > 0})
@@ -497,6 +519,11 @@ func (d *Decoder) run(jobs []job, next []int32, decode bool) error {
 		return fmt.Errorf("onnx: run %s: %w", d.f.cfg.Name, err)
 	}
 	ok = true
+	if d.dims.left {
+		if present, err = d.keepFresh(past, jobs, s, decode); err != nil {
+			return err
+		}
+	}
 
 	for r, j := range jobs {
 		if j.st == nil {
@@ -508,11 +535,54 @@ func (d *Decoder) run(jobs []job, next []int32, decode bool) error {
 		if j.st.table == nil {
 			d.own += len(j.tokens)
 		}
-		d.pool.moveTo(j.st, present, r)
+		if !d.dims.left {
+			d.pool.moveTo(j.st, present, r)
+		}
 		d.store.wrote(j.st, from)
 	}
 	d.sample(jobs, logits, kept, next, !decode)
 	return nil
+}
+
+// first returns where a job's tokens start among the s positions of its
+// run's row: a graph that takes logits_to_keep has each row's tokens end
+// together (see run).
+func (d *Decoder) first(j job, s int) int {
+	if d.sig.keepLast {
+		return s - len(j.tokens)
+	}
+	return 0
+}
+
+// keepFresh writes the keys and values an in-place graph's run computed
+// (d.fresh) into the cache after each row's past: into past itself when
+// every row has room, which it returns; otherwise into a buffer assembled
+// with room for them (see room), whose rows are past's. The jobs' states
+// still count their past tokens only.
+func (d *Decoder) keepFresh(past *kvBuf, jobs []job, s int, decode bool) (*kvBuf, error) {
+	b, need := past, 0
+	for _, j := range jobs {
+		if j.st != nil {
+			need = max(need, j.st.n+len(j.tokens))
+		}
+	}
+	if need > b.t || b.data == nil {
+		states := make([]*seqState, len(jobs))
+		for r, j := range jobs {
+			states[r] = j.st
+		}
+		d.pool.widened++
+		var err error
+		if b, err = d.pool.assembleAt(d.dims, states, min(room(need), d.info.Context), !decode); err != nil {
+			return nil, err
+		}
+	}
+	for r, j := range jobs {
+		if j.st != nil && len(j.tokens) > 0 {
+			writeNew(d.dims, b, r, j.st.n, d.fresh, s, d.first(j, s), len(j.tokens))
+		}
+	}
+	return b, nil
 }
 
 // values collects the tensors of a run and the first error making them.

@@ -48,8 +48,13 @@ type seqState struct {
 	table []int32
 }
 
-// dims are the sizes of the cache tensors.
-type dims struct{ layers, heads, headDim int }
+// dims are the sizes of the cache tensors, and their layout: left says
+// rows hold their tokens at their first positions (an in-place graph's
+// cache, see inPlace), rather than at their last.
+type dims struct {
+	layers, heads, headDim int
+	left                   bool
+}
 
 // tensor returns the elements of tensor i (2·layer + 0 for the key, + 1 for
 // the value) of b.
@@ -66,6 +71,7 @@ type bufPool struct {
 	spare     int             // floats of free buffers kept besides the largest (see put)
 	all       map[*kvBuf]bool // every buffer allocated and not yet freed
 	assembled int             // buffers assembled (see assemble), for tests
+	widened   int             // left-layout buffers assembled to make room (see Decoder.keepFresh), for tests
 	allocated int             // floats allocated, for tests
 }
 
@@ -171,28 +177,50 @@ type segment struct{ start, n int }
 
 // assemble returns a new buffer whose row r holds the cache of states[r]:
 // its n tokens at the right end of the row, positions t-n..t-1, with t the
-// largest n, and zeros before them. The states move to it, and their old
-// buffers go back to the pool as they empty. prefill says it is the past of
-// a prefill run (see get).
+// largest n, and zeros before them (at the left end, positions 0..n-1, in
+// a left layout, with t = room(largest n)). The states move to it, and
+// their old buffers go back to the pool as they empty. prefill says it is
+// the past of a prefill run (see get).
 func (p *bufPool) assemble(d dims, states []*seqState, prefill bool) (*kvBuf, error) {
 	t := 0
 	for _, st := range states {
 		t = max(t, st.n)
 	}
+	if d.left {
+		t = room(t)
+	}
+	p.assembled++
+	return p.assembleAt(d, states, t, prefill)
+}
+
+// assembleAt is assemble into a buffer of t positions (at least the largest
+// n). A nil state leaves its row empty.
+func (p *bufPool) assembleAt(d dims, states []*seqState, t int, prefill bool) (*kvBuf, error) {
 	b, err := p.get(d, len(states), t, prefill)
 	if err != nil {
 		return nil, err
 	}
-	p.assembled++
 	var segs []segment
 	for r, st := range states {
+		if st == nil {
+			clear(b.mask[r*t : (r+1)*t])
+			continue
+		}
 		segs = copyRow(d, b, r, st, segs)
 	}
 	for r, st := range states {
-		p.moveTo(st, b, r)
+		if st != nil {
+			p.moveTo(st, b, r)
+		}
 	}
 	return b, nil
 }
+
+// room is the positions of a left-layout buffer assembled for rows of at
+// most n tokens: 1/16 more, at least 16, so that decoding, a position a
+// row at each step, widens it (a copy of the cache) at most every 16
+// steps, and a step reads at most 1/16 more than its longest row.
+func room(n int) int { return n + max(16, n/16) }
 
 // joinInPlace moves st into row r of b, a row no sequence holds, its
 // tokens at the right end of the row: the cost of one sequence's cache,
@@ -212,14 +240,18 @@ func (p *bufPool) moveTo(st *seqState, b *kvBuf, r int) {
 }
 
 // copyRow writes st's cache into row r of b: its n tokens at positions
-// t-n..t-1 of the row, zeros and a masked position before them. segs is
-// scratch space, returned for reuse.
+// t-n..t-1 of the row, zeros and a masked position before them (in a left
+// layout, at positions 0..n-1 and masked after them, the positions after
+// left as they were). segs is scratch space, returned for reuse.
 func copyRow(d dims, b *kvBuf, r int, st *seqState, segs []segment) []segment {
 	t := b.t
 	mask := b.mask[r*t : (r+1)*t]
-	pad := t - st.n
-	clear(mask[:pad])
-	for i := pad; i < t; i++ {
+	pad := t - st.n // where the tokens start
+	if d.left {
+		pad = 0
+	}
+	clear(mask)
+	for i := pad; i < pad+st.n; i++ {
 		mask[i] = 1
 	}
 	// The source row's tokens, as runs of positions: one run, unless the
@@ -247,7 +279,9 @@ func copyRow(d dims, b *kvBuf, r int, st *seqState, segs []segment) []segment {
 		}
 		for h := range d.heads {
 			row := dst[((r*d.heads+h)*t)*d.headDim:][:t*d.headDim]
-			clear(row[:pad*d.headDim])
+			if !d.left {
+				clear(row[:pad*d.headDim])
+			}
 			at := pad * d.headDim
 			for _, s := range segs {
 				from := ((st.row*d.heads+h)*st.kv.t + s.start) * d.headDim
@@ -256,4 +290,24 @@ func copyRow(d dims, b *kvBuf, r int, st *seqState, segs []segment) []segment {
 		}
 	}
 	return segs
+}
+
+// writeNew writes the keys and values of k tokens a run of an in-place
+// graph computed for row r (fresh: its outputs, [2·layers][rows][heads][s]
+// [headDim], the row's tokens at positions from..from+k-1 of s) into row r
+// of b, a left-layout buffer, after its n tokens, and marks them in the
+// mask. b must have room: n+k ≤ b.t.
+func writeNew(d dims, b *kvBuf, r, n int, fresh []float32, s, from, k int) {
+	rows, hd := b.rows, d.headDim
+	for ti := range 2 * d.layers {
+		dst := d.tensor(b, ti)
+		src := fresh[ti*rows*d.heads*s*hd:][:rows*d.heads*s*hd]
+		for h := range d.heads {
+			copy(dst[((r*d.heads+h)*b.t+n)*hd:][:k*hd], src[((r*d.heads+h)*s+from)*hd:][:k*hd])
+		}
+	}
+	mask := b.mask[r*b.t : (r+1)*b.t]
+	for i := n; i < n+k; i++ {
+		mask[i] = 1
+	}
 }
