@@ -166,18 +166,20 @@ func decodeAlone(t testing.TB, d *Decoder, id models.SeqID, p []int32, steps int
 
 func TestDecoderSignature(t *testing.T) {
 	for _, tc := range []struct {
-		name                  string
-		spec                  gpt2.Spec
-		positions, cach, keep bool
+		name                           string
+		spec                           gpt2.Spec
+		positions, cach, keep, inPlace bool
 	}{
-		{"gpt2-tiny", tinySpec(), true, false, true},
-		{"no position_ids", tinySpec(noPositionIDs, allLogits), false, false, false},
-		{"merged", tinySpec(merged, allLogits), true, true, false},
+		{"gpt2-tiny", tinySpec(), true, false, true, true},
+		{"standard", tinySpec(standard), true, false, true, false},
+		{"no position_ids", tinySpec(noPositionIDs, allLogits), false, false, false, false},
+		{"merged", tinySpec(merged, allLogits), true, true, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, _ := openTestDecoder(t, tc.spec, DecoderConfig{})
 			if f.sig.layers != 2 || f.sig.heads != 2 || f.sig.headDim != 64 || f.sig.vocab != 50257 ||
-				f.sig.positions != tc.positions || f.sig.cacheBranch != tc.cach || f.sig.keepLast != tc.keep {
+				f.sig.positions != tc.positions || f.sig.cacheBranch != tc.cach || f.sig.keepLast != tc.keep ||
+				f.sig.inPlace != tc.inPlace {
 				t.Errorf("signature = %+v", f.sig)
 			}
 			want := models.DecoderInfo{Context: 1024, EOS: 50256, Vocab: 50257, KVTokens: 16 * 1024, BlockKV: true,
@@ -437,7 +439,7 @@ func TestDecoderBatchComposition(t *testing.T) {
 		name      string
 		spec      gpt2.Spec
 		schedules uint64
-	}{{"position_ids", tinySpec(), 2}, {"all logits", tinySpec(allLogits), 1}, {"no position_ids", tinySpec(noPositionIDs), 1},
+	}{{"in place", tinySpec(), 2}, {"position_ids", tinySpec(standard), 2}, {"all logits", tinySpec(allLogits), 1}, {"no position_ids", tinySpec(noPositionIDs), 1},
 		{"no position_ids, all logits", tinySpec(noPositionIDs, allLogits), 1}} {
 		t.Run(variant.name, func(t *testing.T) {
 			_, d := openTestDecoder(t, variant.spec, DecoderConfig{})
@@ -502,7 +504,12 @@ func TestDecoderLogitsToKeep(t *testing.T) {
 // and decodes what it decodes alone; and that the batch is assembled again
 // once more than one row in eight would stay empty.
 func TestDecoderJoinInPlace(t *testing.T) {
-	_, d := openTestDecoder(t, tinySpec(), DecoderConfig{})
+	t.Run("in place", func(t *testing.T) { testJoinInPlace(t, tinySpec()) })
+	t.Run("standard", func(t *testing.T) { testJoinInPlace(t, tinySpec(standard)) })
+}
+
+func testJoinInPlace(t *testing.T, spec gpt2.Spec) {
+	_, d := openTestDecoder(t, spec, DecoderConfig{})
 	target := prompt(3, 20)
 	const steps = 6
 	alone := decodeAlone(t, d, 100, target, steps, models.Sampling{})
@@ -561,6 +568,35 @@ func TestDecoderJoinInPlace(t *testing.T) {
 	}
 	if rows := d.seqs[100].kv.rows; rows != 13 {
 		t.Errorf("the batch has %d rows after compaction, want 13", rows)
+	}
+}
+
+// TestDecoderRoomInPlace: an in-place graph's batch decodes in its buffer,
+// which is assembled anew with room only when a row has none left (every 16
+// steps for rows of 30 or so tokens), never larger than room makes it.
+func TestDecoderRoomInPlace(t *testing.T) {
+	_, d := openTestDecoder(t, tinySpec(), DecoderConfig{})
+	seqs := fill(t, d, 4, 30)
+	assembled, widened := 0, 0
+	const steps = 40
+	for k := range steps + 1 {
+		if k == 1 { // after the batch's buffer was assembled from the 4 prefills
+			assembled, widened = d.pool.assembled, d.pool.widened
+		}
+		next, _ := step(t, d, seqs...)
+		for i := range seqs {
+			seqs[i].Past++
+			seqs[i].Tokens = next[i : i+1]
+			if st := d.seqs[seqs[i].ID]; st.kv.t > room(st.n) {
+				t.Fatalf("a buffer of %d positions for rows of %d tokens, more than room(%d) = %d", st.kv.t, st.n, st.n, room(st.n))
+			}
+		}
+	}
+	if n := d.pool.assembled - assembled; n != 0 {
+		t.Errorf("%d steps of an unchanged batch assembled it %d times, want 0", steps, n)
+	}
+	if n := d.pool.widened - widened; n < 1 || n > steps/16+1 {
+		t.Errorf("%d steps widened the batch's buffer %d times, want 1..%d", steps, n, steps/16+1)
 	}
 }
 

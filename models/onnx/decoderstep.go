@@ -355,12 +355,13 @@ func (d *Decoder) past(jobs []job, decode bool) (*kvBuf, []job, error) {
 // be the past of a decode run (one more position): its positions beyond the
 // longest sequence (left by sequences that left, or made by holes) are at
 // most a quarter of them or 16, and past and present stay within the
-// context, which an export's causal mask may be sized to.
+// context, which an export's causal mask may be sized to. An in-place
+// graph's buffer may have twice the room a buffer assembled for the longest
+// sequence gets (see room): every step reads all its positions, where
+// assembling copies them once.
 func (d *Decoder) fits(b *kvBuf, longest int) bool {
 	if d.dims.left {
-		// An in-place graph's buffer: its positions after the longest row
-		// are room to grow (see room), a few times what room makes.
-		return b.t-longest <= 2*max(16, longest/16)
+		return b.t-longest <= 2*(room(longest)-longest)
 	}
 	return b.t-longest <= max(16, b.t/4) && b.t < d.info.Context
 }

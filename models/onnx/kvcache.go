@@ -7,25 +7,47 @@ import (
 	"github.com/inferhq/infer/models"
 )
 
-// The KV cache of a Decoder lives in shared buffers, each the past (or
-// present) tensors of one run: for every layer a key and a value tensor
-// [rows, heads, positions, head_dim], and an attention mask [rows,
-// positions] saying which positions hold tokens of the row's sequence.
-// ONNX Runtime writes a run's present tensors straight into a new buffer, and
-// when the next run has the same rows that buffer is its past as it is: a
-// decode step over an unchanged batch copies nothing outside the graph.
-// A sequence that leaves leaves its row empty, and one that joins the decode
-// run moves into an empty row, its tokens copied to the right end of the
-// row: in continuous batching, where a join follows each leave, the batch's
-// buffer carries on with one sequence's cache copied. Empty rows are fed as
-// holes; when more than one in eight would stay empty, when a joining
-// sequence is longer than the buffer, when positions no row uses waste too
-// much of it, or when it has reached the context, the next run's past is
-// assembled instead: each row's
-// tokens are gathered from wherever they are, packed to the right of its row
-// and padded on the left, a copy of the whole cache (at gpt2-tiny's batch
-// 32, a quarter to a half of a step; see BenchmarkKVLayout). Keeping each
-// sequence's cache on its own would cost that copy at every step.
+// The KV cache of a Decoder lives in shared buffers, each the past of one
+// run: for every layer a key and a value tensor [rows, heads, positions,
+// head_dim], and an attention mask [rows, positions] saying which positions
+// hold tokens of the row's sequence. Two layouts, by the graph:
+//
+// An in-place graph (models/gpt2's built-in graphs, gpt2.Spec.InPlaceKV)
+// outputs only the fed tokens' keys and values, and the decoder writes them
+// into the past's buffer after each row's tokens: rows are left-aligned, row
+// r's tokens at positions 0..n-1 and the positions after them masked room
+// to grow. A decode step reads each row's keys and values once (in
+// attention) and copies a token's worth per row; a buffer whose longest row
+// has no room left is assembled anew, wider by room (1/16, at least 16
+// positions), so that decoding widens it at most every 16 steps. Masked
+// positions get exactly zero weight and a row's tokens keep their places
+// whatever the buffer's size, so a row's logits differ between buffers by
+// the order of summation only (the tests hold them within 1e-5 of the row
+// decoded alone).
+//
+// A standard graph (exports) outputs the present, past and new tokens
+// concatenated, into a new buffer that ONNX Runtime writes, and when the
+// next run has the same rows that buffer is its past as it is: a decode
+// step over an unchanged batch copies nothing outside the graph, but the
+// graph copies the whole past into the present, and attention reads it
+// again. Rows are right-aligned: a row's tokens end at the buffer's last
+// position, padded on the left.
+//
+// In both, a sequence that leaves leaves its row empty, and one that joins
+// the decode run moves into an empty row, its own tokens copied (to the
+// right end of the row, or the left in place): in continuous batching,
+// where a join follows each leave, the batch's buffer carries on with one
+// sequence's cache copied. Empty rows are fed as holes; when more than one
+// in eight would stay empty, when a joining sequence is longer than the
+// buffer, when positions no row uses waste too much of it (see fits), or
+// when a standard buffer has reached the context, the next run's past is
+// assembled instead: each row's tokens are gathered from wherever they
+// are, packed to the right of its row (the left in place) and padded on
+// the other side, a copy of the whole cache (at gpt2-tiny's batch 32, a
+// quarter to a half of a standard step; see BenchmarkKVLayout). Keeping
+// each sequence's cache on its own would cost that copy at every step.
+// Sequences that sit a step out keep their rows: a standard graph's gets a
+// masked hole, an in-place graph's is left as it is.
 
 // kvBuf is one buffer of the KV cache.
 type kvBuf struct {
