@@ -31,15 +31,17 @@ const maxRunLogits = 8 << 20
 // A Step runs the sequences that feed one token (decoding) together in one
 // run, and those that feed several (prefill chunks) in runs of their own, so
 // that a decode row is never padded to a prompt's length. Every run pads its
-// rows on the left of their past to the longest one and feeds per-row
-// position ids and an attention mask over past and current positions. A
-// graph with logits_to_keep (models/gpt2's) computes logits at each row's
-// last position only, a prefill's one sample; an export without it computes
-// them at every position fed.
+// rows' past to the longest one, on the left (an in-place graph's: on the
+// right, see kvcache.go), and feeds per-row position ids and an attention
+// mask over past and current positions. A graph with logits_to_keep
+// (models/gpt2's) computes logits at each row's last position only, a
+// prefill's one sample; an export without it computes them at every
+// position fed.
 // Sequences that hold a cache but are not part of a step keep their row in
-// the decode run, with a masked position (a hole) instead of a token, so that
-// the batch's buffer carries on unchanged; holes are packed away whenever the
-// rows are assembled anew.
+// the decode run, fed nothing, so that the batch's buffer carries on
+// unchanged: a standard graph's row gets a masked position (a hole) instead
+// of a token, and holes are packed away whenever the rows are assembled
+// anew; an in-place graph's row is left as it is.
 type Decoder struct {
 	f    *DecoderFactory
 	s    *session                    // shared with the worker's other instances
@@ -415,7 +417,9 @@ func (d *Decoder) reusable(jobs []job, longest int, decode bool) (*kvBuf, []job)
 
 // run feeds each job's tokens after its cache in one ONNX Runtime run and
 // samples for the jobs that ask. The jobs' caches move to the run's present
-// buffer only once the run succeeded, so that a failed run loses nothing.
+// buffer (an in-place graph's get the new tokens' keys and values written
+// after them) only once the run succeeded, so that a failed run loses
+// nothing.
 // The decode run (decode true, one per step) has logits of its own; other
 // runs share one buffer, and the rows sampled from are copied out of it for
 // Logits.
@@ -521,7 +525,7 @@ func (d *Decoder) run(jobs []job, next []int32, decode bool) error {
 	}
 	ok = true
 	if d.dims.left {
-		if present, err = d.keepFresh(past, jobs, s, decode); err != nil {
+		if err := d.keepFresh(past, jobs, s, decode); err != nil {
 			return err
 		}
 	}
@@ -557,10 +561,10 @@ func (d *Decoder) first(j job, s int) int {
 
 // keepFresh writes the keys and values an in-place graph's run computed
 // (d.fresh) into the cache after each row's past: into past itself when
-// every row has room, which it returns; otherwise into a buffer assembled
-// with room for them (see room), whose rows are past's. The jobs' states
-// still count their past tokens only.
-func (d *Decoder) keepFresh(past *kvBuf, jobs []job, s int, decode bool) (*kvBuf, error) {
+// every row has room; otherwise into a buffer assembled with room for them
+// (see room), whose rows are past's and to which the jobs' states move. The
+// jobs' states still count their past tokens only.
+func (d *Decoder) keepFresh(past *kvBuf, jobs []job, s int, decode bool) error {
 	b, need := past, 0
 	for _, j := range jobs {
 		if j.st != nil {
@@ -575,7 +579,7 @@ func (d *Decoder) keepFresh(past *kvBuf, jobs []job, s int, decode bool) (*kvBuf
 		d.pool.widened++
 		var err error
 		if b, err = d.pool.assembleAt(d.dims, states, min(room(need), d.info.Context), !decode); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	for r, j := range jobs {
@@ -583,7 +587,7 @@ func (d *Decoder) keepFresh(past *kvBuf, jobs []job, s int, decode bool) (*kvBuf
 			writeNew(d.dims, b, r, j.st.n, d.fresh, s, d.first(j, s), len(j.tokens))
 		}
 	}
-	return b, nil
+	return nil
 }
 
 // values collects the tensors of a run and the first error making them.
