@@ -6,7 +6,9 @@
 //
 // The graph's inputs and outputs are named as in Hugging Face optimum's
 // decoder-with-past export (optimum-cli export onnx --model gpt2), so that
-// whatever serves these models serves a real export too.
+// whatever serves these models serves a real export too; a graph with
+// Spec.InPlaceKV (infer's built-in models) outputs the new tokens' keys and
+// values instead of present's, for a caller that keeps its cache in place.
 package gpt2
 
 import (

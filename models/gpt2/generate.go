@@ -37,6 +37,13 @@ func PastValue(i int) string    { return "past_key_values." + strconv.Itoa(i) + 
 func PresentKey(i int) string   { return "present." + strconv.Itoa(i) + ".key" }
 func PresentValue(i int) string { return "present." + strconv.Itoa(i) + ".value" }
 
+// NewKey and NewValue name the outputs of a graph with Spec.InPlaceKV:
+// new.{i}.key|value [batch, heads, sequence, head_dim], the keys and values
+// of the tokens fed only, which the caller writes into its cache after the
+// past's. Their names (instead of present's) mark the layout.
+func NewKey(i int) string   { return "new." + strconv.Itoa(i) + ".key" }
+func NewValue(i int) string { return "new." + strconv.Itoa(i) + ".value" }
+
 // Metadata keys Generate stores in the model's metadata_props.
 const (
 	MetaArch      = "infer.arch"      // "gpt2-tiny"
@@ -89,6 +96,18 @@ type Spec struct {
 	// AllLogits leaves out logits_to_keep: logits at every position, as
 	// in optimum's exports.
 	AllLogits bool
+	// InPlaceKV makes a graph whose KV cache its caller writes in place:
+	// past_key_values.{i} are buffers [batch, heads, capacity, head_dim]
+	// whose row r holds its sequence's tokens at positions the mask marks
+	// (with models/onnx, the first ones), the graph outputs only the fed
+	// tokens' keys and values (new.{i}.key|value) instead of present's
+	// concatenation of past and new, and attends to the past and the new
+	// tokens without concatenating them: a decode step reads the past's
+	// keys and values once, where the standard graph copies them into the
+	// present and reads them again. It needs position_ids (the past's
+	// length says nothing of a row's positions). Exports keep the standard
+	// graph.
+	InPlaceKV bool
 }
 
 func (s Spec) withDefaults() Spec {
@@ -96,6 +115,13 @@ func (s Spec) withDefaults() Spec {
 		s.Seed = DefaultSeed
 	}
 	return s
+}
+
+func (s Spec) validate() error {
+	if s.InPlaceKV && s.NoPositionIDs {
+		return fmt.Errorf("a graph with its KV cache in place needs position_ids")
+	}
+	return s.Arch.validate()
 }
 
 // FileName returns the name Ensure gives the model of s:
@@ -106,6 +132,9 @@ func (s Spec) FileName() string {
 	a := s.Arch
 	key := fmt.Sprintf("generator=%s name=%s L=%d H=%d A=%d V=%d C=%d seed=%d nopos=%v branch=%v all-logits=%v",
 		generatorVersion, a.Name, a.Layers, a.Hidden, a.Heads, a.Vocab, a.Context, s.Seed, s.NoPositionIDs, s.CacheBranch, s.AllLogits)
+	if s.InPlaceKV {
+		key += " in-place"
+	}
 	sum := sha256.Sum256([]byte(key))
 	return fmt.Sprintf("%s-%s.onnx", a, hex.EncodeToString(sum[:6]))
 }
@@ -116,7 +145,7 @@ func (s Spec) FileName() string {
 // gpt2-small writes about 500 MB.
 func Ensure(cacheDir string, s Spec) (string, error) {
 	s = s.withDefaults()
-	if err := s.Arch.validate(); err != nil {
+	if err := s.validate(); err != nil {
 		return "", fmt.Errorf("generate %s: %w", s.Arch, err)
 	}
 	return onnxgraph.EnsureFile(cacheDir, s.FileName(), func(w io.Writer) error { return Generate(w, s) })
@@ -127,7 +156,7 @@ func Ensure(cacheDir string, s Spec) (string, error) {
 // use stays small whatever the size of the model.
 func Generate(w io.Writer, s Spec) error {
 	s = s.withDefaults()
-	if err := s.Arch.validate(); err != nil {
+	if err := s.validate(); err != nil {
 		return fmt.Errorf("generate %s: %w", s.Arch, err)
 	}
 	if _, err := model(s).WriteTo(w); err != nil {
@@ -240,6 +269,11 @@ func build(s Spec) *onnxgraph.Graph {
 
 	b.Output(Logits, onnxgraph.Float32, batch, kept, onnxgraph.Fixed(int64(a.Vocab)))
 	for i := range a.Layers {
+		if s.InPlaceKV {
+			b.Output(NewKey(i), onnxgraph.Float32, batch, heads, seq, headDim)
+			b.Output(NewValue(i), onnxgraph.Float32, batch, heads, seq, headDim)
+			continue
+		}
 		b.Output(PresentKey(i), onnxgraph.Float32, batch, heads, total, headDim)
 		b.Output(PresentValue(i), onnxgraph.Float32, batch, heads, total, headDim)
 	}
@@ -264,14 +298,38 @@ func (b *builder) block(i int, x, bias string) string {
 	heads := func(t string) string {
 		return b.op("Transpose", []onnxgraph.Attr{onnxgraph.Ints("perm", 0, 2, 1, 3)}, b.op("Reshape", nil, t, split))
 	}
-	concat := []onnxgraph.Attr{onnxgraph.Int("axis", 2)}
-	b.NodeOut("Concat", []string{PastKey(i), heads(k)}, []string{PresentKey(i)}, concat...)
-	b.NodeOut("Concat", []string{PastValue(i), heads(v)}, []string{PresentValue(i)}, concat...)
-
-	query := b.Mul(heads(q), b.Scalar(float32(1/math.Sqrt(float64(d)))))
-	keyT := b.op("Transpose", []onnxgraph.Attr{onnxgraph.Ints("perm", 0, 1, 3, 2)}, PresentKey(i))
-	probs := b.op("Softmax", []onnxgraph.Attr{onnxgraph.Int("axis", -1)}, b.Add(b.MatMul(query, keyT), bias))
-	ctx := b.op("Transpose", []onnxgraph.Attr{onnxgraph.Ints("perm", 0, 2, 1, 3)}, b.MatMul(probs, PresentValue(i)))
+	scale := func() string { return b.Mul(heads(q), b.Scalar(float32(1/math.Sqrt(float64(d))))) }
+	transpose := func(t string) string {
+		return b.op("Transpose", []onnxgraph.Attr{onnxgraph.Ints("perm", 0, 1, 3, 2)}, t)
+	}
+	softmax := func(scores string) string {
+		return b.op("Softmax", []onnxgraph.Attr{onnxgraph.Int("axis", -1)}, b.Add(scores, bias))
+	}
+	var attn string // [batch, heads, sequence, head_dim]
+	if b.s.InPlaceKV {
+		// Scores over the past and the new tokens side by side (the bias
+		// spans both), and the weighted sum of each part's values:
+		// nothing of the size of the past is copied.
+		key, value := NewKey(i), NewValue(i)
+		b.NodeOut("Transpose", []string{b.op("Reshape", nil, k, split)}, []string{key}, onnxgraph.Ints("perm", 0, 2, 1, 3))
+		b.NodeOut("Transpose", []string{b.op("Reshape", nil, v, split)}, []string{value}, onnxgraph.Ints("perm", 0, 2, 1, 3))
+		query := scale()
+		scores := b.op("Concat", []onnxgraph.Attr{onnxgraph.Int("axis", -1)},
+			b.MatMul(query, transpose(PastKey(i))), b.MatMul(query, transpose(key)))
+		probs := softmax(scores)
+		past := b.op("Shape", []onnxgraph.Attr{onnxgraph.Int("start", 2), onnxgraph.Int("end", 3)}, PastKey(i)) // [1]
+		last := b.Int64s(-1)
+		onPast := b.op("Slice", nil, probs, b.Int64s(0), past, last)
+		onNew := b.op("Slice", nil, probs, past, b.Int64s(math.MaxInt64), last)
+		attn = b.Add(b.MatMul(onPast, PastValue(i)), b.MatMul(onNew, value))
+	} else {
+		concat := []onnxgraph.Attr{onnxgraph.Int("axis", 2)}
+		b.NodeOut("Concat", []string{PastKey(i), heads(k)}, []string{PresentKey(i)}, concat...)
+		b.NodeOut("Concat", []string{PastValue(i), heads(v)}, []string{PresentValue(i)}, concat...)
+		query := scale()
+		attn = b.MatMul(softmax(b.MatMul(query, transpose(PresentKey(i)))), PresentValue(i))
+	}
+	ctx := b.op("Transpose", []onnxgraph.Attr{onnxgraph.Ints("perm", 0, 2, 1, 3)}, attn)
 	ctx = b.op("Reshape", nil, ctx, b.Int64s(0, 0, int64(hidden)))
 	x = b.Add(x, b.conv1D(prefix+".attn.c_proj", ctx, hidden, hidden, std))
 

@@ -65,12 +65,16 @@ func TestGenerate(t *testing.T) {
 		t.Error("seeds 1 and 2 wrote the same file")
 	}
 	names := map[string]bool{}
-	specs := []Spec{s, {Arch: micro, Seed: 2}, {Arch: micro, NoPositionIDs: true}, {Arch: micro, CacheBranch: true}, {Arch: micro, AllLogits: true}}
+	specs := []Spec{s, {Arch: micro, Seed: 2}, {Arch: micro, NoPositionIDs: true}, {Arch: micro, CacheBranch: true}, {Arch: micro, AllLogits: true},
+		{Arch: micro, InPlaceKV: true}}
 	for _, v := range specs {
 		names[v.FileName()] = true
 	}
 	if len(names) != len(specs) {
 		t.Errorf("FileName gives %d names to %d different specs: %v", len(names), len(specs), names)
+	}
+	if err := Generate(&c, Spec{Arch: micro, InPlaceKV: true, NoPositionIDs: true}); err == nil {
+		t.Error("Generate accepted a KV cache in place without position_ids")
 	}
 	if err := Generate(&c, Spec{Arch: Arch{Name: "Bad Name", Layers: 1, Hidden: 2, Heads: 1, Vocab: 2, Context: 2}}); err == nil {
 		t.Error("Generate accepted the name \"Bad Name\"")
@@ -130,11 +134,15 @@ func TestInspect(t *testing.T) {
 // reference at every position.
 func TestORTReference(t *testing.T) {
 	tiny, _ := Lookup("gpt2-tiny")
-	for _, spec := range []Spec{{Arch: micro}, {Arch: tiny}, {Arch: micro, AllLogits: true}} {
+	for _, spec := range []Spec{{Arch: micro}, {Arch: tiny}, {Arch: micro, AllLogits: true}, {Arch: micro, InPlaceKV: true},
+		{Arch: tiny, InPlaceKV: true}} {
 		a := spec.Arch
 		name := a.Name
 		if spec.AllLogits {
 			name += "/all-logits"
+		}
+		if spec.InPlaceKV {
+			name += "/in-place"
 		}
 		t.Run(name, func(t *testing.T) {
 			path, err := Ensure(t.TempDir(), spec)

@@ -117,7 +117,12 @@ type decoderSig struct {
 	positions                     bool // the graph takes position_ids
 	cacheBranch                   bool // the graph takes use_cache_branch (a merged decoder)
 	keepLast                      bool // the graph takes logits_to_keep (models/gpt2's graphs)
-	inputs, outputs               []string
+	// inPlace: the graph outputs new.{i}.key|value, the fed tokens' keys
+	// and values, rather than present.{i}.key|value (models/gpt2's graphs
+	// with InPlaceKV); the decoder writes them into the cache in place
+	// (see kvcache.go).
+	inPlace         bool
+	inputs, outputs []string
 }
 
 // DecoderFactory loads a decoder graph and makes instances of it. It is a
@@ -429,12 +434,19 @@ func readDecoderSig(info onnxgraph.Info) (decoderSig, error) {
 		sig.inputs = append(sig.inputs, positionIDs)
 	}
 	sig.outputs = []string{logitsOutput}
+	_, sig.inPlace = outs["new.0.key"]
+	if sig.inPlace && !sig.positions {
+		return sig, fmt.Errorf("graph outputs new.0.key (its KV cache in place) but takes no %s", positionIDs)
+	}
 	for i := range sig.layers {
 		for _, kind := range []string{"key", "value"} {
-			name := fmt.Sprintf("present.%d.%s", i, kind)
+			name, want := fmt.Sprintf("present.%d.%s", i, kind), "past + sequence"
+			if sig.inPlace {
+				name, want = fmt.Sprintf("new.%d.%s", i, kind), "sequence"
+			}
 			if o, ok := outs[name]; !ok || o.Type != "float32" || len(o.Shape) != 4 {
-				return sig, fmt.Errorf("no float32 output %s [batch, heads, past + sequence, head_dim]; its outputs: %s",
-					name, listTensors(info.Outputs))
+				return sig, fmt.Errorf("no float32 output %s [batch, heads, %s, head_dim]; its outputs: %s",
+					name, want, listTensors(info.Outputs))
 			}
 			sig.inputs = append(sig.inputs, fmt.Sprintf("past_key_values.%d.%s", i, kind))
 			sig.outputs = append(sig.outputs, name)

@@ -313,13 +313,27 @@ func BenchmarkPrefixHit(b *testing.B) {
 // mean context). The staggered batch starts in its steady state (each slot
 // part way through its sequence, prefilled untimed); the two take turns,
 // step by step. The metrics are each side's tokens per second and
-// staggered/aligned, which the served ceiling's target (≥ 0.85) bounds.
+// staggered/aligned, which the served ceiling's target (≥ 0.85) bounds, for
+// the graph as served (its KV cache in place) and the standard graph.
 func BenchmarkStaggered(b *testing.B) {
-	const slots, promptLen = 32, 16
 	for _, a := range benchArchs(b) {
-		_, stag := openTestDecoder(b, gpt2.Spec{Arch: a}, DecoderConfig{KVTokens: 1 << 20})
-		_, aligned := openTestDecoder(b, gpt2.Spec{Arch: a}, DecoderConfig{KVTokens: 1 << 20})
-		b.Run(a.String(), func(b *testing.B) {
+		for _, layout := range []struct {
+			name    string
+			inPlace bool
+		}{{"in-place", true}, {"standard", false}} {
+			b.Run(a.String()+"/"+layout.name, func(b *testing.B) {
+				benchStaggered(b, gpt2.Spec{Arch: a, InPlaceKV: layout.inPlace})
+			})
+		}
+	}
+}
+
+func benchStaggered(b *testing.B, spec gpt2.Spec) {
+	const slots, promptLen = 32, 16
+	{
+		_, stag := openTestDecoder(b, spec, DecoderConfig{KVTokens: 1 << 20})
+		_, aligned := openTestDecoder(b, spec, DecoderConfig{KVTokens: 1 << 20})
+		{
 			rng := rand.New(rand.NewPCG(1, 2))
 			type slot struct {
 				s    models.StepSeq
@@ -390,6 +404,48 @@ func BenchmarkStaggered(b *testing.B) {
 			b.ReportMetric(s, "staggered-tok/s")
 			b.ReportMetric(al2, "aligned-tok/s")
 			b.ReportMetric(s/al2, "staggered/aligned")
+		}
+	}
+}
+
+// BenchmarkKVInPlace measures what the in-place KV cache saves a decode step:
+// 32 sequences decoding in step at a context of 256 to 288 (the offline
+// ceiling's shape), on the graph with its KV cache in place (as served)
+// and on the standard graph, which copies the past into its present. The
+// two take turns, step by step; the metrics are median step times and
+// their ratio.
+func BenchmarkKVInPlace(b *testing.B) {
+	const rows, ctxLen = 32, 256
+	for _, a := range benchArchs(b) {
+		_, std := openTestDecoder(b, gpt2.Spec{Arch: a}, DecoderConfig{KVTokens: 1 << 20})
+		_, inPlace := openTestDecoder(b, gpt2.Spec{Arch: a, InPlaceKV: true}, DecoderConfig{KVTokens: 1 << 20})
+		b.Run(a.String(), func(b *testing.B) {
+			ds := []*Decoder{std, inPlace}
+			seqs := [][]models.StepSeq{fill(b, std, rows, ctxLen), fill(b, inPlace, rows, ctxLen)}
+			next := make([]int32, rows)
+			var times abTimes
+			for b.Loop() {
+				for k, d := range ds {
+					if seqs[k][0].Past >= ctxLen+32 {
+						b.StopTimer()
+						for _, s := range seqs[k] {
+							d.Free(s.ID)
+						}
+						seqs[k] = fill(b, d, rows, ctxLen)
+						b.StartTimer()
+					}
+					t0 := time.Now()
+					if err := d.Step(context.Background(), seqs[k], next); err != nil {
+						b.Fatal(err)
+					}
+					times.add(k == 1, time.Since(t0))
+					for i := range seqs[k] {
+						seqs[k][i].Past++
+						seqs[k][i].Tokens = []int32{next[i]}
+					}
+				}
+			}
+			times.report(b, "standard", "in-place")
 		})
 	}
 }

@@ -17,26 +17,31 @@ import (
 )
 
 // tinySpec is the model of the decoder tests: gpt2-tiny's shape, whose
-// 50,257-token head is what makes a step cost what GPT-2's costs, with the
-// variants of the graph's inputs that real exports have.
+// 50,257-token head is what makes a step cost what GPT-2's costs, as
+// served (its KV cache in place), with the variants of the graph that real
+// exports have, each of which has the standard KV cache.
 func tinySpec(variant ...func(*gpt2.Spec)) gpt2.Spec {
 	a, err := gpt2.Lookup("gpt2-tiny")
 	if err != nil {
 		panic(err)
 	}
-	s := gpt2.Spec{Arch: a}
+	s := gpt2.Spec{Arch: a, InPlaceKV: true}
 	for _, v := range variant {
 		v(&s)
 	}
 	return s
 }
 
-func noPositionIDs(s *gpt2.Spec) { s.NoPositionIDs = true }
-func merged(s *gpt2.Spec)        { s.CacheBranch = true }
+// standard makes the graph's KV cache the standard one, past in and
+// present out, as in exports.
+func standard(s *gpt2.Spec) { s.InPlaceKV = false }
+
+func noPositionIDs(s *gpt2.Spec) { s.NoPositionIDs, s.InPlaceKV = true, false }
+func merged(s *gpt2.Spec)        { s.CacheBranch, s.InPlaceKV = true, false }
 
 // allLogits leaves out logits_to_keep, as optimum's exports do: logits at
 // every position, rows padded on the right.
-func allLogits(s *gpt2.Spec) { s.AllLogits = true }
+func allLogits(s *gpt2.Spec) { s.AllLogits, s.InPlaceKV = true, false }
 
 // testModels is where the tests' generated models are kept, each generated
 // once per test binary (gpt2-tiny takes seconds under the race detector).
@@ -161,18 +166,20 @@ func decodeAlone(t testing.TB, d *Decoder, id models.SeqID, p []int32, steps int
 
 func TestDecoderSignature(t *testing.T) {
 	for _, tc := range []struct {
-		name                  string
-		spec                  gpt2.Spec
-		positions, cach, keep bool
+		name                           string
+		spec                           gpt2.Spec
+		positions, cach, keep, inPlace bool
 	}{
-		{"gpt2-tiny", tinySpec(), true, false, true},
-		{"no position_ids", tinySpec(noPositionIDs, allLogits), false, false, false},
-		{"merged", tinySpec(merged, allLogits), true, true, false},
+		{"gpt2-tiny", tinySpec(), true, false, true, true},
+		{"standard", tinySpec(standard), true, false, true, false},
+		{"no position_ids", tinySpec(noPositionIDs, allLogits), false, false, false, false},
+		{"merged", tinySpec(merged, allLogits), true, true, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, _ := openTestDecoder(t, tc.spec, DecoderConfig{})
 			if f.sig.layers != 2 || f.sig.heads != 2 || f.sig.headDim != 64 || f.sig.vocab != 50257 ||
-				f.sig.positions != tc.positions || f.sig.cacheBranch != tc.cach || f.sig.keepLast != tc.keep {
+				f.sig.positions != tc.positions || f.sig.cacheBranch != tc.cach || f.sig.keepLast != tc.keep ||
+				f.sig.inPlace != tc.inPlace {
 				t.Errorf("signature = %+v", f.sig)
 			}
 			want := models.DecoderInfo{Context: 1024, EOS: 50256, Vocab: 50257, KVTokens: 16 * 1024, BlockKV: true,
@@ -256,7 +263,7 @@ func TestDecoderIncremental(t *testing.T) {
 	for _, variant := range []struct {
 		name string
 		spec gpt2.Spec
-	}{{"position_ids", tinySpec()}, {"all logits", tinySpec(allLogits)}, {"no position_ids", tinySpec(noPositionIDs, allLogits)},
+	}{{"in place", tinySpec()}, {"position_ids", tinySpec(standard)}, {"all logits", tinySpec(allLogits)}, {"no position_ids", tinySpec(noPositionIDs, allLogits)},
 		{"merged", tinySpec(merged, allLogits)}} {
 		t.Run(variant.name, func(t *testing.T) {
 			_, d := openTestDecoder(t, variant.spec, DecoderConfig{})
@@ -432,7 +439,7 @@ func TestDecoderBatchComposition(t *testing.T) {
 		name      string
 		spec      gpt2.Spec
 		schedules uint64
-	}{{"position_ids", tinySpec(), 2}, {"all logits", tinySpec(allLogits), 1}, {"no position_ids", tinySpec(noPositionIDs), 1},
+	}{{"in place", tinySpec(), 2}, {"position_ids", tinySpec(standard), 2}, {"all logits", tinySpec(allLogits), 1}, {"no position_ids", tinySpec(noPositionIDs), 1},
 		{"no position_ids, all logits", tinySpec(noPositionIDs, allLogits), 1}} {
 		t.Run(variant.name, func(t *testing.T) {
 			_, d := openTestDecoder(t, variant.spec, DecoderConfig{})
@@ -497,7 +504,12 @@ func TestDecoderLogitsToKeep(t *testing.T) {
 // and decodes what it decodes alone; and that the batch is assembled again
 // once more than one row in eight would stay empty.
 func TestDecoderJoinInPlace(t *testing.T) {
-	_, d := openTestDecoder(t, tinySpec(), DecoderConfig{})
+	t.Run("in place", func(t *testing.T) { testJoinInPlace(t, tinySpec()) })
+	t.Run("standard", func(t *testing.T) { testJoinInPlace(t, tinySpec(standard)) })
+}
+
+func testJoinInPlace(t *testing.T, spec gpt2.Spec) {
+	_, d := openTestDecoder(t, spec, DecoderConfig{})
 	target := prompt(3, 20)
 	const steps = 6
 	alone := decodeAlone(t, d, 100, target, steps, models.Sampling{})
@@ -556,6 +568,35 @@ func TestDecoderJoinInPlace(t *testing.T) {
 	}
 	if rows := d.seqs[100].kv.rows; rows != 13 {
 		t.Errorf("the batch has %d rows after compaction, want 13", rows)
+	}
+}
+
+// TestDecoderRoomInPlace: an in-place graph's batch decodes in its buffer,
+// which is assembled anew with room only when a row has none left (every 16
+// steps for rows of 30 or so tokens), never larger than room makes it.
+func TestDecoderRoomInPlace(t *testing.T) {
+	_, d := openTestDecoder(t, tinySpec(), DecoderConfig{})
+	seqs := fill(t, d, 4, 30)
+	assembled, widened := 0, 0
+	const steps = 40
+	for k := range steps + 1 {
+		if k == 1 { // after the batch's buffer was assembled from the 4 prefills
+			assembled, widened = d.pool.assembled, d.pool.widened
+		}
+		next, _ := step(t, d, seqs...)
+		for i := range seqs {
+			seqs[i].Past++
+			seqs[i].Tokens = next[i : i+1]
+			if st := d.seqs[seqs[i].ID]; st.kv.t > room(st.n) {
+				t.Fatalf("a buffer of %d positions for rows of %d tokens, more than room(%d) = %d", st.kv.t, st.n, st.n, room(st.n))
+			}
+		}
+	}
+	if n := d.pool.assembled - assembled; n != 0 {
+		t.Errorf("%d steps of an unchanged batch assembled it %d times, want 0", steps, n)
+	}
+	if n := d.pool.widened - widened; n < 1 || n > steps/16+1 {
+		t.Errorf("%d steps widened the batch's buffer %d times, want 1..%d", steps, n, steps/16+1)
 	}
 }
 
@@ -802,7 +843,15 @@ func TestReadDecoderSig(t *testing.T) {
 // left (pages resident) instead of mapping new ones; and the buffers the
 // pool keeps stay within maxFree and its spare floats besides the largest.
 func TestDecoderReusesPrefillBuffers(t *testing.T) {
-	_, d := openTestDecoder(t, tinySpec(), DecoderConfig{})
+	t.Run("in place", func(t *testing.T) { testReusesPrefillBuffers(t, tinySpec(), 1) })
+	t.Run("standard", func(t *testing.T) { testReusesPrefillBuffers(t, tinySpec(standard), 2) })
+}
+
+// testReusesPrefillBuffers is TestDecoderReusesPrefillBuffers for one
+// graph, whose request leaves at least least buffers: an in-place graph's
+// sequence keeps one, a standard graph's run takes a past and a present.
+func testReusesPrefillBuffers(t *testing.T, spec gpt2.Spec, least int) {
+	_, d := openTestDecoder(t, spec, DecoderConfig{})
 	request := func(id models.SeqID) {
 		s := models.StepSeq{ID: id, Tokens: prompt(uint64(id), 40), Sample: true}
 		next, _ := step(t, d, s)
@@ -818,8 +867,8 @@ func TestDecoderReusesPrefillBuffers(t *testing.T) {
 	if got := d.pool.allocated - before; got != 0 {
 		t.Errorf("7 more requests of the same shape allocated %d floats; want the kept buffers reused", got)
 	}
-	if n := len(d.pool.free); n < 2 || n > maxFree {
-		t.Errorf("the pool keeps %d free buffers, want 2..%d", n, maxFree)
+	if n := len(d.pool.free); n < least || n > maxFree {
+		t.Errorf("the pool keeps %d free buffers, want %d..%d", n, least, maxFree)
 	}
 	spare := 0
 	for _, b := range d.pool.free[1:] {

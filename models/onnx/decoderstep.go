@@ -31,15 +31,17 @@ const maxRunLogits = 8 << 20
 // A Step runs the sequences that feed one token (decoding) together in one
 // run, and those that feed several (prefill chunks) in runs of their own, so
 // that a decode row is never padded to a prompt's length. Every run pads its
-// rows on the left of their past to the longest one and feeds per-row
-// position ids and an attention mask over past and current positions. A
-// graph with logits_to_keep (models/gpt2's) computes logits at each row's
-// last position only, a prefill's one sample; an export without it computes
-// them at every position fed.
+// rows' past to the longest one, on the left (an in-place graph's: on the
+// right, see kvcache.go), and feeds per-row position ids and an attention
+// mask over past and current positions. A graph with logits_to_keep
+// (models/gpt2's) computes logits at each row's last position only, a
+// prefill's one sample; an export without it computes them at every
+// position fed.
 // Sequences that hold a cache but are not part of a step keep their row in
-// the decode run, with a masked position (a hole) instead of a token, so that
-// the batch's buffer carries on unchanged; holes are packed away whenever the
-// rows are assembled anew.
+// the decode run, fed nothing, so that the batch's buffer carries on
+// unchanged: a standard graph's row gets a masked position (a hole) instead
+// of a token, and holes are packed away whenever the rows are assembled
+// anew; an in-place graph's row is left as it is.
 type Decoder struct {
 	f    *DecoderFactory
 	s    *session                    // shared with the worker's other instances
@@ -59,6 +61,10 @@ type Decoder struct {
 
 	// Reused from step to step.
 	ids, pos []int64
+	// An in-place graph's run: its mask (past and fed positions) and its
+	// outputs new.{i}.key|value, [2·layers][rows][heads][sequence][headDim].
+	mask  []int64
+	fresh []float32
 	// The logits of the decode run, and of the other runs one after the
 	// other (their sampled rows are copied to kept).
 	decodeLogits, runLogits []float32
@@ -77,7 +83,7 @@ var _ models.Decoder = (*Decoder)(nil)
 func newDecoder(f *DecoderFactory, s *session) *Decoder {
 	d := &Decoder{
 		f: f, s: s, sess: s.sess, sig: f.sig, info: f.info,
-		dims: dims{layers: f.sig.layers, heads: f.sig.heads, headDim: f.sig.headDim},
+		dims: dims{layers: f.sig.layers, heads: f.sig.heads, headDim: f.sig.headDim, left: f.sig.inPlace},
 		seqs: map[models.SeqID]*seqState{},
 		// Free buffers kept for reuse: up to an eighth of the KV bound, in
 		// floats, besides the largest (see bufPool.put).
@@ -351,8 +357,14 @@ func (d *Decoder) past(jobs []job, decode bool) (*kvBuf, []job, error) {
 // be the past of a decode run (one more position): its positions beyond the
 // longest sequence (left by sequences that left, or made by holes) are at
 // most a quarter of them or 16, and past and present stay within the
-// context, which an export's causal mask may be sized to.
+// context, which an export's causal mask may be sized to. An in-place
+// graph's buffer may have twice the room a buffer assembled for the longest
+// sequence gets (see room): every step reads all its positions, where
+// assembling copies them once.
 func (d *Decoder) fits(b *kvBuf, longest int) bool {
+	if d.dims.left {
+		return b.t-longest <= 2*(room(longest)-longest)
+	}
 	return b.t-longest <= max(16, b.t/4) && b.t < d.info.Context
 }
 
@@ -405,7 +417,9 @@ func (d *Decoder) reusable(jobs []job, longest int, decode bool) (*kvBuf, []job)
 
 // run feeds each job's tokens after its cache in one ONNX Runtime run and
 // samples for the jobs that ask. The jobs' caches move to the run's present
-// buffer only once the run succeeded, so that a failed run loses nothing.
+// buffer (an in-place graph's get the new tokens' keys and values written
+// after them) only once the run succeeded, so that a failed run loses
+// nothing.
 // The decode run (decode true, one per step) has logits of its own; other
 // runs share one buffer, and the rows sampled from are copied out of it for
 // Logits.
@@ -418,16 +432,26 @@ func (d *Decoder) run(jobs []job, next []int32, decode bool) error {
 	for _, j := range jobs {
 		s = max(s, len(j.tokens))
 	}
-	present, err := d.pool.get(d.dims, rows, t+s, !decode)
-	if err != nil {
-		return err
-	}
+	// The present's mask; for the standard graph, the present itself.
+	var present *kvBuf
+	var presentMask []int64
 	ok := false
-	defer func() {
-		if !ok {
-			d.pool.put(present)
+	if d.dims.left {
+		d.mask = grow(d.mask, rows*(t+s))
+		presentMask = d.mask
+		d.fresh = grow(d.fresh, 2*d.dims.layers*rows*d.dims.heads*s*d.dims.headDim)
+	} else {
+		present, err = d.pool.get(d.dims, rows, t+s, !decode)
+		if err != nil {
+			return err
 		}
-	}()
+		presentMask = present.mask
+		defer func() {
+			if !ok {
+				d.pool.put(present)
+			}
+		}()
+	}
 
 	// Inputs: the tokens, their positions, and the mask of past and current
 	// positions, which is also the present's mask. A graph that takes
@@ -442,12 +466,9 @@ func (d *Decoder) run(jobs []job, next []int32, decode bool) error {
 	d.ids, d.pos = grow(d.ids, rows*s), grow(d.pos, rows*s)
 	for r, j := range jobs {
 		ids, pos := d.ids[r*s:(r+1)*s], d.pos[r*s:(r+1)*s]
-		copy(present.mask[r*(t+s):], past.mask[r*t:(r+1)*t])
-		mask := present.mask[r*(t+s)+t : (r+1)*(t+s)]
-		first := 0 // where the row's tokens start
-		if d.sig.keepLast {
-			first = s - len(j.tokens)
-		}
+		copy(presentMask[r*(t+s):], past.mask[r*t:(r+1)*t])
+		mask := presentMask[r*(t+s)+t : (r+1)*(t+s)]
+		first := d.first(j, s)
 		n := 0 // the row's past tokens; none in a row no sequence holds
 		if j.st != nil {
 			n = j.st.n
@@ -472,16 +493,22 @@ func (d *Decoder) run(jobs []job, next []int32, decode bool) error {
 	defer func() { destroy(in.vs); destroy(out.vs) }()
 	tokShape := ort.NewShape(int64(rows), int64(s))
 	addTensor(&in, tokShape, d.ids)
-	addTensor(&in, ort.NewShape(int64(rows), int64(t+s)), present.mask)
+	addTensor(&in, ort.NewShape(int64(rows), int64(t+s)), presentMask)
 	if d.sig.positions {
 		addTensor(&in, tokShape, d.pos)
 	}
 	addTensor(&out, ort.NewShape(int64(rows), int64(kept), int64(d.info.Vocab)), logits)
 	pastShape := ort.NewShape(int64(rows), int64(d.dims.heads), int64(t), int64(d.dims.headDim))
 	presentShape := ort.NewShape(int64(rows), int64(d.dims.heads), int64(t+s), int64(d.dims.headDim))
+	freshShape := ort.NewShape(int64(rows), int64(d.dims.heads), int64(s), int64(d.dims.headDim))
 	for i := range 2 * d.dims.layers {
 		addTensor(&in, pastShape, d.dims.tensor(past, i))
-		addTensor(&out, presentShape, d.dims.tensor(present, i))
+		if d.dims.left {
+			n := rows * d.dims.heads * s * d.dims.headDim
+			addTensor(&out, freshShape, d.fresh[i*n:(i+1)*n])
+		} else {
+			addTensor(&out, presentShape, d.dims.tensor(present, i))
+		}
 	}
 	if d.sig.cacheBranch {
 		addTensor(&in, ort.NewShape(1), []bool{t > 0})
@@ -497,6 +524,11 @@ func (d *Decoder) run(jobs []job, next []int32, decode bool) error {
 		return fmt.Errorf("onnx: run %s: %w", d.f.cfg.Name, err)
 	}
 	ok = true
+	if d.dims.left {
+		if err := d.keepFresh(past, jobs, s, decode); err != nil {
+			return err
+		}
+	}
 
 	for r, j := range jobs {
 		if j.st == nil {
@@ -508,10 +540,53 @@ func (d *Decoder) run(jobs []job, next []int32, decode bool) error {
 		if j.st.table == nil {
 			d.own += len(j.tokens)
 		}
-		d.pool.moveTo(j.st, present, r)
+		if !d.dims.left {
+			d.pool.moveTo(j.st, present, r)
+		}
 		d.store.wrote(j.st, from)
 	}
 	d.sample(jobs, logits, kept, next, !decode)
+	return nil
+}
+
+// first returns where a job's tokens start among the s positions of its
+// run's row: a graph that takes logits_to_keep has each row's tokens end
+// together (see run).
+func (d *Decoder) first(j job, s int) int {
+	if d.sig.keepLast {
+		return s - len(j.tokens)
+	}
+	return 0
+}
+
+// keepFresh writes the keys and values an in-place graph's run computed
+// (d.fresh) into the cache after each row's past: into past itself when
+// every row has room; otherwise into a buffer assembled with room for them
+// (see room), whose rows are past's and to which the jobs' states move. The
+// jobs' states still count their past tokens only.
+func (d *Decoder) keepFresh(past *kvBuf, jobs []job, s int, decode bool) error {
+	b, need := past, 0
+	for _, j := range jobs {
+		if j.st != nil {
+			need = max(need, j.st.n+len(j.tokens))
+		}
+	}
+	if need > b.t || b.data == nil {
+		states := make([]*seqState, len(jobs))
+		for r, j := range jobs {
+			states[r] = j.st
+		}
+		d.pool.widened++
+		var err error
+		if b, err = d.pool.assembleAt(d.dims, states, min(room(need), d.info.Context), !decode); err != nil {
+			return err
+		}
+	}
+	for r, j := range jobs {
+		if j.st != nil && len(j.tokens) > 0 {
+			writeNew(d.dims, b, r, j.st.n, d.fresh, s, d.first(j, s), len(j.tokens))
+		}
+	}
 	return nil
 }
 

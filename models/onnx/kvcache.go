@@ -7,25 +7,47 @@ import (
 	"github.com/inferhq/infer/models"
 )
 
-// The KV cache of a Decoder lives in shared buffers, each the past (or
-// present) tensors of one run: for every layer a key and a value tensor
-// [rows, heads, positions, head_dim], and an attention mask [rows,
-// positions] saying which positions hold tokens of the row's sequence.
-// ONNX Runtime writes a run's present tensors straight into a new buffer, and
-// when the next run has the same rows that buffer is its past as it is: a
-// decode step over an unchanged batch copies nothing outside the graph.
-// A sequence that leaves leaves its row empty, and one that joins the decode
-// run moves into an empty row, its tokens copied to the right end of the
-// row: in continuous batching, where a join follows each leave, the batch's
-// buffer carries on with one sequence's cache copied. Empty rows are fed as
-// holes; when more than one in eight would stay empty, when a joining
-// sequence is longer than the buffer, when positions no row uses waste too
-// much of it, or when it has reached the context, the next run's past is
-// assembled instead: each row's
-// tokens are gathered from wherever they are, packed to the right of its row
-// and padded on the left, a copy of the whole cache (at gpt2-tiny's batch
-// 32, a quarter to a half of a step; see BenchmarkKVLayout). Keeping each
-// sequence's cache on its own would cost that copy at every step.
+// The KV cache of a Decoder lives in shared buffers, each the past of one
+// run: for every layer a key and a value tensor [rows, heads, positions,
+// head_dim], and an attention mask [rows, positions] saying which positions
+// hold tokens of the row's sequence. Two layouts, by the graph:
+//
+// An in-place graph (models/gpt2's built-in graphs, gpt2.Spec.InPlaceKV)
+// outputs only the fed tokens' keys and values, and the decoder writes them
+// into the past's buffer after each row's tokens: rows are left-aligned, row
+// r's tokens at positions 0..n-1 and the positions after them masked room
+// to grow. A decode step reads each row's keys and values once (in
+// attention) and copies a token's worth per row; a buffer whose longest row
+// has no room left is assembled anew, wider by room (1/16, at least 16
+// positions), so that decoding widens it at most every 16 steps. Masked
+// positions get exactly zero weight and a row's tokens keep their places
+// whatever the buffer's size, so a row's logits differ between buffers by
+// the order of summation only (the tests hold them within 1e-5 of the row
+// decoded alone).
+//
+// A standard graph (exports) outputs the present, past and new tokens
+// concatenated, into a new buffer that ONNX Runtime writes, and when the
+// next run has the same rows that buffer is its past as it is: a decode
+// step over an unchanged batch copies nothing outside the graph, but the
+// graph copies the whole past into the present, and attention reads it
+// again. Rows are right-aligned: a row's tokens end at the buffer's last
+// position, padded on the left.
+//
+// In both, a sequence that leaves leaves its row empty, and one that joins
+// the decode run moves into an empty row, its own tokens copied (to the
+// right end of the row, or the left in place): in continuous batching,
+// where a join follows each leave, the batch's buffer carries on with one
+// sequence's cache copied. Empty rows are fed as holes; when more than one
+// in eight would stay empty, when a joining sequence is longer than the
+// buffer, when positions no row uses waste too much of it (see fits), or
+// when a standard buffer has reached the context, the next run's past is
+// assembled instead: each row's tokens are gathered from wherever they
+// are, packed to the right of its row (the left in place) and padded on
+// the other side, a copy of the whole cache (at gpt2-tiny's batch 32, a
+// quarter to a half of a standard step; see BenchmarkKVLayout). Keeping
+// each sequence's cache on its own would cost that copy at every step.
+// Sequences that sit a step out keep their rows: a standard graph's gets a
+// masked hole, an in-place graph's is left as it is.
 
 // kvBuf is one buffer of the KV cache.
 type kvBuf struct {
@@ -48,8 +70,13 @@ type seqState struct {
 	table []int32
 }
 
-// dims are the sizes of the cache tensors.
-type dims struct{ layers, heads, headDim int }
+// dims are the sizes of the cache tensors, and their layout: left says
+// rows hold their tokens at their first positions (an in-place graph's
+// cache, see inPlace), rather than at their last.
+type dims struct {
+	layers, heads, headDim int
+	left                   bool
+}
 
 // tensor returns the elements of tensor i (2·layer + 0 for the key, + 1 for
 // the value) of b.
@@ -66,6 +93,7 @@ type bufPool struct {
 	spare     int             // floats of free buffers kept besides the largest (see put)
 	all       map[*kvBuf]bool // every buffer allocated and not yet freed
 	assembled int             // buffers assembled (see assemble), for tests
+	widened   int             // left-layout buffers assembled to make room (see Decoder.keepFresh), for tests
 	allocated int             // floats allocated, for tests
 }
 
@@ -171,28 +199,54 @@ type segment struct{ start, n int }
 
 // assemble returns a new buffer whose row r holds the cache of states[r]:
 // its n tokens at the right end of the row, positions t-n..t-1, with t the
-// largest n, and zeros before them. The states move to it, and their old
-// buffers go back to the pool as they empty. prefill says it is the past of
-// a prefill run (see get).
+// largest n, and zeros before them (at the left end, positions 0..n-1, in
+// a left layout, with t = room(largest n)). The states move to it, and
+// their old buffers go back to the pool as they empty. prefill says it is
+// the past of a prefill run (see get).
 func (p *bufPool) assemble(d dims, states []*seqState, prefill bool) (*kvBuf, error) {
 	t := 0
 	for _, st := range states {
 		t = max(t, st.n)
 	}
+	if d.left {
+		t = room(t)
+	}
+	p.assembled++
+	return p.assembleAt(d, states, t, prefill)
+}
+
+// assembleAt is assemble into a buffer of t positions (at least the largest
+// n). A nil state leaves its row empty.
+func (p *bufPool) assembleAt(d dims, states []*seqState, t int, prefill bool) (*kvBuf, error) {
 	b, err := p.get(d, len(states), t, prefill)
 	if err != nil {
 		return nil, err
 	}
-	p.assembled++
 	var segs []segment
 	for r, st := range states {
+		if st == nil {
+			clear(b.mask[r*t : (r+1)*t])
+			continue
+		}
 		segs = copyRow(d, b, r, st, segs)
 	}
 	for r, st := range states {
-		p.moveTo(st, b, r)
+		if st != nil {
+			p.moveTo(st, b, r)
+		}
 	}
 	return b, nil
 }
+
+// room is the positions of a left-layout buffer assembled for rows of at
+// most n tokens: 1/16 more, at least 16, so that decoding, a position a
+// row at each step, widens it (a copy of the cache) at most every 16
+// steps, while a step reads at most 1/16 more than its longest row until
+// that row leaves (see Decoder.fits). Tighter room (1/32, at least 8) was
+// no faster in BenchmarkStaggered: staggered/aligned 0.92, 0.83, 0.88
+// against 1.03, 1.00, 0.88 with this room, the two builds taking turns
+// (2-core dev VM, load average 8, 2 December 2026).
+func room(n int) int { return n + max(16, n/16) }
 
 // joinInPlace moves st into row r of b, a row no sequence holds, its
 // tokens at the right end of the row: the cost of one sequence's cache,
@@ -212,14 +266,18 @@ func (p *bufPool) moveTo(st *seqState, b *kvBuf, r int) {
 }
 
 // copyRow writes st's cache into row r of b: its n tokens at positions
-// t-n..t-1 of the row, zeros and a masked position before them. segs is
-// scratch space, returned for reuse.
+// t-n..t-1 of the row, zeros and a masked position before them (in a left
+// layout, at positions 0..n-1 and masked after them, the positions after
+// left as they were). segs is scratch space, returned for reuse.
 func copyRow(d dims, b *kvBuf, r int, st *seqState, segs []segment) []segment {
 	t := b.t
 	mask := b.mask[r*t : (r+1)*t]
-	pad := t - st.n
-	clear(mask[:pad])
-	for i := pad; i < t; i++ {
+	pad := t - st.n // where the tokens start
+	if d.left {
+		pad = 0
+	}
+	clear(mask)
+	for i := pad; i < pad+st.n; i++ {
 		mask[i] = 1
 	}
 	// The source row's tokens, as runs of positions: one run, unless the
@@ -247,7 +305,9 @@ func copyRow(d dims, b *kvBuf, r int, st *seqState, segs []segment) []segment {
 		}
 		for h := range d.heads {
 			row := dst[((r*d.heads+h)*t)*d.headDim:][:t*d.headDim]
-			clear(row[:pad*d.headDim])
+			if !d.left {
+				clear(row[:pad*d.headDim])
+			}
 			at := pad * d.headDim
 			for _, s := range segs {
 				from := ((st.row*d.heads+h)*st.kv.t + s.start) * d.headDim
@@ -256,4 +316,24 @@ func copyRow(d dims, b *kvBuf, r int, st *seqState, segs []segment) []segment {
 		}
 	}
 	return segs
+}
+
+// writeNew writes the keys and values of k tokens a run of an in-place
+// graph computed for row r (fresh: its outputs, [2·layers][rows][heads][s]
+// [headDim], the row's tokens at positions from..from+k-1 of s) into row r
+// of b, a left-layout buffer, after its n tokens, and marks them in the
+// mask. b must have room: n+k ≤ b.t.
+func writeNew(d dims, b *kvBuf, r, n int, fresh []float32, s, from, k int) {
+	rows, hd := b.rows, d.headDim
+	for ti := range 2 * d.layers {
+		dst := d.tensor(b, ti)
+		src := fresh[ti*rows*d.heads*s*hd:][:rows*d.heads*s*hd]
+		for h := range d.heads {
+			copy(dst[((r*d.heads+h)*b.t+n)*hd:][:k*hd], src[((r*d.heads+h)*s+from)*hd:][:k*hd])
+		}
+	}
+	mask := b.mask[r*b.t : (r+1)*b.t]
+	for i := n; i < n+k; i++ {
+		mask[i] = 1
+	}
 }

@@ -112,7 +112,9 @@ func simLMEntry() Entry {
 
 func gpt2Entry(a gpt2.Arch) Entry {
 	tasks := []string{gpt2.Task}
-	spec := func(seed uint64) gpt2.Spec { return gpt2.Spec{Arch: a, Seed: seed} }
+	// The graph has its KV cache in place: a decode step reads it once,
+	// where the standard graph of exports copies it and reads it again.
+	spec := func(seed uint64) gpt2.Spec { return gpt2.Spec{Arch: a, Seed: seed, InPlaceKV: true} }
 	return Entry{
 		Name: a.String(), Kind: Decoder, Family: "GPT-2", Tasks: tasks, Engine: onnx.DecoderEngine(), Context: a.Context,
 		Listing: Listing{Layers: a.Layers, Hidden: a.Hidden, Heads: a.Heads, Context: a.Context,
