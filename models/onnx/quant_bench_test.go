@@ -95,7 +95,7 @@ func BenchmarkQuantizedDecode(b *testing.B) {
 		for _, q := range []struct {
 			name string
 			opts quant.Options
-		}{{"int8", quant.Options{}}, {"int8-keep-head", quant.Options{KeepHead: true}}, {"int4", quant.Options{Bits: 4, Block: 32}}} {
+		}{{"rowint", quant.Options{Activations: quant.ActivationsRowInt}}, {"rowint-keep-head", quant.Options{Activations: quant.ActivationsRowInt, KeepHead: true}}, {"int8", quant.Options{}}, {"int8-keep-head", quant.Options{KeepHead: true}}, {"int4", quant.Options{Bits: 4, Block: 32}}} {
 			b.Run(fmt.Sprintf("%s/%s/batch=%d/context=%d", a, q.name, batch, ctxLen), func(b *testing.B) {
 				d := openDecoderFile(b, quantized(b, src, q.opts))
 				seqs := map[*Decoder][]models.StepSeq{fp32: fill(b, fp32, batch, ctxLen), d: fill(b, d, batch, ctxLen)}

@@ -107,6 +107,7 @@ func TestQuantizedFused(t *testing.T) {
 		outs = append(outs, gpt2.PresentKey(i), gpt2.PresentValue(i))
 	}
 	got = optimizedOps(t, dec, ins, outs)
+	t.Logf("rowint: %v", optimizedOps(t, quantized(t, testModel(t, tinySpec()), quant.Options{Activations: quant.ActivationsRowInt}), ins, outs))
 	if got["MatMulNBits"] != 9 {
 		t.Errorf("gpt2-tiny per row, optimised: %v; want 9 MatMulNBits", got)
 	}
@@ -197,7 +198,7 @@ func TestQuantizedDecoderBatchComposition(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		opts quant.Options
-	}{{"int8", quant.Options{}}, {"int4", quant.Options{Bits: 4, Block: 32}}} {
+	}{{"int8", quant.Options{}}, {"rowint", quant.Options{Activations: quant.ActivationsRowInt}}, {"int4", quant.Options{Bits: 4, Block: 32}}} {
 		t.Run(c.name, func(t *testing.T) {
 			d := openDecoderFile(t, quantized(t, testModel(t, tinySpec()), c.opts))
 			target := prompt(5, 23)
@@ -245,7 +246,7 @@ func TestQuantizedDecoderAgreement(t *testing.T) {
 		name     string
 		opts     quant.Options
 		minAgree float64
-	}{{"int8", quant.Options{}, 0.85}, {"int4", quant.Options{Bits: 4, Block: 32}, 0.25}} {
+	}{{"int8", quant.Options{}, 0.85}, {"rowint", quant.Options{Activations: quant.ActivationsRowInt}, 0.85}, {"int4", quant.Options{Bits: 4, Block: 32}, 0.25}} {
 		b := openDecoderFile(t, quantized(t, src, c.opts))
 		rep, err := compare.Decode(context.Background(), a, b, prompts, compare.DecodeConfig{Tokens: 32, EOS: -1})
 		if err != nil {

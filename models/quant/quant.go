@@ -65,6 +65,8 @@ const (
 	// ActivationsRow quantises each row of a product's input on its own,
 	// per block; weights per block.
 	ActivationsRow
+	// ActivationsRowInt: experiment.
+	ActivationsRowInt
 )
 
 // String returns "auto", "tensor" or "row".
@@ -74,6 +76,8 @@ func (a Activations) String() string {
 		return "tensor"
 	case ActivationsRow:
 		return "row"
+	case ActivationsRowInt:
+		return "rowint"
 	}
 	return "auto"
 }
@@ -248,7 +252,7 @@ func (o Options) Check() error {
 		return inputErrorf("weights per tensor apply to activations per tensor; with activations per row the weights are in blocks")
 	case o.PerTensor && o.Bits == 4:
 		return inputErrorf("weights per tensor apply to int8 weights with activations per tensor")
-	case o.Activations < ActivationsAuto || o.Activations > ActivationsRow:
+	case o.Activations < ActivationsAuto || o.Activations > ActivationsRowInt:
 		return inputErrorf("activations %d: want auto, tensor or row", o.Activations)
 	}
 	return nil
@@ -342,7 +346,7 @@ func Rewrite(f *onnxgraph.File, opts Options) (*Report, error) {
 	if opts.PerTensor && opts.Activations == ActivationsRow {
 		return nil, inputErrorf("weights per tensor apply to activations per tensor, and this graph has a KV cache (a decoder), which gets activations per row: ask for activations per tensor too")
 	}
-	if v := f.Opset(""); opts.Activations == ActivationsTensor && v < minOpset {
+	if v := f.Opset(""); opts.Activations != ActivationsRow && v < minOpset {
 		return nil, inputErrorf("opset %d: activations per tensor need opset %d or later (DynamicQuantizeLinear); export the model with a newer opset", v, minOpset)
 	}
 

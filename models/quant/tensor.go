@@ -46,7 +46,16 @@ func (w *writer) tensor(p product, activations map[string][3]string) ([]onnxgrap
 	x, y, base := p.node.Inputs[0], p.node.Outputs[0], p.names()
 	var nodes []onnxgraph.Node
 	act, ok := activations[x]
-	if !ok {
+	switch {
+	case ok:
+	case w.opts.Activations == ActivationsRowInt:
+		var q []onnxgraph.Node
+		if q, act, err = w.quantizeRows(x); err != nil {
+			return nil, err
+		}
+		nodes = append(nodes, q...)
+		activations[x] = act
+	default:
 		act = [3]string{f.Unique(x + "_quantized"), f.Unique(x + "_scale"), f.Unique(x + "_zero_point")}
 		nodes = append(nodes, onnxgraph.NewNode(f.Unique(base+"_quantize_input"), "DynamicQuantizeLinear", "", []string{x}, act[:]))
 		activations[x] = act

@@ -15,6 +15,7 @@ type writer struct {
 	opts   Options // resolved
 	done   map[string]quantized
 	tables map[string]quantized // embedding tables, by name
+	rc     rowConsts            // constants of activations per row
 }
 
 // quantized is a weight written quantised, with its scales.

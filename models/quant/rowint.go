@@ -1,0 +1,90 @@
+package quant
+
+import (
+	"github.com/inferhq/infer/models/onnxgraph"
+)
+
+// Activations per row in standard operators: each row of a product's
+// input quantised to uint8 on its own (symmetric, zero point 128), the
+// weights int8 per channel as with activations per tensor, MatMulInteger,
+// and the row's scale applied to the row's outputs.
+
+// rowConsts are the constants of the per-row quantisation, written once
+// per model.
+type rowConsts struct {
+	levels, tiny, zero, zeroPoint, axes string
+}
+
+// consts returns the constants, writing them on first use.
+func (w *writer) consts() (rowConsts, error) {
+	if w.rc.levels != "" {
+		return w.rc, nil
+	}
+	f := w.f
+	c := rowConsts{levels: f.Unique("row_quant_levels"), tiny: f.Unique("row_quant_tiny"),
+		zero: f.Unique("row_quant_offset"), zeroPoint: f.Unique("row_quant_zero_point")}
+	err := f.SetInitializer(c.levels, onnxgraph.Float32, nil, float32Bytes([]float32{127}))
+	if err == nil {
+		// The smallest normal float32: a row of zeros (or of subnormals)
+		// gets a scale that turns it into zeros, not NaNs.
+		err = f.SetInitializer(c.tiny, onnxgraph.Float32, nil, float32Bytes([]float32{0x1p-126}))
+	}
+	if err == nil {
+		err = f.SetInitializer(c.zero, onnxgraph.Float32, nil, float32Bytes([]float32{128}))
+	}
+	if err == nil {
+		err = f.SetInitializer(c.zeroPoint, onnxgraph.Uint8, nil, []byte{128})
+	}
+	if err == nil && f.Opset("") >= 18 {
+		c.axes = f.Unique("row_quant_axes")
+		err = f.SetInitializer(c.axes, onnxgraph.Int64, []int64{1}, int64Bytes(-1))
+	}
+	if err != nil {
+		return rowConsts{}, err
+	}
+	w.rc = c
+	return c, nil
+}
+
+// quantizeRows returns the nodes that quantise each row of x (its last
+// axis) on its own, and the names of the uint8 rows, their scales (shape
+// [..., 1]) and their zero point (128):
+//
+//	s = max(ReduceMax(Abs(x)) / 127, tiny)
+//	x_q = Cast<uint8>(Round(x / s) + 128)
+//
+// |x / s| ≤ 127, so x_q is in [1, 255] and needs no Clip.
+func (w *writer) quantizeRows(x string) ([]onnxgraph.Node, [3]string, error) {
+	f := w.f
+	c, err := w.consts()
+	if err != nil {
+		return nil, [3]string{}, err
+	}
+	abs, m, unguarded, s := f.Unique(x+"_abs"), f.Unique(x+"_row_max"), f.Unique(x+"_row_scale_unguarded"), f.Unique(x+"_row_scale")
+	div, round, shifted, q := f.Unique(x+"_steps"), f.Unique(x+"_rounded"), f.Unique(x+"_shifted"), f.Unique(x+"_quantized")
+	reduce := onnxgraph.NewNode(f.Unique(x+"_row_max"), "ReduceMax", "", []string{abs}, []string{m}, onnxgraph.Ints("axes", -1), onnxgraph.Int("keepdims", 1))
+	if c.axes != "" {
+		reduce = onnxgraph.NewNode(f.Unique(x+"_row_max"), "ReduceMax", "", []string{abs, c.axes}, []string{m}, onnxgraph.Int("keepdims", 1))
+	}
+	nodes := []onnxgraph.Node{
+		onnxgraph.NewNode(f.Unique(x+"_abs"), "Abs", "", []string{x}, []string{abs}),
+		reduce,
+		onnxgraph.NewNode(f.Unique(x+"_row_scale"), "Div", "", []string{m, c.levels}, []string{unguarded}),
+		onnxgraph.NewNode(f.Unique(x+"_guard"), "Max", "", []string{unguarded, c.tiny}, []string{s}),
+		onnxgraph.NewNode(f.Unique(x+"_steps"), "Div", "", []string{x, s}, []string{div}),
+		onnxgraph.NewNode(f.Unique(x+"_round"), "Round", "", []string{div}, []string{round}),
+		onnxgraph.NewNode(f.Unique(x+"_shift"), "Add", "", []string{round, c.zero}, []string{shifted}),
+		onnxgraph.NewNode(f.Unique(x+"_to_uint8"), "Cast", "", []string{shifted}, []string{q}, onnxgraph.Int("to", int64(onnxgraph.Uint8))),
+	}
+	return nodes, [3]string{q, s, c.zeroPoint}, nil
+}
+
+func int64Bytes(v ...int64) []byte {
+	b := make([]byte, 0, 8*len(v))
+	for _, x := range v {
+		for i := range 8 {
+			b = append(b, byte(uint64(x)>>(8*i)))
+		}
+	}
+	return b
+}
