@@ -357,3 +357,135 @@ func TestQuantizedLookup(t *testing.T) {
 		t.Errorf("optimised: %v; want the two Gathers (int8 rows, scales) and the Cast kept", got2)
 	}
 }
+
+// TestQuantizedRowProduct: with activations per row, ONNX Runtime computes
+// each row of a product from that row alone: a row's outputs are the same,
+// bit for bit, alone and in a batch, and they are what the per-row rule
+// gives by hand (the row's scale max|x|/127, its values rounded in those
+// steps, the integer product, the scales and the bias) within float32
+// rounding. Two products read the same input, one with a bias added after
+// the product (as GPT-2's Conv1D), one through Gemm with C.
+func TestQuantizedRowProduct(t *testing.T) {
+	requireRuntime(t)
+	const k, n = 40, 24
+	src := filepath.Join(t.TempDir(), "product.onnx")
+	err := onnxgraph.WriteFile(src, func(w io.Writer) error {
+		g := onnxgraph.NewGraph("product")
+		x := g.Input("x", onnxgraph.Float32, onnxgraph.Sym("rows"), onnxgraph.Fixed(k))
+		w1 := g.Weight("w1", []int64{k, n}, random(11))
+		b1 := g.Weight("b1", []int64{n}, random(12))
+		w2 := g.Weight("w2", []int64{n, k}, random(13))
+		b2 := g.Weight("b2", []int64{n}, random(14))
+		g.NodeOut("Add", []string{g.Node("MatMul", []string{x, w1}), b1}, []string{"y1"})
+		g.NodeOut("Gemm", []string{x, w2, b2}, []string{"y2"}, onnxgraph.Int("transB", 1))
+		g.Output("y1", onnxgraph.Float32, onnxgraph.Sym("rows"), onnxgraph.Fixed(n))
+		g.Output("y2", onnxgraph.Float32, onnxgraph.Sym("rows"), onnxgraph.Fixed(n))
+		_, err := (&onnxgraph.Model{Graph: g}).WriteTo(w)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := filepath.Join(t.TempDir(), "product-int8.onnx")
+	if _, err := quant.File(src, q, quant.Options{Activations: quant.ActivationsRowInt}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := onnxgraph.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	weights := map[string][]float32{}
+	for _, name := range []string{"w1", "b1", "w2", "b2"} {
+		if weights[name], err = f.Float32s(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Close()
+
+	opts, err := sessionOptions(models.Device{Kind: "cpu"}, 2, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer opts.Destroy()
+	s, err := ort.NewDynamicAdvancedSession(q, []string{"x"}, []string{"y1", "y2"}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	run := func(x []float32) [2][]float32 {
+		in, err := ort.NewTensor(ort.NewShape(int64(len(x)/k), k), x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer in.Destroy()
+		out := []ort.Value{nil, nil}
+		if err := s.Run([]ort.Value{in}, out); err != nil {
+			t.Fatal(err)
+		}
+		defer out[0].Destroy()
+		defer out[1].Destroy()
+		return [2][]float32{slices.Clone(out[0].(*ort.Tensor[float32]).GetData()), slices.Clone(out[1].(*ort.Tensor[float32]).GetData())}
+	}
+
+	// Rows of different ranges: ordinary, large, tiny, zeros, one spike.
+	rng := random(15)()
+	var x []float32
+	for r, scale := range []float32{1, 300, 1e-6, 0, 1} {
+		row := make([]float32, k)
+		rng(row)
+		for i := range row {
+			row[i] *= scale
+		}
+		if r == 4 {
+			row[7] = 50
+		}
+		x = append(x, row...)
+	}
+	rows := len(x) / k
+	batch := run(x)
+	for _, c := range []struct {
+		y          int
+		w, b       string
+		transposed bool
+	}{{0, "w1", "b1", false}, {1, "w2", "b2", true}} {
+		rowsW, colsW := k, n
+		if c.transposed {
+			rowsW, colsW = n, k
+		}
+		wq, ws, err := quant.Int8(weights[c.w], rowsW, colsW, c.transposed, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for r := range rows {
+			alone := run(x[r*k : (r+1)*k])[c.y]
+			if got := batch[c.y][r*n : (r+1)*n]; !slices.Equal(got, alone) {
+				t.Fatalf("y%d row %d: %v in the batch, %v alone", c.y+1, r, got, alone)
+			}
+			want := rowProduct(x[r*k:(r+1)*k], wq, ws, weights[c.b], n)
+			for j, wv := range want {
+				if g := alone[j]; math.Abs(float64(g-wv)) > 1e-5*(1+math.Abs(float64(wv))) {
+					t.Fatalf("y%d row %d column %d: %v, want %v by the per-row rule", c.y+1, r, j, g, wv)
+				}
+			}
+		}
+	}
+}
+
+// rowProduct is one row x times the int8 weights wq [K, N] with their
+// scales ws, plus bias, by the per-row rule.
+func rowProduct(x []float32, wq []int8, ws, bias []float32, n int) []float32 {
+	m := float32(0)
+	for _, v := range x {
+		m = max(m, float32(math.Abs(float64(v))))
+	}
+	s := max(m/127, 0x1p-126)
+	y := make([]float32, n)
+	for j := range n {
+		acc := int32(0)
+		for i, v := range x {
+			acc += int32(math.RoundToEven(float64(v/s))) * int32(wq[i*n+j])
+		}
+		y[j] = float32(acc)*s*ws[j] + bias[j]
+	}
+	return y
+}

@@ -66,10 +66,21 @@ func (w *writer) tensor(p product, activations map[string][3]string) ([]onnxgrap
 	}
 	nodes = append(nodes,
 		onnxgraph.NewNode(f.Unique(base+"_matmul"), "MatMulInteger", "", []string{act[0], q.weight, act[2]}, []string{product}),
-		onnxgraph.NewNode(f.Unique(base+"_cast"), "Cast", "", []string{product}, []string{asFloat}, onnxgraph.Int("to", int64(onnxgraph.Float32))),
-		onnxgraph.NewNode(f.Unique(base+"_scales"), "Mul", "", []string{act[1], q.scale}, []string{scale}),
-		onnxgraph.NewNode(f.Unique(base+"_rescale"), "Mul", "", []string{asFloat, scale}, []string{out}),
-	)
+		onnxgraph.NewNode(f.Unique(base+"_cast"), "Cast", "", []string{product}, []string{asFloat}, onnxgraph.Int("to", int64(onnxgraph.Float32))))
+	if w.opts.Activations == ActivationsRowInt {
+		// The row's scale, then the column's: not Mul(product, row scale ·
+		// column scale), which ONNX Runtime (1.30) would fuse into
+		// MatMulIntegerToFloat with a bias that follows, and which then
+		// adds the bias before it applies a scale per row: the bias would
+		// be scaled too.
+		nodes = append(nodes,
+			onnxgraph.NewNode(f.Unique(base+"_row_rescale"), "Mul", "", []string{asFloat, act[1]}, []string{scale}),
+			onnxgraph.NewNode(f.Unique(base+"_rescale"), "Mul", "", []string{scale, q.scale}, []string{out}))
+	} else {
+		nodes = append(nodes,
+			onnxgraph.NewNode(f.Unique(base+"_scales"), "Mul", "", []string{act[1], q.scale}, []string{scale}),
+			onnxgraph.NewNode(f.Unique(base+"_rescale"), "Mul", "", []string{asFloat, scale}, []string{out}))
+	}
 	if bias != "" {
 		nodes = append(nodes, onnxgraph.NewNode(f.Unique(base+"_bias"), "Add", "", []string{out, bias}, []string{y}))
 	}
