@@ -82,10 +82,11 @@ func optimizedOps(t *testing.T, path string, inputs, outputs []string) map[strin
 }
 
 // TestQuantizedFused checks that ONNX Runtime runs the quantised products
-// in its fused integer kernels: with activations per tensor, every
-// MatMulInteger becomes DynamicQuantizeMatMul or MatMulIntegerToFloat (the
-// int8 GEMM with the scales and the bias applied in one pass); with
-// activations per row, MatMulNBits stays.
+// in its integer kernels: with activations per tensor, every MatMulInteger
+// becomes DynamicQuantizeMatMul or MatMulIntegerToFloat (the int8 GEMM
+// with the scales and the bias applied in one pass); with activations per
+// row, MatMulInteger stays, not fused (see models/quant's package
+// documentation), and with activations per block MatMulNBits stays.
 func TestQuantizedFused(t *testing.T) {
 	src := bertTiny(t, bert.FillMask)
 	path := quantized(t, src, quant.Options{})
@@ -99,17 +100,20 @@ func TestQuantizedFused(t *testing.T) {
 	}
 	t.Logf("bert-tiny, activations per tensor, as ONNX Runtime runs it: %v", got)
 
-	dec := quantized(t, testModel(t, tinySpec()), quant.Options{})
 	ins := []string{gpt2.InputIDs, gpt2.AttentionMask, gpt2.PositionIDs, gpt2.LogitsToKeep}
 	outs := []string{gpt2.Logits}
 	for i := range 2 {
 		ins = append(ins, gpt2.PastKey(i), gpt2.PastValue(i))
 		outs = append(outs, gpt2.PresentKey(i), gpt2.PresentValue(i))
 	}
-	got = optimizedOps(t, dec, ins, outs)
-	t.Logf("rowint: %v", optimizedOps(t, quantized(t, testModel(t, tinySpec()), quant.Options{Activations: quant.ActivationsRowInt}), ins, outs))
+	got = optimizedOps(t, quantized(t, testModel(t, tinySpec()), quant.Options{}), ins, outs)
+	if got["MatMulInteger"] != 9 || got["ReduceMax"] != 9 || got["MatMulIntegerToFloat"] != 0 {
+		t.Errorf("gpt2-tiny per row, optimised: %v; want 9 MatMulInteger, each input quantised per row, none fused", got)
+	}
+	t.Logf("gpt2-tiny, activations per row, as ONNX Runtime runs it: %v", got)
+	got = optimizedOps(t, quantized(t, testModel(t, tinySpec()), quant.Options{Activations: quant.ActivationsBlock}), ins, outs)
 	if got["MatMulNBits"] != 9 {
-		t.Errorf("gpt2-tiny per row, optimised: %v; want 9 MatMulNBits", got)
+		t.Errorf("gpt2-tiny per block, optimised: %v; want 9 MatMulNBits", got)
 	}
 }
 
@@ -180,7 +184,8 @@ func openDecoderFile(t testing.TB, path string) *Decoder {
 }
 
 // TestQuantizedDecoderBatchComposition: gpt2-tiny quantised as a decoder
-// is by default (activations per row) decodes a prompt alone as it does
+// is by default (activations per row), and per block (MatMulNBits, 8 and 4
+// bits), decodes a prompt alone as it does
 // while 15 others of different lengths join and leave its batches, prefill
 // in chunks and are preempted: the same greedy tokens in every schedule.
 //
@@ -198,7 +203,7 @@ func TestQuantizedDecoderBatchComposition(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		opts quant.Options
-	}{{"int8", quant.Options{}}, {"rowint", quant.Options{Activations: quant.ActivationsRowInt}}, {"int4", quant.Options{Bits: 4, Block: 32}}} {
+	}{{"int8", quant.Options{}}, {"int8-block", quant.Options{Activations: quant.ActivationsBlock}}, {"int4", quant.Options{Bits: 4, Block: 32}}} {
 		t.Run(c.name, func(t *testing.T) {
 			d := openDecoderFile(t, quantized(t, testModel(t, tinySpec()), c.opts))
 			target := prompt(5, 23)
@@ -246,7 +251,7 @@ func TestQuantizedDecoderAgreement(t *testing.T) {
 		name     string
 		opts     quant.Options
 		minAgree float64
-	}{{"int8", quant.Options{}, 0.85}, {"rowint", quant.Options{Activations: quant.ActivationsRowInt}, 0.85}, {"int4", quant.Options{Bits: 4, Block: 32}, 0.25}} {
+	}{{"int8", quant.Options{}, 0.85}, {"int8-block", quant.Options{Activations: quant.ActivationsBlock}, 0.85}, {"int4", quant.Options{Bits: 4, Block: 32}, 0.25}} {
 		b := openDecoderFile(t, quantized(t, src, c.opts))
 		rep, err := compare.Decode(context.Background(), a, b, prompts, compare.DecodeConfig{Tokens: 32, EOS: -1})
 		if err != nil {
@@ -387,7 +392,7 @@ func TestQuantizedRowProduct(t *testing.T) {
 		t.Fatal(err)
 	}
 	q := filepath.Join(t.TempDir(), "product-int8.onnx")
-	if _, err := quant.File(src, q, quant.Options{Activations: quant.ActivationsRowInt}); err != nil {
+	if _, err := quant.File(src, q, quant.Options{Activations: quant.ActivationsRow}); err != nil {
 		t.Fatal(err)
 	}
 	f, err := onnxgraph.Open(src)

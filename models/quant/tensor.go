@@ -10,11 +10,12 @@ import (
 
 // Activations per tensor: DynamicQuantizeLinear, MatMulInteger, Cast and
 // Mul, which ONNX Runtime fuses into DynamicQuantizeMatMul or
-// MatMulIntegerToFloat.
+// MatMulIntegerToFloat. Activations per row: the same product of int8
+// weights, its input quantised per row (rows.go).
 
 // tensor returns the nodes that compute p's output with int8 weights and
-// activations quantised per tensor. activations holds the run-time
-// quantisation of each activation already written in the scope.
+// activations quantised per tensor or per row. activations holds the
+// run-time quantisation of each activation already written in the scope.
 func (w *writer) tensor(p product, activations map[string][3]string) ([]onnxgraph.Node, error) {
 	f := w.f
 	q, err := w.weight(p, func(v []float32, rows, cols int) (quantized, error) {
@@ -48,7 +49,7 @@ func (w *writer) tensor(p product, activations map[string][3]string) ([]onnxgrap
 	act, ok := activations[x]
 	switch {
 	case ok:
-	case w.opts.Activations == ActivationsRowInt:
+	case w.opts.Activations == ActivationsRow:
 		var q []onnxgraph.Node
 		if q, act, err = w.quantizeRows(x); err != nil {
 			return nil, err
@@ -67,7 +68,7 @@ func (w *writer) tensor(p product, activations map[string][3]string) ([]onnxgrap
 	nodes = append(nodes,
 		onnxgraph.NewNode(f.Unique(base+"_matmul"), "MatMulInteger", "", []string{act[0], q.weight, act[2]}, []string{product}),
 		onnxgraph.NewNode(f.Unique(base+"_cast"), "Cast", "", []string{product}, []string{asFloat}, onnxgraph.Int("to", int64(onnxgraph.Float32))))
-	if w.opts.Activations == ActivationsRowInt {
+	if w.opts.Activations == ActivationsRow {
 		// The row's scale, then the column's: not Mul(product, row scale ·
 		// column scale), which ONNX Runtime (1.30) would fuse into
 		// MatMulIntegerToFloat with a bias that follows, and which then
