@@ -2,6 +2,7 @@ package onnx
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"math"
 	"path/filepath"
@@ -372,6 +373,13 @@ func TestQuantizedLookup(t *testing.T) {
 // the product (as GPT-2's Conv1D), one through Gemm with C.
 func TestQuantizedRowProduct(t *testing.T) {
 	requireRuntime(t)
+	for _, opset := range []int64{17, 18} { // ReduceMax's axes: an attribute, an input
+		t.Run(fmt.Sprint("opset", opset), func(t *testing.T) { rowProductTest(t, opset) })
+	}
+}
+
+// rowProductTest is TestQuantizedRowProduct on a graph of opset opset.
+func rowProductTest(t *testing.T, opset int64) {
 	const k, n = 40, 24
 	src := filepath.Join(t.TempDir(), "product.onnx")
 	err := onnxgraph.WriteFile(src, func(w io.Writer) error {
@@ -385,7 +393,7 @@ func TestQuantizedRowProduct(t *testing.T) {
 		g.NodeOut("Gemm", []string{x, w2, b2}, []string{"y2"}, onnxgraph.Int("transB", 1))
 		g.Output("y1", onnxgraph.Float32, onnxgraph.Sym("rows"), onnxgraph.Fixed(n))
 		g.Output("y2", onnxgraph.Float32, onnxgraph.Sym("rows"), onnxgraph.Fixed(n))
-		_, err := (&onnxgraph.Model{Graph: g}).WriteTo(w)
+		_, err := (&onnxgraph.Model{Graph: g, Opset: opset}).WriteTo(w)
 		return err
 	})
 	if err != nil {
@@ -394,6 +402,10 @@ func TestQuantizedRowProduct(t *testing.T) {
 	q := filepath.Join(t.TempDir(), "product-int8.onnx")
 	if _, err := quant.File(src, q, quant.Options{Activations: quant.ActivationsRow}); err != nil {
 		t.Fatal(err)
+	}
+	// One quantisation of x for both products; neither fused (the bias).
+	if got := optimizedOps(t, q, []string{"x"}, []string{"y1", "y2"}); got["ReduceMax"] != 1 || got["MatMulInteger"] != 2 || got["MatMulIntegerToFloat"] != 0 {
+		t.Errorf("optimised: %v; want x quantised once, two MatMulInteger, none fused", got)
 	}
 	f, err := onnxgraph.Open(src)
 	if err != nil {

@@ -1,6 +1,9 @@
 package quant
 
 import (
+	"encoding/binary"
+	"math"
+
 	"github.com/inferhq/infer/models/onnxgraph"
 )
 
@@ -25,8 +28,8 @@ func (w *writer) consts() (rowConsts, error) {
 		zero: f.Unique("row_quant_offset"), zeroPoint: f.Unique("row_quant_zero_point")}
 	err := f.SetInitializer(c.levels, onnxgraph.Float32, nil, float32Bytes([]float32{127}))
 	if err == nil {
-		// The smallest normal float32: a row of zeros (or of subnormals)
-		// gets a scale that turns it into zeros, not NaNs.
+		// The smallest normal float32: a row of zeros (or of values that
+		// small) gets a normal scale that turns it into zeros, not NaNs.
 		err = f.SetInitializer(c.tiny, onnxgraph.Float32, nil, float32Bytes([]float32{0x1p-126}))
 	}
 	if err == nil {
@@ -37,7 +40,7 @@ func (w *writer) consts() (rowConsts, error) {
 	}
 	if err == nil && f.Opset("") >= 18 {
 		c.axes = f.Unique("row_quant_axes")
-		err = f.SetInitializer(c.axes, onnxgraph.Int64, []int64{1}, int64Bytes(-1))
+		err = f.SetInitializer(c.axes, onnxgraph.Int64, []int64{1}, binary.LittleEndian.AppendUint64(nil, math.MaxUint64)) // -1: the last axis
 	}
 	if err != nil {
 		return rowConsts{}, err
@@ -53,7 +56,9 @@ func (w *writer) consts() (rowConsts, error) {
 //	s = max(ReduceMax(Abs(x)) / 127, tiny)
 //	x_q = Cast<uint8>(Round(x / s) + 128)
 //
-// |x / s| ≤ 127, so x_q is in [1, 255] and needs no Clip.
+// |x / s| ≤ 127, so x_q is in [1, 255] and needs no Clip. The scale comes
+// from Max, not Mul: ONNX Runtime fuses a product whose Cast is multiplied
+// by the output of a Mul into MatMulIntegerToFloat (see tensor.go).
 func (w *writer) quantizeRows(x string) ([]onnxgraph.Node, [3]string, error) {
 	f := w.f
 	c, err := w.consts()
@@ -77,14 +82,4 @@ func (w *writer) quantizeRows(x string) ([]onnxgraph.Node, [3]string, error) {
 		onnxgraph.NewNode(f.Unique(x+"_to_uint8"), "Cast", "", []string{shifted}, []string{q}, onnxgraph.Int("to", int64(onnxgraph.Uint8))),
 	}
 	return nodes, [3]string{q, s, c.zeroPoint}, nil
-}
-
-func int64Bytes(v ...int64) []byte {
-	b := make([]byte, 0, 8*len(v))
-	for _, x := range v {
-		for i := range 8 {
-			b = append(b, byte(uint64(x)>>(8*i)))
-		}
-	}
-	return b
 }
