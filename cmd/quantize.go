@@ -46,7 +46,9 @@ Embedding tables (the float32 tables Gather reads rows of) become int8
 with a scale per row unless --keep-embeddings; the LM head is quantised
 unless --keep-head.
 A decoder (a graph with a KV cache) gets activations per row, exact under
-batching; any other graph activations per tensor, fastest for large batches.
+batching and fastest for decode steps; any other graph activations per
+tensor, fastest for large batches; int4 weights (--bits 4) or a --block
+activations per block (ONNX Runtime's MatMulNBits).
 
 IN is an .onnx file or a built-in model name; OUT is written atomically. A
 model that is not ONNX, has nothing to quantise or is quantised already is
@@ -66,10 +68,10 @@ see docs/quantization.md.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.Activations, "activations", quant.ActivationsAuto.String(), "run-time quantisation of the activations: tensor (one scale per batch: fastest for encoders), row (each row on its own: exact under batching, fastest for decode steps), or auto (row for a decoder, tensor otherwise)")
+	f.StringVar(&opts.Activations, "activations", quant.ActivationsAuto.String(), "run-time quantisation of the activations: tensor (one scale per batch: fastest for encoders), row (each row on its own: exact under batching, fastest for decode steps), block (each row on its own, per block of the weights: MatMulNBits, int4), or auto (block for --bits 4 or a --block, else row for a decoder, tensor otherwise)")
 	f.BoolVar(&opts.PerTensor, "per-tensor", false, "activations per tensor: one scale per weight instead of one per output channel")
-	f.IntVar(&opts.Bits, "bits", quant.DefaultBits, "weight bits: 8, or 4 (activations per row)")
-	f.IntVar(&opts.Block, "block", 0, fmt.Sprintf("activations per row: weights along K that share a scale, 16 to 256 (0: %d)", quant.DefaultBlock))
+	f.IntVar(&opts.Bits, "bits", quant.DefaultBits, "weight bits: 8, or 4 (activations per block)")
+	f.IntVar(&opts.Block, "block", 0, fmt.Sprintf("activations per block: weights along K that share a scale, 16 to 256 (0: %d)", quant.DefaultBlock))
 	f.StringArrayVar(&opts.Exclude, "exclude", nil, "keep in float32 the nodes whose name or weight name matches this pattern ('*' any run of characters but '/'); repeatable")
 	f.BoolVar(&opts.KeepHead, "keep-head", false, "keep the LM head (the product that makes the logits) in float32")
 	f.BoolVar(&opts.KeepEmbed, "keep-embeddings", false, "keep the embedding tables (the float32 tables Gather reads rows of) in float32")

@@ -97,11 +97,11 @@ func TestQuantizeCommand(t *testing.T) {
 		t.Errorf("output: %v, %v", info, err)
 	}
 
-	code, text = infer(t, "models", "quantize", src, filepath.Join(dir, "q.json.onnx"), "--json", "--keep-head", "--activations", "row", "--bits", "4", "--block", "16")
+	code, text = infer(t, "models", "quantize", src, filepath.Join(dir, "q.json.onnx"), "--json", "--keep-head", "--activations", "block", "--bits", "4", "--block", "16")
 	var rep quantizeReport
 	// The head kept in float32 keeps the word embeddings it is tied to.
 	if code != exitOK || json.Unmarshal([]byte(text), &rep) != nil || len(rep.Quantized) != 7 || rep.Head != "Gemm_1" ||
-		rep.Form != "int4, weights in blocks of 16, activations per row at run time" || rep.Tables != 3 || len(rep.Lookups) != 2 {
+		rep.Form != "int4, weights in blocks of 16, activations per row and block at run time" || rep.Tables != 3 || len(rep.Lookups) != 2 {
 		t.Errorf("quantize --json: exit %d, %+v\n%s", code, rep, text)
 	}
 	code, text = infer(t, "models", "quantize", src, filepath.Join(dir, "q.emb.onnx"), "--json", "--keep-embeddings")
@@ -123,6 +123,7 @@ func TestQuantizeCommand(t *testing.T) {
 		{[]string{src, filepath.Join(dir, "x.onnx"), "--activations", "column"}, "--activations"},
 		{[]string{src, filepath.Join(dir, "x.onnx"), "--bits", "3"}, "bits 3"},
 		{[]string{src, filepath.Join(dir, "x.onnx"), "--per-tensor", "--activations", "row"}, "per tensor"},
+		{[]string{src, filepath.Join(dir, "x.onnx"), "--bits", "4", "--activations", "row"}, "int4"},
 		{[]string{src, filepath.Join(dir, "none", "x.onnx")}, "directory does not exist"},
 		{[]string{src, src}, "is the input"},
 		{[]string{filepath.Join(dir, "missing.onnx"), filepath.Join(dir, "x.onnx")}, "no such file"},

@@ -83,10 +83,11 @@ func encoderInstance(b *testing.B, path string) *Model {
 }
 
 // BenchmarkQuantizedDecode runs decode steps of 16 sequences at a context
-// of 256 tokens on a GPT-2 model in float32, int8 (the LM head quantised,
-// as by default, or kept in float32) and int4 (activations per row, as
-// decoders are quantised by default): gpt2-tiny and the ones
-// INFER_BENCH_ARCHS names (e.g. "gpt2-small").
+// of 256 tokens on a GPT-2 model in float32, int8 with activations per row
+// (as decoders are quantised by default; the LM head quantised, as by
+// default, or kept in float32), int8 per block (MatMulNBits) and int4
+// (per block): gpt2-tiny and the ones INFER_BENCH_ARCHS names (e.g.
+// "gpt2-small").
 func BenchmarkQuantizedDecode(b *testing.B) {
 	const batch, ctxLen = 16, 256
 	for _, a := range benchArchs(b) {
@@ -95,7 +96,8 @@ func BenchmarkQuantizedDecode(b *testing.B) {
 		for _, q := range []struct {
 			name string
 			opts quant.Options
-		}{{"int8", quant.Options{}}, {"int8-keep-head", quant.Options{KeepHead: true}}, {"int4", quant.Options{Bits: 4, Block: 32}}} {
+		}{{"int8", quant.Options{}}, {"int8-keep-head", quant.Options{KeepHead: true}}, {"int8-block", quant.Options{Activations: quant.ActivationsBlock}},
+			{"int4", quant.Options{Bits: 4, Block: 32}}} {
 			b.Run(fmt.Sprintf("%s/%s/batch=%d/context=%d", a, q.name, batch, ctxLen), func(b *testing.B) {
 				d := openDecoderFile(b, quantized(b, src, q.opts))
 				seqs := map[*Decoder][]models.StepSeq{fp32: fill(b, fp32, batch, ctxLen), d: fill(b, d, batch, ctxLen)}

@@ -2,6 +2,7 @@ package onnx
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"math"
 	"path/filepath"
@@ -82,10 +83,11 @@ func optimizedOps(t *testing.T, path string, inputs, outputs []string) map[strin
 }
 
 // TestQuantizedFused checks that ONNX Runtime runs the quantised products
-// in its fused integer kernels: with activations per tensor, every
-// MatMulInteger becomes DynamicQuantizeMatMul or MatMulIntegerToFloat (the
-// int8 GEMM with the scales and the bias applied in one pass); with
-// activations per row, MatMulNBits stays.
+// in its integer kernels: with activations per tensor, every MatMulInteger
+// becomes DynamicQuantizeMatMul or MatMulIntegerToFloat (the int8 GEMM
+// with the scales and the bias applied in one pass); with activations per
+// row, MatMulInteger stays, not fused (see models/quant's package
+// documentation), and with activations per block MatMulNBits stays.
 func TestQuantizedFused(t *testing.T) {
 	src := bertTiny(t, bert.FillMask)
 	path := quantized(t, src, quant.Options{})
@@ -99,16 +101,20 @@ func TestQuantizedFused(t *testing.T) {
 	}
 	t.Logf("bert-tiny, activations per tensor, as ONNX Runtime runs it: %v", got)
 
-	dec := quantized(t, testModel(t, tinySpec()), quant.Options{})
 	ins := []string{gpt2.InputIDs, gpt2.AttentionMask, gpt2.PositionIDs, gpt2.LogitsToKeep}
 	outs := []string{gpt2.Logits}
 	for i := range 2 {
 		ins = append(ins, gpt2.PastKey(i), gpt2.PastValue(i))
 		outs = append(outs, gpt2.PresentKey(i), gpt2.PresentValue(i))
 	}
-	got = optimizedOps(t, dec, ins, outs)
+	got = optimizedOps(t, quantized(t, testModel(t, tinySpec()), quant.Options{}), ins, outs)
+	if got["MatMulInteger"] != 9 || got["ReduceMax"] != 9 || got["MatMulIntegerToFloat"] != 0 {
+		t.Errorf("gpt2-tiny per row, optimised: %v; want 9 MatMulInteger, each input quantised per row, none fused", got)
+	}
+	t.Logf("gpt2-tiny, activations per row, as ONNX Runtime runs it: %v", got)
+	got = optimizedOps(t, quantized(t, testModel(t, tinySpec()), quant.Options{Activations: quant.ActivationsBlock}), ins, outs)
 	if got["MatMulNBits"] != 9 {
-		t.Errorf("gpt2-tiny per row, optimised: %v; want 9 MatMulNBits", got)
+		t.Errorf("gpt2-tiny per block, optimised: %v; want 9 MatMulNBits", got)
 	}
 }
 
@@ -179,7 +185,8 @@ func openDecoderFile(t testing.TB, path string) *Decoder {
 }
 
 // TestQuantizedDecoderBatchComposition: gpt2-tiny quantised as a decoder
-// is by default (activations per row) decodes a prompt alone as it does
+// is by default (activations per row), and per block (MatMulNBits, 8 and 4
+// bits), decodes a prompt alone as it does
 // while 15 others of different lengths join and leave its batches, prefill
 // in chunks and are preempted: the same greedy tokens in every schedule.
 //
@@ -197,7 +204,7 @@ func TestQuantizedDecoderBatchComposition(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		opts quant.Options
-	}{{"int8", quant.Options{}}, {"int4", quant.Options{Bits: 4, Block: 32}}} {
+	}{{"int8", quant.Options{}}, {"int8-block", quant.Options{Activations: quant.ActivationsBlock}}, {"int4", quant.Options{Bits: 4, Block: 32}}} {
 		t.Run(c.name, func(t *testing.T) {
 			d := openDecoderFile(t, quantized(t, testModel(t, tinySpec()), c.opts))
 			target := prompt(5, 23)
@@ -245,7 +252,7 @@ func TestQuantizedDecoderAgreement(t *testing.T) {
 		name     string
 		opts     quant.Options
 		minAgree float64
-	}{{"int8", quant.Options{}, 0.85}, {"int4", quant.Options{Bits: 4, Block: 32}, 0.25}} {
+	}{{"int8", quant.Options{}, 0.85}, {"int8-block", quant.Options{Activations: quant.ActivationsBlock}, 0.85}, {"int4", quant.Options{Bits: 4, Block: 32}, 0.25}} {
 		b := openDecoderFile(t, quantized(t, src, c.opts))
 		rep, err := compare.Decode(context.Background(), a, b, prompts, compare.DecodeConfig{Tokens: 32, EOS: -1})
 		if err != nil {
@@ -355,4 +362,147 @@ func TestQuantizedLookup(t *testing.T) {
 	if got2["Gather"] != 2 || got2["Cast"] != 1 || got2["DequantizeLinear"] != 0 {
 		t.Errorf("optimised: %v; want the two Gathers (int8 rows, scales) and the Cast kept", got2)
 	}
+}
+
+// TestQuantizedRowProduct: with activations per row, ONNX Runtime computes
+// each row of a product from that row alone: a row's outputs are the same,
+// bit for bit, alone and in a batch, and they are what the per-row rule
+// gives by hand (the row's scale max|x|/127, its values rounded in those
+// steps, the integer product, the scales and the bias) within float32
+// rounding. Two products read the same input, one with a bias added after
+// the product (as GPT-2's Conv1D), one through Gemm with C.
+func TestQuantizedRowProduct(t *testing.T) {
+	requireRuntime(t)
+	for _, opset := range []int64{17, 18} { // ReduceMax's axes: an attribute, an input
+		t.Run(fmt.Sprint("opset", opset), func(t *testing.T) { rowProductTest(t, opset) })
+	}
+}
+
+// rowProductTest is TestQuantizedRowProduct on a graph of opset opset.
+func rowProductTest(t *testing.T, opset int64) {
+	const k, n = 40, 24
+	src := filepath.Join(t.TempDir(), "product.onnx")
+	err := onnxgraph.WriteFile(src, func(w io.Writer) error {
+		g := onnxgraph.NewGraph("product")
+		x := g.Input("x", onnxgraph.Float32, onnxgraph.Sym("rows"), onnxgraph.Fixed(k))
+		w1 := g.Weight("w1", []int64{k, n}, random(11))
+		b1 := g.Weight("b1", []int64{n}, random(12))
+		w2 := g.Weight("w2", []int64{n, k}, random(13))
+		b2 := g.Weight("b2", []int64{n}, random(14))
+		g.NodeOut("Add", []string{g.Node("MatMul", []string{x, w1}), b1}, []string{"y1"})
+		g.NodeOut("Gemm", []string{x, w2, b2}, []string{"y2"}, onnxgraph.Int("transB", 1))
+		g.Output("y1", onnxgraph.Float32, onnxgraph.Sym("rows"), onnxgraph.Fixed(n))
+		g.Output("y2", onnxgraph.Float32, onnxgraph.Sym("rows"), onnxgraph.Fixed(n))
+		_, err := (&onnxgraph.Model{Graph: g, Opset: opset}).WriteTo(w)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := filepath.Join(t.TempDir(), "product-int8.onnx")
+	if _, err := quant.File(src, q, quant.Options{Activations: quant.ActivationsRow}); err != nil {
+		t.Fatal(err)
+	}
+	// One quantisation of x for both products; neither fused (the bias).
+	if got := optimizedOps(t, q, []string{"x"}, []string{"y1", "y2"}); got["ReduceMax"] != 1 || got["MatMulInteger"] != 2 || got["MatMulIntegerToFloat"] != 0 {
+		t.Errorf("optimised: %v; want x quantised once, two MatMulInteger, none fused", got)
+	}
+	f, err := onnxgraph.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	weights := map[string][]float32{}
+	for _, name := range []string{"w1", "b1", "w2", "b2"} {
+		if weights[name], err = f.Float32s(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Close()
+
+	opts, err := sessionOptions(models.Device{Kind: "cpu"}, 2, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer opts.Destroy()
+	s, err := ort.NewDynamicAdvancedSession(q, []string{"x"}, []string{"y1", "y2"}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	run := func(x []float32) [2][]float32 {
+		in, err := ort.NewTensor(ort.NewShape(int64(len(x)/k), k), x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer in.Destroy()
+		out := []ort.Value{nil, nil}
+		if err := s.Run([]ort.Value{in}, out); err != nil {
+			t.Fatal(err)
+		}
+		defer out[0].Destroy()
+		defer out[1].Destroy()
+		return [2][]float32{slices.Clone(out[0].(*ort.Tensor[float32]).GetData()), slices.Clone(out[1].(*ort.Tensor[float32]).GetData())}
+	}
+
+	// Rows of different ranges: ordinary, large, tiny, zeros, one spike.
+	rng := random(15)()
+	var x []float32
+	for r, scale := range []float32{1, 300, 1e-6, 0, 1} {
+		row := make([]float32, k)
+		rng(row)
+		for i := range row {
+			row[i] *= scale
+		}
+		if r == 4 {
+			row[7] = 50
+		}
+		x = append(x, row...)
+	}
+	rows := len(x) / k
+	batch := run(x)
+	for _, c := range []struct {
+		y          int
+		w, b       string
+		transposed bool
+	}{{0, "w1", "b1", false}, {1, "w2", "b2", true}} {
+		rowsW, colsW := k, n
+		if c.transposed {
+			rowsW, colsW = n, k
+		}
+		wq, ws, err := quant.Int8(weights[c.w], rowsW, colsW, c.transposed, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for r := range rows {
+			alone := run(x[r*k : (r+1)*k])[c.y]
+			if got := batch[c.y][r*n : (r+1)*n]; !slices.Equal(got, alone) {
+				t.Fatalf("y%d row %d: %v in the batch, %v alone", c.y+1, r, got, alone)
+			}
+			want := rowProduct(x[r*k:(r+1)*k], wq, ws, weights[c.b], n)
+			for j, wv := range want {
+				if g := alone[j]; math.Abs(float64(g-wv)) > 1e-5*(1+math.Abs(float64(wv))) {
+					t.Fatalf("y%d row %d column %d: %v, want %v by the per-row rule", c.y+1, r, j, g, wv)
+				}
+			}
+		}
+	}
+}
+
+// rowProduct is one row x times the int8 weights wq [K, N] with their
+// scales ws, plus bias, by the per-row rule.
+func rowProduct(x []float32, wq []int8, ws, bias []float32, n int) []float32 {
+	m := float32(0)
+	for _, v := range x {
+		m = max(m, float32(math.Abs(float64(v))))
+	}
+	s := max(m/127, 0x1p-126)
+	y := make([]float32, n)
+	for j := range n {
+		acc := int32(0)
+		for i, v := range x {
+			acc += int32(math.RoundToEven(float64(v/s))) * int32(wq[i*n+j])
+		}
+		y[j] = float32(acc)*s*ws[j] + bias[j]
+	}
+	return y
 }

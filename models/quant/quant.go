@@ -5,9 +5,9 @@
 // rows of) become int8, one scale per row, and only the rows read are turned
 // back into float32 (gather.go).
 //
-// It writes one of two graph forms, the two that ONNX Runtime runs in its
-// fast integer kernels (VNNI where the CPU has it); docs/quantization.md has
-// the measurements behind them:
+// It writes one of three graph forms, the ones that ONNX Runtime runs in
+// its fast integer kernels (VNNI where the CPU has it);
+// docs/quantization.md has the measurements behind them:
 //
 //   - Activations per tensor (the form of ONNX Runtime's own
 //     quantize_dynamic, in standard operators), weights int8 per output
@@ -23,15 +23,33 @@
 //     whole batch: an item's result depends, within the quantisation's
 //     error, on the items it is batched with.
 //
-//   - Activations per row: ONNX Runtime's com.microsoft MatMulNBits, weights
-//     of 8 (or 4) bits in blocks along K, each with its scale, and at
-//     accuracy level 4 each row's activations quantised to int8 per block
-//     at run time. Every row is computed from its own values alone, so a
-//     sequence's result does not depend on its batch: a decoder stays exact
-//     under batching. It is the fastest for decode steps.
+//   - Activations per row, in standard operators (rows.go), weights int8
+//     per output channel: each row of x (its last axis) is quantised on
+//     its own, symmetric, to uint8 with the zero point 128 that
+//     MatMulInteger takes as a scalar, and its products are scaled by the
+//     row's scale:
 //
-// By default, graphs with a KV cache (decoders) get activations per row and
-// the others per tensor.
+//     s = max(ReduceMax(Abs(x)) / 127, tiny)      (one per row, [..., 1])
+//     x_q = Cast<uint8>(Round(x / s) + 128)
+//     y = Cast<float>(MatMulInteger(x_q, W_q, 128)) · s · w_scale [+ bias]
+//
+//     Every row is computed from its own values alone (the integer product
+//     is exact), so a sequence's result does not depend on its batch: a
+//     decoder stays exact under batching. ONNX Runtime runs MatMulInteger
+//     in the same integer GEMM as the fused forms; the row's scale comes
+//     before the column's so that it does not fuse the product into
+//     MatMulIntegerToFloat, which (1.30) would add a following bias before
+//     it applies a scale per row. It is the fastest for decode steps.
+//
+//   - Activations per row and block: ONNX Runtime's com.microsoft
+//     MatMulNBits, weights of 8 or 4 bits in blocks along K, each with its
+//     scale, and at accuracy level 4 each row's activations quantised to
+//     int8 per block at run time (blocks.go). Exact under batching too; the
+//     only form of 4-bit weights, slower than per row for int8.
+//
+// By default, graphs with a KV cache (decoders) get activations per row,
+// int4 weights or a block size activations per block, and the others
+// activations per tensor.
 //
 // It reads and writes models through models/onnxgraph, one weight at a
 // time, so quantising costs the memory of the quantised weights, not of the
@@ -56,36 +74,42 @@ import (
 type Activations int
 
 const (
-	// ActivationsAuto is ActivationsRow for graphs with a KV cache
-	// (decoders), int4 weights or a block size, else ActivationsTensor.
+	// ActivationsAuto is ActivationsBlock for int4 weights or a block
+	// size, else ActivationsRow for graphs with a KV cache (decoders), else
+	// ActivationsTensor.
 	ActivationsAuto Activations = iota
 	// ActivationsTensor quantises each product's input with one scale from
 	// the whole tensor (the batch); weights per channel or per tensor.
 	ActivationsTensor
-	// ActivationsRow quantises each row of a product's input on its own,
-	// per block; weights per block.
+	// ActivationsRow quantises each row of a product's input on its own;
+	// weights int8 per channel.
 	ActivationsRow
+	// ActivationsBlock quantises each row of a product's input on its own,
+	// per block (MatMulNBits); weights per block.
+	ActivationsBlock
 )
 
-// String returns "auto", "tensor" or "row".
+// String returns "auto", "tensor", "row" or "block".
 func (a Activations) String() string {
 	switch a {
 	case ActivationsTensor:
 		return "tensor"
 	case ActivationsRow:
 		return "row"
+	case ActivationsBlock:
+		return "block"
 	}
 	return "auto"
 }
 
 // ParseActivations parses what String returns.
 func ParseActivations(s string) (Activations, error) {
-	for _, a := range []Activations{ActivationsAuto, ActivationsTensor, ActivationsRow} {
+	for _, a := range []Activations{ActivationsAuto, ActivationsTensor, ActivationsRow, ActivationsBlock} {
 		if s == a.String() {
 			return a, nil
 		}
 	}
-	return 0, fmt.Errorf("activations %q: want auto, tensor or row", s)
+	return 0, fmt.Errorf("activations %q: want auto, tensor, row or block", s)
 }
 
 // Defaults and bounds of Options.
@@ -98,10 +122,10 @@ const (
 var blockSizes = []int{16, 32, 64, 128, 256}
 
 // Options choose how a model is quantised. The zero value quantises every
-// MatMul and Gemm with a constant float32 weight to int8, the LM head
-// included: a decoder's with activations per row and weights per block of
-// 128, any other graph's with activations per tensor and weights per
-// channel; and every embedding table to int8 per row.
+// MatMul and Gemm with a constant float32 weight to int8 per channel, the
+// LM head included: a decoder's with activations per row, any other
+// graph's with activations per tensor; and every embedding table to int8
+// per row.
 type Options struct {
 	// Activations chooses the graph form; see the package documentation.
 	Activations Activations
@@ -111,10 +135,10 @@ type Options struct {
 	// large ones.
 	PerTensor bool
 	// Bits is the width of the weights: 8 (default) or, with activations
-	// per row, 4.
+	// per block, 4.
 	Bits int
 	// Block is the number of weights along K that share a scale, with
-	// activations per row: 16, 32, 64, 128 (default) or 256.
+	// activations per block: 16, 32, 64, 128 (default) or 256.
 	Block int
 	// Exclude keeps in float32 the nodes whose name, or whose weight's
 	// name, matches one of these patterns (path.Match syntax: '*' matches
@@ -136,7 +160,7 @@ type Options struct {
 // Version changes whenever the same model and options would be quantised
 // into a different file, so that cached files of an older quantizer are
 // not reused.
-const Version = "2"
+const Version = "3"
 
 // Metadata keys Rewrite sets on the quantised model.
 const (
@@ -225,7 +249,7 @@ var shapeOnly = map[string]bool{
 	"Flatten": true, "Slice": true, "Cast": true,
 }
 
-// minOpset is the first ONNX opset with DynamicQuantizeLinear.
+// minOpset is the first ONNX opset with DynamicQuantizeLinear and Round.
 const minOpset = 11
 
 // Check reports whether opts are valid.
@@ -235,21 +259,24 @@ func (o Options) Check() error {
 			return inputErrorf("exclude pattern %q: %v", p, err)
 		}
 	}
+	perBlock := o.Activations == ActivationsAuto || o.Activations == ActivationsBlock
 	switch {
 	case o.Bits != 0 && o.Bits != 8 && o.Bits != 4:
 		return inputErrorf("bits %d: want 8 or 4", o.Bits)
-	case o.Bits == 4 && o.Activations == ActivationsTensor:
-		return inputErrorf("int4 weights need activations per row")
+	case o.Bits == 4 && !perBlock:
+		return inputErrorf("int4 weights need activations per block (MatMulNBits)")
 	case o.Block != 0 && !slices.Contains(blockSizes, o.Block):
 		return inputErrorf("block %d: want one of %v", o.Block, blockSizes)
-	case o.Block != 0 && o.Activations == ActivationsTensor:
-		return inputErrorf("a block size applies to activations per row, whose weights are in blocks")
+	case o.Block != 0 && !perBlock:
+		return inputErrorf("a block size applies to activations per block, whose weights are in blocks")
 	case o.PerTensor && o.Activations == ActivationsRow:
-		return inputErrorf("weights per tensor apply to activations per tensor; with activations per row the weights are in blocks")
-	case o.PerTensor && o.Bits == 4:
+		return inputErrorf("weights per tensor apply to activations per tensor; with activations per row the weights are per channel")
+	case o.PerTensor && o.Activations == ActivationsBlock:
+		return inputErrorf("weights per tensor apply to activations per tensor; with activations per block the weights are in blocks")
+	case o.PerTensor && (o.Bits == 4 || o.Block != 0):
 		return inputErrorf("weights per tensor apply to int8 weights with activations per tensor")
-	case o.Activations < ActivationsAuto || o.Activations > ActivationsRow:
-		return inputErrorf("activations %d: want auto, tensor or row", o.Activations)
+	case o.Activations < ActivationsAuto || o.Activations > ActivationsBlock:
+		return inputErrorf("activations %d: want auto, tensor, row or block", o.Activations)
 	}
 	return nil
 }
@@ -259,12 +286,16 @@ func (o Options) Check() error {
 func (o Options) resolve(kv bool) Options {
 	o.Bits = cmp.Or(o.Bits, DefaultBits)
 	if o.Activations == ActivationsAuto {
-		o.Activations = ActivationsTensor
-		if kv || o.Bits == 4 || o.Block != 0 {
+		switch {
+		case o.Bits == 4 || o.Block != 0:
+			o.Activations = ActivationsBlock
+		case kv:
 			o.Activations = ActivationsRow
+		default:
+			o.Activations = ActivationsTensor
 		}
 	}
-	if o.Activations == ActivationsRow {
+	if o.Activations == ActivationsBlock {
 		o.Block = cmp.Or(o.Block, DefaultBlock)
 	}
 	return o
@@ -273,14 +304,14 @@ func (o Options) resolve(kv bool) Options {
 // describe says how opts (resolved) quantise, e.g. "int8, weights per
 // channel, activations per tensor".
 func (o Options) describe() string {
-	weights := "per channel"
+	weights, acts := "per channel", "per "+o.Activations.String()
 	switch {
-	case o.Activations == ActivationsRow:
-		weights = "in blocks of " + strconv.Itoa(o.Block)
+	case o.Activations == ActivationsBlock:
+		weights, acts = "in blocks of "+strconv.Itoa(o.Block), "per row and block"
 	case o.PerTensor:
 		weights = "per tensor"
 	}
-	return fmt.Sprintf("int%d, weights %s, activations per %s at run time", o.Bits, weights, o.Activations)
+	return fmt.Sprintf("int%d, weights %s, activations %s at run time", o.Bits, weights, acts)
 }
 
 // hasKVCache reports whether a graph takes a KV cache: an input named
@@ -342,8 +373,8 @@ func Rewrite(f *onnxgraph.File, opts Options) (*Report, error) {
 	if opts.PerTensor && opts.Activations == ActivationsRow {
 		return nil, inputErrorf("weights per tensor apply to activations per tensor, and this graph has a KV cache (a decoder), which gets activations per row: ask for activations per tensor too")
 	}
-	if v := f.Opset(""); opts.Activations == ActivationsTensor && v < minOpset {
-		return nil, inputErrorf("opset %d: activations per tensor need opset %d or later (DynamicQuantizeLinear); export the model with a newer opset", v, minOpset)
+	if v := f.Opset(""); opts.Activations != ActivationsBlock && v < minOpset {
+		return nil, inputErrorf("opset %d: activations per %s need opset %d or later (DynamicQuantizeLinear, Round); export the model with a newer opset", v, opts.Activations, minOpset)
 	}
 
 	rep := &Report{Form: opts.describe()}

@@ -298,21 +298,23 @@ func TestRewriteGPT2(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Per block: c_attn, attn c_proj, c_fc, mlp c_proj; and the head.
-	if want := 4*testGPT2.Layers + 1; len(rep.Quantized) != want || ops(t, out)["MatMulNBits"] != want {
-		t.Errorf("quantised %d products, want %d as MatMulNBits: %v", len(rep.Quantized), want, rep.Skipped)
+	// Per block: c_attn, attn c_proj, c_fc, mlp c_proj; and the head; each
+	// input quantised per row once (no two products read one input).
+	want := 4*testGPT2.Layers + 1
+	if got := ops(t, out); len(rep.Quantized) != want || got["MatMulInteger"] != want || got["ReduceMax"] != want ||
+		got["DynamicQuantizeLinear"] != 0 || got["MatMulNBits"] != 0 {
+		t.Errorf("quantised %d products, want %d as MatMulInteger with activations per row: %v, %v", len(rep.Quantized), want, got, rep.Skipped)
 	}
-	if rep.Form != "int8, weights in blocks of 128, activations per row at run time" {
+	if rep.Form != "int8, weights per channel, activations per row at run time" {
 		t.Errorf("form %q: a decoder gets activations per row", rep.Form)
 	}
 	inits := initializers(t, out)
-	// The head reads the table [vocab, hidden] as it is: N rows of K in
-	// blocks (one block of 128 for K = 32, padded).
-	if h := inits["transformer.wte.weight_quantized"]; h.Type != onnxgraph.Uint8 || !slices.Equal(h.Dims, []int64{300, 1, 128}) {
-		t.Errorf("head weight %+v: want uint8 [vocab 300, 1 block, 128]", h)
+	// The head reads the table [vocab, hidden] transposed: [K 32, N 300].
+	if h := inits["transformer.wte.weight_quantized"]; h.Type != onnxgraph.Int8 || !slices.Equal(h.Dims, []int64{32, 300}) {
+		t.Errorf("head weight %+v: want int8 [hidden 32, vocab 300]", h)
 	}
 	if s := inits["transformer.h.0.attn.c_attn.weight_scale"]; !slices.Equal(s.Dims, []int64{96}) {
-		t.Errorf("c_attn scales %+v: want one per column and block, 96", s)
+		t.Errorf("c_attn scales %+v: want one per column, 96", s)
 	}
 	// The token and position embeddings are read in int8 rows; the head
 	// has its own copy of the token embeddings in blocks.
@@ -330,14 +332,23 @@ func TestRewriteGPT2(t *testing.T) {
 		t.Errorf("inputs %v: the KV cache inputs must stay", info.Inputs)
 	}
 
-	// Activations per tensor on request; int4 weights.
+	// Activations per tensor and per block on request; int4 weights.
 	rep, err = File(in, filepath.Join(t.TempDir(), "tensor.onnx"), Options{Activations: ActivationsTensor})
 	if err != nil || !strings.Contains(rep.Form, "per tensor") {
 		t.Errorf("activations per tensor: %v, %v", rep, err)
 	}
+	block := filepath.Join(t.TempDir(), "block.onnx")
+	rep, err = File(in, block, Options{Activations: ActivationsBlock})
+	if err != nil || rep.Form != "int8, weights in blocks of 128, activations per row and block at run time" || ops(t, block)["MatMulNBits"] != want {
+		t.Fatalf("activations per block: %v, %v", rep, err)
+	}
+	// N rows of K in blocks (one block of 128 for K = 32, padded).
+	if h := initializers(t, block)["transformer.wte.weight_quantized"]; h.Type != onnxgraph.Uint8 || !slices.Equal(h.Dims, []int64{300, 1, 128}) {
+		t.Errorf("head weight in blocks %+v: want uint8 [vocab 300, 1 block, 128]", h)
+	}
 	int4 := filepath.Join(t.TempDir(), "int4.onnx")
 	rep, err = File(in, int4, Options{Bits: 4, Block: 32})
-	if err != nil || rep.Form != "int4, weights in blocks of 32, activations per row at run time" {
+	if err != nil || rep.Form != "int4, weights in blocks of 32, activations per row and block at run time" {
 		t.Fatalf("int4: %v, %v", rep, err)
 	}
 	if h := initializers(t, int4)["transformer.wte.weight_quantized"]; !slices.Equal(h.Dims, []int64{300, 1, 16}) {
@@ -402,9 +413,12 @@ func TestCheck(t *testing.T) {
 	}{
 		{Options{Bits: 6}, "bits 6"},
 		{Options{Bits: 4, Activations: ActivationsTensor}, "int4"},
+		{Options{Bits: 4, Activations: ActivationsRow}, "int4"},
 		{Options{Block: 100}, "block 100"},
 		{Options{Block: 32, Activations: ActivationsTensor}, "block size"},
+		{Options{Block: 32, Activations: ActivationsRow}, "block size"},
 		{Options{PerTensor: true, Activations: ActivationsRow}, "per tensor"},
+		{Options{PerTensor: true, Activations: ActivationsBlock}, "per tensor"},
 		{Options{PerTensor: true, Bits: 4}, "per tensor"},
 		{Options{Activations: 7}, "activations 7"},
 		{Options{Exclude: []string{"["}}, "pattern"},
@@ -413,7 +427,7 @@ func TestCheck(t *testing.T) {
 			t.Errorf("%+v.Check() = %v, want an InputError saying %q", c.o, err, c.want)
 		}
 	}
-	for _, a := range []Activations{ActivationsAuto, ActivationsTensor, ActivationsRow} {
+	for _, a := range []Activations{ActivationsAuto, ActivationsTensor, ActivationsRow, ActivationsBlock} {
 		if got, err := ParseActivations(a.String()); err != nil || got != a {
 			t.Errorf("ParseActivations(%q) = %v, %v", a, got, err)
 		}

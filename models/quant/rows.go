@@ -1,123 +1,85 @@
 package quant
 
 import (
-	"fmt"
+	"encoding/binary"
 	"math"
 
 	"github.com/inferhq/infer/models/onnxgraph"
 )
 
-// Activations per row: ONNX Runtime's com.microsoft MatMulNBits.
+// Activations per row in standard operators: each row of a product's
+// input quantised to uint8 on its own (symmetric, zero point 128), the
+// weights int8 per channel as with activations per tensor (tensor.go),
+// MatMulInteger, and the row's scale applied to the row's outputs.
 
-// msDomain is ONNX Runtime's operator domain.
-const msDomain = "com.microsoft"
-
-// accuracyInt8 is MatMulNBits's accuracy_level that quantises the
-// activations to int8 per block of each row and computes in int8.
-const accuracyInt8 = 4
-
-// rows returns the node that computes p's output with weights of
-// opts.Bits bits in blocks and activations quantised per row.
-func (w *writer) rows(p product) ([]onnxgraph.Node, error) {
-	f, bits, block := w.f, w.opts.Bits, w.opts.Block
-	q, err := w.weight(p, func(v []float32, rows, cols int) (quantized, error) {
-		packed, scales, err := Blocks(v, rows, cols, p.transposed, bits, block)
-		if err != nil {
-			return quantized{}, inputErrorf("weight %q: %v", p.weight, err)
-		}
-		for i := range scales {
-			scales[i] *= p.alpha
-		}
-		k, n, _ := matrix(v, rows, cols, p.transposed)
-		blocks := (k + block - 1) / block
-		q := quantized{weight: f.Unique(p.weight + "_quantized"), scale: f.Unique(p.weight + "_scale"), k: int64(k), n: int64(n)}
-		dims := []int64{int64(n), int64(blocks), int64(block * bits / 8)}
-		if err := f.SetInitializer(q.weight, onnxgraph.Uint8, dims, packed); err != nil {
-			return quantized{}, err
-		}
-		return q, f.SetInitializer(q.scale, onnxgraph.Float32, []int64{int64(len(scales))}, float32Bytes(scales))
-	})
-	if err != nil {
-		return nil, err
-	}
-	bias, err := w.gemmBias(p)
-	if err != nil {
-		return nil, err
-	}
-	x, y, base := p.node.Inputs[0], p.node.Outputs[0], p.names()
-	ins, out := []string{x, q.weight, q.scale}, y
-	// MatMulNBits adds a bias of shape [N]; another C is added after.
-	inline := false
-	if in, ok := f.Initializer(bias); ok && len(in.Dims) == 1 && in.Dims[0] == q.n {
-		ins, inline = append(ins, "", "", bias), true // no zero points, no g_idx
-	} else if bias != "" {
-		out = f.Unique(base + "_product")
-	}
-	nodes := []onnxgraph.Node{onnxgraph.NewNode(f.Unique(base+"_quantized"), "MatMulNBits", msDomain, ins, []string{out},
-		onnxgraph.Int("K", q.k), onnxgraph.Int("N", q.n), onnxgraph.Int("bits", int64(bits)),
-		onnxgraph.Int("block_size", int64(block)), onnxgraph.Int("accuracy_level", accuracyInt8))}
-	if bias != "" && !inline {
-		nodes = append(nodes, onnxgraph.NewNode(f.Unique(base+"_bias"), "Add", "", []string{out, bias}, []string{y}))
-	}
-	f.SetOpset(msDomain, max(f.Opset(msDomain), 1))
-	return nodes, nil
+// rowConsts are the constants of the per-row quantisation, written once
+// per model.
+type rowConsts struct {
+	levels, tiny, zero, zeroPoint, axes string
 }
 
-// Blocks quantises a rows×cols float32 matrix w (row-major), the [K, N]
-// right operand of a product (with transposed, w is [N, K]), into
-// MatMulNBits's layout: for each column n, K in blocks of block weights,
-// each block with one scale, symmetric: bits 8 store v+128 for v in
-// [-127, 127]; bits 4 store v+8 for v in [-7, 7], two a byte, the first
-// in the low nibble. It returns the N×blocks×(block·bits/8) bytes and the
-// N×blocks scales, such that a weight ≈ v·scale. Padding past K holds 0.
-func Blocks(w []float32, rows, cols int, transposed bool, bits, block int) ([]byte, []float32, error) {
-	if len(w) != rows*cols {
-		return nil, nil, fmt.Errorf("%d values for a %d×%d matrix", len(w), rows, cols)
+// consts returns the constants, writing them on first use.
+func (w *writer) consts() (rowConsts, error) {
+	if w.rc.levels != "" {
+		return w.rc, nil
 	}
-	if bits != 8 && bits != 4 || block < 2 || block%2 != 0 {
-		return nil, nil, fmt.Errorf("bits %d, block %d: want 8 or 4 bits and an even block", bits, block)
+	f := w.f
+	c := rowConsts{levels: f.Unique("row_quant_levels"), tiny: f.Unique("row_quant_tiny"),
+		zero: f.Unique("row_quant_offset"), zeroPoint: f.Unique("row_quant_zero_point")}
+	err := f.SetInitializer(c.levels, onnxgraph.Float32, nil, float32Bytes([]float32{127}))
+	if err == nil {
+		// The smallest normal float32: a row of zeros (or of values that
+		// small) gets a normal scale that turns it into zeros, not NaNs.
+		err = f.SetInitializer(c.tiny, onnxgraph.Float32, nil, float32Bytes([]float32{0x1p-126}))
 	}
-	if err := finite(w); err != nil {
-		return nil, nil, err
+	if err == nil {
+		err = f.SetInitializer(c.zero, onnxgraph.Float32, nil, float32Bytes([]float32{128}))
 	}
-	k, n, at := matrix(w, rows, cols, transposed)
-	blocks := (k + block - 1) / block
-	levels := float64(int(1)<<(bits-1) - 1) // 127 or 7
-	zero := 1 << (bits - 1)
-	blob := block * bits / 8
-	packed := make([]byte, n*blocks*blob)
-	scales := make([]float32, n*blocks)
-	vals := make([]int, block)
-	for nn := range n {
-		for b := range blocks {
-			lo, hi := b*block, min(k, (b+1)*block)
-			m := 0.0
-			for kk := lo; kk < hi; kk++ {
-				m = max(m, math.Abs(float64(at(kk, nn))))
-			}
-			s := float32(1)
-			if m > 0 {
-				s = float32(m / levels)
-			}
-			scales[nn*blocks+b] = s
-			for i := range vals {
-				vals[i] = zero
-				if kk := lo + i; kk < hi {
-					v := math.RoundToEven(float64(at(kk, nn)) / float64(s))
-					vals[i] = zero + int(max(-levels, min(levels, v)))
-				}
-			}
-			dst := packed[(nn*blocks+b)*blob:][:blob]
-			if bits == 8 {
-				for i, v := range vals {
-					dst[i] = byte(v)
-				}
-				continue
-			}
-			for i := range dst {
-				dst[i] = byte(vals[2*i]) | byte(vals[2*i+1])<<4
-			}
-		}
+	if err == nil {
+		err = f.SetInitializer(c.zeroPoint, onnxgraph.Uint8, nil, []byte{128})
 	}
-	return packed, scales, nil
+	if err == nil && f.Opset("") >= 18 {
+		c.axes = f.Unique("row_quant_axes")
+		err = f.SetInitializer(c.axes, onnxgraph.Int64, []int64{1}, binary.LittleEndian.AppendUint64(nil, math.MaxUint64)) // -1: the last axis
+	}
+	if err != nil {
+		return rowConsts{}, err
+	}
+	w.rc = c
+	return c, nil
+}
+
+// quantizeRows returns the nodes that quantise each row of x (its last
+// axis) on its own, and the names of the uint8 rows, their scales (shape
+// [..., 1]) and their zero point (128):
+//
+//	s = max(ReduceMax(Abs(x)) / 127, tiny)
+//	x_q = Cast<uint8>(Round(x / s) + 128)
+//
+// |x / s| ≤ 127, so x_q is in [1, 255] and needs no Clip. The scale comes
+// from Max, not Mul: ONNX Runtime fuses a product whose Cast is multiplied
+// by the output of a Mul into MatMulIntegerToFloat (see tensor.go).
+func (w *writer) quantizeRows(x string) ([]onnxgraph.Node, [3]string, error) {
+	f := w.f
+	c, err := w.consts()
+	if err != nil {
+		return nil, [3]string{}, err
+	}
+	abs, m, unguarded, s := f.Unique(x+"_abs"), f.Unique(x+"_row_max"), f.Unique(x+"_row_scale_unguarded"), f.Unique(x+"_row_scale")
+	div, round, shifted, q := f.Unique(x+"_steps"), f.Unique(x+"_rounded"), f.Unique(x+"_shifted"), f.Unique(x+"_quantized")
+	reduce := onnxgraph.NewNode(f.Unique(x+"_row_max"), "ReduceMax", "", []string{abs}, []string{m}, onnxgraph.Ints("axes", -1), onnxgraph.Int("keepdims", 1))
+	if c.axes != "" {
+		reduce = onnxgraph.NewNode(f.Unique(x+"_row_max"), "ReduceMax", "", []string{abs, c.axes}, []string{m}, onnxgraph.Int("keepdims", 1))
+	}
+	nodes := []onnxgraph.Node{
+		onnxgraph.NewNode(f.Unique(x+"_abs"), "Abs", "", []string{x}, []string{abs}),
+		reduce,
+		onnxgraph.NewNode(f.Unique(x+"_row_scale"), "Div", "", []string{m, c.levels}, []string{unguarded}),
+		onnxgraph.NewNode(f.Unique(x+"_guard"), "Max", "", []string{unguarded, c.tiny}, []string{s}),
+		onnxgraph.NewNode(f.Unique(x+"_steps"), "Div", "", []string{x, s}, []string{div}),
+		onnxgraph.NewNode(f.Unique(x+"_round"), "Round", "", []string{div}, []string{round}),
+		onnxgraph.NewNode(f.Unique(x+"_shift"), "Add", "", []string{round, c.zero}, []string{shifted}),
+		onnxgraph.NewNode(f.Unique(x+"_to_uint8"), "Cast", "", []string{shifted}, []string{q}, onnxgraph.Int("to", int64(onnxgraph.Uint8))),
+	}
+	return nodes, [3]string{q, s, c.zeroPoint}, nil
 }

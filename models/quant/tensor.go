@@ -10,11 +10,12 @@ import (
 
 // Activations per tensor: DynamicQuantizeLinear, MatMulInteger, Cast and
 // Mul, which ONNX Runtime fuses into DynamicQuantizeMatMul or
-// MatMulIntegerToFloat.
+// MatMulIntegerToFloat. Activations per row: the same product of int8
+// weights, its input quantised per row (rows.go).
 
 // tensor returns the nodes that compute p's output with int8 weights and
-// activations quantised per tensor. activations holds the run-time
-// quantisation of each activation already written in the scope.
+// activations quantised per tensor or per row. activations holds the
+// run-time quantisation of each activation already written in the scope.
 func (w *writer) tensor(p product, activations map[string][3]string) ([]onnxgraph.Node, error) {
 	f := w.f
 	q, err := w.weight(p, func(v []float32, rows, cols int) (quantized, error) {
@@ -46,7 +47,16 @@ func (w *writer) tensor(p product, activations map[string][3]string) ([]onnxgrap
 	x, y, base := p.node.Inputs[0], p.node.Outputs[0], p.names()
 	var nodes []onnxgraph.Node
 	act, ok := activations[x]
-	if !ok {
+	switch {
+	case ok:
+	case w.opts.Activations == ActivationsRow:
+		var q []onnxgraph.Node
+		if q, act, err = w.quantizeRows(x); err != nil {
+			return nil, err
+		}
+		nodes = append(nodes, q...)
+		activations[x] = act
+	default:
 		act = [3]string{f.Unique(x + "_quantized"), f.Unique(x + "_scale"), f.Unique(x + "_zero_point")}
 		nodes = append(nodes, onnxgraph.NewNode(f.Unique(base+"_quantize_input"), "DynamicQuantizeLinear", "", []string{x}, act[:]))
 		activations[x] = act
@@ -57,10 +67,21 @@ func (w *writer) tensor(p product, activations map[string][3]string) ([]onnxgrap
 	}
 	nodes = append(nodes,
 		onnxgraph.NewNode(f.Unique(base+"_matmul"), "MatMulInteger", "", []string{act[0], q.weight, act[2]}, []string{product}),
-		onnxgraph.NewNode(f.Unique(base+"_cast"), "Cast", "", []string{product}, []string{asFloat}, onnxgraph.Int("to", int64(onnxgraph.Float32))),
-		onnxgraph.NewNode(f.Unique(base+"_scales"), "Mul", "", []string{act[1], q.scale}, []string{scale}),
-		onnxgraph.NewNode(f.Unique(base+"_rescale"), "Mul", "", []string{asFloat, scale}, []string{out}),
-	)
+		onnxgraph.NewNode(f.Unique(base+"_cast"), "Cast", "", []string{product}, []string{asFloat}, onnxgraph.Int("to", int64(onnxgraph.Float32))))
+	if w.opts.Activations == ActivationsRow {
+		// The row's scale, then the column's: not Mul(product, row scale ·
+		// column scale), which ONNX Runtime (1.30) would fuse into
+		// MatMulIntegerToFloat with a bias that follows, and which then
+		// adds the bias before it applies a scale per row: the bias would
+		// be scaled too.
+		nodes = append(nodes,
+			onnxgraph.NewNode(f.Unique(base+"_row_rescale"), "Mul", "", []string{asFloat, act[1]}, []string{scale}),
+			onnxgraph.NewNode(f.Unique(base+"_rescale"), "Mul", "", []string{scale, q.scale}, []string{out}))
+	} else {
+		nodes = append(nodes,
+			onnxgraph.NewNode(f.Unique(base+"_scales"), "Mul", "", []string{act[1], q.scale}, []string{scale}),
+			onnxgraph.NewNode(f.Unique(base+"_rescale"), "Mul", "", []string{asFloat, scale}, []string{out}))
+	}
 	if bias != "" {
 		nodes = append(nodes, onnxgraph.NewNode(f.Unique(base+"_bias"), "Add", "", []string{out, bias}, []string{y}))
 	}

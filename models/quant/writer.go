@@ -15,6 +15,7 @@ type writer struct {
 	opts   Options // resolved
 	done   map[string]quantized
 	tables map[string]quantized // embedding tables, by name
+	rc     rowConsts            // constants of activations per row, once written
 }
 
 // quantized is a weight written quantised, with its scales.
@@ -35,7 +36,7 @@ func (w *writer) rewrite(s *onnxgraph.Scope, plan []product, lookups []lookup) e
 		gathers[l.node.Outputs[0]] = l
 	}
 	// The run-time quantisation of each activation, shared by its products
-	// (activations per tensor).
+	// (activations per tensor or per row).
 	activations := map[string][3]string{}
 	var out []onnxgraph.Node
 	for _, n := range s.Nodes() {
@@ -53,8 +54,8 @@ func (w *writer) rewrite(s *onnxgraph.Scope, plan []product, lookups []lookup) e
 		case !ok:
 			out = append(out, n)
 			continue
-		case w.opts.Activations == ActivationsRow:
-			nodes, err = w.rows(p)
+		case w.opts.Activations == ActivationsBlock:
+			nodes, err = w.blocks(p)
 		default:
 			nodes, err = w.tensor(p, activations)
 		}
