@@ -91,7 +91,7 @@ func encoderInstance(b *testing.B, path string) *Model {
 func BenchmarkQuantizedDecode(b *testing.B) {
 	const batch, ctxLen = 16, 256
 	for _, a := range benchArchs(b) {
-		src := testModel(b, gpt2.Spec{Arch: a})
+		src := testModel(b, gpt2.Spec{Arch: a, InPlaceKV: true}) // as the registry serves them
 		fp32 := openDecoderFile(b, src)
 		for _, q := range []struct {
 			name string
