@@ -20,22 +20,14 @@ const accuracyInt8 = 4
 // opts.Bits bits in blocks and activations quantised per row and block.
 func (w *writer) blocks(p product) ([]onnxgraph.Node, error) {
 	f, bits, block := w.f, w.opts.Bits, w.opts.Block
-	q, err := w.weight(p, func(v []float32, rows, cols int) (quantized, error) {
+	q, err := w.weight(p, func(v []float32, rows, cols int) (encoded, error) {
 		packed, scales, err := Blocks(v, rows, cols, p.transposed, bits, block)
 		if err != nil {
-			return quantized{}, inputErrorf("weight %q: %v", p.weight, err)
-		}
-		for i := range scales {
-			scales[i] *= p.alpha
+			return encoded{}, err
 		}
 		k, n, _ := matrix(v, rows, cols, p.transposed)
-		blocks := (k + block - 1) / block
-		q := quantized{weight: f.Unique(p.weight + "_quantized"), scale: f.Unique(p.weight + "_scale"), k: int64(k), n: int64(n)}
-		dims := []int64{int64(n), int64(blocks), int64(block * bits / 8)}
-		if err := f.SetInitializer(q.weight, onnxgraph.Uint8, dims, packed); err != nil {
-			return quantized{}, err
-		}
-		return q, f.SetInitializer(q.scale, onnxgraph.Float32, []int64{int64(len(scales))}, float32Bytes(scales))
+		dims := []int64{int64(n), int64((k + block - 1) / block), int64(block * bits / 8)}
+		return encoded{dtype: onnxgraph.Uint8, dims: dims, raw: packed, scales: scales, scaleDims: []int64{int64(len(scales))}}, nil
 	})
 	if err != nil {
 		return nil, err

@@ -18,24 +18,17 @@ import (
 // run-time quantisation of each activation already written in the scope.
 func (w *writer) tensor(p product, activations map[string][3]string) ([]onnxgraph.Node, error) {
 	f := w.f
-	q, err := w.weight(p, func(v []float32, rows, cols int) (quantized, error) {
+	q, err := w.weight(p, func(v []float32, rows, cols int) (encoded, error) {
 		qw, scales, err := Int8(v, rows, cols, p.transposed, w.opts.PerTensor)
 		if err != nil {
-			return quantized{}, inputErrorf("weight %q: %v", p.weight, err)
-		}
-		for i := range scales {
-			scales[i] *= p.alpha
+			return encoded{}, err
 		}
 		k, n, _ := matrix(v, rows, cols, p.transposed)
-		q := quantized{weight: f.Unique(p.weight + "_quantized"), scale: f.Unique(p.weight + "_scale"), k: int64(k), n: int64(n)}
-		if err := f.SetInitializer(q.weight, onnxgraph.Int8, []int64{q.k, q.n}, int8Bytes(qw)); err != nil {
-			return quantized{}, err
-		}
 		var scaleDims []int64 // a scalar per tensor
 		if !w.opts.PerTensor {
-			scaleDims = []int64{q.n}
+			scaleDims = []int64{int64(n)}
 		}
-		return q, f.SetInitializer(q.scale, onnxgraph.Float32, scaleDims, float32Bytes(scales))
+		return encoded{dtype: onnxgraph.Int8, dims: []int64{int64(k), int64(n)}, raw: int8Bytes(qw), scales: scales, scaleDims: scaleDims}, nil
 	})
 	if err != nil {
 		return nil, err

@@ -68,20 +68,43 @@ func (w *writer) rewrite(s *onnxgraph.Scope, plan []product, lookups []lookup) e
 	return nil
 }
 
-// weight returns p's weight quantised, quantising it with quantise on first
-// use: a weight read by several products (alike) is quantised once.
-func (w *writer) weight(p product, quantise func(v []float32, rows, cols int) (quantized, error)) (quantized, error) {
+// encoded is a weight as a form stores it: its values (of type dtype, shape
+// dims) and its scales (shape scaleDims, nil for a scalar).
+type encoded struct {
+	dtype           onnxgraph.DataType
+	dims, scaleDims []int64
+	raw             []byte
+	scales          []float32
+}
+
+// weight returns p's weight quantised, encoding it with encode on first
+// use and writing it and its scales (times p's alpha) as initializers: a
+// weight read by several products (alike) is quantised once.
+func (w *writer) weight(p product, encode func(v []float32, rows, cols int) (encoded, error)) (quantized, error) {
 	key := fmt.Sprintf("%s|%v|%g", p.weight, p.transposed, p.alpha)
 	if q, ok := w.done[key]; ok {
 		return q, nil
 	}
-	in, _ := w.f.Initializer(p.weight)
-	v, err := w.f.Float32s(p.weight)
+	f := w.f
+	in, _ := f.Initializer(p.weight)
+	v, err := f.Float32s(p.weight)
 	if err != nil {
 		return quantized{}, &InputError{err}
 	}
-	q, err := quantise(v, int(in.Dims[0]), int(in.Dims[1]))
+	rows, cols := int(in.Dims[0]), int(in.Dims[1])
+	e, err := encode(v, rows, cols)
 	if err != nil {
+		return quantized{}, inputErrorf("weight %q: %v", p.weight, err)
+	}
+	for i := range e.scales {
+		e.scales[i] *= p.alpha
+	}
+	k, n, _ := matrix(v, rows, cols, p.transposed)
+	q := quantized{weight: f.Unique(p.weight + "_quantized"), scale: f.Unique(p.weight + "_scale"), k: int64(k), n: int64(n)}
+	if err := f.SetInitializer(q.weight, e.dtype, e.dims, e.raw); err != nil {
+		return quantized{}, err
+	}
+	if err := f.SetInitializer(q.scale, onnxgraph.Float32, e.scaleDims, float32Bytes(e.scales)); err != nil {
 		return quantized{}, err
 	}
 	w.done[key] = q
