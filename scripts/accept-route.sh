@@ -114,12 +114,16 @@ for i in range(1000):
     print(f"POST {urls[i % len(urls)]}/batched\nX-Routing-Key: tenant-{i}\nContent-Type: text/plain\n@{body}\n")
 PY
 	${LOAD_CPUS:+taskset -c "$LOAD_CPUS"} "$VEGETA" attack -rate="$rate" -duration="${LOAD_SECONDS:-10}s" -targets="$TMP/targets" >"$TMP/results.bin"
-	"$VEGETA" report -type=json <"$TMP/results.bin" >"$TMP/report.json"
-	N=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["status_codes"].get("200", 0))' "$TMP/report.json")
-	read -r P50 P99 < <(python3 -c 'import json,sys; l=json.load(open(sys.argv[1]))["latencies"]
-print("%.3f %.3f" % (l["50th"]/1e6, l["99th"]/1e6))' "$TMP/report.json")
-	python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); l=r["latencies"]
-print("p50 %.2f ms  p99 %.2f ms  %.0f req/s  codes %s" % (l["50th"]/1e6, l["99th"]/1e6, r["throughput"], r["status_codes"]))' "$TMP/report.json"
+	local rest
+	read -r N P50 P99 rest < <("$VEGETA" report -type=json <"$TMP/results.bin" | python3 -c 'import json,sys; r=json.load(sys.stdin); l=r["latencies"]
+print(r["status_codes"].get("200", 0), "%.3f %.3f" % (l["50th"]/1e6, l["99th"]/1e6), "%.0f req/s  codes %s" % (r["throughput"], r["status_codes"]))')
+	printf 'p50 %.2f ms  p99 %.2f ms  %s\n' "$P50" "$P99" "$rest"
+}
+
+# per_request T0 T1: the CPU ticks T1-T0 of a process, in µs per request
+# answered ($N).
+per_request() {
+	awk -v t=$(($2 - $1)) -v hz="$(getconf CLK_TCK)" -v n="$N" 'BEGIN{printf "%.1f", t/hz*1e6/n}'
 }
 
 # front NAME PID URL ROUND: load URL at 1,000 req/s; print its latencies and
@@ -131,7 +135,7 @@ front() {
 	load "$3" 1000 >"$TMP/out" # not in a subshell: load sets N, P50 and P99
 	if [[ $2 != 0 ]]; then
 		t1=$(cpu_ticks "$2")
-		cpu=$(awk -v t=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" -v n="$N" 'BEGIN{printf "%.1f", t/hz*1e6/n}')
+		cpu=$(per_request "$t0" "$t1")
 		echo "  $1:  $(cat "$TMP/out")  CPU $cpu us/request"
 	else
 		echo "  $1:  $(cat "$TMP/out")"
@@ -160,7 +164,7 @@ for row in csv.reader(sys.stdin):
     ok += mine and row[1] == "200"
 q = lambda ls, p: sorted(ls)[min(len(ls) - 1, int(p * len(ls)))]
 print(ok, "%.3f %.3f %.3f %.3f" % (q(lat[True], .5), q(lat[True], .99), q(lat[False], .5), q(lat[False], .99)))' "$3")
-	cpu=$(awk -v t=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" -v n="$N" 'BEGIN{printf "%.1f", t/hz*1e6/n}')
+	cpu=$(per_request "$t0" "$t1")
 	echo "  $1:  p50 $P50 ms  p99 $P99 ms ($N answered 200), beside direct:  p50 $D50 ms  p99 $D99 ms  CPU $cpu us/request"
 	printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$4/$1" "$P50" "$P99" "$cpu" "direct, both replicas in turn" "$4/$1" "$D50" "$D99" 0 >>"$TMP/rounds"
 }
