@@ -403,16 +403,18 @@ func TestRunOpenLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := out.Records[0]
-	if r.Sent < 196 || r.Sent > 204 || r.TargetRate != 200 || r.AchievedRate < 196 || r.AchievedRate > 204 {
-		t.Errorf("sent %d at %v/s, target %v; want 200 ± 2 %%", r.Sent, r.AchievedRate, r.TargetRate)
-	}
 	if r.ScheduleLag == nil || r.FromSchedule == nil || r.FromSchedule.P99 < r.Latency.P99 {
 		t.Fatalf("schedule lag %v, latency from schedule %v (service p99 %v): want both, the second no shorter", r.ScheduleLag, r.FromSchedule, r.Latency.P99)
 	}
 	t.Logf("schedule lag p99 %v, max %v; service p99 %v, from the schedule %v", r.ScheduleLag.P99.D(), r.ScheduleLag.Max.D(), r.Latency.P99.D(), r.FromSchedule.P99.D())
 	// A machine too busy to send on time (so late that the p99 from the
-	// schedule moves) is flagged for it, and for nothing else.
+	// schedule moves) is flagged for it, and for nothing else. Then the
+	// window holds what went out in it, late sends of the warm-up
+	// included, so the rate is only checked on time.
 	late := behindSchedule(&r)
+	if r.TargetRate != 200 || !late && (r.Sent < 196 || r.Sent > 204 || r.AchievedRate < 196 || r.AchievedRate > 204) {
+		t.Errorf("sent %d at %v/s, target %v; want 200 ± 2 %%", r.Sent, r.AchievedRate, r.TargetRate)
+	}
 	if r.Valid == late || r.Status["200"] != r.Sent || (late && !slices.Equal(r.Flags, []string{record.FlagScheduleLag})) {
 		t.Errorf("valid %v flags %v status %v (lag p99 %v)", r.Valid, r.Flags, r.Status, r.ScheduleLag.P99.D())
 	}
@@ -479,8 +481,11 @@ func TestRunOverloadThroughput(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := out.Records[0]
-	if r.Status["200"] < 190 || r.AchievedRate < 190 {
-		t.Errorf("sent %d at %v/s, %d answered; want all 200 sent and answered", r.Sent, r.AchievedRate, r.Status["200"])
+	// A machine too busy to send on time (a sender 50 ms late) sends
+	// fewer in the window; the throughput below is what this test is about.
+	onTime := r.ScheduleLag != nil && r.ScheduleLag.P99.D() < 50*time.Millisecond
+	if onTime && (r.Status["200"] < 190 || r.AchievedRate < 190) || r.Status["200"] != r.Sent {
+		t.Errorf("sent %d at %v/s, %d answered; want all 200 sent and answered (schedule lag %v)", r.Sent, r.AchievedRate, r.Status["200"], r.ScheduleLag)
 	}
 	if r.Throughput < 60 || r.Throughput > 110 {
 		t.Errorf("throughput %v/s from a server that answers 100/s at most", r.Throughput)
