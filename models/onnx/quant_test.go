@@ -86,8 +86,9 @@ func optimizedOps(t *testing.T, path string, inputs, outputs []string) map[strin
 // in its integer kernels: with activations per tensor, every MatMulInteger
 // becomes DynamicQuantizeMatMul or MatMulIntegerToFloat (the int8 GEMM
 // with the scales and the bias applied in one pass); with activations per
-// row, MatMulInteger stays, not fused (see models/quant's package
-// documentation), and with activations per block MatMulNBits stays.
+// row, the MatMulIntegerToFloat written stays, its bias not fused into it
+// (see models/quant's package documentation), and with activations per
+// block MatMulNBits stays.
 func TestQuantizedFused(t *testing.T) {
 	src := bertTiny(t, bert.FillMask)
 	path := quantized(t, src, quant.Options{})
@@ -108,8 +109,8 @@ func TestQuantizedFused(t *testing.T) {
 		outs = append(outs, gpt2.PresentKey(i), gpt2.PresentValue(i))
 	}
 	got = optimizedOps(t, quantized(t, testModel(t, tinySpec()), quant.Options{}), ins, outs)
-	if got["MatMulInteger"] != 9 || got["ReduceMax"] != 9 || got["MatMulIntegerToFloat"] != 0 {
-		t.Errorf("gpt2-tiny per row, optimised: %v; want 9 MatMulInteger, each input quantised per row, none fused", got)
+	if got["MatMulIntegerToFloat"] != 9 || got["ReduceMax"] != 9 || got["MatMulInteger"] != 0 {
+		t.Errorf("gpt2-tiny per row, optimised: %v; want 9 MatMulIntegerToFloat, each input quantised per row", got)
 	}
 	t.Logf("gpt2-tiny, activations per row, as ONNX Runtime runs it: %v", got)
 	got = optimizedOps(t, quantized(t, testModel(t, tinySpec()), quant.Options{Activations: quant.ActivationsBlock}), ins, outs)
@@ -403,9 +404,10 @@ func rowProductTest(t *testing.T, opset int64) {
 	if _, err := quant.File(src, q, quant.Options{Activations: quant.ActivationsRow}); err != nil {
 		t.Fatal(err)
 	}
-	// One quantisation of x for both products; neither fused (the bias).
-	if got := optimizedOps(t, q, []string{"x"}, []string{"y1", "y2"}); got["ReduceMax"] != 1 || got["MatMulInteger"] != 2 || got["MatMulIntegerToFloat"] != 0 {
-		t.Errorf("optimised: %v; want x quantised once, two MatMulInteger, none fused", got)
+	// One quantisation of x for both products; each bias added after its
+	// product, not fused into it.
+	if got := optimizedOps(t, q, []string{"x"}, []string{"y1", "y2"}); got["ReduceMax"] != 1 || got["MatMulIntegerToFloat"] != 2 || got["Add"] != 2+1 {
+		t.Errorf("optimised: %v; want x quantised once, two MatMulIntegerToFloat, each with its bias's Add", got)
 	}
 	f, err := onnxgraph.Open(src)
 	if err != nil {

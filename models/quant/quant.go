@@ -23,23 +23,23 @@
 //     whole batch: an item's result depends, within the quantisation's
 //     error, on the items it is batched with.
 //
-//   - Activations per row, in standard operators (rows.go), weights int8
-//     per output channel: each row of x (its last axis) is quantised on
-//     its own, symmetric, to uint8 with the zero point 128 that
-//     MatMulInteger takes as a scalar, and its products are scaled by the
+//   - Activations per row (rows.go), weights int8 per output channel:
+//     each row of x (its last axis) is quantised on its own, in standard
+//     operators, symmetric, to uint8 with the zero point 128 that the
+//     integer GEMM takes as a scalar, and its products are scaled by the
 //     row's scale:
 //
 //     s = max(ReduceMax(Abs(x)) / 127, tiny)      (one per row, [..., 1])
 //     x_q = Cast<uint8>(Round(x / s) + 128)
-//     y = Cast<float>(MatMulInteger(x_q, W_q, 128)) · s · w_scale [+ bias]
+//     y = MatMulIntegerToFloat(x_q, W_q, s, w_scale, 128) [+ bias]
 //
-//     Every row is computed from its own values alone (the integer product
-//     is exact), so a sequence's result does not depend on its batch: a
-//     decoder stays exact under batching. ONNX Runtime runs MatMulInteger
-//     in the same integer GEMM as the fused forms; the row's scale comes
-//     before the column's so that it does not fuse the product into
-//     MatMulIntegerToFloat, which (1.30) would add a following bias before
-//     it applies a scale per row. It is the fastest for decode steps.
+//     (ONNX Runtime's com.microsoft MatMulIntegerToFloat: the integer
+//     product, as float32 times w_scale per column and s per row.) Every
+//     row is computed from its own values alone (the integer product is
+//     exact), so a sequence's result does not depend on its batch: a
+//     decoder stays exact under batching. The bias is added after, not
+//     given to MatMulIntegerToFloat, which (1.30) would add it before it
+//     applies the scale per row. It is the fastest for decode steps.
 //
 //   - Activations per row and block: ONNX Runtime's com.microsoft
 //     MatMulNBits, weights of 8 or 4 bits in blocks along K, each with its
@@ -160,7 +160,7 @@ type Options struct {
 // Version changes whenever the same model and options would be quantised
 // into a different file, so that cached files of an older quantizer are
 // not reused.
-const Version = "3"
+const Version = "4"
 
 // Metadata keys Rewrite sets on the quantised model.
 const (

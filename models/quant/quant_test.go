@@ -301,9 +301,9 @@ func TestRewriteGPT2(t *testing.T) {
 	// Per block: c_attn, attn c_proj, c_fc, mlp c_proj; and the head; each
 	// input quantised per row once (no two products read one input).
 	want := 4*testGPT2.Layers + 1
-	if got := ops(t, out); len(rep.Quantized) != want || got["MatMulInteger"] != want || got["ReduceMax"] != want ||
-		got["DynamicQuantizeLinear"] != 0 || got["MatMulNBits"] != 0 {
-		t.Errorf("quantised %d products, want %d as MatMulInteger with activations per row: %v, %v", len(rep.Quantized), want, got, rep.Skipped)
+	if got := ops(t, out); len(rep.Quantized) != want || got["MatMulIntegerToFloat"] != want || got["ReduceMax"] != want ||
+		got["MatMulInteger"] != 0 || got["DynamicQuantizeLinear"] != 0 || got["MatMulNBits"] != 0 {
+		t.Errorf("quantised %d products, want %d as MatMulIntegerToFloat with activations per row: %v, %v", len(rep.Quantized), want, got, rep.Skipped)
 	}
 	if rep.Form != "int8, weights per channel, activations per row at run time" {
 		t.Errorf("form %q: a decoder gets activations per row", rep.Form)

@@ -10,7 +10,8 @@ import (
 // Activations per row in standard operators: each row of a product's
 // input quantised to uint8 on its own (symmetric, zero point 128), the
 // weights int8 per channel as with activations per tensor (tensor.go),
-// MatMulInteger, and the row's scale applied to the row's outputs.
+// and MatMulIntegerToFloat, which applies the row's scale to the row's
+// outputs.
 
 // rowConsts are the constants of the per-row quantisation, written once
 // per model.
@@ -56,9 +57,7 @@ func (w *writer) consts() (rowConsts, error) {
 //	s = max(ReduceMax(Abs(x)) / 127, tiny)
 //	x_q = Cast<uint8>(Round(x / s) + 128)
 //
-// |x / s| ≤ 127, so x_q is in [1, 255] and needs no Clip. The scale comes
-// from Max, not Mul: ONNX Runtime fuses a product whose Cast is multiplied
-// by the output of a Mul into MatMulIntegerToFloat (see tensor.go).
+// |x / s| ≤ 127, so x_q is in [1, 255] and needs no Clip.
 func (w *writer) quantizeRows(x string) ([]onnxgraph.Node, [3]string, error) {
 	f := w.f
 	c, err := w.consts()
