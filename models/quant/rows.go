@@ -7,11 +7,11 @@ import (
 	"github.com/inferhq/infer/models/onnxgraph"
 )
 
-// Activations per row in standard operators: each row of a product's
-// input quantised to uint8 on its own (symmetric, zero point 128), the
+// Activations per row: each row of a product's input quantised to uint8
+// on its own (symmetric, zero point 128) in standard operators, the
 // weights int8 per channel as with activations per tensor (tensor.go),
-// and MatMulIntegerToFloat, which applies the row's scale to the row's
-// outputs.
+// and com.microsoft MatMulIntegerToFloat, which applies the row's scale to
+// the row's outputs.
 
 // rowConsts are the constants of the per-row quantisation, written once
 // per model.
