@@ -34,6 +34,58 @@ func TestArgmax(t *testing.T) {
 	}
 }
 
+// TestArgmaxChains checks the chained scan against one plain scan: every
+// length around the chains' width, the largest value at each index and in
+// several places (of either sign of zero), NaNs first, in the middle and
+// alone.
+func TestArgmaxChains(t *testing.T) {
+	plain := func(l []float32) int32 {
+		best := 0
+		for i, v := range l {
+			if v > l[best] {
+				best = i
+			}
+		}
+		return int32(best)
+	}
+	check := func(l []float32) {
+		t.Helper()
+		if got, want := argmax(l), plain(l); got != want {
+			t.Errorf("argmax(%v) = %d, want %d", l, got, want)
+		}
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	nan, negZero := float32(math.NaN()), float32(math.Copysign(0, -1))
+	for n := 1; n <= 40; n++ {
+		for top := range n {
+			l := make([]float32, n)
+			for i := range l {
+				l[i] = -1 - float32(r.IntN(3))
+			}
+			l[top] = 5
+			check(l)
+			l[r.IntN(n)] = 5 // a tie, before or after
+			check(l)
+			l[r.IntN(n)] = nan
+			check(l)
+			clear(l) // all zeros, some negative
+			l[r.IntN(n)], l[top] = negZero, negZero
+			check(l)
+			l[0] = nan
+			check(l)
+		}
+	}
+	for range 20 {
+		l := randomLogits(r, 50257, 3)
+		check(l)
+		l[r.IntN(len(l))] = 100
+		l[r.IntN(len(l))] = 100
+		check(l)
+	}
+	check([]float32{nan})
+	check([]float32{nan, nan, 1})
+}
+
 func TestExpNeg(t *testing.T) {
 	for x := 0.0; x > -700; x -= 0.0137 {
 		want := math.Exp(x)
