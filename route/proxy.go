@@ -373,11 +373,8 @@ func containsString(list []string, s string) bool {
 // routeTiming appends route;desc="<replica>" to a replica's Server-Timing:
 // one value, shared by every answer when the replica sent none.
 func routeTiming(prior []string, rep *Replica) []string {
-	switch len(prior) {
-	case 0:
+	if len(prior) == 0 {
 		return rep.timing
-	case 1:
-		return []string{prior[0] + ", " + rep.timing[0]}
 	}
 	return []string{strings.Join(prior, ", ") + ", " + rep.timing[0]}
 }
