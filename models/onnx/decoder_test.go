@@ -622,9 +622,9 @@ func TestDecoderPrefillLeavesTheBatchBuffer(t *testing.T) {
 	seqs = append(seqs, models.StepSeq{ID: 100, Tokens: prompt(3, 20), Sample: true})
 	step(t, d, seqs...)
 	b := d.seqs[seqs[0].ID].kv
-	batch := 2 * d.dims.layers * b.rows * d.dims.heads * b.t * d.dims.headDim
+	batch := d.dims.bytes(b.rows, b.t)
 	if got := d.pool.allocated - before; got >= batch/4 {
-		t.Errorf("the step allocated %d floats; the batch's buffer holds %d: the decode run allocated its present anew", got, batch)
+		t.Errorf("the step allocated %d bytes; the batch's buffer holds %d: the decode run allocated its present anew", got, batch)
 	}
 }
 
@@ -841,7 +841,7 @@ func TestReadDecoderSig(t *testing.T) {
 // TestDecoderReusesPrefillBuffers: requests that come and go one after the
 // other, each prefilled in its own runs, reuse the buffers the previous ones
 // left (pages resident) instead of mapping new ones; and the buffers the
-// pool keeps stay within maxFree and its spare floats besides the largest.
+// pool keeps stay within maxFree and its spare bytes besides the largest.
 func TestDecoderReusesPrefillBuffers(t *testing.T) {
 	t.Run("in place", func(t *testing.T) { testReusesPrefillBuffers(t, tinySpec(), 1) })
 	t.Run("standard", func(t *testing.T) { testReusesPrefillBuffers(t, tinySpec(standard), 2) })
@@ -865,7 +865,7 @@ func testReusesPrefillBuffers(t *testing.T, spec gpt2.Spec, least int) {
 		request(id)
 	}
 	if got := d.pool.allocated - before; got != 0 {
-		t.Errorf("7 more requests of the same shape allocated %d floats; want the kept buffers reused", got)
+		t.Errorf("7 more requests of the same shape allocated %d bytes; want the kept buffers reused", got)
 	}
 	if n := len(d.pool.free); n < least || n > maxFree {
 		t.Errorf("the pool keeps %d free buffers, want %d..%d", n, least, maxFree)
@@ -874,10 +874,10 @@ func testReusesPrefillBuffers(t *testing.T, spec gpt2.Spec, least int) {
 	for _, b := range d.pool.free[1:] {
 		spare += cap(b.data)
 		if cap(b.data) > cap(d.pool.free[0].data) {
-			t.Errorf("a kept buffer of %d floats is larger than the first, %d", cap(b.data), cap(d.pool.free[0].data))
+			t.Errorf("a kept buffer of %d bytes is larger than the first, %d", cap(b.data), cap(d.pool.free[0].data))
 		}
 	}
 	if spare > d.pool.spare {
-		t.Errorf("the pool keeps %d floats besides its largest buffer, more than its spare %d", spare, d.pool.spare)
+		t.Errorf("the pool keeps %d bytes besides its largest buffer, more than its spare %d", spare, d.pool.spare)
 	}
 }
