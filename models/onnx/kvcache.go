@@ -10,7 +10,11 @@ import (
 // The KV cache of a Decoder lives in shared buffers, each the past of one
 // run: for every layer a key and a value tensor [rows, heads, positions,
 // head_dim], and an attention mask [rows, positions] saying which positions
-// hold tokens of the row's sequence. Two layouts, by the graph:
+// hold tokens of the row's sequence. A quantised cache (the int8 twins of
+// the built-in GPT-2 models) has int8 or uint8 keys and values and, after
+// them, a float32 scale tensor for each, [rows, heads, positions, 1]; the
+// decoder copies a position's bytes of every tensor alike, whatever they
+// hold (see dims.planes). Two layouts, by the graph:
 //
 // An in-place graph (models/gpt2's built-in graphs, gpt2.Spec.InPlaceKV)
 // outputs only the fed tokens' keys and values, and the decoder writes them
