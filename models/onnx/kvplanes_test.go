@@ -88,10 +88,17 @@ func TestCachePlanes(t *testing.T) {
 		writeStamps(d, src, 1, 0, c)
 		p.moveTo(a, src, 0)
 		p.moveTo(c, src, 1)
-		for i := range d.tensors() {
-			if d.plane(i).elem == elemFloat32 && uintptrOf(d.tensor(src, i))%4 != 0 {
-				t.Errorf("tensor %d starts off float32 alignment", i)
+		for _, shape := range [][2]int{{1, 9}, {2, 9}, {3, 7}} {
+			b, err := p.get(d, shape[0], shape[1], false)
+			if err != nil {
+				t.Fatal(err)
 			}
+			for i := range d.tensors() {
+				if d.plane(i).elem == elemFloat32 && uintptrOf(d.tensor(b, i))%4 != 0 {
+					t.Errorf("%d×%d buffer: tensor %d starts off float32 alignment", shape[0], shape[1], i)
+				}
+			}
+			p.put(b)
 		}
 
 		// Assembled anew, rows swapped.
