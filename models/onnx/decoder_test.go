@@ -757,6 +757,35 @@ func exportInfo(edit func(ins, outs map[string]*onnxgraph.Tensor)) onnxgraph.Inf
 		}
 	}
 	ins = append(ins, t("use_cache_branch", "bool", 1))
+	return describe(ins, outs, edit)
+}
+
+// quantisedInfo describes a two-layer in-place graph with a quantised KV
+// cache, as models/gpt2 writes the int8 twins': int8 keys, uint8 values, a
+// float32 scale each; edit changes it for a case.
+func quantisedInfo(edit func(ins, outs map[string]*onnxgraph.Tensor)) onnxgraph.Info {
+	t := func(name, typ string, shape ...int64) onnxgraph.Tensor {
+		return onnxgraph.Tensor{Name: name, Type: typ, Shape: shape}
+	}
+	ins := []onnxgraph.Tensor{t("input_ids", "int64", -1, -1), t("attention_mask", "int64", -1, -1), t("position_ids", "int64", -1, -1)}
+	outs := []onnxgraph.Tensor{t("logits", "float32", -1, -1, 50257)}
+	for i := range 2 {
+		for _, kind := range []struct{ name, typ string }{{"key", "int8"}, {"value", "uint8"}, {"key_scale", "float32"}, {"value_scale", "float32"}} {
+			width := int64(64)
+			if kind.typ == "float32" {
+				width = 1
+			}
+			ins = append(ins, t(fmt.Sprintf("past_key_values.%d.%s", i, kind.name), kind.typ, -1, 12, -1, width))
+			outs = append(outs, t(fmt.Sprintf("new.%d.%s", i, kind.name), kind.typ, -1, 12, -1, width))
+		}
+	}
+	ins = append(ins, t("logits_to_keep", "int64", 1))
+	return describe(ins, outs, edit)
+}
+
+// describe is the Info of a graph with inputs ins and outputs outs, after
+// edit.
+func describe(ins, outs []onnxgraph.Tensor, edit func(ins, outs map[string]*onnxgraph.Tensor)) onnxgraph.Info {
 	index := func(ts []onnxgraph.Tensor) (map[string]*onnxgraph.Tensor, []string) {
 		m, names := map[string]*onnxgraph.Tensor{}, []string{}
 		for i := range ts {
@@ -833,8 +862,71 @@ func TestReadDecoderSig(t *testing.T) {
 			}
 		})
 	}
+	testReadQuantisedSig(t)
 	if _, err := DecoderShapeOf(onnxgraph.Info{}); !errors.Is(err, ErrNotDecoder) {
 		t.Errorf("DecoderShapeOf(no inputs) = %v, want ErrNotDecoder", err)
+	}
+}
+
+// testReadQuantisedSig is TestReadDecoderSig for a quantised KV cache.
+func testReadQuantisedSig(t *testing.T) {
+	sig, err := readDecoderSig(quantisedInfo(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []plane{{elemInt8, 64}, {elemUint8, 64}, {elemFloat32, 1}, {elemFloat32, 1}}
+	if !sig.inPlace || !slices.Equal(sig.planes, want) ||
+		strings.Join(sig.inputs, ",") != "input_ids,attention_mask,position_ids,"+
+			"past_key_values.0.key,past_key_values.0.value,past_key_values.0.key_scale,past_key_values.0.value_scale,"+
+			"past_key_values.1.key,past_key_values.1.value,past_key_values.1.key_scale,past_key_values.1.value_scale,logits_to_keep" ||
+		strings.Join(sig.outputs, ",") != "logits,new.0.key,new.0.value,new.0.key_scale,new.0.value_scale,"+
+			"new.1.key,new.1.value,new.1.key_scale,new.1.value_scale" {
+		t.Errorf("quantised signature = %+v", sig)
+	}
+	if got := sig.shape().KVBytesPerToken(); got != 2*2*12*(64+4) {
+		t.Errorf("quantised KVBytesPerToken() = %d", got)
+	}
+	for _, tc := range []struct {
+		name    string
+		edit    func(ins, outs map[string]*onnxgraph.Tensor)
+		wantErr string
+	}{
+		{"a scale missing", func(ins, _ map[string]*onnxgraph.Tensor) { delete(ins, "past_key_values.1.value_scale") },
+			"layer 1's keys and values are int8, but it lacks past_key_values.1.key_scale or .value_scale"},
+		{"a float16 scale", func(ins, _ map[string]*onnxgraph.Tensor) { ins["past_key_values.0.key_scale"].Type = "float16" },
+			"want float32 [batch, 12, past, 1]"},
+		{"a scale per channel", func(ins, _ map[string]*onnxgraph.Tensor) { ins["past_key_values.0.key_scale"].Shape[3] = 64 },
+			"want float32 [batch, 12, past, 1]"},
+		{"a float32 layer", func(ins, _ map[string]*onnxgraph.Tensor) {
+			ins["past_key_values.1.key"].Type, ins["past_key_values.1.value"].Type = "float32", "float32"
+		}, "every layer's keys and values must be float32, or every one quantised"},
+		{"layers of other types", func(ins, _ map[string]*onnxgraph.Tensor) { ins["past_key_values.1.key"].Type = "uint8" },
+			"layer 1's keys and values are uint8 and uint8, layer 0's int8 and uint8"},
+		{"scales of a float32 cache", func(ins, _ map[string]*onnxgraph.Tensor) {
+			for _, n := range []string{"key", "value"} {
+				for i := range 2 {
+					ins[fmt.Sprintf("past_key_values.%d.%s", i, n)].Type = "float32"
+				}
+			}
+		}, "scales of float32 keys and values"},
+		{"not in place", func(_, outs map[string]*onnxgraph.Tensor) {
+			for n, o := range outs {
+				if strings.HasPrefix(n, "new.") {
+					o.Name = "present." + strings.TrimPrefix(n, "new.")
+				}
+			}
+		}, "a quantised cache is written in place only"},
+		{"a new scale missing", func(_, outs map[string]*onnxgraph.Tensor) { delete(outs, "new.1.key_scale") },
+			"no float32 output new.1.key_scale [batch, heads, sequence, 1]"},
+		{"new keys of another type", func(_, outs map[string]*onnxgraph.Tensor) { outs["new.0.key"].Type = "uint8" },
+			"no int8 output new.0.key [batch, heads, sequence, 64]"},
+	} {
+		t.Run("quantised/"+tc.name, func(t *testing.T) {
+			_, err := readDecoderSig(quantisedInfo(tc.edit))
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("readDecoderSig = %v, want an error containing %q", err, tc.wantErr)
+			}
+		})
 	}
 }
 
