@@ -30,9 +30,9 @@ import (
 // blockStore is the block store of one Decoder.
 type blockStore struct {
 	d     dims
-	slots int       // token slots: DecoderInfo.KVTokens
+	slots int    // token slots: DecoderInfo.KVTokens
 	data  []byte // by cache tensor i (dims.tensors): [heads][slots] positions of dims.posBytes(i); allocated at the first step with blocks
-	size  int       // tokens a block of the tables held; 0 before the first
+	size  int    // tokens a block of the tables held; 0 before the first
 	// By block id at size: the sequences of the instance whose table holds
 	// it, and the positions written since it was last begun (size once
 	// full: its keys and values are then in the store).
