@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/inferhq/infer/models/onnxgraph"
+	"github.com/inferhq/infer/models/quant"
 )
 
 // kvForms are the integer forms of KVInt8's attention (kvint8.go), the
@@ -119,15 +120,30 @@ func TestKVInt8Reference(t *testing.T) {
 
 // TestKVInt8Split: a row's logits do not depend on whether its earlier
 // tokens came in as past (the outputs of an earlier run) or in the same
-// run, nor on the rows beside it, nor on what the holes in its past hold.
+// run, nor on the rows beside it, nor on what the holes in its past hold;
+// with the weights quantised too (activations per row), as the -int8
+// twins are.
 func TestKVInt8Split(t *testing.T) {
 	tiny, _ := Lookup("gpt2-tiny")
-	for _, a := range []Arch{micro, tiny} {
-		t.Run(a.Name, func(t *testing.T) {
+	for _, c := range []struct {
+		a       Arch
+		weights bool // quantised too, as the -int8 twins
+	}{{micro, false}, {tiny, false}, {micro, true}, {tiny, true}} {
+		name := c.a.Name
+		if c.weights {
+			name += "/int8-weights"
+		}
+		t.Run(name, func(t *testing.T) {
+			a := c.a
 			s := Spec{Arch: a, InPlaceKV: true, KVInt8: true}
 			path, err := Ensure(t.TempDir(), s)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if c.weights {
+				if path, err = quant.Ensure(t.TempDir(), path, quant.Options{}); err != nil {
+					t.Fatal(err)
+				}
 			}
 			g := openGraph(t, path, s)
 			tokens := []int32{5, 17, 3, int32(a.Vocab - 1), 42, 8, 8, 1, 99, 4, 250, 2}
