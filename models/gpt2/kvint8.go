@@ -1,0 +1,210 @@
+package gpt2
+
+import (
+	"math"
+	"strconv"
+
+	"github.com/inferhq/infer/models/onnxgraph"
+)
+
+// The attention of a graph with Spec.KVInt8: the KV cache in 8 bits.
+//
+// A token's key and value, for each head, are quantised on their own,
+// symmetric, with one scale for the head's head_dim values:
+//
+//	s = max(max|x| / 127, tiny)      x_q = Round(x / s)      (+ 128 as uint8)
+//
+// so that a token's bytes depend on its own float key or value alone, and
+// the caller keeps them in its cache as the graph outputs them. The new
+// tokens attend to themselves through the same quantised form as to the
+// past, and the products are split so that the past's part and the new
+// tokens' add exactly: a row's logits do not depend on whether its earlier
+// tokens came in as past or were fed in the same run (beyond float32's
+// summation order), which the decoder's prefix cache and batching rely on.
+//
+//   - Scores: the query of each (row, head, position) is quantised per row
+//     at run time; key·query is an integer product (exact), and each
+//     position's is scaled by its key's scale and the query's. Past and new
+//     positions are scaled alike, position by position.
+//   - Weighted sum: each position's value scale is folded into its
+//     probability, p·s_v (≥ 0), and the row of those, over the past and the
+//     new positions together, is quantised once to uint8 (0..255, its own
+//     scale); the integer products with the past's values and with the new
+//     ones are added as int32, then scaled by the row's scale.
+//
+// Positions the mask leaves out get the bias's lowest float32, so a weight
+// of exactly zero whatever their bytes and scales hold (the decoder leaves
+// stale ones there), provided these are finite.
+//
+// The types and the order of the score product were chosen by measuring
+// every form (TestKVInt8Forms with INFER_KV_FORMS=1, the graph alone in
+// ONNX Runtime): see kvDefault.
+
+// kvForm is one integer form of the attention; the zero value is
+// kvDefault.
+type kvForm struct {
+	key, value onnxgraph.DataType // Int8, or Uint8 with zero point 128
+	// queryFirst computes the past's scores as query·pastᵀ (the past
+	// transposed) instead of past·queryᵀ.
+	queryFirst bool
+}
+
+// kvDefault is the form Spec.KVInt8 graphs take.
+var kvDefault = kvForm{key: onnxgraph.Uint8, value: onnxgraph.Int8}
+
+func (f kvForm) resolve() kvForm {
+	if f == (kvForm{}) {
+		return kvDefault
+	}
+	return f
+}
+
+// String describes a form other than the default, for the file's hash.
+func (f kvForm) String() string {
+	if f == (kvForm{}) {
+		return ""
+	}
+	return " key=" + f.key.String() + " value=" + f.value.String() + " query-first=" + strconv.FormatBool(f.queryFirst)
+}
+
+// KVTypes returns the element types of the graph's past_key_values.{i}.key
+// and .value inputs (and of new.{i}.key and .value): float32 without
+// KVInt8; with it, int8 (symmetric) or uint8 (the same plus 128).
+func (s Spec) KVTypes() (key, value onnxgraph.DataType) {
+	if !s.KVInt8 {
+		return onnxgraph.Float32, onnxgraph.Float32
+	}
+	f := s.kv.resolve()
+	return f.key, f.value
+}
+
+// KVBytesPerToken is the size of the KV cache of one token in the graph
+// of s: a key and a value per layer, float32, or with KVInt8 a byte per
+// element and a float32 scale per head.
+func (s Spec) KVBytesPerToken() int64 {
+	if !s.KVInt8 {
+		return s.Arch.KVBytesPerToken()
+	}
+	a := s.Arch
+	return int64(2 * a.Layers * a.Heads * (a.HeadDim() + 4))
+}
+
+// kvConsts are the constants of the quantisation, written once.
+type kvConsts struct {
+	levels, probLevels, tiny, offset, zeroPoint string
+}
+
+func (b *builder) kvConsts() kvConsts {
+	if b.kvc.levels == "" {
+		b.kvc = kvConsts{
+			levels: b.Scalar(127), probLevels: b.Scalar(255),
+			// The smallest normal float32: a row of zeros gets a normal
+			// scale that makes it zeros, not NaNs.
+			tiny:      b.Scalar(0x1p-126),
+			offset:    b.Scalar(128),
+			zeroPoint: b.op("Cast", []onnxgraph.Attr{onnxgraph.Int("to", int64(onnxgraph.Uint8))}, b.Int64(128)),
+		}
+	}
+	return b.kvc
+}
+
+// quantize returns x quantised along its last axis, as t (Int8, or Uint8
+// plus 128), and the scales [..., 1].
+func (b *builder) quantize(x string, t onnxgraph.DataType) (q, scale string) {
+	c := b.kvConsts()
+	scale = b.op("Max", nil, b.op("Div", nil,
+		b.op("ReduceMax", []onnxgraph.Attr{onnxgraph.Ints("axes", -1), onnxgraph.Int("keepdims", 1)}, b.op("Abs", nil, x)),
+		c.levels), c.tiny)
+	r := b.op("Round", nil, b.op("Div", nil, x, scale))
+	if t == onnxgraph.Uint8 {
+		r = b.Add(r, c.offset)
+	}
+	return b.op("Cast", []onnxgraph.Attr{onnxgraph.Int("to", int64(t))}, r), scale
+}
+
+// zeroPoint returns the zero point of an operand of type t for
+// MatMulInteger: 128 for uint8, none for int8.
+func (b *builder) zeroPoint(t onnxgraph.DataType) string {
+	if t == onnxgraph.Uint8 {
+		return b.kvConsts().zeroPoint
+	}
+	return ""
+}
+
+// int8Attention returns the attention of layer i, [batch, heads, sequence,
+// head_dim], from the Split's q, k and v ([batch, sequence, hidden]) and
+// the causal bias, and writes the layer's new.* outputs.
+func (b *builder) int8Attention(i int, q, k, v, bias string) string {
+	a := b.s.Arch
+	f := b.s.kv.resolve()
+	d := a.HeadDim()
+	split := b.Int64s(0, 0, int64(a.Heads), int64(d)) // → [batch, sequence, heads, head_dim]
+	perm := func(t string, p ...int64) string {
+		return b.op("Transpose", []onnxgraph.Attr{onnxgraph.Ints("perm", p...)}, t)
+	}
+	axis := func(n int64) []onnxgraph.Attr { return []onnxgraph.Attr{onnxgraph.Int("axis", n)} }
+	matmulInt := func(x, y, xZero, yZero string) string {
+		ins := []string{x, y, xZero, yZero}
+		for len(ins) > 2 && ins[len(ins)-1] == "" {
+			ins = ins[:len(ins)-1]
+		}
+		return b.op("MatMulInteger", nil, ins...)
+	}
+	toFloat := func(t string) string {
+		return b.op("Cast", []onnxgraph.Attr{onnxgraph.Int("to", int64(onnxgraph.Float32))}, t)
+	}
+
+	// The new tokens' keys and values, quantised as [batch, sequence,
+	// heads, head_dim] and transposed in 8 bits.
+	newKV := func(x string, t onnxgraph.DataType, out, outScale string) {
+		xq, s := b.quantize(b.op("Reshape", nil, x, split), t)
+		b.NodeOut("Transpose", []string{xq}, []string{out}, onnxgraph.Ints("perm", 0, 2, 1, 3))
+		b.NodeOut("Transpose", []string{s}, []string{outScale}, onnxgraph.Ints("perm", 0, 2, 1, 3))
+	}
+	newKV(k, f.key, NewKey(i), NewKeyScale(i))
+	newKV(v, f.value, NewValue(i), NewValueScale(i))
+
+	// Keys' scales over the past and the new positions, [batch, heads,
+	// past + sequence, 1].
+	keyScales := b.op("Concat", axis(2), PastKeyScale(i), NewKeyScale(i))
+	query := b.op("Reshape", nil, b.Mul(q, b.Scalar(float32(1/math.Sqrt(float64(d))))), split)
+	var scores string // [batch, heads, sequence, past + sequence]
+	if f.queryFirst {
+		// query·keyᵀ: the query uint8 (MatMulInteger takes uint8 by
+		// int8 or by uint8, not int8 by uint8).
+		qq, qs := b.quantize(query, onnxgraph.Uint8)
+		qq, qs = perm(qq, 0, 2, 1, 3), perm(qs, 0, 2, 1, 3) // [batch, heads, sequence, head_dim|1]
+		zk := b.zeroPoint(f.key)
+		ints := b.op("Concat", axis(3),
+			matmulInt(qq, perm(PastKey(i), 0, 1, 3, 2), b.kvConsts().zeroPoint, zk),
+			matmulInt(qq, perm(NewKey(i), 0, 1, 3, 2), b.kvConsts().zeroPoint, zk))
+		scores = b.Mul(b.Mul(toFloat(ints), perm(keyScales, 0, 1, 3, 2)), qs)
+	} else {
+		// key·queryᵀ, [batch, heads, past + sequence, sequence], then
+		// transposed: the past is read as it lies. The query int8: uint8
+		// or int8 keys by int8.
+		qq, qs := b.quantize(query, onnxgraph.Int8)
+		qq, qs = perm(qq, 0, 2, 3, 1), perm(qs, 0, 2, 3, 1) // [batch, heads, head_dim|1, sequence]
+		zk := b.zeroPoint(f.key)
+		ints := b.op("Concat", axis(2), matmulInt(PastKey(i), qq, zk, ""), matmulInt(NewKey(i), qq, zk, ""))
+		scores = perm(b.Mul(b.Mul(toFloat(ints), keyScales), qs), 0, 1, 3, 2)
+	}
+	probs := b.op("Softmax", axis(-1), b.Add(scores, bias))
+
+	// p·s_v over the past and the new positions, quantised per row to
+	// uint8 (p·s_v ≥ 0: 255 levels), and the two integer products.
+	c := b.kvConsts()
+	weighted := b.Mul(probs, perm(b.op("Concat", axis(2), PastValueScale(i), NewValueScale(i)), 0, 1, 3, 2))
+	ps := b.op("Max", nil, b.op("Div", nil,
+		b.op("ReduceMax", []onnxgraph.Attr{onnxgraph.Ints("axes", -1), onnxgraph.Int("keepdims", 1)}, weighted),
+		c.probLevels), c.tiny)
+	pq := b.op("Cast", []onnxgraph.Attr{onnxgraph.Int("to", int64(onnxgraph.Uint8))},
+		b.op("Round", nil, b.op("Div", nil, weighted, ps)))
+	past := b.op("Shape", []onnxgraph.Attr{onnxgraph.Int("start", 2), onnxgraph.Int("end", 3)}, PastKey(i)) // [1]
+	last := b.Int64s(-1)
+	onPast := b.op("Slice", nil, pq, b.Int64s(0), past, last)
+	onNew := b.op("Slice", nil, pq, past, b.Int64s(math.MaxInt64), last)
+	zv := b.zeroPoint(f.value)
+	ints := b.Add(matmulInt(onPast, PastValue(i), "", zv), matmulInt(onNew, NewValue(i), "", zv))
+	return b.Mul(toFloat(ints), ps)
+}
