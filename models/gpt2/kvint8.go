@@ -205,6 +205,11 @@ func (b *builder) int8Attention(i int, q, k, v, bias string) string {
 	onPast := b.op("Slice", nil, pq, b.Int64s(0), past, last)
 	onNew := b.op("Slice", nil, pq, past, b.Int64s(math.MaxInt64), last)
 	zv := b.zeroPoint(f.value)
-	ints := b.Add(matmulInt(onPast, PastValue(i), "", zv), matmulInt(onNew, NewValue(i), "", zv))
+	// With no past (a prefill from the start) the past's product sums over
+	// no positions, and ONNX Runtime (1.30) leaves MatMulInteger's output
+	// unwritten when K is 0: it is multiplied by 0 then (0 or 1, past > 0).
+	onPastInts := b.Mul(matmulInt(onPast, PastValue(i), "", zv),
+		b.op("Cast", []onnxgraph.Attr{onnxgraph.Int("to", int64(onnxgraph.Int32))}, b.op("Greater", nil, past, b.Int64s(0))))
+	ints := b.Add(onPastInts, matmulInt(onNew, NewValue(i), "", zv))
 	return b.Mul(toFloat(ints), ps)
 }

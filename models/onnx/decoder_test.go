@@ -36,6 +36,10 @@ func tinySpec(variant ...func(*gpt2.Spec)) gpt2.Spec {
 // present out, as in exports.
 func standard(s *gpt2.Spec) { s.InPlaceKV = false }
 
+// kvInt8 makes the in-place graph's KV cache int8, as the int8 twins of
+// the built-in GPT-2 models have it.
+func kvInt8(s *gpt2.Spec) { s.KVInt8 = true }
+
 func noPositionIDs(s *gpt2.Spec) { s.NoPositionIDs, s.InPlaceKV = true, false }
 func merged(s *gpt2.Spec)        { s.CacheBranch, s.InPlaceKV = true, false }
 
@@ -263,7 +267,7 @@ func TestDecoderIncremental(t *testing.T) {
 	for _, variant := range []struct {
 		name string
 		spec gpt2.Spec
-	}{{"in place", tinySpec()}, {"position_ids", tinySpec(standard)}, {"all logits", tinySpec(allLogits)}, {"no position_ids", tinySpec(noPositionIDs, allLogits)},
+	}{{"in place", tinySpec()}, {"int8 KV", tinySpec(kvInt8)}, {"position_ids", tinySpec(standard)}, {"all logits", tinySpec(allLogits)}, {"no position_ids", tinySpec(noPositionIDs, allLogits)},
 		{"merged", tinySpec(merged, allLogits)}} {
 		t.Run(variant.name, func(t *testing.T) {
 			_, d := openTestDecoder(t, variant.spec, DecoderConfig{})
@@ -439,7 +443,7 @@ func TestDecoderBatchComposition(t *testing.T) {
 		name      string
 		spec      gpt2.Spec
 		schedules uint64
-	}{{"in place", tinySpec(), 2}, {"position_ids", tinySpec(standard), 2}, {"all logits", tinySpec(allLogits), 1}, {"no position_ids", tinySpec(noPositionIDs), 1},
+	}{{"in place", tinySpec(), 2}, {"int8 KV", tinySpec(kvInt8), 2}, {"position_ids", tinySpec(standard), 2}, {"all logits", tinySpec(allLogits), 1}, {"no position_ids", tinySpec(noPositionIDs), 1},
 		{"no position_ids, all logits", tinySpec(noPositionIDs, allLogits), 1}} {
 		t.Run(variant.name, func(t *testing.T) {
 			_, d := openTestDecoder(t, variant.spec, DecoderConfig{})

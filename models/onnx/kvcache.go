@@ -112,6 +112,31 @@ func (e elemType) size() int {
 	return 1
 }
 
+// quantised reports whether the cache is quantised: keys and values of a
+// byte with their scales.
+func (d dims) quantised() bool { return len(d.planes) > 2 }
+
+// clearScales zeroes the scales of row r of b from position from on: a
+// quantised cache's positions that hold no token get scale 0, so that
+// whatever bytes a reused buffer left there (a float32 scale's bytes may
+// read as NaN or Inf) weigh exactly nothing where the mask leaves them
+// out. A float32 cache's stale positions hold float32 keys and values,
+// finite, and need nothing.
+func (d dims) clearScales(b *kvBuf, r, from int) {
+	if !d.quantised() {
+		return
+	}
+	for ti := range d.tensors() {
+		if ti%len(d.planes) < 2 {
+			continue
+		}
+		data, w := d.tensor(b, ti), d.posBytes(ti)
+		for h := range d.heads {
+			clear(data[((r*d.heads+h)*b.t+from)*w : (r*d.heads+h+1)*b.t*w])
+		}
+	}
+}
+
 // tensors returns the cache tensors of a run: every layer's planes.
 func (d dims) tensors() int { return d.layers * len(d.planes) }
 
@@ -319,6 +344,7 @@ func (p *bufPool) assembleAt(d dims, states []*seqState, t int, prefill bool) (*
 	for r, st := range states {
 		if st == nil {
 			clear(b.mask[r*t : (r+1)*t])
+			d.clearScales(b, r, 0)
 			continue
 		}
 		segs = copyRow(d, b, r, st, segs)
@@ -361,7 +387,8 @@ func (p *bufPool) moveTo(st *seqState, b *kvBuf, r int) {
 // copyRow writes st's cache into row r of b: its n tokens at positions
 // t-n..t-1 of the row, zeros and a masked position before them (in a left
 // layout, at positions 0..n-1 and masked after them, the positions after
-// left as they were). segs is scratch space, returned for reuse.
+// left as they were but for a quantised cache's scales, see clearScales).
+// segs is scratch space, returned for reuse.
 func copyRow(d dims, b *kvBuf, r int, st *seqState, segs []segment) []segment {
 	t := b.t
 	mask := b.mask[r*t : (r+1)*t]
@@ -389,6 +416,9 @@ func copyRow(d dims, b *kvBuf, r int, st *seqState, segs []segment) []segment {
 			segs = append(segs, segment{i, j - i})
 			i = j
 		}
+	}
+	if d.left {
+		d.clearScales(b, r, st.n)
 	}
 	for ti := range d.tensors() {
 		dst, w := d.tensor(b, ti), d.posBytes(ti)

@@ -101,13 +101,29 @@ func TestCachePlanes(t *testing.T) {
 			p.put(b)
 		}
 
-		// Assembled anew, rows swapped.
+		// Assembled anew, rows swapped, into a reused buffer whose bytes
+		// are all 0xff (a float32 NaN).
+		stale, err := p.get(d, 3, 30, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range stale.data[:cap(stale.data)] {
+			stale.data[:cap(stale.data)][i] = 0xff
+		}
+		p.put(stale)
 		b, err := p.assemble(d, []*seqState{c, a}, false)
 		if err != nil {
 			t.Fatal(err)
 		}
 		checkStamps(t, "assembled", d, b, 0, c)
 		checkStamps(t, "assembled", d, b, 1, a)
+		if &b.data[0] != &stale.data[0] {
+			t.Fatal("the stale buffer was not reused")
+		}
+		if left {
+			checkClearScales(t, d, b, 0, c.n)
+			checkClearScales(t, d, b, 1, a.n)
+		}
 
 		// A sequence joins into a row no sequence holds.
 		e := &seqState{id: 3, n: 4}
@@ -121,6 +137,9 @@ func TestCachePlanes(t *testing.T) {
 		big, err := p.assembleAt(d, []*seqState{a, nil}, 12, false)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if left {
+			checkClearScales(t, d, big, 1, 0)
 		}
 		p.joinInPlace(d, big, 1, e)
 		checkStamps(t, "joined", d, big, 1, e)
@@ -166,3 +185,22 @@ func TestCachePlanes(t *testing.T) {
 }
 
 func uintptrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
+
+// checkClearScales fails t unless the scales of row r of b are zero from
+// position from on (see dims.clearScales).
+func checkClearScales(t *testing.T, d dims, b *kvBuf, r, from int) {
+	t.Helper()
+	for ti := range d.tensors() {
+		if ti%len(d.planes) < 2 {
+			continue
+		}
+		data, w := d.tensor(b, ti), d.posBytes(ti)
+		for h := range d.heads {
+			for i, x := range data[((r*d.heads+h)*b.t+from)*w : (r*d.heads+h+1)*b.t*w] {
+				if x != 0 {
+					t.Fatalf("row %d, tensor %d, head %d: byte %d after position %d is %#x, want 0", r, ti, h, i, from, x)
+				}
+			}
+		}
+	}
+}
