@@ -1,10 +1,13 @@
 package gpt2
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"slices"
 	"testing"
+	"unsafe"
 
 	ort "github.com/yalue/onnxruntime_go"
 
@@ -43,7 +46,8 @@ type graphRun struct {
 }
 
 // openGraph opens a session of the graph at path, made from s, with as
-// many threads as CPUs (as models/onnx's decoder, one worker).
+// many threads as CPUs (as models/onnx's decoder, one worker), or
+// INFER_BENCH_THREADS.
 func openGraph(t testing.TB, path string, s Spec) *graphRun {
 	t.Helper()
 	loadRuntime(t)
@@ -63,7 +67,9 @@ func openGraph(t testing.TB, path string, s Spec) *graphRun {
 		t.Fatal(err)
 	}
 	defer opts.Destroy()
-	if err := opts.SetIntraOpNumThreads(runtime.NumCPU()); err != nil {
+	threads := runtime.NumCPU()
+	fmt.Sscan(os.Getenv("INFER_BENCH_THREADS"), &threads)
+	if err := opts.SetIntraOpNumThreads(threads); err != nil {
 		t.Fatal(err)
 	}
 	if err := opts.SetInterOpNumThreads(1); err != nil {
@@ -130,6 +136,34 @@ type stepResult struct {
 // the fed tokens' positions. keep is logits_to_keep.
 func (g *graphRun) run(t testing.TB, c *kvCache, mask [][]int64, tokens [][]int32, positions [][]int64, keep int) stepResult {
 	t.Helper()
+	inputs, free := g.inputs(t, c, mask, tokens, positions, keep)
+	defer free()
+	outputs := g.exec(t, inputs)
+	defer destroy(outputs)
+	return g.results(t, outputs, len(tokens), len(tokens[0]))
+}
+
+func destroy(vals []ort.Value) {
+	for _, v := range vals {
+		if v != nil {
+			v.Destroy()
+		}
+	}
+}
+
+// exec runs the session on inputs, in the order of g.ins.
+func (g *graphRun) exec(t testing.TB, inputs []ort.Value) []ort.Value {
+	outputs := make([]ort.Value, len(g.outs))
+	if err := g.sess.Run(inputs, outputs); err != nil {
+		t.Fatal(err)
+	}
+	return outputs
+}
+
+// inputs returns the inputs of a run (see run), in the order of g.ins, and
+// the function that frees them. The past's tensors use c's memory.
+func (g *graphRun) inputs(t testing.TB, c *kvCache, mask [][]int64, tokens [][]int32, positions [][]int64, keep int) ([]ort.Value, func()) {
+	t.Helper()
 	a := g.s.Arch
 	rows, s := len(tokens), len(tokens[0])
 	h, d := a.Heads, a.HeadDim()
@@ -143,70 +177,58 @@ func (g *graphRun) run(t testing.TB, c *kvCache, mask [][]int64, tokens [][]int3
 		m = append(m, mask[r]...)
 	}
 	var vals []ort.Value
-	add := func(v ort.Value, err error) {
+	in := map[string]ort.Value{}
+	add := func(name string, v ort.Value, err error) {
 		if err != nil {
+			destroy(vals)
 			t.Fatal(err)
 		}
 		vals = append(vals, v)
+		in[name] = v
 	}
-	defer func() {
-		for _, v := range vals {
-			v.Destroy()
-		}
-	}()
-	in := map[string]ort.Value{}
 	byteTensor := func(typ onnxgraph.DataType, shape ort.Shape, b []byte) (ort.Value, error) {
 		if typ == onnxgraph.Uint8 {
-			return ort.NewTensor(shape, slices.Clone(b))
+			return ort.NewTensor(shape, b)
 		}
-		i8 := make([]int8, len(b))
-		for i, x := range b {
-			i8[i] = int8(x)
-		}
-		return ort.NewTensor(shape, i8)
+		return ort.NewTensor(shape, unsafe.Slice((*int8)(unsafe.Pointer(unsafe.SliceData(b))), len(b)))
 	}
-	add(ort.NewTensor(ort.NewShape(int64(rows), int64(s)), ids))
-	in[InputIDs] = vals[len(vals)-1]
-	add(ort.NewTensor(ort.NewShape(int64(rows), int64(c.past+s)), m))
-	in[AttentionMask] = vals[len(vals)-1]
-	add(ort.NewTensor(ort.NewShape(int64(rows), int64(s)), pos))
-	in[PositionIDs] = vals[len(vals)-1]
-	add(ort.NewTensor(ort.NewShape(1), []int64{int64(keep)}))
-	in[LogitsToKeep] = vals[len(vals)-1]
+	tensor := func(name string, shape ort.Shape, data []int64) {
+		v, err := ort.NewTensor(shape, data)
+		add(name, v, err)
+	}
+	tensor(InputIDs, ort.NewShape(int64(rows), int64(s)), ids)
+	tensor(AttentionMask, ort.NewShape(int64(rows), int64(c.past+s)), m)
+	tensor(PositionIDs, ort.NewShape(int64(rows), int64(s)), pos)
+	tensor(LogitsToKeep, ort.NewShape(1), []int64{int64(keep)})
 	kvShape := ort.NewShape(int64(rows), int64(h), int64(c.past), int64(d))
 	scaleShape := ort.NewShape(int64(rows), int64(h), int64(c.past), 1)
+	floats := func(name string, shape ort.Shape, data []float32) {
+		v, err := ort.NewTensor(shape, data)
+		add(name, v, err)
+	}
 	for l := range a.Layers {
 		if !g.s.KVInt8 {
-			add(ort.NewTensor(kvShape, c.fkeys[l]))
-			in[PastKey(l)] = vals[len(vals)-1]
-			add(ort.NewTensor(kvShape, c.fvalues[l]))
-			in[PastValue(l)] = vals[len(vals)-1]
+			floats(PastKey(l), kvShape, c.fkeys[l])
+			floats(PastValue(l), kvShape, c.fvalues[l])
 			continue
 		}
-		add(byteTensor(keyType, kvShape, c.keys[l]))
-		in[PastKey(l)] = vals[len(vals)-1]
-		add(byteTensor(valueType, kvShape, c.values[l]))
-		in[PastValue(l)] = vals[len(vals)-1]
-		add(ort.NewTensor(scaleShape, c.kScales[l]))
-		in[PastKeyScale(l)] = vals[len(vals)-1]
-		add(ort.NewTensor(scaleShape, c.vScales[l]))
-		in[PastValueScale(l)] = vals[len(vals)-1]
+		v, err := byteTensor(keyType, kvShape, c.keys[l])
+		add(PastKey(l), v, err)
+		v, err = byteTensor(valueType, kvShape, c.values[l])
+		add(PastValue(l), v, err)
+		floats(PastKeyScale(l), scaleShape, c.kScales[l])
+		floats(PastValueScale(l), scaleShape, c.vScales[l])
 	}
 	inputs := make([]ort.Value, len(g.ins))
 	for i, name := range g.ins {
 		inputs[i] = in[name]
 	}
-	outputs := make([]ort.Value, len(g.outs))
-	if err := g.sess.Run(inputs, outputs); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, v := range outputs {
-			if v != nil {
-				v.Destroy()
-			}
-		}
-	}()
+	return inputs, func() { destroy(vals) }
+}
+
+// results reads a run's outputs.
+func (g *graphRun) results(t testing.TB, outputs []ort.Value, rows, s int) stepResult {
+	a := g.s.Arch
 	res := stepResult{fresh: &kvCache{rows: rows, past: s}}
 	bytesOf := func(v ort.Value) []byte {
 		switch x := v.(type) {

@@ -44,13 +44,49 @@ import (
 // kvDefault.
 type kvForm struct {
 	key, value onnxgraph.DataType // Int8, or Uint8 with zero point 128
+	// queryUint8 quantises the query to uint8 (zero point 128) instead of
+	// int8, for past·queryᵀ with uint8 keys.
+	queryUint8 bool
 	// queryFirst computes the past's scores as query·pastᵀ (the past
-	// transposed) instead of past·queryᵀ.
+	// transposed) instead of past·queryᵀ; the query is uint8.
 	queryFirst bool
 }
 
-// kvDefault is the form Spec.KVInt8 graphs take.
-var kvDefault = kvForm{key: onnxgraph.Uint8, value: onnxgraph.Int8}
+// kvDefault is the form Spec.KVInt8 graphs take: uint8 keys (zero point
+// 128) scored as past·queryᵀ by an int8 query, and uint8 values (zero
+// point 128) weighted by the uint8 probabilities.
+//
+// BenchmarkKVInt8Forms, gpt2-small's -int8 twin (int8 weights), decode
+// steps of 16 rows after 256 positions, the graphs alone stepping in turn
+// in one process, 120–200 steps each, on the 2-core dev VM (AVX-512 VNNI)
+// under a load average of 2.7 to 6.4 from other work. The median step of
+// uint8 keys by an int8 query with int8 values (uint8 by int8 both) was
+// 39–46 ms with 2 threads (81–86 in the busiest runs) and 28–41 ms with
+// 1; the others' speed-ups against it, run by run:
+//
+//	keys, values (query)             2 threads                           1 thread
+//	uint8, uint8 (int8): chosen      1.04 0.94 1.07 1.04 1.00 1.00 0.96  0.97 1.00 0.98 0.97 0.90
+//	uint8, uint8 (uint8)             0.92 0.97                           0.86 0.89
+//	int8, int8 (int8)                0.87 0.72
+//	int8, uint8 (int8)               0.88 0.82
+//	int8, int8 (query·pastᵀ, uint8)  0.81 0.74
+//	uint8, int8 (query·pastᵀ, uint8) 0.79 0.79
+//
+// Int8 keys are slower: ONNX Runtime's int8-by-int8 kernels are not its
+// fast ones (MLAS runs uint8 by int8 with VNNI). query·pastᵀ copies the
+// past transposed, as in the float32 graph (generate.go). uint8 and int8
+// values are within the noise of each other here (0.90–1.07), and uint8
+// values are chosen for exactness on every x86 CPU: without VNNI, MLAS
+// multiplies uint8 by int8 with VPMADDUBSW, which saturates the sum of
+// two adjacent products at 32767, and p·V's adjacent products belong to
+// adjacent positions (two weights near 255 by values near 127 saturate),
+// so splitting the positions between the past and the new tokens would
+// change the sums; uint8 by uint8 widens to 16 bits first and never
+// saturates. The scores' pairs lie within one position's head_dim, which
+// keeps them exact (one position's score is computed the same whatever
+// the split), at the cost of precision only where it saturates, as the
+// weights' products of models/quant do (uint8 rows by int8 weights).
+var kvDefault = kvForm{key: onnxgraph.Uint8, value: onnxgraph.Uint8}
 
 func (f kvForm) resolve() kvForm {
 	if f == (kvForm{}) {
@@ -59,12 +95,12 @@ func (f kvForm) resolve() kvForm {
 	return f
 }
 
-// String describes a form other than the default, for the file's hash.
+// String describes the form (the default's for the zero value), for the
+// file's hash.
 func (f kvForm) String() string {
-	if f == (kvForm{}) {
-		return ""
-	}
-	return " key=" + f.key.String() + " value=" + f.value.String() + " query-first=" + strconv.FormatBool(f.queryFirst)
+	f = f.resolve()
+	return "key=" + f.key.String() + " value=" + f.value.String() + " query-uint8=" + strconv.FormatBool(f.queryUint8) +
+		" query-first=" + strconv.FormatBool(f.queryFirst)
 }
 
 // KVTypes returns the element types of the graph's past_key_values.{i}.key
@@ -181,12 +217,16 @@ func (b *builder) int8Attention(i int, q, k, v, bias string) string {
 		scores = b.Mul(b.Mul(toFloat(ints), perm(keyScales, 0, 1, 3, 2)), qs)
 	} else {
 		// key·queryᵀ, [batch, heads, past + sequence, sequence], then
-		// transposed: the past is read as it lies. The query int8: uint8
-		// or int8 keys by int8.
-		qq, qs := b.quantize(query, onnxgraph.Int8)
+		// transposed: the past is read as it lies. The query int8 (uint8
+		// or int8 keys by int8) or uint8 (uint8 keys by uint8).
+		qt := onnxgraph.Int8
+		if f.queryUint8 {
+			qt = onnxgraph.Uint8
+		}
+		qq, qs := b.quantize(query, qt)
 		qq, qs = perm(qq, 0, 2, 3, 1), perm(qs, 0, 2, 3, 1) // [batch, heads, head_dim|1, sequence]
-		zk := b.zeroPoint(f.key)
-		ints := b.op("Concat", axis(2), matmulInt(PastKey(i), qq, zk, ""), matmulInt(NewKey(i), qq, zk, ""))
+		zk, zq := b.zeroPoint(f.key), b.zeroPoint(qt)
+		ints := b.op("Concat", axis(2), matmulInt(PastKey(i), qq, zk, zq), matmulInt(NewKey(i), qq, zk, zq))
 		scores = perm(b.Mul(b.Mul(toFloat(ints), keyScales), qs), 0, 1, 3, 2)
 	}
 	probs := b.op("Softmax", axis(-1), b.Add(scores, bias))

@@ -14,8 +14,10 @@ import (
 var kvForms = []kvForm{
 	{},
 	{key: onnxgraph.Int8, value: onnxgraph.Int8},
-	{key: onnxgraph.Uint8, value: onnxgraph.Uint8},
+	{key: onnxgraph.Uint8, value: onnxgraph.Int8},
 	{key: onnxgraph.Int8, value: onnxgraph.Uint8},
+	{key: onnxgraph.Uint8, value: onnxgraph.Uint8, queryUint8: true},
+	{key: onnxgraph.Uint8, value: onnxgraph.Int8, queryUint8: true},
 	{key: onnxgraph.Int8, value: onnxgraph.Int8, queryFirst: true},
 	{key: onnxgraph.Uint8, value: onnxgraph.Int8, queryFirst: true},
 }
@@ -23,6 +25,9 @@ var kvForms = []kvForm{
 func (f kvForm) name() string {
 	f = f.resolve()
 	name := fmt.Sprintf("k%s-v%s", f.key, f.value)
+	if f.queryUint8 {
+		name += "-quint8"
+	}
 	if f.queryFirst {
 		name += "-query-first"
 	}
