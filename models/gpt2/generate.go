@@ -157,7 +157,7 @@ func (s Spec) FileName() string {
 		key += " in-place=2"
 	}
 	if s.KVInt8 {
-		key += " kv-int8=1 " + s.kv.String()
+		key += " kv-int8=2 " + s.kv.String()
 	}
 	sum := sha256.Sum256([]byte(key))
 	return fmt.Sprintf("%s-%s.onnx", a, hex.EncodeToString(sum[:6]))
@@ -325,8 +325,10 @@ func (b *builder) block(i int, x, bias string) string {
 
 	qkv := b.conv1D(prefix+".attn.c_attn", b.layerNorm(prefix+".ln_1", x), hidden, 3*hidden, std)
 	q, k, v := "Split_q_"+strconv.Itoa(i), "Split_k_"+strconv.Itoa(i), "Split_v_"+strconv.Itoa(i)
-	b.NodeOut("Split", []string{qkv, b.Int64s(int64(hidden), int64(hidden), int64(hidden))}, []string{q, k, v},
-		onnxgraph.Int("axis", -1))
+	if !b.s.KVInt8 { // which quantises q, k and v before it splits them
+		b.NodeOut("Split", []string{qkv, b.Int64s(int64(hidden), int64(hidden), int64(hidden))}, []string{q, k, v},
+			onnxgraph.Int("axis", -1))
+	}
 	// [batch, sequence, hidden] → [batch, heads, sequence, head_dim]
 	split := b.Int64s(0, 0, int64(a.Heads), int64(d))
 	heads := func(t string) string {
@@ -342,7 +344,7 @@ func (b *builder) block(i int, x, bias string) string {
 	var attn string // [batch, heads, sequence, head_dim]
 	switch {
 	case b.s.KVInt8:
-		attn = b.int8Attention(i, q, k, v, bias)
+		attn = b.int8Attention(i, qkv, bias)
 	case b.s.InPlaceKV:
 		// Scores over the past and the new tokens side by side (the bias
 		// spans both), and the weighted sum of each part's values:

@@ -47,7 +47,8 @@ type graphRun struct {
 
 // openGraph opens a session of the graph at path, made from s, with as
 // many threads as CPUs (as models/onnx's decoder, one worker), or
-// INFER_BENCH_THREADS.
+// INFER_BENCH_THREADS; INFER_BENCH_PROFILE=prefix writes ONNX Runtime's
+// profile of each session.
 func openGraph(t testing.TB, path string, s Spec) *graphRun {
 	t.Helper()
 	loadRuntime(t)
@@ -74,6 +75,12 @@ func openGraph(t testing.TB, path string, s Spec) *graphRun {
 	}
 	if err := opts.SetInterOpNumThreads(1); err != nil {
 		t.Fatal(err)
+	}
+	if prefix := os.Getenv("INFER_BENCH_PROFILE"); prefix != "" {
+		// ONNX Runtime's profile of each session, written when it ends.
+		if err := opts.EnableProfiling(prefix); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if g.sess, err = ort.NewDynamicAdvancedSession(path, g.ins, g.outs, opts); err != nil {
 		t.Fatal(err)

@@ -166,10 +166,11 @@ func BenchmarkKVInt8Decode(b *testing.B) {
 }
 
 // TestKVInt8Agreement compares greedy decoding of the -int8 twin with its
-// KV cache in int8 and in float32 (INFER_KV_AGREEMENT=N steps, e.g. 200,
-// on gpt2-tiny and INFER_BENCH_ARCHS' architectures): the float32 cache's
-// greedy tokens are fed to both, and at each step the top-1 tokens are
-// compared and the largest difference of a logit taken.
+// KV cache in int8 and in float32, and of the float32 model, for scale
+// (INFER_KV_AGREEMENT=N steps, e.g. 200, on gpt2-tiny and
+// INFER_BENCH_ARCHS' architectures): the float32 cache's greedy tokens
+// are fed to all three, and at each step the top-1 tokens are compared
+// and the largest difference of a logit taken.
 func TestKVInt8Agreement(t *testing.T) {
 	n := 0
 	fmt.Sscan(os.Getenv("INFER_KV_AGREEMENT"), &n)
@@ -184,10 +185,12 @@ func TestKVInt8Agreement(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Run(a.Name, func(t *testing.T) {
-			var gs [2]*graphRun
-			for i, s := range []Spec{{Arch: a, InPlaceKV: true}, {Arch: a, InPlaceKV: true, KVInt8: true}} {
+			// The -int8 twin as it was (float32 cache), as it is (int8
+			// cache), and float32.
+			var gs [3]*graphRun
+			for i, s := range []Spec{{Arch: a, InPlaceKV: true}, {Arch: a, InPlaceKV: true, KVInt8: true}, {Arch: a, InPlaceKV: true}} {
 				path, err := Ensure(dir, s)
-				if err == nil {
+				if err == nil && i < 2 {
 					path, err = quant.Ensure(dir, path, quant.Options{})
 				}
 				if err != nil {
@@ -196,36 +199,45 @@ func TestKVInt8Agreement(t *testing.T) {
 				gs[i] = openGraph(t, path, s)
 			}
 			prompt := []int32{464, 2068, 7586, 21831, 18045, 625, 262, 16931} // "The quick brown fox jumps over the lazy"
-			var caches [2]*kvCache
-			var logits [2][]float32
+			var caches [3]*kvCache
+			var logits [3][]float32
 			for i, g := range gs {
 				caches[i] = garbageCache(g.s, 1, 1, 5) // one hole: ONNX Runtime takes no empty tensor
 				res := g.run(t, caches[i], [][]int64{ones(1, len(prompt))}, [][]int32{prompt}, [][]int64{span(0, len(prompt))}, 1)
 				caches[i], logits[i] = caches[i].concat(a, res.fresh), res.logits
 			}
-			agree, first := 0, -1
-			var worst, sumWorst float64
+			type pair struct {
+				x, y         int
+				agree, first int
+				worst, sum   float64
+			}
+			pairs := []*pair{{x: 0, y: 1, first: -1}, {x: 2, y: 0, first: -1}, {x: 2, y: 1, first: -1}}
 			for step := range n {
+				for _, p := range pairs {
+					if argmax(logits[p.x]) == argmax(logits[p.y]) {
+						p.agree++
+					} else if p.first < 0 {
+						p.first = step
+					}
+					var w float64
+					for v := range logits[p.x] {
+						w = max(w, math.Abs(float64(logits[p.x][v]-logits[p.y][v])))
+					}
+					p.worst, p.sum = max(p.worst, w), p.sum+w
+				}
 				tok := argmax(logits[0])
-				if tok == argmax(logits[1]) {
-					agree++
-				} else if first < 0 {
-					first = step
-				}
-				var w float64
-				for v := range logits[0] {
-					w = max(w, math.Abs(float64(logits[0][v]-logits[1][v])))
-				}
-				worst, sumWorst = max(worst, w), sumWorst+w
 				pos := len(prompt) + step
 				for i, g := range gs {
 					res := g.run(t, caches[i], [][]int64{ones(1, pos+1)}, [][]int32{{int32(tok)}}, [][]int64{{int64(pos)}}, 1)
 					caches[i], logits[i] = caches[i].concat(a, res.fresh), res.logits
 				}
 			}
-			t.Logf("%s-int8, %d greedy steps: top-1 the same at %d (%.1f %%); largest |logit difference| %.3g, mean of the steps' largest %.3g; "+
-				"first step that differs: %d (-1: none)",
-				a, n, agree, 100*float64(agree)/float64(n), worst, sumWorst/float64(n), first)
+			label := []string{a.String() + "-int8 (float32 KV)", a.String() + "-int8 (int8 KV)", a.String()}
+			for _, p := range pairs {
+				t.Logf("%s against %s, %d greedy steps: top-1 the same at %d (%.1f %%), first differing at step %d (-1: none); "+
+					"largest |logit difference| %.3g, mean of the steps' largest %.3g",
+					label[p.y], label[p.x], n, p.agree, 100*float64(p.agree)/float64(n), p.first, p.worst, p.sum/float64(n))
+			}
 		})
 	}
 }

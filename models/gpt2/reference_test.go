@@ -120,11 +120,8 @@ func (r reference) logits(tokens []int32) [][]float64 {
 func (r reference) int8Head(qkv [][]float64, p, head int, ctx []float64) {
 	h, d := r.a.Hidden, r.a.HeadDim()
 	part := func(j, which int) []float64 { return qkv[j][which*h+head*d : which*h+(head+1)*d] }
-	q := make([]float64, d)
-	for i, v := range part(p, 0) {
-		q[i] = v / math.Sqrt(float64(d))
-	}
-	qq, qs := quantize(q, 127)
+	qq, qs := quantize(part(p, 0), 127)
+	qs /= math.Sqrt(float64(d))
 	scores := make([]float64, p+1) // causal: positions 0..p
 	top := math.Inf(-1)
 	for j := range scores {
