@@ -3,6 +3,7 @@ package gpt2
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/inferhq/infer/models/onnxgraph"
@@ -196,5 +197,49 @@ func TestKVInt8Split(t *testing.T) {
 			compare("beside another row", n-1, res.logits[:v], 1e-5)
 			t.Logf("%d positions of %d logits within %.2g of one run", n, v, worst)
 		})
+	}
+}
+
+// TestKVInt8Inspect pins the graph's inputs and outputs: the contract with
+// models/onnx's decoder.
+func TestKVInt8Inspect(t *testing.T) {
+	a := Arch{Name: "one", Layers: 1, Hidden: 32, Heads: 2, Vocab: 300, Context: 64}
+	path, err := Ensure(t.TempDir(), Spec{Arch: a, InPlaceKV: true, KVInt8: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := onnxgraph.Inspect(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ins, outs []string
+	for _, x := range info.Inputs {
+		ins = append(ins, x.String())
+	}
+	for _, x := range info.Outputs {
+		outs = append(outs, x.String())
+	}
+	wantIns := []string{
+		"input_ids int64 [batch_size, sequence_length]",
+		"attention_mask int64 [batch_size, past_sequence_length + sequence_length]",
+		"position_ids int64 [batch_size, sequence_length]",
+		"past_key_values.0.key uint8 [batch_size, 2, past_sequence_length, 16]",
+		"past_key_values.0.value uint8 [batch_size, 2, past_sequence_length, 16]",
+		"past_key_values.0.key_scale float32 [batch_size, 2, past_sequence_length, 1]",
+		"past_key_values.0.value_scale float32 [batch_size, 2, past_sequence_length, 1]",
+		"logits_to_keep int64 [1]",
+	}
+	wantOuts := []string{
+		"logits float32 [batch_size, kept_length, 300]",
+		"new.0.key uint8 [batch_size, 2, sequence_length, 16]",
+		"new.0.value uint8 [batch_size, 2, sequence_length, 16]",
+		"new.0.key_scale float32 [batch_size, 2, sequence_length, 1]",
+		"new.0.value_scale float32 [batch_size, 2, sequence_length, 1]",
+	}
+	if strings.Join(ins, "\n") != strings.Join(wantIns, "\n") || strings.Join(outs, "\n") != strings.Join(wantOuts, "\n") {
+		t.Errorf("inputs:\n%s\noutputs:\n%s", strings.Join(ins, "\n"), strings.Join(outs, "\n"))
+	}
+	if k, v := (Spec{Arch: a, InPlaceKV: true, KVInt8: true}).KVTypes(); k != onnxgraph.Uint8 || v != onnxgraph.Uint8 {
+		t.Errorf("KVTypes() = %v, %v", k, v)
 	}
 }

@@ -23,11 +23,11 @@ import (
 // TwinSuffixes are the suffixes of the twins, in the order they are
 // listed, with the kinds of model that have them, and whether the twin of
 // a decoder that has a graph with an int8 KV cache (Entry.KVInt8BytesPerToken)
-// is made from that graph: gpt2-small-int8 keeps its KV cache in int8,
-// which made its decode step at 16 sequences of 256 tokens 1.9 times as
-// fast as gpt2-small's against 1.4 with the float32 cache
-// (docs/quantization.md); the int4 twins keep float32's, as 4-bit weights
-// are for memory more than speed.
+// is made from that graph: gpt2-small-int8 keeps its KV cache in int8 (about
+// a quarter of the bytes), and its decode step at 16 sequences of 256 tokens
+// ran 1.5–1.9 times as fast as gpt2-small's against 1.35–1.5 with the
+// float32 cache (the graphs alone, 2 threads; docs/quantization.md). The
+// int4 twins keep float32's.
 var TwinSuffixes = []struct {
 	Suffix string
 	Kinds  []Kind
