@@ -44,6 +44,15 @@ func PresentValue(i int) string { return "present." + strconv.Itoa(i) + ".value"
 func NewKey(i int) string   { return "new." + strconv.Itoa(i) + ".key" }
 func NewValue(i int) string { return "new." + strconv.Itoa(i) + ".value" }
 
+// PastKeyScale and the others name the scales of a graph with Spec.KVInt8:
+// inputs past_key_values.{i}.key_scale|value_scale [batch, heads, past, 1]
+// and outputs new.{i}.key_scale|value_scale [batch, heads, sequence, 1],
+// float32, one for each position and head (kvint8.go).
+func PastKeyScale(i int) string   { return PastKey(i) + "_scale" }
+func PastValueScale(i int) string { return PastValue(i) + "_scale" }
+func NewKeyScale(i int) string    { return NewKey(i) + "_scale" }
+func NewValueScale(i int) string  { return NewValue(i) + "_scale" }
+
 // Metadata keys Generate stores in the model's metadata_props.
 const (
 	MetaArch      = "infer.arch"      // "gpt2-tiny"
@@ -108,6 +117,15 @@ type Spec struct {
 	// length says nothing of a row's positions). Exports keep the standard
 	// graph.
 	InPlaceKV bool
+	// KVInt8 makes the graph of InPlaceKV with its KV cache in 8 bits:
+	// past_key_values.{i}.key|value and new.{i}.key|value are int8 or
+	// uint8 (KVTypes), each with a float32 scale for each position and
+	// head (PastKeyScale and the others), and the attention's two
+	// products are integer ones (kvint8.go). Only with InPlaceKV.
+	KVInt8 bool
+	// kv chooses among the integer forms of KVInt8's attention; the zero
+	// value is the one measured fastest (kvint8.go). Tests only.
+	kv kvForm
 }
 
 func (s Spec) withDefaults() Spec {
@@ -120,6 +138,9 @@ func (s Spec) withDefaults() Spec {
 func (s Spec) validate() error {
 	if s.InPlaceKV && s.NoPositionIDs {
 		return fmt.Errorf("a graph with its KV cache in place needs position_ids")
+	}
+	if s.KVInt8 && !s.InPlaceKV {
+		return fmt.Errorf("an int8 KV cache needs the graph with its KV cache in place")
 	}
 	return s.Arch.validate()
 }
@@ -134,6 +155,9 @@ func (s Spec) FileName() string {
 		generatorVersion, a.Name, a.Layers, a.Hidden, a.Heads, a.Vocab, a.Context, s.Seed, s.NoPositionIDs, s.CacheBranch, s.AllLogits)
 	if s.InPlaceKV {
 		key += " in-place=2"
+	}
+	if s.KVInt8 {
+		key += " kv-int8=2 " + s.kv.String()
 	}
 	sum := sha256.Sum256([]byte(key))
 	return fmt.Sprintf("%s-%s.onnx", a, hex.EncodeToString(sum[:6]))
@@ -187,7 +211,8 @@ func model(s Spec) *onnxgraph.Model {
 // builder assembles the graph of one spec.
 type builder struct {
 	*onnxgraph.Graph
-	s Spec
+	s   Spec
+	kvc kvConsts // KVInt8's, once written
 }
 
 func (b *builder) op(op string, attrs []onnxgraph.Attr, inputs ...string) string {
@@ -230,9 +255,14 @@ func build(s Spec) *onnxgraph.Graph {
 	if !s.NoPositionIDs {
 		positions = b.Input(PositionIDs, onnxgraph.Int64, batch, seq)
 	}
+	keyType, valueType := s.KVTypes()
 	for i := range a.Layers {
-		b.Input(PastKey(i), onnxgraph.Float32, batch, heads, past, headDim)
-		b.Input(PastValue(i), onnxgraph.Float32, batch, heads, past, headDim)
+		b.Input(PastKey(i), keyType, batch, heads, past, headDim)
+		b.Input(PastValue(i), valueType, batch, heads, past, headDim)
+		if s.KVInt8 {
+			b.Input(PastKeyScale(i), onnxgraph.Float32, batch, heads, past, onnxgraph.Fixed(1))
+			b.Input(PastValueScale(i), onnxgraph.Float32, batch, heads, past, onnxgraph.Fixed(1))
+		}
 	}
 	if s.CacheBranch {
 		b.Input(UseCacheBranch, onnxgraph.Bool, onnxgraph.Fixed(1))
@@ -270,8 +300,12 @@ func build(s Spec) *onnxgraph.Graph {
 	b.Output(Logits, onnxgraph.Float32, batch, kept, onnxgraph.Fixed(int64(a.Vocab)))
 	for i := range a.Layers {
 		if s.InPlaceKV {
-			b.Output(NewKey(i), onnxgraph.Float32, batch, heads, seq, headDim)
-			b.Output(NewValue(i), onnxgraph.Float32, batch, heads, seq, headDim)
+			b.Output(NewKey(i), keyType, batch, heads, seq, headDim)
+			b.Output(NewValue(i), valueType, batch, heads, seq, headDim)
+			if s.KVInt8 {
+				b.Output(NewKeyScale(i), onnxgraph.Float32, batch, heads, seq, onnxgraph.Fixed(1))
+				b.Output(NewValueScale(i), onnxgraph.Float32, batch, heads, seq, onnxgraph.Fixed(1))
+			}
 			continue
 		}
 		b.Output(PresentKey(i), onnxgraph.Float32, batch, heads, total, headDim)
@@ -291,8 +325,10 @@ func (b *builder) block(i int, x, bias string) string {
 
 	qkv := b.conv1D(prefix+".attn.c_attn", b.layerNorm(prefix+".ln_1", x), hidden, 3*hidden, std)
 	q, k, v := "Split_q_"+strconv.Itoa(i), "Split_k_"+strconv.Itoa(i), "Split_v_"+strconv.Itoa(i)
-	b.NodeOut("Split", []string{qkv, b.Int64s(int64(hidden), int64(hidden), int64(hidden))}, []string{q, k, v},
-		onnxgraph.Int("axis", -1))
+	if !b.s.KVInt8 { // which quantises q, k and v before it splits them
+		b.NodeOut("Split", []string{qkv, b.Int64s(int64(hidden), int64(hidden), int64(hidden))}, []string{q, k, v},
+			onnxgraph.Int("axis", -1))
+	}
 	// [batch, sequence, hidden] → [batch, heads, sequence, head_dim]
 	split := b.Int64s(0, 0, int64(a.Heads), int64(d))
 	heads := func(t string) string {
@@ -306,7 +342,10 @@ func (b *builder) block(i int, x, bias string) string {
 		return b.op("Softmax", []onnxgraph.Attr{onnxgraph.Int("axis", -1)}, b.Add(scores, bias))
 	}
 	var attn string // [batch, heads, sequence, head_dim]
-	if b.s.InPlaceKV {
+	switch {
+	case b.s.KVInt8:
+		attn = b.int8Attention(i, qkv, bias)
+	case b.s.InPlaceKV:
 		// Scores over the past and the new tokens side by side (the bias
 		// spans both), and the weighted sum of each part's values:
 		// nothing of the size of the past is copied.
@@ -335,7 +374,7 @@ func (b *builder) block(i int, x, bias string) string {
 		onPast := b.op("Slice", nil, probs, b.Int64s(0), past, last)
 		onNew := b.op("Slice", nil, probs, past, b.Int64s(math.MaxInt64), last)
 		attn = b.Add(b.MatMul(onPast, PastValue(i)), b.MatMul(onNew, value))
-	} else {
+	default:
 		concat := []onnxgraph.Attr{onnxgraph.Int("axis", 2)}
 		b.NodeOut("Concat", []string{PastKey(i), heads(k)}, []string{PresentKey(i)}, concat...)
 		b.NodeOut("Concat", []string{PastValue(i), heads(v)}, []string{PresentValue(i)}, concat...)

@@ -66,7 +66,7 @@ func TestGenerate(t *testing.T) {
 	}
 	names := map[string]bool{}
 	specs := []Spec{s, {Arch: micro, Seed: 2}, {Arch: micro, NoPositionIDs: true}, {Arch: micro, CacheBranch: true}, {Arch: micro, AllLogits: true},
-		{Arch: micro, InPlaceKV: true}}
+		{Arch: micro, InPlaceKV: true}, {Arch: micro, InPlaceKV: true, KVInt8: true}}
 	for _, v := range specs {
 		names[v.FileName()] = true
 	}

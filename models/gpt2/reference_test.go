@@ -11,9 +11,30 @@ import (
 // definition (Radford et al., 2019; Hugging Face's modeling_gpt2.py) rather
 // than from the graph, for checking that the generated graph computes it. It
 // runs one sequence in float64, without a cache.
+//
+// With kvInt8 its attention is that of a graph with Spec.KVInt8
+// (kvint8.go), written from that file's description: keys, values and
+// queries quantised per position and head, the probabilities times the
+// values' scales per row, and the products of the integers.
 type reference struct {
-	a    Arch
-	seed uint64
+	a      Arch
+	seed   uint64
+	kvInt8 bool
+}
+
+// quantize returns x as the integers of a symmetric quantisation to
+// ±levels (held in float64) and its scale.
+func quantize(x []float64, levels float64) ([]float64, float64) {
+	var top float64
+	for _, v := range x {
+		top = max(top, math.Abs(v))
+	}
+	s := max(top/levels, 0x1p-126)
+	q := make([]float64, len(x))
+	for i, v := range x {
+		q[i] = math.RoundToEven(v / s)
+	}
+	return q, s
 }
 
 // weight returns the weight Generate writes under name: N(0, std²) from its
@@ -51,6 +72,10 @@ func (r reference) logits(tokens []int32) [][]float64 {
 			ctx[p] = make([]float64, h)
 			for head := range a.Heads {
 				q := qkv[p][head*d : (head+1)*d]
+				if r.kvInt8 {
+					r.int8Head(qkv, p, head, ctx[p][head*d:(head+1)*d])
+					continue
+				}
 				scores := make([]float64, p+1) // causal: positions 0..p
 				top := math.Inf(-1)
 				for j := range scores {
@@ -88,6 +113,39 @@ func (r reference) logits(tokens []int32) [][]float64 {
 		}
 	}
 	return out
+}
+
+// int8Head adds to ctx the attention of head at position p with an int8
+// KV cache, from qkv, the positions' queries, keys and values.
+func (r reference) int8Head(qkv [][]float64, p, head int, ctx []float64) {
+	h, d := r.a.Hidden, r.a.HeadDim()
+	part := func(j, which int) []float64 { return qkv[j][which*h+head*d : which*h+(head+1)*d] }
+	qq, qs := quantize(part(p, 0), 127)
+	qs /= math.Sqrt(float64(d))
+	scores := make([]float64, p+1) // causal: positions 0..p
+	top := math.Inf(-1)
+	for j := range scores {
+		kq, ks := quantize(part(j, 1), 127)
+		scores[j] = dot(qq, kq) * ks * qs
+		top = max(top, scores[j])
+	}
+	var sum float64
+	for j := range scores {
+		scores[j] = math.Exp(scores[j] - top)
+		sum += scores[j]
+	}
+	vq := make([][]float64, p+1)
+	for j := range scores {
+		var vs float64
+		vq[j], vs = quantize(part(j, 2), 127)
+		scores[j] = scores[j] / sum * vs // ≥ 0
+	}
+	pq, ps := quantize(scores, 255)
+	for j := range scores {
+		for i := range d {
+			ctx[i] += pq[j] * vq[j][i] * ps
+		}
+	}
 }
 
 func dot(a, b []float64) float64 {

@@ -59,7 +59,7 @@ func DecoderEngine() models.EngineDefaults {
 	return models.EngineDefaults{MaxSeqs: DecoderMaxSeqs, MaxBatchedTokens: DecoderMaxBatchedTokens}
 }
 
-var pastRe = regexp.MustCompile(`^past_key_values\.(\d+)\.(key|value)$`)
+var pastRe = regexp.MustCompile(`^past_key_values\.(\d+)\.(key|value)(_scale)?$`)
 
 // Exports in a directory, in the order OpenDecoder prefers them: optimum's
 // merged decoder, its older with-past decoder, a single-file export.
@@ -121,7 +121,12 @@ type decoderSig struct {
 	// and values, rather than present.{i}.key|value (models/gpt2's graphs
 	// with InPlaceKV); the decoder writes them into the cache in place
 	// (see kvcache.go).
-	inPlace         bool
+	inPlace bool
+	// planes are the tensors of a layer's cache (dims.planes): the key and
+	// the value, float32, or int8 or uint8 with a float32 scale each a
+	// position and head (past_key_values.{i}.key_scale|value_scale; an
+	// in-place graph only).
+	planes          []plane
 	inputs, outputs []string
 }
 
@@ -160,11 +165,19 @@ type DecoderShape struct {
 	Layers, Heads, HeadDim, Vocab int
 	PositionIDs                   bool // it takes position_ids
 	Merged                        bool // it takes use_cache_branch
+	// QuantizedKV says its KV cache is int8 (or uint8), a float32 scale
+	// each position and head, rather than float32.
+	QuantizedKV bool
 }
 
 // KVBytesPerToken is the size of one token's keys and values over all
 // layers.
-func (s DecoderShape) KVBytesPerToken() int64 { return int64(2 * s.Layers * s.Heads * s.HeadDim * 4) }
+func (s DecoderShape) KVBytesPerToken() int64 {
+	if s.QuantizedKV {
+		return int64(2 * s.Layers * s.Heads * (s.HeadDim + 4))
+	}
+	return int64(2 * s.Layers * s.Heads * s.HeadDim * 4)
+}
 
 // DecoderShapeOf reads the shape of a decoder graph from its description,
 // or says why OpenDecoder could not serve it (ErrNotDecoder for a graph
@@ -178,7 +191,8 @@ func DecoderShapeOf(info onnxgraph.Info) (DecoderShape, error) {
 }
 
 func (s decoderSig) shape() DecoderShape {
-	return DecoderShape{Layers: s.layers, Heads: s.heads, HeadDim: s.headDim, Vocab: s.vocab, PositionIDs: s.positions, Merged: s.cacheBranch}
+	return DecoderShape{Layers: s.layers, Heads: s.heads, HeadDim: s.headDim, Vocab: s.vocab, PositionIDs: s.positions,
+		Merged: s.cacheBranch, QuantizedKV: len(s.planes) > 2}
 }
 
 // decoderFile returns the .onnx file of path: path itself, or the preferred
@@ -342,7 +356,7 @@ func metaInt(meta map[string]string, key string) int {
 // feeds and reads. The error lists the graph's inputs or outputs.
 func readDecoderSig(info onnxgraph.Info) (decoderSig, error) {
 	var sig decoderSig
-	type kv struct{ key, value *onnxgraph.Tensor }
+	type kv struct{ key, value, keyScale, valueScale *onnxgraph.Tensor }
 	var past []kv
 	layer := func(m []string) (*kv, error) {
 		i, err := strconv.Atoi(m[1])
@@ -384,10 +398,15 @@ func readDecoderSig(info onnxgraph.Info) (decoderSig, error) {
 			if err != nil {
 				return sig, fmt.Errorf("graph input %s: %w", in.Name, err)
 			}
-			if m[2] == "key" {
+			switch m[2] + m[3] {
+			case "key":
 				l.key = in
-			} else {
+			case "value":
 				l.value = in
+			case "key_scale":
+				l.keyScale = in
+			default:
+				l.valueScale = in
 			}
 		default:
 			return sig, fmt.Errorf("unsupported graph input %s; a decoder takes %s, %s, optionally %s, %s and %s, "+
@@ -403,19 +422,47 @@ func readDecoderSig(info onnxgraph.Info) (decoderSig, error) {
 	}
 	sig.positions, sig.cacheBranch, sig.keepLast, sig.layers = have[positionIDs], have[useCacheBranch], have[logitsToKeep], len(past)
 	sig.heads, sig.headDim = -1, -1
+	cacheType := ""
 	for i, l := range past {
 		for _, t := range []*onnxgraph.Tensor{l.key, l.value} {
 			if t == nil {
 				return sig, fmt.Errorf("layer %d lacks past_key_values.%d.key or .value", i, i)
 			}
-			if t.Type != "float32" || len(t.Shape) != 4 || t.Shape[1] <= 0 || t.Shape[3] <= 0 {
-				return sig, fmt.Errorf("graph input %s: want float32 [batch, heads, past, head_dim] with fixed heads and head_dim", t)
+			if !cacheTypes[t.Type] || len(t.Shape) != 4 || t.Shape[1] <= 0 || t.Shape[3] <= 0 {
+				return sig, fmt.Errorf("graph input %s: want float32, int8 or uint8 [batch, heads, past, head_dim] with fixed heads and head_dim", t)
 			}
 			if sig.heads < 0 {
 				sig.heads, sig.headDim = int(t.Shape[1]), int(t.Shape[3])
 			} else if int(t.Shape[1]) != sig.heads || int(t.Shape[3]) != sig.headDim {
 				return sig, fmt.Errorf("graph input %s: every layer must have %d heads of %d", t, sig.heads, sig.headDim)
 			}
+			if cacheType == "" {
+				cacheType = t.Type
+			}
+			if (t.Type == "float32") != (cacheType == "float32") {
+				return sig, fmt.Errorf("graph input %s: every layer's keys and values must be float32, or every one quantised", t)
+			}
+		}
+		quantised := cacheType != "float32"
+		for _, t := range []*onnxgraph.Tensor{l.keyScale, l.valueScale} {
+			switch {
+			case t == nil && quantised:
+				return sig, fmt.Errorf("layer %d's keys and values are %s, but it lacks past_key_values.%d.key_scale or .value_scale", i, cacheType, i)
+			case t == nil:
+			case !quantised:
+				return sig, fmt.Errorf("graph input %s: scales of float32 keys and values", t)
+			case t.Type != "float32" || len(t.Shape) != 4 || int(t.Shape[1]) != sig.heads || t.Shape[3] != 1:
+				return sig, fmt.Errorf("graph input %s: want float32 [batch, %d, past, 1]", t, sig.heads)
+			}
+		}
+		if i == 0 {
+			sig.planes = []plane{{cacheElem[l.key.Type], sig.headDim}, {cacheElem[l.value.Type], sig.headDim}}
+			if quantised {
+				sig.planes = append(sig.planes, plane{elemFloat32, 1}, plane{elemFloat32, 1})
+			}
+		} else if cacheElem[l.key.Type] != sig.planes[0].elem || cacheElem[l.value.Type] != sig.planes[1].elem {
+			return sig, fmt.Errorf("layer %d's keys and values are %s and %s, layer 0's %s and %s", i, l.key.Type, l.value.Type,
+				past[0].key.Type, past[0].value.Type)
 		}
 	}
 
@@ -438,15 +485,21 @@ func readDecoderSig(info onnxgraph.Info) (decoderSig, error) {
 	if sig.inPlace && !sig.positions {
 		return sig, fmt.Errorf("graph outputs new.0.key (its KV cache in place) but takes no %s", positionIDs)
 	}
+	if len(sig.planes) > 2 && !sig.inPlace {
+		return sig, fmt.Errorf("graph takes a quantised KV cache (%s) but outputs no new.0.key: a quantised cache is "+
+			"written in place only", past[0].key.Type)
+	}
+	kinds := []string{"key", "value", "key_scale", "value_scale"}[:len(sig.planes)]
 	for i := range sig.layers {
-		for _, kind := range []string{"key", "value"} {
+		for k, kind := range kinds {
 			name, want := fmt.Sprintf("present.%d.%s", i, kind), "past + sequence"
 			if sig.inPlace {
 				name, want = fmt.Sprintf("new.%d.%s", i, kind), "sequence"
 			}
-			if o, ok := outs[name]; !ok || o.Type != "float32" || len(o.Shape) != 4 {
-				return sig, fmt.Errorf("no float32 output %s [batch, heads, %s, head_dim]; its outputs: %s",
-					name, want, listTensors(info.Outputs))
+			p := sig.planes[k]
+			if o, ok := outs[name]; !ok || cacheElem[o.Type] != p.elem || !cacheTypes[o.Type] || len(o.Shape) != 4 {
+				return sig, fmt.Errorf("no %s output %s [batch, heads, %s, %d]; its outputs: %s",
+					p.elem, name, want, p.width, listTensors(info.Outputs))
 			}
 			sig.inputs = append(sig.inputs, fmt.Sprintf("past_key_values.%d.%s", i, kind))
 			sig.outputs = append(sig.outputs, name)
@@ -462,6 +515,13 @@ func readDecoderSig(info onnxgraph.Info) (decoderSig, error) {
 }
 
 func listTensors(ts []onnxgraph.Tensor) string { return join(ts, ", ") }
+
+// cacheTypes are the element types of KV cache tensors a decoder takes, and
+// cacheElem their elemType.
+var (
+	cacheTypes = map[string]bool{"float32": true, "int8": true, "uint8": true}
+	cacheElem  = map[string]elemType{"float32": elemFloat32, "int8": elemInt8, "uint8": elemUint8}
+)
 
 // Info describes the model.
 func (f *DecoderFactory) Info() models.Info {

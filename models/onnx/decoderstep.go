@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"unsafe"
 
 	ort "github.com/yalue/onnxruntime_go"
 
@@ -62,9 +63,10 @@ type Decoder struct {
 	// Reused from step to step.
 	ids, pos []int64
 	// An in-place graph's run: its mask (past and fed positions) and its
-	// outputs new.{i}.key|value, [2·layers][rows][heads][sequence][headDim].
+	// outputs new.{i}.key|value (and their scales), the cache tensors of a
+	// buffer of rows × sequence positions (dims.tensorIn).
 	mask  []int64
-	fresh []float32
+	fresh []byte
 	// The logits of the decode run, and of the other runs one after the
 	// other (their sampled rows are copied to kept).
 	decodeLogits, runLogits []float32
@@ -83,11 +85,11 @@ var _ models.Decoder = (*Decoder)(nil)
 func newDecoder(f *DecoderFactory, s *session) *Decoder {
 	d := &Decoder{
 		f: f, s: s, sess: s.sess, sig: f.sig, info: f.info,
-		dims: dims{layers: f.sig.layers, heads: f.sig.heads, headDim: f.sig.headDim, left: f.sig.inPlace},
+		dims: dims{layers: f.sig.layers, heads: f.sig.heads, headDim: f.sig.headDim, left: f.sig.inPlace, planes: f.sig.planes},
 		seqs: map[models.SeqID]*seqState{},
-		// Free buffers kept for reuse: up to an eighth of the KV bound, in
-		// floats, besides the largest (see bufPool.put).
-		pool:   &bufPool{spare: int(f.KVBytes() / 4 / 8)},
+		// Free buffers kept for reuse: up to an eighth of the KV bound
+		// besides the largest (see bufPool.put).
+		pool:   &bufPool{spare: int(f.KVBytes() / 8)},
 		inStep: map[*seqState]bool{},
 
 		keepLogits: 1,
@@ -439,7 +441,7 @@ func (d *Decoder) run(jobs []job, next []int32, decode bool) error {
 	if d.dims.left {
 		d.mask = grow(d.mask, rows*(t+s))
 		presentMask = d.mask
-		d.fresh = grow(d.fresh, 2*d.dims.layers*rows*d.dims.heads*s*d.dims.headDim)
+		d.fresh = grow(d.fresh, d.dims.bytes(rows, s))
 	} else {
 		present, err = d.pool.get(d.dims, rows, t+s, !decode)
 		if err != nil {
@@ -498,16 +500,12 @@ func (d *Decoder) run(jobs []job, next []int32, decode bool) error {
 		addTensor(&in, tokShape, d.pos)
 	}
 	addTensor(&out, ort.NewShape(int64(rows), int64(kept), int64(d.info.Vocab)), logits)
-	pastShape := ort.NewShape(int64(rows), int64(d.dims.heads), int64(t), int64(d.dims.headDim))
-	presentShape := ort.NewShape(int64(rows), int64(d.dims.heads), int64(t+s), int64(d.dims.headDim))
-	freshShape := ort.NewShape(int64(rows), int64(d.dims.heads), int64(s), int64(d.dims.headDim))
-	for i := range 2 * d.dims.layers {
-		addTensor(&in, pastShape, d.dims.tensor(past, i))
+	for i := range d.dims.tensors() {
+		addCacheTensor(&in, d.dims, i, rows, t, d.dims.tensor(past, i))
 		if d.dims.left {
-			n := rows * d.dims.heads * s * d.dims.headDim
-			addTensor(&out, freshShape, d.fresh[i*n:(i+1)*n])
+			addCacheTensor(&out, d.dims, i, rows, s, d.dims.tensorIn(d.fresh, i, rows, s))
 		} else {
-			addTensor(&out, presentShape, d.dims.tensor(present, i))
+			addCacheTensor(&out, d.dims, i, rows, t+s, d.dims.tensor(present, i))
 		}
 	}
 	if d.sig.cacheBranch {
@@ -588,6 +586,27 @@ func (d *Decoder) keepFresh(past *kvBuf, jobs []job, s int, decode bool) error {
 		}
 	}
 	return nil
+}
+
+// addCacheTensor adds cache tensor i of a buffer of rows × t positions,
+// data, as the tensor of its element type.
+func addCacheTensor(v *values, d dims, i, rows, t int, data []byte) {
+	p := d.plane(i)
+	shape := ort.NewShape(int64(rows), int64(d.heads), int64(t), int64(p.width))
+	switch p.elem {
+	case elemInt8:
+		addTensor(v, shape, view[int8](data))
+	case elemUint8:
+		addTensor(v, shape, data)
+	default:
+		addTensor(v, shape, view[float32](data))
+	}
+}
+
+// view returns b as a slice of T, which must be aligned for T.
+func view[T float32 | int8](b []byte) []T {
+	var zero T
+	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/int(unsafe.Sizeof(zero)))
 }
 
 // values collects the tensors of a run and the first error making them.

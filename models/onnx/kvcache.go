@@ -10,7 +10,11 @@ import (
 // The KV cache of a Decoder lives in shared buffers, each the past of one
 // run: for every layer a key and a value tensor [rows, heads, positions,
 // head_dim], and an attention mask [rows, positions] saying which positions
-// hold tokens of the row's sequence. Two layouts, by the graph:
+// hold tokens of the row's sequence. A quantised cache (the int8 twins of
+// the built-in GPT-2 models) has int8 or uint8 keys and values and, after
+// them, a float32 scale tensor for each, [rows, heads, positions, 1]; the
+// decoder copies a position's bytes of every tensor alike, whatever they
+// hold (see dims.planes). Two layouts, by the graph:
 //
 // An in-place graph (models/gpt2's built-in graphs, gpt2.Spec.InPlaceKV)
 // outputs only the fed tokens' keys and values, and the decoder writes them
@@ -51,8 +55,8 @@ import (
 
 // kvBuf is one buffer of the KV cache.
 type kvBuf struct {
-	data []float32 // [layers][key, value][rows][heads][t][headDim]
-	mask []int64   // [rows][t]: 1 where the position holds a token of the row's sequence
+	data []byte  // the tensors of dims.tensor, one after the other
+	mask []int64 // [rows][t]: 1 where the position holds a token of the row's sequence
 	rows int
 	t    int         // positions
 	seqs []*seqState // by row: the sequence whose cache this row is, nil once it moved or left
@@ -76,25 +80,139 @@ type seqState struct {
 type dims struct {
 	layers, heads, headDim int
 	left                   bool
+	// planes are the tensors of one layer's cache, in the graph's input
+	// order, each [rows, heads, positions, width]: the key and the value,
+	// and for a quantised cache (a graph whose past is int8 or uint8) their
+	// scales, one float32 a position and head after them.
+	planes []plane
 }
 
-// tensor returns the elements of tensor i (2·layer + 0 for the key, + 1 for
-// the value) of b.
-func (d dims) tensor(b *kvBuf, i int) []float32 {
-	n := b.rows * d.heads * b.t * d.headDim
-	return b.data[i*n : (i+1)*n]
+// plane is one tensor of a layer's cache.
+type plane struct {
+	elem  elemType
+	width int // elements a position and head: headDim, or 1 for a scale
 }
+
+// elemType is the element type of a cache tensor.
+type elemType uint8
+
+const (
+	elemFloat32 elemType = iota
+	elemInt8
+	elemUint8
+)
+
+func (e elemType) String() string { return [...]string{"float32", "int8", "uint8"}[e] }
+
+// size returns the bytes of an element.
+func (e elemType) size() int {
+	if e == elemFloat32 {
+		return 4
+	}
+	return 1
+}
+
+// quantised reports whether the cache is quantised: keys and values of a
+// byte with their scales.
+func (d dims) quantised() bool { return len(d.planes) > 2 }
+
+// clearScales zeroes the scales of row r of b from position from on: a
+// quantised cache's positions that hold no token get scale 0, so that
+// whatever bytes a reused buffer left there (a float32 scale's bytes may
+// read as NaN or Inf) weigh exactly nothing where the mask leaves them
+// out. A float32 cache's stale positions hold float32 keys and values,
+// finite, and need nothing.
+func (d dims) clearScales(b *kvBuf, r, from int) {
+	if !d.quantised() {
+		return
+	}
+	for ti := range d.tensors() {
+		if ti%len(d.planes) < 2 {
+			continue
+		}
+		data, w := d.tensor(b, ti), d.posBytes(ti)
+		for h := range d.heads {
+			clear(data[((r*d.heads+h)*b.t+from)*w : (r*d.heads+h+1)*b.t*w])
+		}
+	}
+}
+
+// tensors returns the cache tensors of a run: every layer's planes.
+func (d dims) tensors() int { return d.layers * len(d.planes) }
+
+// plane returns the plane of tensor i.
+func (d dims) plane(i int) plane { return d.planes[i%len(d.planes)] }
+
+// posBytes returns the bytes of one position of one head of tensor i.
+func (d dims) posBytes(i int) int {
+	p := d.plane(i)
+	return p.width * p.elem.size()
+}
+
+// tokenBytes returns the bytes of one token's keys and values, over all
+// layers and heads.
+func (d dims) tokenBytes() int {
+	n := 0
+	for i := range len(d.planes) {
+		n += d.posBytes(i)
+	}
+	return d.layers * d.heads * n
+}
+
+// tensorAlign aligns each tensor of a buffer, so that a float32 one starts
+// at a multiple of 4 bytes whatever the byte planes before it hold.
+const tensorAlign = 64
+
+// tensorBytes returns the bytes tensor i takes in a buffer of rows × t
+// positions, aligned.
+func (d dims) tensorBytes(i, rows, t int) int {
+	n := rows * d.heads * t * d.posBytes(i)
+	return (n + tensorAlign - 1) / tensorAlign * tensorAlign
+}
+
+// bytes returns the size of a buffer of rows × t positions.
+func (d dims) bytes(rows, t int) int {
+	n := 0
+	for i := range d.tensors() {
+		n += d.tensorBytes(i, rows, t)
+	}
+	return n
+}
+
+// tensorIn returns the bytes of tensor i (layer i / planes, plane i %
+// planes) of data, a buffer of rows × t positions.
+func (d dims) tensorIn(data []byte, i, rows, t int) []byte {
+	if len(data) == 0 {
+		return nil
+	}
+	p := len(d.planes)
+	at := 0
+	if i >= p {
+		for j := range p {
+			at += d.tensorBytes(j, rows, t)
+		}
+		at *= i / p
+	}
+	for j := range i % p {
+		at += d.tensorBytes(j, rows, t)
+	}
+	n := rows * d.heads * t * d.posBytes(i)
+	return data[at : at+n]
+}
+
+// tensor returns the bytes of tensor i of b.
+func (d dims) tensor(b *kvBuf, i int) []byte { return d.tensorIn(b.data, i, b.rows, b.t) }
 
 // bufPool keeps buffers for reuse: in steady decoding each run's past
 // becomes free as its present is made, so two buffers take turns, one of
 // them in the pool.
 type bufPool struct {
 	free      []*kvBuf
-	spare     int             // floats of free buffers kept besides the largest (see put)
+	spare     int             // bytes of free buffers kept besides the largest (see put)
 	all       map[*kvBuf]bool // every buffer allocated and not yet freed
 	assembled int             // buffers assembled (see assemble), for tests
 	widened   int             // left-layout buffers assembled to make room (see Decoder.keepFresh), for tests
-	allocated int             // floats allocated, for tests
+	allocated int             // bytes allocated, for tests
 }
 
 // maxFree bounds the buffers a pool keeps for reuse; see put.
@@ -112,7 +230,7 @@ const maxOversize = 4
 // not cleared. For a prefill run (prefill true) it takes no free buffer
 // more than maxOversize times the size.
 func (p *bufPool) get(d dims, rows, t int, prefill bool) (*kvBuf, error) {
-	need := 2 * d.layers * rows * d.heads * t * d.headDim
+	need := d.bytes(rows, t)
 	best := -1
 	for i, b := range p.free {
 		if cap(b.data) >= need && (!prefill || cap(b.data) <= maxOversize*need) && (best < 0 || cap(b.data) < cap(p.free[best].data)) {
@@ -127,7 +245,7 @@ func (p *bufPool) get(d dims, rows, t int, prefill bool) (*kvBuf, error) {
 		// Room for growth, so that the buffers of steady decoding, one
 		// position longer at each step, are reused for a while; unused, it
 		// costs address space only.
-		data, err := allocFloats(need + need/4 + 2*d.layers*rows*d.heads*d.headDim*64)
+		data, err := allocBytes(need + need/4 + d.bytes(rows, 64))
 		if err != nil {
 			return nil, err
 		}
@@ -148,7 +266,7 @@ func (p *bufPool) get(d dims, rows, t int, prefill bool) (*kvBuf, error) {
 
 // put returns b to the pool. The pool keeps its largest free buffer (in
 // steady decoding, the decode run's other half) and, besides it, its
-// smallest ones, at most maxFree buffers in all and spare floats besides the
+// smallest ones, at most maxFree buffers in all and spare bytes besides the
 // largest; it unmaps the others. The small ones are the buffers of prefill
 // runs, which come back at every request: a kept one is reused with its
 // pages resident, where a new one costs an mmap and a page fault for every
@@ -164,7 +282,7 @@ func (p *bufPool) put(b *kvBuf) {
 		sum += cap(p.free[small].data)
 	}
 	for _, drop := range p.free[1:small] {
-		freeFloats(drop.data)
+		freeBytes(drop.data)
 		delete(p.all, drop)
 	}
 	p.free = append(p.free[:1], p.free[small:]...)
@@ -173,7 +291,7 @@ func (p *bufPool) put(b *kvBuf) {
 // close frees every buffer of the pool, those in use too.
 func (p *bufPool) close() {
 	for b := range p.all {
-		freeFloats(b.data)
+		freeBytes(b.data)
 		b.data = nil
 	}
 	p.all, p.free = nil, nil
@@ -226,6 +344,7 @@ func (p *bufPool) assembleAt(d dims, states []*seqState, t int, prefill bool) (*
 	for r, st := range states {
 		if st == nil {
 			clear(b.mask[r*t : (r+1)*t])
+			d.clearScales(b, r, 0)
 			continue
 		}
 		segs = copyRow(d, b, r, st, segs)
@@ -268,7 +387,8 @@ func (p *bufPool) moveTo(st *seqState, b *kvBuf, r int) {
 // copyRow writes st's cache into row r of b: its n tokens at positions
 // t-n..t-1 of the row, zeros and a masked position before them (in a left
 // layout, at positions 0..n-1 and masked after them, the positions after
-// left as they were). segs is scratch space, returned for reuse.
+// left as they were but for a quantised cache's scales, see clearScales).
+// segs is scratch space, returned for reuse.
 func copyRow(d dims, b *kvBuf, r int, st *seqState, segs []segment) []segment {
 	t := b.t
 	mask := b.mask[r*t : (r+1)*t]
@@ -297,21 +417,24 @@ func copyRow(d dims, b *kvBuf, r int, st *seqState, segs []segment) []segment {
 			i = j
 		}
 	}
-	for ti := range 2 * d.layers {
-		dst := d.tensor(b, ti)
-		var src []float32
+	if d.left {
+		d.clearScales(b, r, st.n)
+	}
+	for ti := range d.tensors() {
+		dst, w := d.tensor(b, ti), d.posBytes(ti)
+		var src []byte
 		if st.kv != nil {
 			src = d.tensor(st.kv, ti)
 		}
 		for h := range d.heads {
-			row := dst[((r*d.heads+h)*t)*d.headDim:][:t*d.headDim]
+			row := dst[((r*d.heads+h)*t)*w:][:t*w]
 			if !d.left {
-				clear(row[:pad*d.headDim])
+				clear(row[:pad*w])
 			}
-			at := pad * d.headDim
+			at := pad * w
 			for _, s := range segs {
-				from := ((st.row*d.heads+h)*st.kv.t + s.start) * d.headDim
-				at += copy(row[at:], src[from:from+s.n*d.headDim])
+				from := ((st.row*d.heads+h)*st.kv.t + s.start) * w
+				at += copy(row[at:], src[from:from+s.n*w])
 			}
 		}
 	}
@@ -319,17 +442,16 @@ func copyRow(d dims, b *kvBuf, r int, st *seqState, segs []segment) []segment {
 }
 
 // writeNew writes the keys and values of k tokens a run of an in-place
-// graph computed for row r (fresh: its outputs, [2·layers][rows][heads][s]
-// [headDim], the row's tokens at positions from..from+k-1 of s) into row r
-// of b, a left-layout buffer, after its n tokens, and marks them in the
-// mask. b must have room: n+k ≤ b.t.
-func writeNew(d dims, b *kvBuf, r, n int, fresh []float32, s, from, k int) {
-	rows, hd := b.rows, d.headDim
-	for ti := range 2 * d.layers {
-		dst := d.tensor(b, ti)
-		src := fresh[ti*rows*d.heads*s*hd:][:rows*d.heads*s*hd]
+// graph computed for row r (fresh: its outputs, the tensors of a buffer of
+// rows × s positions, the row's tokens at positions from..from+k-1 of s)
+// into row r of b, a left-layout buffer, after its n tokens, and marks them
+// in the mask. b must have room: n+k ≤ b.t.
+func writeNew(d dims, b *kvBuf, r, n int, fresh []byte, s, from, k int) {
+	for ti := range d.tensors() {
+		dst, w := d.tensor(b, ti), d.posBytes(ti)
+		src := d.tensorIn(fresh, ti, b.rows, s)
 		for h := range d.heads {
-			copy(dst[((r*d.heads+h)*b.t+n)*hd:][:k*hd], src[((r*d.heads+h)*s+from)*hd:][:k*hd])
+			copy(dst[((r*d.heads+h)*b.t+n)*w:][:k*w], src[((r*d.heads+h)*s+from)*w:][:k*w])
 		}
 	}
 	mask := b.mask[r*b.t : (r+1)*b.t]

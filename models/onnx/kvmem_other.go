@@ -2,8 +2,9 @@
 
 package onnx
 
-// allocFloats returns n zeroed floats from the Go heap.
-func allocFloats(n int) ([]float32, error) { return make([]float32, n), nil }
+// allocBytes returns n zeroed bytes from the Go heap, 8-aligned as the Go
+// heap aligns allocations of 8 bytes or more.
+func allocBytes(n int) ([]byte, error) { return make([]byte, n), nil }
 
-// freeFloats leaves f to the garbage collector.
-func freeFloats([]float32) {}
+// freeBytes leaves b to the garbage collector.
+func freeBytes([]byte) {}

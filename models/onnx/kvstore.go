@@ -30,9 +30,9 @@ import (
 // blockStore is the block store of one Decoder.
 type blockStore struct {
 	d     dims
-	slots int       // token slots: DecoderInfo.KVTokens
-	data  []float32 // [2·layers][heads][slots][headDim]; allocated at the first step with blocks
-	size  int       // tokens a block of the tables held; 0 before the first
+	slots int    // token slots: DecoderInfo.KVTokens
+	data  []byte // by cache tensor i (dims.tensors): [heads][slots] positions of dims.posBytes(i); allocated at the first step with blocks
+	size  int    // tokens a block of the tables held; 0 before the first
 	// By block id at size: the sequences of the instance whose table holds
 	// it, and the positions written since it was last begun (size once
 	// full: its keys and values are then in the store).
@@ -149,7 +149,7 @@ func (b *blockStore) claim(st *seqState, s models.StepSeq) error {
 		return nil
 	}
 	if b.data == nil {
-		data, err := allocFloats(2 * b.d.layers * b.d.heads * b.slots * b.d.headDim)
+		data, err := allocBytes(b.slots * b.d.tokenBytes())
 		if err != nil {
 			return fmt.Errorf("onnx: block store: %w", err)
 		}
@@ -208,15 +208,15 @@ func (b *blockStore) wrote(st *seqState, from int) {
 			b.pos[k] = p
 		}
 	}
-	for ti := range 2 * d.layers {
-		src := d.tensor(kv, ti)
+	for ti := range d.tensors() {
+		src, w := d.tensor(kv, ti), d.posBytes(ti)
 		for h := range d.heads {
-			row := src[(st.row*d.heads+h)*kv.t*d.headDim:][:kv.t*d.headDim]
+			row := src[(st.row*d.heads+h)*kv.t*w:][:kv.t*w]
 			for i := first; i < end; i++ {
 				stored := b.block(ti, h, st.table[i])
 				for j := range size {
 					p := b.pos[(i-first)*size+j]
-					copy(stored[j*d.headDim:][:d.headDim], row[p*d.headDim:][:d.headDim])
+					copy(stored[j*w:][:w], row[p*w:][:w])
 				}
 			}
 		}
@@ -224,10 +224,15 @@ func (b *blockStore) wrote(st *seqState, from int) {
 	b.copied += end - first
 }
 
-// block returns the stored keys or values (tensor ti) of head h of block id.
-func (b *blockStore) block(ti, h int, id int32) []float32 {
-	d, n := b.d, b.size*b.d.headDim
-	return b.data[((ti*d.heads+h)*b.slots+int(id)*b.size)*d.headDim:][:n]
+// block returns the stored keys, values or scales (tensor ti) of head h of
+// block id.
+func (b *blockStore) block(ti, h int, id int32) []byte {
+	d, w := b.d, b.d.posBytes(ti)
+	at := 0
+	for i := range ti {
+		at += d.heads * b.slots * d.posBytes(i)
+	}
+	return b.data[at+(h*b.slots+int(id)*b.size)*w:][:b.size*w]
 }
 
 // fill copies the first n blocks of st's table (a cached prefix) from the
@@ -241,12 +246,12 @@ func (b *blockStore) fill(st *seqState, n int, kv *kvBuf, r int) {
 			mask[i] = 1
 		}
 	}
-	for ti := range 2 * d.layers {
-		dst := d.tensor(kv, ti)
+	for ti := range d.tensors() {
+		dst, w := d.tensor(kv, ti), d.posBytes(ti)
 		for h := range d.heads {
-			row := dst[(r*d.heads+h)*kv.t*d.headDim:][:kv.t*d.headDim]
+			row := dst[(r*d.heads+h)*kv.t*w:][:kv.t*w]
 			for i, id := range st.table[:n] {
-				copy(row[i*size*d.headDim:], b.block(ti, h, id))
+				copy(row[i*size*w:], b.block(ti, h, id))
 			}
 		}
 	}
@@ -255,6 +260,6 @@ func (b *blockStore) fill(st *seqState, n int, kv *kvBuf, r int) {
 
 // close frees the store's memory.
 func (b *blockStore) close() {
-	freeFloats(b.data)
+	freeBytes(b.data)
 	b.data, b.refs, b.filled, b.size, b.inUse = nil, nil, nil, 0, 0
 }

@@ -204,10 +204,12 @@ func openDecoderFile(t testing.TB, path string) *Decoder {
 func TestQuantizedDecoderBatchComposition(t *testing.T) {
 	for _, c := range []struct {
 		name string
+		spec gpt2.Spec
 		opts quant.Options
-	}{{"int8", quant.Options{}}, {"int8-block", quant.Options{Activations: quant.ActivationsBlock}}, {"int4", quant.Options{Bits: 4, Block: 32}}} {
+	}{{"int8", tinySpec(kvInt8), quant.Options{}}, {"int8-float-kv", tinySpec(), quant.Options{}},
+		{"int8-block", tinySpec(), quant.Options{Activations: quant.ActivationsBlock}}, {"int4", tinySpec(), quant.Options{Bits: 4, Block: 32}}} {
 		t.Run(c.name, func(t *testing.T) {
-			d := openDecoderFile(t, quantized(t, testModel(t, tinySpec()), c.opts))
+			d := openDecoderFile(t, quantized(t, testModel(t, c.spec), c.opts))
 			target := prompt(5, 23)
 			const steps = 32
 			alone := decodeAlone(t, d, 1, target, steps, models.Sampling{})
@@ -251,10 +253,12 @@ func TestQuantizedDecoderAgreement(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name     string
+		src      string
 		opts     quant.Options
 		minAgree float64
-	}{{"int8", quant.Options{}, 0.85}, {"int8-block", quant.Options{Activations: quant.ActivationsBlock}, 0.85}, {"int4", quant.Options{Bits: 4, Block: 32}, 0.25}} {
-		b := openDecoderFile(t, quantized(t, src, c.opts))
+	}{{"int8", testModel(t, tinySpec(kvInt8)), quant.Options{}, 0.85}, {"int8-float-kv", src, quant.Options{}, 0.85},
+		{"int8-block", src, quant.Options{Activations: quant.ActivationsBlock}, 0.85}, {"int4", src, quant.Options{Bits: 4, Block: 32}, 0.25}} {
+		b := openDecoderFile(t, quantized(t, c.src, c.opts))
 		rep, err := compare.Decode(context.Background(), a, b, prompts, compare.DecodeConfig{Tokens: 32, EOS: -1})
 		if err != nil {
 			t.Fatal(err)

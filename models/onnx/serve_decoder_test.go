@@ -19,6 +19,7 @@ import (
 
 	"github.com/inferhq/infer/models"
 	"github.com/inferhq/infer/models/bpe"
+	"github.com/inferhq/infer/models/gpt2"
 	"github.com/inferhq/infer/server"
 	"github.com/inferhq/infer/server/generate"
 	"github.com/inferhq/infer/server/openai"
@@ -35,8 +36,14 @@ var prefixes = []string{"/v1", "/static/v1", "/naive/v1"}
 // returns its URL once it is ready. wrap, if set, wraps the factory.
 func serveTiny(t *testing.T, kvTokens int, ecfg generate.Config, wrap func(models.DecoderFactory) models.DecoderFactory) string {
 	t.Helper()
+	return serveSpec(t, tinySpec(), kvTokens, ecfg, wrap)
+}
+
+// serveSpec is serveTiny for the graph of spec.
+func serveSpec(t *testing.T, spec gpt2.Spec, kvTokens int, ecfg generate.Config, wrap func(models.DecoderFactory) models.DecoderFactory) string {
+	t.Helper()
 	requireRuntime(t)
-	f, err := OpenDecoder(DecoderConfig{Path: testModel(t, tinySpec()), KVTokens: kvTokens})
+	f, err := OpenDecoder(DecoderConfig{Path: testModel(t, spec), KVTokens: kvTokens})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,12 +207,17 @@ func TestServedGreedyAndSeededTextInCompany(t *testing.T) {
 // are served the text a server without a prefix cache gives them, whether
 // the beginning is computed (the first) or found cached (the others), alone
 // and while 8 other streams, half of them with the same beginning, join and
-// leave their batches.
+// leave their batches; with a float32 KV cache and an int8 one.
 func TestServedPrefixHits(t *testing.T) {
+	t.Run("float32 KV", func(t *testing.T) { testServedPrefixHits(t, tinySpec()) })
+	t.Run("int8 KV", func(t *testing.T) { testServedPrefixHits(t, tinySpec(kvInt8)) })
+}
+
+func testServedPrefixHits(t *testing.T, spec gpt2.Spec) {
 	ecfg := generate.Config{MaxSeqs: 16, MaxBatchedTokens: 64, MaxLatency: 20 * time.Millisecond}
 	cold := ecfg
 	cold.NoPrefixCache = true
-	ref, url := serveTiny(t, 0, cold, nil), serveTiny(t, 0, ecfg, nil)
+	ref, url := serveSpec(t, spec, 0, cold, nil), serveSpec(t, spec, 0, ecfg, nil)
 	shared := words(300, 0)
 	var targets []completion
 	for i, end := range []string{" The miller said", " At night the children", " In the spring the river"} {

@@ -29,6 +29,7 @@ const (
 	Float32 DataType = DataType(onnxpb.TensorProto_FLOAT)
 	Uint8   DataType = DataType(onnxpb.TensorProto_UINT8)
 	Int8    DataType = DataType(onnxpb.TensorProto_INT8)
+	Int32   DataType = DataType(onnxpb.TensorProto_INT32)
 	Int64   DataType = DataType(onnxpb.TensorProto_INT64)
 	Bool    DataType = DataType(onnxpb.TensorProto_BOOL)
 )

@@ -241,6 +241,28 @@ var quantizedOps = map[string]bool{
 	"MatMulBnb4": true, "GatherBlockQuantized": true, "MatMulFpQ4": true,
 }
 
+// quantizedWeights returns a node of a quantised operator that reads an
+// initializer: quantised weights (an int8 or int4 matrix, its scales or
+// zero points). Quantised operators on activations alone are not: a graph
+// with an int8 KV cache (models/gpt2's Spec.KVInt8) computes its attention
+// with MatMulInteger on its inputs and computed values, and its float32
+// weights are still to quantise.
+func quantizedWeights(f *onnxgraph.File, scopes []*onnxgraph.Scope) (onnxgraph.Node, bool) {
+	for _, s := range scopes {
+		for _, n := range s.Nodes() {
+			if !quantizedOps[n.Op] {
+				continue
+			}
+			for _, in := range n.Inputs {
+				if _, ok := f.Initializer(in); ok {
+					return n, true
+				}
+			}
+		}
+	}
+	return onnxgraph.Node{}, false
+}
+
 // shapeOnly are operators that move values without computing on them: a
 // product whose output reaches a graph output through them alone makes the
 // graph's output (the LM head's logits).
@@ -361,12 +383,8 @@ func Rewrite(f *onnxgraph.File, opts Options) (*Report, error) {
 		return nil, err
 	}
 	scopes := f.Scopes()
-	for _, s := range scopes {
-		for _, n := range s.Nodes() {
-			if quantizedOps[n.Op] {
-				return nil, &InputError{fmt.Errorf("%w: it has %s nodes (%s)", ErrQuantized, n.Op, n.Name)}
-			}
-		}
+	if n, ok := quantizedWeights(f, scopes); ok {
+		return nil, &InputError{fmt.Errorf("%w: it has %s nodes on constant weights (%s)", ErrQuantized, n.Op, n.Name)}
 	}
 	kv := hasKVCache(f)
 	opts = opts.resolve(kv)

@@ -437,6 +437,44 @@ func TestCheck(t *testing.T) {
 	}
 }
 
+// A graph with an int8 KV cache (MatMulInteger on activations alone) has
+// its weights quantised as any decoder's, and the result is refused as
+// quantised.
+func TestRewriteKVInt8(t *testing.T) {
+	in := generate(t, "gpt2-kv-int8.onnx", func(w io.Writer) error {
+		return gpt2.Generate(w, gpt2.Spec{Arch: testGPT2, InPlaceKV: true, KVInt8: true})
+	})
+	before := ops(t, in)
+	out := filepath.Join(t.TempDir(), "int8.onnx")
+	rep, err := File(in, out, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 4*testGPT2.Layers + 1
+	got := ops(t, out)
+	if len(rep.Quantized) != want || rep.Products != want || got["MatMulIntegerToFloat"] != want ||
+		got["MatMulInteger"] != before["MatMulInteger"] || before["MatMulInteger"] != 4*testGPT2.Layers || got["MatMul"] != 0 {
+		t.Errorf("quantised %d of %d products, want %d: %v (before: %v)", len(rep.Quantized), rep.Products, want, got, before)
+	}
+	if rep.Form != "int8, weights per channel, activations per row at run time" {
+		t.Errorf("form %q: a decoder gets activations per row", rep.Form)
+	}
+	info, err := onnxgraph.Inspect(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig, _ := onnxgraph.Inspect(in)
+	if !slices.EqualFunc(info.Inputs, orig.Inputs, sameTensor) || !slices.EqualFunc(info.Outputs, orig.Outputs, sameTensor) {
+		t.Errorf("inputs or outputs changed: %v → %v, %v → %v", orig.Inputs, info.Inputs, orig.Outputs, info.Outputs)
+	}
+	for _, opts := range []Options{{}, {Bits: 4, Block: 32}} {
+		_, err = File(out, filepath.Join(t.TempDir(), "again.onnx"), opts)
+		if !errors.Is(err, ErrQuantized) || !isInput(err) {
+			t.Errorf("quantising the int8 twin of a graph with an int8 KV cache (%+v): %v, want ErrQuantized", opts, err)
+		}
+	}
+}
+
 func TestRefused(t *testing.T) {
 	dir := t.TempDir()
 	text := filepath.Join(dir, "text.onnx")

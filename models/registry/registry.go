@@ -131,6 +131,9 @@ type Settings struct {
 
 	// rewrite is a quantised twin's (twin.go).
 	rewrite *onnx.Rewrite
+	// kvInt8 asks a built-in decoder with Entry.KVInt8BytesPerToken for
+	// its graph with the KV cache in int8: an -int8 twin's (twin.go).
+	kvInt8 bool
 }
 
 func (s Settings) cacheDir() string {
@@ -195,6 +198,12 @@ type Entry struct {
 	Context int
 	// Listing is what infer models list shows of a built-in.
 	Listing Listing
+	// KVInt8BytesPerToken is, for a built-in decoder that has a graph
+	// with its KV cache in int8 (models/gpt2's Spec.KVInt8), a token's KV
+	// cache in that graph; its -int8 twin is quantised from that graph,
+	// and OpenDecoder opens it when Settings ask (kvInt8). 0 for the
+	// others, whose twins keep the float32 cache.
+	KVInt8BytesPerToken int64
 	// Cached returns the tasks of a built-in whose files are in cacheDir;
 	// nil for one that has none to cache.
 	Cached func(cacheDir string) []string

@@ -114,11 +114,14 @@ func gpt2Entry(a gpt2.Arch) Entry {
 	tasks := []string{gpt2.Task}
 	// The graph has its KV cache in place: a decode step reads it once,
 	// where the standard graph of exports copies it and reads it again.
+	// The -int8 twin's keeps it in int8 (kvInt8).
 	spec := func(seed uint64) gpt2.Spec { return gpt2.Spec{Arch: a, Seed: seed, InPlaceKV: true} }
+	kv8 := gpt2.Spec{Arch: a, InPlaceKV: true, KVInt8: true}
 	return Entry{
 		Name: a.String(), Kind: Decoder, Family: "GPT-2", Tasks: tasks, Engine: onnx.DecoderEngine(), Context: a.Context,
 		Listing: Listing{Layers: a.Layers, Hidden: a.Hidden, Heads: a.Heads, Context: a.Context,
 			Params: map[string]int64{gpt2.Task: a.Params()}, KVBytesPerToken: a.KVBytesPerToken()},
+		KVInt8BytesPerToken: kv8.KVBytesPerToken(),
 		Cached: func(dir string) []string {
 			return cached(dir, tasks, func(string) string { return spec(0).FileName() })
 		},
@@ -128,7 +131,11 @@ func gpt2Entry(a gpt2.Arch) Entry {
 			if err := cfg.Validate(); err != nil {
 				return nil, err
 			}
-			path, err := ensure(s, a.String(), "", func(dir string) (string, error) { return gpt2.Ensure(dir, spec(0)) })
+			sp := spec(0)
+			if s.kvInt8 {
+				sp = kv8
+			}
+			path, err := ensure(s, a.String(), "", func(dir string) (string, error) { return gpt2.Ensure(dir, sp) })
 			if err != nil {
 				return nil, err
 			}

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/inferhq/infer/models"
 	"github.com/inferhq/infer/models/bert"
+	"github.com/inferhq/infer/models/gpt2"
 	"github.com/inferhq/infer/models/onnx"
 	"github.com/inferhq/infer/models/onnx/onnxtest"
 	"github.com/inferhq/infer/models/onnxgraph"
@@ -106,5 +108,61 @@ func TestTwinNeedsRewrite(t *testing.T) {
 	tw := twin(e, "-int8")
 	if f, err := tw.OpenEncoder("", Settings{}); f != nil || !errors.Is(err, errNoRewrite) {
 		t.Errorf("twin of a model without Rewrite = %v, %v", f, err)
+	}
+}
+
+// The -int8 twins of GPT-2 keep their KV cache in int8: they are quantised
+// from the graph with gpt2.Spec.KVInt8, and list its size; the -int4 twins
+// keep float32's.
+func TestTwinKVInt8(t *testing.T) {
+	small, _ := gpt2.Lookup("gpt2-small")
+	for _, c := range []struct {
+		name string
+		want int64
+	}{
+		{"gpt2-small", small.KVBytesPerToken()},
+		{"gpt2-small-int8", 2 * 12 * 12 * (64 + 4)}, // a byte an element, a float32 scale a head
+		{"gpt2-small-int4", small.KVBytesPerToken()},
+		{"stories260k-int8", 0}, // models/llama has no int8 KV graph: float32's
+	} {
+		m, err := Lookup(c.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.want == 0 {
+			base, _ := Lookup(m.Of)
+			c.want = base.Listing.KVBytesPerToken
+		}
+		if got := m.Listing.KVBytesPerToken; got != c.want {
+			t.Errorf("%s lists %d bytes of KV cache a token, want %d", c.name, got, c.want)
+		}
+	}
+
+	cache := t.TempDir()
+	var logs bytes.Buffer
+	m, _ := Lookup("gpt2-tiny-int8")
+	d, err := m.Decoder(Settings{CacheDir: cache, Logger: slogTo(&logs)})
+	onnxtest.SkipWithoutRuntime(t, err)
+	if err != nil {
+		t.Fatalf("open gpt2-tiny-int8: %v", err)
+	}
+	d.Close()
+	tiny, _ := gpt2.Lookup("gpt2-tiny")
+	src := filepath.Join(cache, gpt2.Spec{Arch: tiny, InPlaceKV: true, KVInt8: true}.FileName())
+	var path string
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, "name=gpt2-tiny-int8") && strings.Contains(line, "from="+src) {
+			_, path, _ = strings.Cut(line, " path=")
+			path, _, _ = strings.Cut(path, " ")
+		}
+	}
+	info, err := onnxgraph.Inspect(path)
+	if err != nil {
+		t.Fatalf("gpt2-tiny-int8 was not quantised from %s: %v; log:\n%s", src, err, logs.String())
+	}
+	if !strings.HasPrefix(info.Metadata[quant.MetaQuantization], "int8") || !slices.ContainsFunc(info.Inputs, func(x onnxgraph.Tensor) bool {
+		return x.Name == gpt2.PastKeyScale(0)
+	}) {
+		t.Errorf("gpt2-tiny-int8's graph %s: metadata %v, inputs %v", path, info.Metadata, info.Inputs)
 	}
 }
