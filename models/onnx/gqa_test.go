@@ -7,6 +7,28 @@ package onnx
 // positions only, where the in-place graph computes every row over the
 // buffer's whole length and masks the rest. Nothing outside these tests
 // uses it yet.
+//
+// What these tests found (ONNX Runtime 1.30, CPU):
+//
+//   - GQA runs with heads = kv heads, head_dim 64, no rotary (do_rotary 0,
+//     cos_cache and sin_cache left out): GPT-2's learned positions are
+//     added before attention, so GQA needs none. seqlens_k is a row's past
+//     + new − 1; the new tokens' keys and values go to positions past..
+//     of the row; total_sequence_length only decides the present's length
+//     (max of it and the past's) and whether a run is a first prompt
+//     (sequence = total), so a decode step passes the longest row + 1.
+//   - Past and present share memory when the same ort.Value is given as
+//     past_key input and present_key output: the kernel compares the
+//     pointers (gqa_attention_base.h), then writes only the new tokens'
+//     rows and copies nothing; otherwise it zeroes the whole present and
+//     copies each row's past into it.
+//   - It is exact: attention within 5e-7 of the in-place graph's, and a
+//     whole gpt2-tiny step's logits within 8.3e-7.
+//   - A prompt (no past) at batch > 1 works, right-padded (seqlens_k the
+//     row's tokens − 1); a run with a past and several new tokens (a prefix
+//     hit's prefill) only at batch 1: "batch_size must be 1 when
+//     sequence_length > 1 and past context is given".
+//   - CUDA's GQA kernels take float16 and bfloat16 only, not float32.
 
 import (
 	"bytes"
