@@ -470,6 +470,20 @@ func TestGQAPrefill(t *testing.T) {
 				t.Errorf("attention differs by %g", d)
 			}
 			t.Logf("largest difference %g", d)
+			// The fed tokens' keys are in the shared buffer after each
+			// row's past.
+			presentK, hd := g.pastK.GetData(), a.headDim
+			for r, l := range tc.lens {
+				for h := range a.heads {
+					for i := range c.fedOf(r) {
+						at := ((r*a.heads+h)*c.capacity + l + i) * hd
+						src := (r*c.seq+i)*a.hidden() + h*hd
+						if d := maxDiff(presentK[at:at+hd], c.k[src:src+hd]); d != 0 {
+							t.Fatalf("row %d head %d: token %d's key not at %d (%g)", r, h, i, l+i, d)
+						}
+					}
+				}
+			}
 		})
 	}
 }
