@@ -232,9 +232,23 @@ func TestGQAModelMatchesInPlace(t *testing.T) {
 	t.Logf("largest difference of the logits %g", d)
 }
 
+// staggered256 returns 32 lengths over 16..656 with a mean of about 256,
+// as the issue's served batch has (16 + 640·x^1.7 for x evenly over 0..1,
+// shuffled).
+func staggered256() []int {
+	lens := make([]int, 32)
+	for i := range lens {
+		lens[i] = 16 + int(640*math.Pow(float64(i)/31, 1.7))
+	}
+	r := rand.New(rand.NewPCG(9, 9))
+	r.Shuffle(len(lens), func(i, j int) { lens[i], lens[j] = lens[j], lens[i] })
+	return lens
+}
+
 // BenchmarkGQAModelStep measures gpt2-tiny's (and INFER_BENCH_ARCHS')
 // whole decode step, 32 rows, on the in-place graph and on gqaGPT2's, at
-// aligned lengths (256) and staggered ones (16..656), the four taking
+// aligned lengths (256), staggered ones (16..656, mean 336) and
+// staggered ones of mean 256 (staggered256), the six taking
 // turns run by run. The in-place graph's past is the longest row's length
 // (the least the decoder can pass). Metrics are median milliseconds and
 // the ratios the issue asks about: aligned/staggered step time is the
@@ -245,15 +259,14 @@ func BenchmarkGQAModelStep(b *testing.B) {
 			m := openStepModels(b, a, 2)
 			const room = 32
 			var runs []func()
-			names := []string{"inplace-aligned", "inplace-staggered", "gqa-aligned", "gqa-staggered"}
-			for _, stag := range []bool{false, true} {
-				lens := staggeredLens(stag)
+			names := []string{"inplace-aligned", "inplace-staggered", "inplace-stag256", "gqa-aligned", "gqa-staggered", "gqa-stag256"}
+			sets := [][]int{staggeredLens(false), staggeredLens(true), staggered256()}
+			for _, lens := range sets {
 				s := newStepState(a, lens, slices.Max(lens), 4)
 				run := s.inPlaceStep(b, a, slices.Max(lens))
 				runs = append(runs, func() { run(m.inPlace) })
 			}
-			for _, stag := range []bool{false, true} {
-				lens := staggeredLens(stag)
+			for _, lens := range sets {
 				s := newStepState(a, lens, slices.Max(lens)+room, 4)
 				run := s.gqaStep(b, a)
 				runs = append(runs, func() { run(m.gqa) })
@@ -275,8 +288,11 @@ func BenchmarkGQAModelStep(b *testing.B) {
 				b.ReportMetric(med[i]/1e3, names[i]+"-ms")
 			}
 			b.ReportMetric(med[0]/med[1], "inplace-aligned/stag")
-			b.ReportMetric(med[2]/med[3], "gqa-aligned/stag")
-			b.ReportMetric(med[0]/med[3], "inplace-aligned/gqa-stag")
+			b.ReportMetric(med[0]/med[2], "inplace-aligned/stag256")
+			b.ReportMetric(med[3]/med[4], "gqa-aligned/stag")
+			b.ReportMetric(med[3]/med[5], "gqa-aligned/stag256")
+			b.ReportMetric(med[0]/med[4], "inplace-aligned/gqa-stag")
+			b.ReportMetric(med[0]/med[5], "inplace-aligned/gqa-stag256")
 		})
 	}
 }
