@@ -1,3 +1,5 @@
+//go:build gqa
+
 package onnx
 
 // The whole-model side of the GroupQueryAttention prototype (see

@@ -1,3 +1,5 @@
+//go:build gqa
+
 package onnx
 
 // A research prototype (issue 22, staggered lengths): ONNX Runtime's
@@ -6,7 +8,10 @@ package onnx
 // GQA takes each row's length (seqlens_k) and computes a row over its own
 // positions only, where the in-place graph computes every row over the
 // buffer's whole length and masks the rest. Nothing outside these tests
-// uses it yet.
+// uses it yet, and the tests build only with the gqa tag:
+//
+//	go test -tags gqa -run GQA ./models/onnx
+//	go test -tags gqa -run '^$' -bench GQA -benchtime 150x ./models/onnx
 //
 // What these tests found (ONNX Runtime 1.30, CPU):
 //
