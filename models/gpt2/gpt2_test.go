@@ -96,13 +96,7 @@ func TestInspect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ins, outs []string
-	for _, x := range info.Inputs {
-		ins = append(ins, x.String())
-	}
-	for _, x := range info.Outputs {
-		outs = append(outs, x.String())
-	}
+	ins, outs := tensorStrings(info.Inputs), tensorStrings(info.Outputs)
 	wantIns := []string{
 		"input_ids int64 [batch_size, sequence_length]",
 		"attention_mask int64 [batch_size, past_sequence_length + sequence_length]",
@@ -196,4 +190,13 @@ func requireRuntime(t *testing.T, err error) {
 	default:
 		t.Fatal(err)
 	}
+}
+
+// tensorStrings describes each tensor as onnxgraph.Tensor.String does.
+func tensorStrings(ts []onnxgraph.Tensor) []string {
+	var out []string
+	for _, x := range ts {
+		out = append(out, x.String())
+	}
+	return out
 }

@@ -212,13 +212,7 @@ func TestKVInt8Inspect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ins, outs []string
-	for _, x := range info.Inputs {
-		ins = append(ins, x.String())
-	}
-	for _, x := range info.Outputs {
-		outs = append(outs, x.String())
-	}
+	ins, outs := tensorStrings(info.Inputs), tensorStrings(info.Outputs)
 	wantIns := []string{
 		"input_ids int64 [batch_size, sequence_length]",
 		"attention_mask int64 [batch_size, past_sequence_length + sequence_length]",
