@@ -123,9 +123,12 @@ for section in $SECTIONS; do
 			# Where the served time goes: the decoder's steps (their mean rows
 			# and duration, against the offline step's) and the engine's time
 			# between steps (HTTP, streaming, scheduling).
-			read -r served rows step busy failed < <(jq -r '.llm | "\(.output_tokens_per_s) \(.server.step_batch_mean) \(.server.step_mean_ms) \(.server.step_busy) \(.failed)"' "$out/results.jsonl")
-			LC_ALL=C printf '  round %d: offline %.0f tokens/s (step %.2f ms), served %.0f tokens/s: %.1f rows a step, step %.2f ms, decoder busy %.0f%% of the window; failed %s\n' \
-				"$r" "$off" "$off_ms" "$served" "$rows" "$step" "$(awk -v b="$busy" 'BEGIN {print b * 100}')" "$failed"
+			# And the CPU of the two processes sharing the cores, per
+			# generated token: the bench client's (generator_cpu, cores)
+			# and the server's (its process CPU over the window).
+			read -r served rows step busy failed client_us server_us < <(jq -r '"\(.llm.output_tokens_per_s) \(.llm.server.step_batch_mean) \(.llm.server.step_mean_ms) \(.llm.server.step_busy) \(.llm.failed) \(1e6 * (.generator_cpu // 0) / .llm.output_tokens_per_s) \(1e6 * (.server.cpu_seconds // 0) / .llm.output_tokens)"' "$out/results.jsonl")
+			LC_ALL=C printf '  round %d: offline %.0f tokens/s (step %.2f ms), served %.0f tokens/s: %.1f rows a step, step %.2f ms, decoder busy %.0f%% of the window; failed %s; CPU a token: client %.0f µs, server %.0f µs; load %s\n' \
+				"$r" "$off" "$off_ms" "$served" "$rows" "$step" "$(awk -v b="$busy" 'BEGIN {print b * 100}')" "$failed" "$client_us" "$server_us" "$(cut -d' ' -f1 /proc/loadavg)"
 			pairs+=("$served" "$off")
 		done
 		ratios "served / offline (target >= 0.85)" "${pairs[@]}"
