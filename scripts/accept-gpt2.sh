@@ -24,6 +24,11 @@
 #   serve-staggered the same with scenarios/llm-onnx-staggered.yaml (320 to
 #                  640 tokens out, the same mean context: each step padded to
 #                  its longest row); target: served >= 0.85 x offline
+#   serve-beside   what the serving work outside the decoder costs it: the
+#                  offline decode bench alone, then beside sim-lm (7 ms
+#                  steps, no model CPU) serving the staggered load to an
+#                  infer bench client on the same cores, with the CPU a
+#                  token of that client and server; ROUNDS pairs
 #   serve-static   scenarios/llm-onnx-static.yaml (gpt2-tiny, continuous on
 #                  /v1 vs static on /static/v1, 32 closed-loop streams, mixed
 #                  lengths); ROUNDS runs (target: continuous >= 2 x static)
@@ -54,7 +59,7 @@ ROUNDS=${ROUNDS:-3}
 WINDOW=${WINDOW:-20s}
 PORT=${PORT:-28100}
 URL=http://127.0.0.1:$PORT
-SECTIONS=${*:-exact ceiling layout memory calibrate serve-exact serve-ceiling serve-staggered serve-static serve-memory serve-defaults}
+SECTIONS=${*:-exact ceiling layout memory calibrate serve-exact serve-ceiling serve-staggered serve-beside serve-static serve-memory serve-defaults}
 TMP=$(mktemp -d -t infer-gpt2.XXXXXX)
 RESULTS=results/accept-gpt2-$(date -u +%Y%m%dT%H%M%S)
 trap 'stop_server; rm -rf "$TMP"' EXIT
@@ -67,6 +72,12 @@ v = list(map(float, sys.argv[2:]))
 r = [a / b for a, b in zip(v[0::2], v[1::2])]
 print(f"{sys.argv[1]}: " + " ".join(f"{x:.3f}" for x in r) + f"  (min {min(r):.3f}, median {statistics.median(r):.3f}, max {max(r):.3f})")
 PY
+}
+# offline: the offline decode ceiling, gpt2-tiny at batch 32 and context
+# 256, as "tokens/s step-ms".
+offline() {
+	"$BIN" models bench gpt2-tiny --batch 32 --context 256 --prompts 16 --duration "$WINDOW" --json |
+		jq -r '.decode[0] | "\(.items_per_sec) \(.mean_ms)"'
 }
 # run NAME SCENARIO [FLAGS...]: infer bench of SCENARIO into $RESULTS/NAME;
 # prints the run directory.
@@ -117,18 +128,50 @@ for section in $SECTIONS; do
 		echo "== served vs offline, gpt2-tiny, batch 32, context 256: $ROUNDS pairs, alternating (scenarios/$sc.yaml)"
 		pairs=()
 		for r in $(seq "$ROUNDS"); do
-			read -r off off_ms < <("$BIN" models bench gpt2-tiny --batch 32 --context 256 --prompts 16 --duration "$WINDOW" --json |
-				jq -r '.decode[0] | "\(.items_per_sec) \(.mean_ms)"')
+			read -r off off_ms < <(offline)
 			out=$(run "$section-$r" "$sc" --duration "$WINDOW")
 			# Where the served time goes: the decoder's steps (their mean rows
 			# and duration, against the offline step's) and the engine's time
 			# between steps (HTTP, streaming, scheduling).
-			read -r served rows step busy failed < <(jq -r '.llm | "\(.output_tokens_per_s) \(.server.step_batch_mean) \(.server.step_mean_ms) \(.server.step_busy) \(.failed)"' "$out/results.jsonl")
-			LC_ALL=C printf '  round %d: offline %.0f tokens/s (step %.2f ms), served %.0f tokens/s: %.1f rows a step, step %.2f ms, decoder busy %.0f%% of the window; failed %s\n' \
-				"$r" "$off" "$off_ms" "$served" "$rows" "$step" "$(awk -v b="$busy" 'BEGIN {print b * 100}')" "$failed"
+			# And the CPU of the two processes sharing the cores, per
+			# generated token: the bench client's (generator_cpu, cores)
+			# and the server's (its process CPU over the window).
+			read -r served rows step busy failed client_us server_us < <(jq -r '"\(.llm.output_tokens_per_s) \(.llm.server.step_batch_mean) \(.llm.server.step_mean_ms) \(.llm.server.step_busy) \(.llm.failed) \(1e6 * (.generator_cpu // 0) / .llm.output_tokens_per_s) \(1e6 * (.server.cpu_seconds // 0) / .llm.output_tokens)"' "$out/results.jsonl")
+			LC_ALL=C printf '  round %d: offline %.0f tokens/s (step %.2f ms), served %.0f tokens/s: %.1f rows a step, step %.2f ms, decoder busy %.0f%% of the window; failed %s; CPU a token: client %.0f µs, server %.0f µs; load %s\n' \
+				"$r" "$off" "$off_ms" "$served" "$rows" "$step" "$(awk -v b="$busy" 'BEGIN {print b * 100}')" "$failed" "$client_us" "$server_us" "$(cut -d' ' -f1 /proc/loadavg)"
 			pairs+=("$served" "$off")
 		done
 		ratios "served / offline (target >= 0.85)" "${pairs[@]}"
+		;;
+	serve-beside)
+		echo "== offline decode alone vs beside sim-lm serving the staggered load (32 streams) to infer bench: $ROUNDS pairs"
+		sed -e 's/^  model: gpt2-tiny/  model: sim-lm/' -e '/max_seqs/d' scenarios/llm-onnx-staggered.yaml >"$TMP/beside.yaml"
+		tokens() { curl -fsS "$URL/metrics" | awk '$1 ~ /^infer_gen_generation_tokens_total/ {n += $2} END {print n + 0}'; }
+		hz=$(getconf CLK_TCK)
+		pairs=()
+		for r in $(seq "$ROUNDS"); do
+			read -r alone alone_ms < <(offline)
+			la=$(cut -d' ' -f1 /proc/loadavg)
+			serve --model sim-lm --sim-step 7ms --sim-per-seq 0 --max-seqs 32 --timeout 10m
+			mkdir -p "$RESULTS"
+			# Longer than the offline bench; stopped when it is done.
+			"$BIN" bench -s "$TMP/beside.yaml" --target "$URL" --no-tui --report=false -o "$RESULTS/beside-$r" --duration 10m >"$RESULTS/beside-$r.log" 2>&1 &
+			client=$!
+			sleep 12 # past the bench's 10 s warm-up
+			read -r c0 s0 k0 t0 < <(echo "$(cpu_ticks "$client") $(cpu_ticks) $(tokens) $(date +%s.%N)")
+			read -r beside beside_ms < <(offline)
+			read -r c1 s1 k1 t1 < <(echo "$(cpu_ticks "$client") $(cpu_ticks) $(tokens) $(date +%s.%N)")
+			lb=$(cut -d' ' -f1 /proc/loadavg)
+			kill -INT "$client" 2>/dev/null || true
+			wait "$client" || true
+			stop_server
+			awk -v r="$r" -v a="$alone" -v am="$alone_ms" -v la="$la" -v b="$beside" -v bm="$beside_ms" -v lb="$lb" -v hz="$hz" \
+				-v c="$((c1 - c0))" -v s="$((s1 - s0))" -v k="$(awk -v x="$k0" -v y="$k1" 'BEGIN {print y - x}')" -v t="$(awk -v x="$t0" -v y="$t1" 'BEGIN {print y - x}')" \
+				'BEGIN {printf "  round %d: alone %.0f tokens/s (step %.2f ms, load %s), beside %.0f tokens/s (step %.2f ms, load %s): %.3f; beside it %.0f tokens/s streamed, client %.0f µs and server %.0f µs of CPU a token (%.2f cores)\n",
+					r, a, am, la, b, bm, lb, b / a, k / t, 1e6 * c / hz / k, 1e6 * s / hz / k, (c + s) / hz / t}'
+			pairs+=("$beside" "$alone")
+		done
+		ratios "offline beside the serving work / alone" "${pairs[@]}"
 		;;
 	serve-static)
 		echo "== continuous vs static, gpt2-tiny, 32 streams, mixed lengths: $ROUNDS runs of scenarios/llm-onnx-static.yaml"
@@ -167,7 +210,7 @@ for section in $SECTIONS; do
 			done
 		;;
 	*)
-		echo "unknown section $section (want exact, ceiling, layout, memory, calibrate, serve-exact, serve-ceiling, serve-static, serve-memory, serve-defaults)" >&2
+		echo "unknown section $section (want exact, ceiling, layout, memory, calibrate, serve-exact, serve-ceiling, serve-staggered, serve-beside, serve-static, serve-memory, serve-defaults)" >&2
 		exit 2
 		;;
 	esac
