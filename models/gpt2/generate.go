@@ -157,7 +157,7 @@ func (s Spec) FileName() string {
 		key += " in-place=2"
 	}
 	if s.KVInt8 {
-		key += " kv-int8=2 " + s.kv.String()
+		key += " kv-int8=3 " + s.kv.String()
 	}
 	sum := sha256.Sum256([]byte(key))
 	return fmt.Sprintf("%s-%s.onnx", a, hex.EncodeToString(sum[:6]))

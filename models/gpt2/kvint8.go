@@ -128,6 +128,10 @@ func (s Spec) KVBytesPerToken() int64 {
 // kvConsts are the constants of the quantisation, written once.
 type kvConsts struct {
 	levels, probLevels, tiny, offset, zeroPoint string
+	// past is the past's positions, [1], and hasPast 1 when there are any
+	// (int32, [1]): the same for every layer, so computed once (a decode
+	// step's cost is per node).
+	past, hasPast string
 }
 
 func (b *builder) kvConsts() kvConsts {
@@ -139,7 +143,10 @@ func (b *builder) kvConsts() kvConsts {
 			tiny:      b.Scalar(0x1p-126),
 			offset:    b.Scalar(128),
 			zeroPoint: b.op("Cast", []onnxgraph.Attr{onnxgraph.Int("to", int64(onnxgraph.Uint8))}, b.Int64(128)),
+			past:      b.op("Shape", []onnxgraph.Attr{onnxgraph.Int("start", 2), onnxgraph.Int("end", 3)}, PastKey(0)),
 		}
+		b.kvc.hasPast = b.op("Cast", []onnxgraph.Attr{onnxgraph.Int("to", int64(onnxgraph.Int32))},
+			b.op("Greater", nil, b.kvc.past, b.Int64s(0)))
 	}
 	return b.kvc
 }
@@ -256,7 +263,7 @@ func (b *builder) int8Attention(i int, qkv, bias string) string {
 		c.probLevels), c.tiny)
 	pq := b.op("Cast", []onnxgraph.Attr{onnxgraph.Int("to", int64(onnxgraph.Uint8))},
 		b.op("Round", nil, b.op("Div", nil, weighted, ps)))
-	past := b.op("Shape", []onnxgraph.Attr{onnxgraph.Int("start", 2), onnxgraph.Int("end", 3)}, PastKey(i)) // [1]
+	past := c.past
 	last := b.Int64s(-1)
 	onPast := b.op("Slice", nil, pq, b.Int64s(0), past, last)
 	onNew := b.op("Slice", nil, pq, past, b.Int64s(math.MaxInt64), last)
@@ -264,8 +271,7 @@ func (b *builder) int8Attention(i int, qkv, bias string) string {
 	// With no past (a prefill from the start) the past's product sums over
 	// no positions, and ONNX Runtime (1.30) leaves MatMulInteger's output
 	// unwritten when K is 0: it is multiplied by 0 then (0 or 1, past > 0).
-	onPastInts := b.Mul(matmulInt(onPast, PastValue(i), "", zv),
-		b.op("Cast", []onnxgraph.Attr{onnxgraph.Int("to", int64(onnxgraph.Int32))}, b.op("Greater", nil, past, b.Int64s(0))))
+	onPastInts := b.Mul(matmulInt(onPast, PastValue(i), "", zv), c.hasPast)
 	ints := b.Add(onPastInts, matmulInt(onNew, NewValue(i), "", zv))
 	return b.Mul(toFloat(ints), ps)
 }
