@@ -25,9 +25,9 @@ import (
 // a decoder that has a graph with an int8 KV cache (Entry.KVInt8BytesPerToken)
 // is made from that graph: gpt2-small-int8 keeps its KV cache in int8 (about
 // a quarter of the bytes), and its decode step at 16 sequences of 256 tokens
-// ran 1.5–1.9 times as fast as gpt2-small's against 1.35–1.5 with the
-// float32 cache (the graphs alone, 2 threads; docs/quantization.md). The
-// int4 twins keep float32's.
+// ran 1.68 times as fast as gpt2-small's (the median of nine quiet runs
+// through the decoder, 1.52–1.75) against 1.40–1.45 with the float32
+// cache (docs/quantization.md). The int4 twins keep float32's.
 var TwinSuffixes = []struct {
 	Suffix string
 	Kinds  []Kind
