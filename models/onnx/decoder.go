@@ -428,7 +428,7 @@ func readDecoderSig(info onnxgraph.Info) (decoderSig, error) {
 			if t == nil {
 				return sig, fmt.Errorf("layer %d lacks past_key_values.%d.key or .value", i, i)
 			}
-			if !cacheTypes[t.Type] || len(t.Shape) != 4 || t.Shape[1] <= 0 || t.Shape[3] <= 0 {
+			if !isCacheType(t.Type) || len(t.Shape) != 4 || t.Shape[1] <= 0 || t.Shape[3] <= 0 {
 				return sig, fmt.Errorf("graph input %s: want float32, int8 or uint8 [batch, heads, past, head_dim] with fixed heads and head_dim", t)
 			}
 			if sig.heads < 0 {
@@ -497,7 +497,7 @@ func readDecoderSig(info onnxgraph.Info) (decoderSig, error) {
 				name, want = fmt.Sprintf("new.%d.%s", i, kind), "sequence"
 			}
 			p := sig.planes[k]
-			if o, ok := outs[name]; !ok || cacheElem[o.Type] != p.elem || !cacheTypes[o.Type] || len(o.Shape) != 4 {
+			if o, ok := outs[name]; !ok || !isCacheType(o.Type) || cacheElem[o.Type] != p.elem || len(o.Shape) != 4 {
 				return sig, fmt.Errorf("no %s output %s [batch, heads, %s, %d]; its outputs: %s",
 					p.elem, name, want, p.width, listTensors(info.Outputs))
 			}
@@ -516,12 +516,15 @@ func readDecoderSig(info onnxgraph.Info) (decoderSig, error) {
 
 func listTensors(ts []onnxgraph.Tensor) string { return join(ts, ", ") }
 
-// cacheTypes are the element types of KV cache tensors a decoder takes, and
-// cacheElem their elemType.
-var (
-	cacheTypes = map[string]bool{"float32": true, "int8": true, "uint8": true}
-	cacheElem  = map[string]elemType{"float32": elemFloat32, "int8": elemInt8, "uint8": elemUint8}
-)
+// cacheElem maps the element types of KV cache tensors a decoder takes to
+// their elemType.
+var cacheElem = map[string]elemType{"float32": elemFloat32, "int8": elemInt8, "uint8": elemUint8}
+
+// isCacheType reports whether a decoder takes KV cache tensors of type t.
+func isCacheType(t string) bool {
+	_, ok := cacheElem[t]
+	return ok
+}
 
 // Info describes the model.
 func (f *DecoderFactory) Info() models.Info {

@@ -149,16 +149,6 @@ func (d dims) posBytes(i int) int {
 	return p.width * p.elem.size()
 }
 
-// tokenBytes returns the bytes of one token's keys and values, over all
-// layers and heads.
-func (d dims) tokenBytes() int {
-	n := 0
-	for i := range len(d.planes) {
-		n += d.posBytes(i)
-	}
-	return d.layers * d.heads * n
-}
-
 // tensorAlign aligns each tensor of a buffer, so that a float32 one starts
 // at a multiple of 4 bytes whatever the byte planes before it hold.
 const tensorAlign = 64

@@ -31,7 +31,7 @@ import (
 type blockStore struct {
 	d     dims
 	slots int    // token slots: DecoderInfo.KVTokens
-	data  []byte // by cache tensor i (dims.tensors): [heads][slots] positions of dims.posBytes(i); allocated at the first step with blocks
+	data  []byte // laid out as a buffer of one row of slots positions (dims.tensorIn); allocated at the first step with blocks
 	size  int    // tokens a block of the tables held; 0 before the first
 	// By block id at size: the sequences of the instance whose table holds
 	// it, and the positions written since it was last begun (size once
@@ -149,7 +149,7 @@ func (b *blockStore) claim(st *seqState, s models.StepSeq) error {
 		return nil
 	}
 	if b.data == nil {
-		data, err := allocBytes(b.slots * b.d.tokenBytes())
+		data, err := allocBytes(b.d.bytes(1, b.slots))
 		if err != nil {
 			return fmt.Errorf("onnx: block store: %w", err)
 		}
@@ -227,12 +227,8 @@ func (b *blockStore) wrote(st *seqState, from int) {
 // block returns the stored keys, values or scales (tensor ti) of head h of
 // block id.
 func (b *blockStore) block(ti, h int, id int32) []byte {
-	d, w := b.d, b.d.posBytes(ti)
-	at := 0
-	for i := range ti {
-		at += d.heads * b.slots * d.posBytes(i)
-	}
-	return b.data[at+(h*b.slots+int(id)*b.size)*w:][:b.size*w]
+	w := b.d.posBytes(ti)
+	return b.d.tensorIn(b.data, ti, 1, b.slots)[(h*b.slots+int(id)*b.size)*w:][:b.size*w]
 }
 
 // fill copies the first n blocks of st's table (a cached prefix) from the
