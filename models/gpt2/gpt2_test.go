@@ -117,7 +117,7 @@ func TestInspect(t *testing.T) {
 	if strings.Join(ins, "\n") != strings.Join(wantIns, "\n") || strings.Join(outs, "\n") != strings.Join(wantOuts, "\n") {
 		t.Errorf("inputs:\n%s\noutputs:\n%s", strings.Join(ins, "\n"), strings.Join(outs, "\n"))
 	}
-	if info.Opset != 17 || info.Params != tiny.Params() || info.Metadata[MetaArch] != "gpt2-tiny" ||
+	if info.Opset != 21 || info.Params != tiny.Params() || info.Metadata[MetaArch] != "gpt2-tiny" ||
 		info.Metadata[MetaContext] != "1024" || info.Metadata[MetaEOS] != "50256" || info.Metadata[MetaTask] != Task {
 		t.Errorf("opset %d, %d params, metadata %v", info.Opset, info.Params, info.Metadata)
 	}

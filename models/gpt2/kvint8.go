@@ -156,7 +156,7 @@ func (b *builder) kvConsts() kvConsts {
 func (b *builder) quantize(x string) (steps, scale string) {
 	c := b.kvConsts()
 	scale = b.op("Max", nil, b.op("Div", nil,
-		b.op("ReduceMax", []onnxgraph.Attr{onnxgraph.Ints("axes", -1), onnxgraph.Int("keepdims", 1)}, b.op("Abs", nil, x)),
+		b.op("ReduceMax", []onnxgraph.Attr{onnxgraph.Int("keepdims", 1)}, b.op("Abs", nil, x), b.Int64s(-1)),
 		c.levels), c.tiny)
 	return b.op("Round", nil, b.op("Div", nil, x, scale)), scale
 }
@@ -204,7 +204,7 @@ func (b *builder) int8Attention(i int, qkv, bias string) string {
 		for j, part := range []string{"q", "k", "v"} {
 			outs[j] = t + "_" + part
 		}
-		b.NodeOut("Split", []string{t}, outs[:], onnxgraph.Int("axis", 2)) // in three equal parts
+		b.NodeOut("Split", []string{t}, outs[:], onnxgraph.Int("axis", 2), onnxgraph.Int("num_outputs", 3)) // in three equal parts
 		return outs[0], outs[1], outs[2]
 	}
 
@@ -259,10 +259,12 @@ func (b *builder) int8Attention(i int, qkv, bias string) string {
 	c := b.kvConsts()
 	weighted := b.Mul(probs, perm(b.op("Concat", axis(2), PastValueScale(i), NewValueScale(i)), 0, 1, 3, 2))
 	ps := b.op("Max", nil, b.op("Div", nil,
-		b.op("ReduceMax", []onnxgraph.Attr{onnxgraph.Ints("axes", -1), onnxgraph.Int("keepdims", 1)}, weighted),
+		b.op("ReduceMax", []onnxgraph.Attr{onnxgraph.Int("keepdims", 1)}, weighted, b.Int64s(-1)),
 		c.probLevels), c.tiny)
-	pq := b.op("Cast", []onnxgraph.Attr{onnxgraph.Int("to", int64(onnxgraph.Uint8))},
-		b.op("Round", nil, b.op("Div", nil, weighted, ps)))
+	// Round(p·s_v / ps) as uint8 (zero point 0, saturating at 255, which
+	// no value exceeds), in one node: QuantizeLinear with one block the
+	// width of any row.
+	pq := b.op("QuantizeLinear", onnxgraph.RowBlocks(), weighted, ps)
 	past := c.past
 	last := b.Int64s(-1)
 	onPast := b.op("Slice", nil, pq, b.Int64s(0), past, last)

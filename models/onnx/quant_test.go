@@ -378,7 +378,9 @@ func TestQuantizedLookup(t *testing.T) {
 // the product (as GPT-2's Conv1D), one through Gemm with C.
 func TestQuantizedRowProduct(t *testing.T) {
 	requireRuntime(t)
-	for _, opset := range []int64{17, 18} { // ReduceMax's axes: an attribute, an input
+	// ReduceMax's axes an attribute, an input; and QuantizeLinear with a
+	// block a row (opset 21) instead of Div, Round, Add and Cast.
+	for _, opset := range []int64{17, 18, 21} {
 		t.Run(fmt.Sprint("opset", opset), func(t *testing.T) { rowProductTest(t, opset) })
 	}
 }
@@ -410,8 +412,13 @@ func rowProductTest(t *testing.T, opset int64) {
 	}
 	// One quantisation of x for both products; each bias added after its
 	// product, not fused into it.
-	if got := optimizedOps(t, q, []string{"x"}, []string{"y1", "y2"}); got["ReduceMax"] != 1 || got["MatMulIntegerToFloat"] != 2 || got["Add"] != 2+1 {
-		t.Errorf("optimised: %v; want x quantised once, two MatMulIntegerToFloat, each with its bias's Add", got)
+	adds, quantizers := 2+1, 0 // the biases', and the chain's + 128
+	if opset >= 21 {
+		adds, quantizers = 2, 1
+	}
+	if got := optimizedOps(t, q, []string{"x"}, []string{"y1", "y2"}); got["ReduceMax"] != 1 || got["MatMulIntegerToFloat"] != 2 ||
+		got["Add"] != adds || got["QuantizeLinear"] != quantizers {
+		t.Errorf("optimised: %v; want x quantised once (%d QuantizeLinear), two MatMulIntegerToFloat, each with its bias's Add", got, quantizers)
 	}
 	f, err := onnxgraph.Open(src)
 	if err != nil {
@@ -464,6 +471,14 @@ func rowProductTest(t *testing.T, opset int64) {
 		}
 		x = append(x, row...)
 	}
+	// Ties: the scale is 1, and every other step is halfway, rounded to
+	// even (-63.5 to -64, 0.5 to 0, 2.5 to 2).
+	ties := make([]float32, k)
+	for i := range ties {
+		ties[i] = float32(i%64) - 63.5
+	}
+	ties[0] = 127
+	x = append(x, ties...)
 	rows := len(x) / k
 	batch := run(x)
 	for _, c := range []struct {

@@ -34,6 +34,13 @@ const (
 	Bool    DataType = DataType(onnxpb.TensorProto_BOOL)
 )
 
+// RowBlocks are the attributes of a QuantizeLinear (opset 21) that
+// quantises each row of its input (the last axis) with the row's own scale
+// and zero point, of shape [..., 1]: one block larger than any row. It is
+// one node where Div, Round, Add and Cast are four, and ONNX Runtime (1.30)
+// rounds the same way (x / scale, half to even), vectorised.
+func RowBlocks() []Attr { return []Attr{Int("axis", -1), Int("block_size", 1<<30)} }
+
 // typeNames names ONNX element types as Go and NumPy users know them.
 var typeNames = map[DataType]string{
 	1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32",

@@ -160,7 +160,7 @@ type Options struct {
 // Version changes whenever the same model and options would be quantised
 // into a different file, so that cached files of an older quantizer are
 // not reused.
-const Version = "4"
+const Version = "5"
 
 // Metadata keys Rewrite sets on the quantised model.
 const (

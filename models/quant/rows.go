@@ -11,7 +11,8 @@ import (
 // on its own (symmetric, zero point 128) in standard operators, the
 // weights int8 per channel as with activations per tensor (tensor.go),
 // and com.microsoft MatMulIntegerToFloat, which applies the row's scale to
-// the row's outputs.
+// the row's outputs. From opset 21 the rounding is one QuantizeLinear a
+// row (onnxgraph.RowBlocks) instead of four nodes, with the same bytes.
 
 // rowConsts are the constants of the per-row quantisation, written once
 // per model.
@@ -57,7 +58,12 @@ func (w *writer) consts() (rowConsts, error) {
 //	s = max(ReduceMax(Abs(x)) / 127, tiny)
 //	x_q = Cast<uint8>(Round(x / s) + 128)
 //
-// |x / s| ≤ 127, so x_q is in [1, 255] and needs no Clip.
+// |x / s| ≤ 127, so x_q is in [1, 255] and needs no Clip. From opset 21,
+// x_q = QuantizeLinear(x, s, 128s) with a block a row, the zero points
+// expanded to the scales' shape (the standard requires the same shape):
+// ONNX Runtime (1.30) computes x / s rounded half to even as Round does,
+// in one vectorised node where Round alone is a scalar loop (3.2 µs for 16
+// rows of 768 on the 2-core dev VM, 10.5 µs for 16 of 3072).
 func (w *writer) quantizeRows(x string) ([]onnxgraph.Node, [3]string, error) {
 	f := w.f
 	c, err := w.consts()
@@ -75,10 +81,19 @@ func (w *writer) quantizeRows(x string) ([]onnxgraph.Node, [3]string, error) {
 		reduce,
 		onnxgraph.NewNode(f.Unique(x+"_row_scale"), "Div", "", []string{m, c.levels}, []string{unguarded}),
 		onnxgraph.NewNode(f.Unique(x+"_guard"), "Max", "", []string{unguarded, c.tiny}, []string{s}),
+	}
+	if f.Opset("") >= 21 {
+		shape, zps := f.Unique(x+"_row_scale_shape"), f.Unique(x+"_row_zero_points")
+		nodes = append(nodes,
+			onnxgraph.NewNode(f.Unique(x+"_row_scale_shape"), "Shape", "", []string{s}, []string{shape}),
+			onnxgraph.NewNode(f.Unique(x+"_row_zero_points"), "Expand", "", []string{c.zeroPoint, shape}, []string{zps}),
+			onnxgraph.NewNode(f.Unique(x+"_quantize"), "QuantizeLinear", "", []string{x, s, zps}, []string{q}, onnxgraph.RowBlocks()...))
+		return nodes, [3]string{q, s, c.zeroPoint}, nil
+	}
+	nodes = append(nodes,
 		onnxgraph.NewNode(f.Unique(x+"_steps"), "Div", "", []string{x, s}, []string{div}),
 		onnxgraph.NewNode(f.Unique(x+"_round"), "Round", "", []string{div}, []string{round}),
 		onnxgraph.NewNode(f.Unique(x+"_shift"), "Add", "", []string{round, c.zero}, []string{shifted}),
-		onnxgraph.NewNode(f.Unique(x+"_to_uint8"), "Cast", "", []string{shifted}, []string{q}, onnxgraph.Int("to", int64(onnxgraph.Uint8))),
-	}
+		onnxgraph.NewNode(f.Unique(x+"_to_uint8"), "Cast", "", []string{shifted}, []string{q}, onnxgraph.Int("to", int64(onnxgraph.Uint8))))
 	return nodes, [3]string{q, s, c.zeroPoint}, nil
 }
