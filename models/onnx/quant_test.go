@@ -471,8 +471,8 @@ func rowProductTest(t *testing.T, opset int64) {
 		}
 		x = append(x, row...)
 	}
-	// Ties: the scale is 1, and every other step is halfway, rounded to
-	// even (-63.5 to -64, 0.5 to 0, 2.5 to 2).
+	// Ties: the scale is 1 and every other value lies halfway between two
+	// steps, rounded to even (-63.5 to -64, -62.5 to -62).
 	ties := make([]float32, k)
 	for i := range ties {
 		ties[i] = float32(i%64) - 63.5
