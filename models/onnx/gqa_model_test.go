@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"testing"
-	"time"
 
 	ort "github.com/yalue/onnxruntime_go"
 
@@ -273,20 +272,8 @@ func BenchmarkGQAModelStep(b *testing.B) {
 				run := s.gqaStep(b, a)
 				runs = append(runs, func() { run(m.gqa) })
 			}
-			for _, r := range runs {
-				r()
-			}
-			times := make([][]time.Duration, len(runs))
-			for b.Loop() {
-				for i, r := range runs {
-					t0 := time.Now()
-					r()
-					times[i] = append(times[i], time.Since(t0))
-				}
-			}
-			med := make([]float64, len(runs))
+			med := medianRounds(b, runs)
 			for i := range runs {
-				med[i] = medianUs(times[i])
 				b.ReportMetric(med[i]/1e3, names[i]+"-ms")
 			}
 			b.ReportMetric(med[0]/med[1], "inplace-aligned/stag")

@@ -545,20 +545,8 @@ func BenchmarkGQAStep(b *testing.B) {
 				g := c.prepareGQA(b, true)
 				runs = append(runs, func() { g.run(b, s.gqa) })
 			}
-			times := make([][]time.Duration, len(runs))
-			for _, r := range runs { // warm up
-				r()
-			}
-			for b.Loop() {
-				for i, r := range runs {
-					t0 := time.Now()
-					r()
-					times[i] = append(times[i], time.Since(t0))
-				}
-			}
-			med := make([]float64, len(runs))
+			med := medianRounds(b, runs)
 			for i := range runs {
-				med[i] = medianUs(times[i])
 				b.ReportMetric(med[i], names[i]+"-us")
 			}
 			b.ReportMetric(med[1]/med[0], "inplace-stag/aligned")
@@ -570,11 +558,23 @@ func BenchmarkGQAStep(b *testing.B) {
 	}
 }
 
-func medianUs(d []time.Duration) float64 {
-	d = slices.Clone(d)
-	slices.Sort(d)
-	if len(d) == 0 {
-		return 0
+// medianRounds runs each of runs once to warm up, then all in turn, one
+// round per iteration of b, and returns each one's median time in µs.
+func medianRounds(b *testing.B, runs []func()) []float64 {
+	for _, r := range runs {
+		r()
 	}
-	return float64(d[len(d)/2].Nanoseconds()) / 1e3
+	times := make([][]time.Duration, len(runs))
+	for b.Loop() {
+		for i, r := range runs {
+			t0 := time.Now()
+			r()
+			times[i] = append(times[i], time.Since(t0))
+		}
+	}
+	med := make([]float64, len(runs))
+	for i, t := range times {
+		med[i] = 1e3 * medianMs(t)
+	}
+	return med
 }

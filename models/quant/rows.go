@@ -18,6 +18,10 @@ import (
 // per model.
 type rowConsts struct {
 	levels, tiny, zero, zeroPoint, axes string
+	// blocks: the graph's opset (21 or later) has QuantizeLinear with
+	// blocks, which rounds a row in one node; zero (the float 128 that
+	// Round's steps are shifted by) is then not written.
+	blocks bool
 }
 
 // consts returns the constants, writing them on first use.
@@ -27,14 +31,15 @@ func (w *writer) consts() (rowConsts, error) {
 	}
 	f := w.f
 	c := rowConsts{levels: f.Unique("row_quant_levels"), tiny: f.Unique("row_quant_tiny"),
-		zero: f.Unique("row_quant_offset"), zeroPoint: f.Unique("row_quant_zero_point")}
+		zeroPoint: f.Unique("row_quant_zero_point"), blocks: f.Opset("") >= 21}
 	err := f.SetInitializer(c.levels, onnxgraph.Float32, nil, float32Bytes([]float32{127}))
 	if err == nil {
 		// The smallest normal float32: a row of zeros (or of values that
 		// small) gets a normal scale that turns it into zeros, not NaNs.
 		err = f.SetInitializer(c.tiny, onnxgraph.Float32, nil, float32Bytes([]float32{0x1p-126}))
 	}
-	if err == nil {
+	if err == nil && !c.blocks {
+		c.zero = f.Unique("row_quant_offset")
 		err = f.SetInitializer(c.zero, onnxgraph.Float32, nil, float32Bytes([]float32{128}))
 	}
 	if err == nil {
@@ -71,7 +76,7 @@ func (w *writer) quantizeRows(x string) ([]onnxgraph.Node, [3]string, error) {
 		return nil, [3]string{}, err
 	}
 	abs, m, unguarded, s := f.Unique(x+"_abs"), f.Unique(x+"_row_max"), f.Unique(x+"_row_scale_unguarded"), f.Unique(x+"_row_scale")
-	div, round, shifted, q := f.Unique(x+"_steps"), f.Unique(x+"_rounded"), f.Unique(x+"_shifted"), f.Unique(x+"_quantized")
+	q := f.Unique(x + "_quantized")
 	reduce := onnxgraph.NewNode(f.Unique(x+"_row_max"), "ReduceMax", "", []string{abs}, []string{m}, onnxgraph.Ints("axes", -1), onnxgraph.Int("keepdims", 1))
 	if c.axes != "" {
 		reduce = onnxgraph.NewNode(f.Unique(x+"_row_max"), "ReduceMax", "", []string{abs, c.axes}, []string{m}, onnxgraph.Int("keepdims", 1))
@@ -82,7 +87,7 @@ func (w *writer) quantizeRows(x string) ([]onnxgraph.Node, [3]string, error) {
 		onnxgraph.NewNode(f.Unique(x+"_row_scale"), "Div", "", []string{m, c.levels}, []string{unguarded}),
 		onnxgraph.NewNode(f.Unique(x+"_guard"), "Max", "", []string{unguarded, c.tiny}, []string{s}),
 	}
-	if f.Opset("") >= 21 {
+	if c.blocks {
 		shape, zps := f.Unique(x+"_row_scale_shape"), f.Unique(x+"_row_zero_points")
 		nodes = append(nodes,
 			onnxgraph.NewNode(f.Unique(x+"_row_scale_shape"), "Shape", "", []string{s}, []string{shape}),
@@ -90,6 +95,7 @@ func (w *writer) quantizeRows(x string) ([]onnxgraph.Node, [3]string, error) {
 			onnxgraph.NewNode(f.Unique(x+"_quantize"), "QuantizeLinear", "", []string{x, s, zps}, []string{q}, onnxgraph.RowBlocks()...))
 		return nodes, [3]string{q, s, c.zeroPoint}, nil
 	}
+	div, round, shifted := f.Unique(x+"_steps"), f.Unique(x+"_rounded"), f.Unique(x+"_shifted")
 	nodes = append(nodes,
 		onnxgraph.NewNode(f.Unique(x+"_steps"), "Div", "", []string{x, s}, []string{div}),
 		onnxgraph.NewNode(f.Unique(x+"_round"), "Round", "", []string{div}, []string{round}),
