@@ -25,19 +25,27 @@ package onnx
 //     -int8 twins' integer products alone take about the same (scores
 //     about 270–300 µs, the weighted sum about 190–210 µs, before their
 //     small nodes).
+//   - A whole step of gpt2-small at that shape (BenchmarkGQAInt8ModelStep,
+//     INFER_BENCH_ARCHS=gpt2-small, -benchtime 150x -count 3): gqaGPT2's
+//     graph with the int8 cache and int8 weights 14.97–17.38 ms, against
+//     34.04–34.81 ms for the served in-place float32 graph (2.00–2.27×) and
+//     31.88–32.76 ms for gqaGPT2's in float32.
 //   - Using it would need static scales (calibrated, where the twins'
 //     are per token) and the decoder to pass seqlens_k and share the
 //     present with the past (gqa_test.go's limits).
 
 import (
 	"math"
+	"path/filepath"
 	"slices"
 	"testing"
 
 	ort "github.com/yalue/onnxruntime_go"
 
 	"github.com/inferhq/infer/models"
+	"github.com/inferhq/infer/models/gpt2"
 	"github.com/inferhq/infer/models/onnxgraph"
+	"github.com/inferhq/infer/models/quant"
 )
 
 // gqaInt8Attention is gqaAttention with the past and present int8 and
@@ -220,4 +228,54 @@ func BenchmarkGQAInt8(b *testing.B) {
 	b.ReportMetric(med[2], "gqa-int8-us")
 	b.ReportMetric(med[0]/med[1], "inplace/gqa")
 	b.ReportMetric(med[2]/med[1], "gqa-int8/gqa")
+}
+
+// BenchmarkGQAInt8ModelStep measures a whole decode step of 16 rows after
+// 256 positions (gpt2-tiny's, and INFER_BENCH_ARCHS'): the served in-place
+// float32 graph, gqaGPT2's in float32, and gqaGPT2's at opset 21 with its
+// KV cache int8 and its weights quantised as the -int8 twins' are
+// (quant.Options{}: per row, the LM head in int8), taking turns. Metrics
+// are median milliseconds and the speed-ups over the in-place graph, the
+// acceptance benchmark's float32 side.
+func BenchmarkGQAInt8ModelStep(b *testing.B) {
+	for _, a := range benchArchs(b) {
+		b.Run(a.String(), func(b *testing.B) {
+			m := openStepModels(b, a, 2)
+			dir := b.TempDir()
+			src := writeModel(b, dir, "gqa-int8-cache", &onnxgraph.Model{Graph: gqaGPT2(a, true), Opset: 21, IRVersion: 10, Producer: "infer-test"})
+			dst := filepath.Join(dir, "gqa-int8.onnx")
+			if _, err := quant.File(src, dst, quant.Options{}); err != nil {
+				b.Fatal(err)
+			}
+			var kvIn, presentOut []string
+			for i := range a.Layers {
+				kvIn = append(kvIn, gpt2.PastKey(i), gpt2.PastValue(i))
+				presentOut = append(presentOut, gpt2.PresentKey(i), gpt2.PresentValue(i))
+			}
+			s8, err := newSession(dst, append([]string{gpt2.InputIDs, gpt2.PositionIDs, "seqlens_k", "total_sequence_length"}, kvIn...),
+				append([]string{gpt2.Logits}, presentOut...), models.Device{Kind: "cpu"}, 2, false)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { s8.Destroy() })
+			lens := make([]int, 16)
+			for i := range lens {
+				lens[i] = 256
+			}
+			ip := newStepState(a, lens, 256, 4).inPlaceStep(b, a, 256)
+			gf := newStepState(a, lens, 288, 4).gqaStep(b, a, false)
+			g8 := newStepState(a, lens, 288, 4).gqaStep(b, a, true)
+			for _, x := range g8(s8) {
+				if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+					b.Fatalf("int8 GQA's logits hold %v", x)
+				}
+			}
+			med := medianRounds(b, []func(){func() { ip(m.inPlace) }, func() { gf(m.gqa) }, func() { g8(s8) }})
+			b.ReportMetric(med[0]/1e3, "inplace-ms")
+			b.ReportMetric(med[1]/1e3, "gqa-ms")
+			b.ReportMetric(med[2]/1e3, "gqa-int8-ms")
+			b.ReportMetric(med[0]/med[1], "inplace/gqa")
+			b.ReportMetric(med[0]/med[2], "inplace/gqa-int8")
+		})
+	}
 }

@@ -26,7 +26,10 @@ import (
 // 1), total_sequence_length int32 [1] and past_key_values.{i} [batch,
 // heads, capacity, head_dim]; outputs logits [batch, sequence, vocab] and
 // present.{i} of the past's shape, meant to be the past's own tensors.
-func gqaGPT2(a gpt2.Arch) *onnxgraph.Graph {
+// With int8Cache the pasts and presents are int8, each layer's keys and
+// values with static scales per head and channel (k_scale.{i} and
+// v_scale.{i}, all 1/32: for timing, not accuracy; gqa_int8_test.go).
+func gqaGPT2(a gpt2.Arch, int8Cache bool) *onnxgraph.Graph {
 	const (
 		initStd   = 0.02 // gpt2's constants of the same names
 		blockGain = 2.0
@@ -40,9 +43,13 @@ func gqaGPT2(a gpt2.Arch) *onnxgraph.Graph {
 	positions := g.Input(gpt2.PositionIDs, onnxgraph.Int64, batch, seq)
 	seqlens := g.Input("seqlens_k", int32Type, batch)
 	total := g.Input("total_sequence_length", int32Type, onnxgraph.Fixed(1))
+	cache := onnxgraph.Float32
+	if int8Cache {
+		cache = onnxgraph.Int8
+	}
 	for i := range a.Layers {
-		g.Input(gpt2.PastKey(i), onnxgraph.Float32, batch, heads, capacity, hd)
-		g.Input(gpt2.PastValue(i), onnxgraph.Float32, batch, heads, capacity, hd)
+		g.Input(gpt2.PastKey(i), cache, batch, heads, capacity, hd)
+		g.Input(gpt2.PastValue(i), cache, batch, heads, capacity, hd)
 	}
 	h := int64(a.Hidden)
 	conv1D := func(prefix, x string, in, out int, std float64) string {
@@ -51,10 +58,9 @@ func gqaGPT2(a gpt2.Arch) *onnxgraph.Graph {
 		return g.Add(g.MatMul(x, w), bias)
 	}
 	norm := func(prefix, x string) string { return g.LayerNorm(prefix, x, h, layerNorm) }
-	gelu := func(x string) string {
-		cube := g.Mul(g.Mul(x, x), x)
-		inner := g.Mul(g.Add(x, g.Mul(cube, g.Scalar(0.044715))), g.Scalar(float32(math.Sqrt(2/math.Pi))))
-		return g.Mul(g.Mul(x, g.Add(g.Node("Tanh", []string{inner}), g.Scalar(1))), g.Scalar(0.5))
+	gelu := func(x string) string { // gpt2's, in the form ONNX Runtime fuses into FastGelu
+		inner := g.Mul(g.Add(g.Mul(g.Mul(x, g.Scalar(0.044715)), x), g.Scalar(1)), g.Mul(x, g.Scalar(float32(math.Sqrt(2/math.Pi)))))
+		return g.Mul(g.Mul(x, g.Scalar(0.5)), g.Add(g.Node("Tanh", []string{inner}), g.Scalar(1)))
 	}
 	wte := g.Weight("transformer.wte.weight", []int64{int64(a.Vocab), h}, onnxgraph.Normal(seed, "transformer.wte.weight", initStd))
 	wpe := g.Weight("transformer.wpe.weight", []int64{int64(a.Context), h}, onnxgraph.Normal(seed, "transformer.wpe.weight", initStd))
@@ -66,10 +72,17 @@ func gqaGPT2(a gpt2.Arch) *onnxgraph.Graph {
 		q, k, v := "Split_q_"+strconv.Itoa(i), "Split_k_"+strconv.Itoa(i), "Split_v_"+strconv.Itoa(i)
 		g.NodeOut("Split", []string{qkv, g.Int64s(h, h, h)}, []string{q, k, v}, onnxgraph.Int("axis", -1))
 		attn := "gqa_" + strconv.Itoa(i)
-		g.NodeOut("GroupQueryAttention",
-			[]string{q, k, v, gpt2.PastKey(i), gpt2.PastValue(i), seqlens, total},
-			[]string{attn, gpt2.PresentKey(i), gpt2.PresentValue(i)},
-			onnxgraph.Int("num_heads", int64(a.Heads)), onnxgraph.Int("kv_num_heads", int64(a.Heads)))
+		ins := []string{q, k, v, gpt2.PastKey(i), gpt2.PastValue(i), seqlens, total}
+		attrs := []onnxgraph.Attr{onnxgraph.Int("num_heads", int64(a.Heads)), onnxgraph.Int("kv_num_heads", int64(a.Heads))}
+		if int8Cache {
+			scale := func(name string) string {
+				return g.Weight(name+"."+strconv.Itoa(i), []int64{1, int64(a.Heads), 1, int64(a.HeadDim())}, onnxgraph.Fill(1.0/32))
+			}
+			ins = append(ins, "", "", "", "", "", scale("k_scale"), scale("v_scale"))
+			attrs = append(attrs, onnxgraph.String("k_quant_type", "PER_CHANNEL"), onnxgraph.String("v_quant_type", "PER_CHANNEL"),
+				onnxgraph.Int("kv_cache_bit_width", 8))
+		}
+		g.NodeOut("GroupQueryAttention", ins, []string{attn, gpt2.PresentKey(i), gpt2.PresentValue(i)}, attrs...)
 		x = g.Add(x, conv1D(prefix+".attn.c_proj", attn, a.Hidden, a.Hidden, std))
 		inner := gelu(conv1D(prefix+".mlp.c_fc", norm(prefix+".ln_2", x), a.Hidden, 4*a.Hidden, std))
 		x = g.Add(x, conv1D(prefix+".mlp.c_proj", inner, 4*a.Hidden, a.Hidden, std))
@@ -78,8 +91,8 @@ func gqaGPT2(a gpt2.Arch) *onnxgraph.Graph {
 	g.Classifier(x, wte, gpt2.Logits, h, int64(a.Vocab))
 	g.Output(gpt2.Logits, onnxgraph.Float32, batch, seq, onnxgraph.Fixed(int64(a.Vocab)))
 	for i := range a.Layers {
-		g.Output(gpt2.PresentKey(i), onnxgraph.Float32, batch, heads, capacity, hd)
-		g.Output(gpt2.PresentValue(i), onnxgraph.Float32, batch, heads, capacity, hd)
+		g.Output(gpt2.PresentKey(i), cache, batch, heads, capacity, hd)
+		g.Output(gpt2.PresentValue(i), cache, batch, heads, capacity, hd)
 	}
 	return g
 }
@@ -109,7 +122,7 @@ func openStepModels(t testing.TB, a gpt2.Arch, threads int) *stepModels {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gq, err := newSession(writeGraph(t, t.TempDir(), "gqa", gqaGPT2(a)),
+	gq, err := newSession(writeGraph(t, t.TempDir(), "gqa", gqaGPT2(a, false)),
 		append([]string{gpt2.InputIDs, gpt2.PositionIDs, "seqlens_k", "total_sequence_length"}, kvIn...),
 		append([]string{gpt2.Logits}, presentOut...), cpu, threads, false)
 	if err != nil {
@@ -184,8 +197,9 @@ func (s *stepState) inPlaceStep(tb testing.TB, a gpt2.Arch, t int) func(*ort.Dyn
 	}
 }
 
-// gqaStep prepares gqaGPT2's run, presents shared with the pasts.
-func (s *stepState) gqaStep(tb testing.TB, a gpt2.Arch) func(*ort.DynamicAdvancedSession) []float32 {
+// gqaStep prepares gqaGPT2's run, presents shared with the pasts; with
+// int8Cache the pasts are the random values' steps of 1/32 as int8.
+func (s *stepState) gqaStep(tb testing.TB, a gpt2.Arch, int8Cache bool) func(*ort.DynamicAdvancedSession) []float32 {
 	rows := len(s.lens)
 	seqlens := make([]int32, rows)
 	pos := make([]int64, rows)
@@ -197,7 +211,15 @@ func (s *stepState) gqaStep(tb testing.TB, a gpt2.Arch) func(*ort.DynamicAdvance
 	logits := tensor(tb, make([]float32, rows*a.Vocab), rows, 1, a.Vocab)
 	out := []ort.Value{logits}
 	for _, buf := range s.past {
-		p := tensor(tb, slices.Clone(buf), rows, a.Heads, s.capacity, a.HeadDim())
+		var p ort.Value = tensor(tb, slices.Clone(buf), rows, a.Heads, s.capacity, a.HeadDim())
+		if int8Cache {
+			p.Destroy()
+			steps := make([]int8, len(buf))
+			for i, v := range buf {
+				steps[i] = int8(max(-127, min(127, math.Round(float64(v*32)))))
+			}
+			p = tensor(tb, steps, rows, a.Heads, s.capacity, a.HeadDim())
+		}
 		in = append(in, p)
 		out = append(out, p)
 	}
@@ -225,7 +247,7 @@ func TestGQAModelMatchesInPlace(t *testing.T) {
 	lens := []int{16, 300, 1, 655, 42, 656, 100, 7}
 	s := newStepState(a, lens, 700, 1)
 	want := s.inPlaceStep(t, a, slices.Max(lens))(m.inPlace)
-	got := s.gqaStep(t, a)(m.gqa)
+	got := s.gqaStep(t, a, false)(m.gqa)
 	d := maxDiff(want, got)
 	if d > 1e-5 {
 		t.Errorf("logits differ by %g", d)
@@ -269,7 +291,7 @@ func BenchmarkGQAModelStep(b *testing.B) {
 			}
 			for _, lens := range sets {
 				s := newStepState(a, lens, slices.Max(lens)+room, 4)
-				run := s.gqaStep(b, a)
+				run := s.gqaStep(b, a, false)
 				runs = append(runs, func() { run(m.gqa) })
 			}
 			med := medianRounds(b, runs)

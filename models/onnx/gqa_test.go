@@ -132,8 +132,14 @@ func gqaAttention(a attnShape) *onnxgraph.Graph {
 // onnxgraph.Graph does not write.
 func writeGraph(t testing.TB, dir, name string, g *onnxgraph.Graph) string {
 	t.Helper()
+	return writeModel(t, dir, name, &onnxgraph.Model{Graph: g, Producer: "infer-test"})
+}
+
+// writeModel is writeGraph for a model of any opset.
+func writeModel(t testing.TB, dir, name string, m *onnxgraph.Model) string {
+	t.Helper()
 	var buf bytes.Buffer
-	if _, err := (&onnxgraph.Model{Graph: g, Producer: "infer-test"}).WriteTo(&buf); err != nil {
+	if _, err := m.WriteTo(&buf); err != nil {
 		t.Fatal(err)
 	}
 	raw := filepath.Join(dir, name+".raw.onnx")
