@@ -284,7 +284,12 @@ func runModelsInfo(_ context.Context, opts *modelsInfoOptions) error {
 	fmt.Fprintf(w, "file:       %s\n", opts.Path)
 	fmt.Fprintf(w, "producer:   %s\n", orDash(info.Producer))
 	fmt.Fprintf(w, "opset:      %d\n", info.Opset)
-	fmt.Fprintf(w, "parameters: %d (%s)\n", info.Params, millions(info.Params))
+	if info.IntegerParams == 0 {
+		fmt.Fprintf(w, "parameters: %d (%s)\n", info.Params, millions(info.Params))
+	} else { // a quantised model: its weights are mostly integers
+		fmt.Fprintf(w, "parameters: %d (%s) in integers of 8 bits or fewer, as stored; %d (%s) in floating point\n",
+			info.IntegerParams, millions(info.IntegerParams), info.Params, millions(info.Params))
+	}
 	describeDecoder(w, info)
 	width := 20
 	for _, t := range append(slices.Clone(info.Inputs), info.Outputs...) {

@@ -96,6 +96,16 @@ func TestQuantizeCommand(t *testing.T) {
 	if err != nil || !strings.HasPrefix(info.Metadata[quant.MetaQuantization], "int8, weights per channel") {
 		t.Errorf("output: %v, %v", info, err)
 	}
+	// models info counts the int8 weights, not only what stayed float.
+	srcInfo, err := onnxgraph.Inspect(src)
+	if err != nil || info.IntegerParams < srcInfo.Params/2 || info.Params > srcInfo.Params/2 {
+		t.Errorf("parameters: float32 %d → %d, int8 %d (%v)", srcInfo.Params, info.Params, info.IntegerParams, err)
+	}
+	code, text = infer(t, "models", "info", out)
+	if want := fmt.Sprintf("parameters: %d (%s) in integers of 8 bits or fewer, as stored; %d (%s) in floating point",
+		info.IntegerParams, millions(info.IntegerParams), info.Params, millions(info.Params)); code != exitOK || !strings.Contains(text, want) {
+		t.Errorf("models info: exit %d, want %q in:\n%s", code, want, text)
+	}
 
 	code, text = infer(t, "models", "quantize", src, filepath.Join(dir, "q.json.onnx"), "--json", "--keep-head", "--activations", "block", "--bits", "4", "--block", "16")
 	var rep quantizeReport

@@ -70,6 +70,16 @@ func (t DataType) isFloat() bool {
 	return false
 }
 
+// isSmallInt reports whether t is an integer type of 8 bits or fewer,
+// which quantised weights are stored in.
+func (t DataType) isSmallInt() bool {
+	switch t {
+	case Uint8, Int8, 21, 22: // uint4, int4
+		return true
+	}
+	return false
+}
+
 // Dim is one dimension of a graph input or output: a fixed size, or a
 // symbolic name for a size known only at run time.
 type Dim struct {

@@ -64,6 +64,11 @@ type Info struct {
 	Outputs []Tensor
 	// Params is the number of elements of all floating-point initializers.
 	Params int64
+	// IntegerParams is the number of elements of initializers of 8 bits or
+	// fewer (int8, uint8, int4, uint4): a quantised model's weights, as
+	// stored (a byte that packs two 4-bit weights, as MatMulNBits's do,
+	// counts once), with its zero points.
+	IntegerParams int64
 	// Opset is the version of the default (ai.onnx) operator set.
 	Opset     int64
 	IRVersion int64
@@ -135,8 +140,11 @@ func inspect(r io.Reader) (*Info, error) {
 				case num == fieldGraphInitializer && typ == protowire.BytesType:
 					name, t, n, err := s.tensor()
 					initializers[name] = true
-					if t.isFloat() {
+					switch {
+					case t.isFloat():
 						info.Params += n
+					case t.isSmallInt():
+						info.IntegerParams += n
 					}
 					return err
 				case num == 11 && typ == protowire.BytesType:

@@ -205,7 +205,7 @@ func checkInfo(t *testing.T, name string, got, want *Info) {
 	if !slices.EqualFunc(got.Inputs, want.Inputs, eq) || !slices.EqualFunc(got.Outputs, want.Outputs, eq) {
 		t.Errorf("%s: inputs %v outputs %v, want %v %v", name, got.Inputs, got.Outputs, want.Inputs, want.Outputs)
 	}
-	if got.Params != want.Params || got.Opset != want.Opset || got.IRVersion != want.IRVersion ||
+	if got.Params != want.Params || got.IntegerParams != want.IntegerParams || got.Opset != want.Opset || got.IRVersion != want.IRVersion ||
 		got.Producer != want.Producer || got.Doc != want.Doc || !equalMaps(got.Metadata, want.Metadata) {
 		t.Errorf("%s: Inspect = %+v, want %+v", name, got, want)
 	}
@@ -224,8 +224,8 @@ func equalMaps(a, b map[string]string) bool {
 }
 
 // TestInspectOtherEncodings reads what other exporters write: initializers
-// also listed as inputs (IR < 4), unpacked dims, float16 and int64
-// initializers, inputs without shape, non-tensor outputs, opsets of several
+// also listed as inputs (IR < 4), unpacked dims, float16, int64 and 8-bit
+// integer initializers, inputs without shape, non-tensor outputs, opsets of several
 // domains.
 func TestInspectOtherEncodings(t *testing.T) {
 	dims := protowire.AppendTag(nil, 1, protowire.VarintType)
@@ -243,6 +243,8 @@ func TestInspectOtherEncodings(t *testing.T) {
 				half,
 				{Dims: []int64{5}, DataType: int32(Int64), Name: "index"},
 				{Dims: []int64{2, 2}, DataType: int32(Float32), Name: "w", FloatData: []float32{1, 2, 3, 4}},
+				{Dims: []int64{3, 2}, DataType: int32(Int8), Name: "q", RawData: make([]byte, 6)},
+				{DataType: int32(Uint8), Name: "zero_point", RawData: []byte{128}},
 			},
 			Input: []*onnxpb.ValueInfoProto{
 				valueInfo("w", Float32, []Dim{Fixed(2), Fixed(2)}),
@@ -275,7 +277,7 @@ func TestInspectOtherEncodings(t *testing.T) {
 			{Name: "seq", Type: "sequence"},
 			{Name: "odd", Type: "type(99)", Shape: []int64{-1}, Dims: []string{""}},
 		},
-		Params: 3*4 + 2*2, Opset: 9, IRVersion: 3, Producer: "old", Metadata: map[string]string{},
+		Params: 3*4 + 2*2, IntegerParams: 3*2 + 1, Opset: 9, IRVersion: 3, Producer: "old", Metadata: map[string]string{},
 	}
 	checkInfo(t, "old model", got, want)
 }
