@@ -53,34 +53,6 @@ import (
 	"github.com/inferhq/infer/models/quant"
 )
 
-// gqaInt8Attention is gqaAttention with the past and present int8 and
-// their scales as inputs k_scale and v_scale (inputs 12 and 13; 7 to 11,
-// rotary, positions, bias and sink, left out).
-func gqaInt8Attention(a attnShape) *onnxgraph.Graph {
-	g := onnxgraph.NewGraph("gqa_int8")
-	batch, seq, capacity := onnxgraph.Sym("batch"), onnxgraph.Sym("sequence"), onnxgraph.Sym("capacity")
-	hidden, heads, hd, one := onnxgraph.Fixed(int64(a.hidden())), onnxgraph.Fixed(int64(a.heads)), onnxgraph.Fixed(int64(a.headDim)), onnxgraph.Fixed(1)
-	ins := []string{
-		g.Input("q", onnxgraph.Float32, batch, seq, hidden),
-		g.Input("k", onnxgraph.Float32, batch, seq, hidden),
-		g.Input("v", onnxgraph.Float32, batch, seq, hidden),
-		g.Input("past_key", onnxgraph.Int8, batch, heads, capacity, hd),
-		g.Input("past_value", onnxgraph.Int8, batch, heads, capacity, hd),
-		g.Input("seqlens_k", int32Type, batch),
-		g.Input("total_sequence_length", int32Type, one),
-		"", "", "", "", "",
-		g.Input("k_scale", onnxgraph.Float32, one, heads, one, hd),
-		g.Input("v_scale", onnxgraph.Float32, one, heads, one, hd),
-	}
-	g.NodeOut("GroupQueryAttention", ins, []string{"attn", "present_key", "present_value"},
-		onnxgraph.Int("num_heads", int64(a.heads)), onnxgraph.Int("kv_num_heads", int64(a.heads)), onnxgraph.Int("do_rotary", 0),
-		onnxgraph.String("k_quant_type", "PER_CHANNEL"), onnxgraph.String("v_quant_type", "PER_CHANNEL"), onnxgraph.Int("kv_cache_bit_width", 8))
-	g.Output("attn", onnxgraph.Float32, batch, seq, hidden)
-	g.Output("present_key", onnxgraph.Int8, batch, heads, capacity, hd)
-	g.Output("present_value", onnxgraph.Int8, batch, heads, capacity, hd)
-	return g
-}
-
 // int8Cache is c's past quantised per head and channel: each channel's
 // scale its largest |value| over the rows' positions / 127.
 type int8Cache struct {
@@ -150,7 +122,7 @@ func openGQAInt8(t testing.TB, a attnShape, threads int) *ort.DynamicAdvancedSes
 	if _, err := loadRuntime(""); err != nil {
 		t.Skip(err)
 	}
-	s, err := newSession(writeGraph(t, t.TempDir(), "gqa_int8", gqaInt8Attention(a)),
+	s, err := newSession(writeGraph(t, t.TempDir(), "gqa_int8", gqaAttention(a, true)),
 		[]string{"q", "k", "v", "past_key", "past_value", "seqlens_k", "total_sequence_length", "k_scale", "v_scale"},
 		[]string{"attn", "present_key", "present_value"}, models.Device{Kind: "cpu"}, threads, false)
 	if err != nil {

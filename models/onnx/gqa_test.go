@@ -105,25 +105,38 @@ func inPlaceAttention(a attnShape) *onnxgraph.Graph {
 // past_value [batch, heads, capacity, head_dim], seqlens_k int32 [batch]
 // (each row's past + sequence − 1) and total_sequence_length int32 [1];
 // outputs attn and present_key, present_value [batch, heads, capacity,
-// head_dim].
-func gqaAttention(a attnShape) *onnxgraph.Graph {
+// head_dim]. With int8Cache the past and present are int8, and their
+// scales per head and channel are inputs k_scale and v_scale [1, heads, 1,
+// head_dim] (inputs 12 and 13; 7 to 11, rotary, positions, bias and sink,
+// left out): gqa_int8_test.go.
+func gqaAttention(a attnShape, int8Cache bool) *onnxgraph.Graph {
 	g := onnxgraph.NewGraph("gqa")
 	batch, seq, capacity := onnxgraph.Sym("batch"), onnxgraph.Sym("sequence"), onnxgraph.Sym("capacity")
-	hidden, heads, hd := onnxgraph.Fixed(int64(a.hidden())), onnxgraph.Fixed(int64(a.heads)), onnxgraph.Fixed(int64(a.headDim))
+	hidden, heads, hd, one := onnxgraph.Fixed(int64(a.hidden())), onnxgraph.Fixed(int64(a.heads)), onnxgraph.Fixed(int64(a.headDim)), onnxgraph.Fixed(1)
+	cache := onnxgraph.Float32
+	if int8Cache {
+		cache = onnxgraph.Int8
+	}
 	ins := []string{
 		g.Input("q", onnxgraph.Float32, batch, seq, hidden),
 		g.Input("k", onnxgraph.Float32, batch, seq, hidden),
 		g.Input("v", onnxgraph.Float32, batch, seq, hidden),
-		g.Input("past_key", onnxgraph.Float32, batch, heads, capacity, hd),
-		g.Input("past_value", onnxgraph.Float32, batch, heads, capacity, hd),
+		g.Input("past_key", cache, batch, heads, capacity, hd),
+		g.Input("past_value", cache, batch, heads, capacity, hd),
 		g.Input("seqlens_k", int32Type, batch),
-		g.Input("total_sequence_length", int32Type, onnxgraph.Fixed(1)),
+		g.Input("total_sequence_length", int32Type, one),
 	}
-	g.NodeOut("GroupQueryAttention", ins, []string{"attn", "present_key", "present_value"},
-		onnxgraph.Int("num_heads", int64(a.heads)), onnxgraph.Int("kv_num_heads", int64(a.heads)), onnxgraph.Int("do_rotary", 0))
+	attrs := []onnxgraph.Attr{onnxgraph.Int("num_heads", int64(a.heads)), onnxgraph.Int("kv_num_heads", int64(a.heads)), onnxgraph.Int("do_rotary", 0)}
+	if int8Cache {
+		ins = append(ins, "", "", "", "", "",
+			g.Input("k_scale", onnxgraph.Float32, one, heads, one, hd), g.Input("v_scale", onnxgraph.Float32, one, heads, one, hd))
+		attrs = append(attrs, onnxgraph.String("k_quant_type", "PER_CHANNEL"), onnxgraph.String("v_quant_type", "PER_CHANNEL"),
+			onnxgraph.Int("kv_cache_bit_width", 8))
+	}
+	g.NodeOut("GroupQueryAttention", ins, []string{"attn", "present_key", "present_value"}, attrs...)
 	g.Output("attn", onnxgraph.Float32, batch, seq, hidden)
-	g.Output("present_key", onnxgraph.Float32, batch, heads, capacity, hd)
-	g.Output("present_value", onnxgraph.Float32, batch, heads, capacity, hd)
+	g.Output("present_key", cache, batch, heads, capacity, hd)
+	g.Output("present_value", cache, batch, heads, capacity, hd)
 	return g
 }
 
@@ -274,7 +287,7 @@ func openAttnSessions(t testing.TB, a attnShape, threads int) *attnSessions {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gq, err := newSession(writeGraph(t, dir, "gqa", gqaAttention(a)),
+	gq, err := newSession(writeGraph(t, dir, "gqa", gqaAttention(a, false)),
 		[]string{"q", "k", "v", "past_key", "past_value", "seqlens_k", "total_sequence_length"},
 		[]string{"attn", "present_key", "present_value"}, models.Device{Kind: "cpu"}, threads, false)
 	if err != nil {
