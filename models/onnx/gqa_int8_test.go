@@ -95,26 +95,10 @@ func quantizeCache(c *attnCase) *int8Cache {
 // prepareGQAInt8 is prepareGQA (shared) for the int8 graph over q's cache.
 func (c *attnCase) prepareGQAInt8(t testing.TB, q *int8Cache) *gqaRun {
 	rows, a := len(c.lens), c.a
-	seqlens := make([]int32, rows)
-	for r, l := range c.lens {
-		seqlens[r] = int32(l + c.fedOf(r) - 1)
-	}
-	pk := tensor(t, slices.Clone(q.keys), rows, a.heads, c.capacity, a.headDim)
-	pv := tensor(t, slices.Clone(q.values), rows, a.heads, c.capacity, a.headDim)
-	run := &gqaRun{c: c}
-	run.in = []ort.Value{
-		tensor(t, c.q, rows, c.seq, a.hidden()), tensor(t, c.k, rows, c.seq, a.hidden()), tensor(t, c.v, rows, c.seq, a.hidden()),
-		pk, pv, tensor(t, seqlens, rows), tensor(t, []int32{int32(c.maxLen() + c.seq)}, 1),
-		tensor(t, q.kScale, 1, a.heads, 1, a.headDim), tensor(t, q.vScale, 1, a.heads, 1, a.headDim),
-	}
-	run.out = []ort.Value{tensor(t, make([]float32, rows*c.seq*a.hidden()), rows, c.seq, a.hidden()), pk, pv}
-	t.Cleanup(func() {
-		for _, v := range run.in {
-			v.Destroy()
-		}
-		run.out[0].Destroy()
-	})
-	return run
+	return c.newGQARun(t,
+		tensor(t, slices.Clone(q.keys), rows, a.heads, c.capacity, a.headDim),
+		tensor(t, slices.Clone(q.values), rows, a.heads, c.capacity, a.headDim), nil,
+		tensor(t, q.kScale, 1, a.heads, 1, a.headDim), tensor(t, q.vScale, 1, a.heads, 1, a.headDim))
 }
 
 func openGQAInt8(t testing.TB, a attnShape, threads int) *ort.DynamicAdvancedSession {

@@ -211,14 +211,15 @@ func (s *stepState) gqaStep(tb testing.TB, a gpt2.Arch, int8Cache bool) func(*or
 	logits := tensor(tb, make([]float32, rows*a.Vocab), rows, 1, a.Vocab)
 	out := []ort.Value{logits}
 	for _, buf := range s.past {
-		var p ort.Value = tensor(tb, slices.Clone(buf), rows, a.Heads, s.capacity, a.HeadDim())
+		var p ort.Value
 		if int8Cache {
-			p.Destroy()
 			steps := make([]int8, len(buf))
 			for i, v := range buf {
 				steps[i] = int8(max(-127, min(127, math.Round(float64(v*32)))))
 			}
 			p = tensor(tb, steps, rows, a.Heads, s.capacity, a.HeadDim())
+		} else {
+			p = tensor(tb, slices.Clone(buf), rows, a.Heads, s.capacity, a.HeadDim())
 		}
 		in = append(in, p)
 		out = append(out, p)

@@ -357,36 +357,46 @@ type gqaRun struct {
 
 func (c *attnCase) prepareGQA(t testing.TB, shared bool) *gqaRun {
 	rows, a := len(c.lens), c.a
+	pk := tensor(t, slices.Clone(c.pastK), rows, a.heads, c.capacity, a.headDim)
+	pv := tensor(t, slices.Clone(c.pastV), rows, a.heads, c.capacity, a.headDim)
+	var presents []ort.Value
+	if !shared {
+		presents = []ort.Value{
+			tensor(t, make([]float32, len(c.pastK)), rows, a.heads, c.capacity, a.headDim),
+			tensor(t, make([]float32, len(c.pastV)), rows, a.heads, c.capacity, a.headDim)}
+	}
+	run := c.newGQARun(t, pk, pv, presents)
+	run.pastK, run.pastV = pk, pv
+	return run
+}
+
+// newGQARun prepares a run over the past tensors pk and pv, with presents
+// of their own (nil: the pasts themselves) and extra inputs after the
+// seven (the int8 graph's scales). The run destroys every tensor when the
+// test ends.
+func (c *attnCase) newGQARun(t testing.TB, pk, pv ort.Value, presents []ort.Value, extra ...ort.Value) *gqaRun {
+	rows, a := len(c.lens), c.a
 	seqlens := make([]int32, rows)
 	for r, l := range c.lens {
 		seqlens[r] = int32(l + c.fedOf(r) - 1)
 	}
-	run := &gqaRun{c: c,
-		pastK: tensor(t, slices.Clone(c.pastK), rows, a.heads, c.capacity, a.headDim),
-		pastV: tensor(t, slices.Clone(c.pastV), rows, a.heads, c.capacity, a.headDim),
-	}
-	run.in = []ort.Value{
+	run := &gqaRun{c: c}
+	run.in = append([]ort.Value{
 		tensor(t, c.q, rows, c.seq, a.hidden()), tensor(t, c.k, rows, c.seq, a.hidden()), tensor(t, c.v, rows, c.seq, a.hidden()),
-		run.pastK, run.pastV, tensor(t, seqlens, rows), tensor(t, []int32{int32(cmp.Or(c.total, c.maxLen()+c.seq))}, 1),
+		pk, pv, tensor(t, seqlens, rows), tensor(t, []int32{int32(cmp.Or(c.total, c.maxLen()+c.seq))}, 1),
+	}, extra...)
+	if presents == nil {
+		presents = []ort.Value{pk, pv}
 	}
-	attn := tensor(t, make([]float32, rows*c.seq*a.hidden()), rows, c.seq, a.hidden())
-	if shared {
-		run.out = []ort.Value{attn, run.pastK, run.pastV}
-	} else {
-		run.out = []ort.Value{attn,
-			tensor(t, make([]float32, len(c.pastK)), rows, a.heads, c.capacity, a.headDim),
-			tensor(t, make([]float32, len(c.pastV)), rows, a.heads, c.capacity, a.headDim)}
-	}
+	run.out = append([]ort.Value{tensor(t, make([]float32, rows*c.seq*a.hidden()), rows, c.seq, a.hidden())}, presents...)
 	t.Cleanup(func() {
 		for _, v := range run.in {
 			v.Destroy()
 		}
-		for _, v := range run.out[:1] {
-			v.Destroy()
-		}
-		if !shared {
-			run.out[1].Destroy()
-			run.out[2].Destroy()
+		run.out[0].Destroy()
+		if presents[0] != pk {
+			presents[0].Destroy()
+			presents[1].Destroy()
 		}
 	})
 	return run
