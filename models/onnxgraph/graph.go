@@ -134,6 +134,15 @@ func Fill(v float32) Values {
 	}
 }
 
+// Floats returns Values that copy v, which must have the weight's size
+// and not change while the model is written.
+func Floats(v []float32) Values {
+	return func() func([]float32) {
+		rest := v
+		return func(dst []float32) { rest = rest[copy(dst, rest):] }
+	}
+}
+
 // Normal returns Values drawn from N(0, std²) by a PCG stream keyed by seed
 // and name, so that each weight of a generated model is reproducible and
 // independent of the others.
@@ -242,9 +251,21 @@ func (g *Graph) Node(op string, inputs []string, attrs ...Attr) string {
 // NodeOut appends a node whose outputs have the given names: graph outputs
 // and the outputs of multi-output ops.
 func (g *Graph) NodeOut(op string, inputs, outputs []string, attrs ...Attr) {
+	g.DomainNodeOut("", op, inputs, outputs, attrs...)
+}
+
+// MicrosoftDomain is the domain of ONNX Runtime's own operators
+// (GroupQueryAttention, MatMulNBits), version 1.
+const MicrosoftDomain = "com.microsoft"
+
+// DomainNodeOut is NodeOut for an operator of domain ("" for ONNX's own);
+// Model.WriteTo imports version 1 of every other domain its nodes use
+// (MicrosoftDomain has no other).
+func (g *Graph) DomainNodeOut(domain, op string, inputs, outputs []string, attrs ...Attr) {
 	n := &onnxpb.NodeProto{
 		Name:   outputs[0],
 		OpType: op,
+		Domain: domain,
 		Input:  append([]string(nil), inputs...),
 		Output: append([]string(nil), outputs...),
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"math"
@@ -337,5 +338,39 @@ func TestTensorString(t *testing.T) {
 		if got := tt.in.String(); got != tt.want {
 			t.Errorf("String() = %q, want %q", got, tt.want)
 		}
+	}
+}
+
+// TestWriteDomainNodes checks nodes of ONNX Runtime's own operators: each
+// keeps its domain, the domain is imported once (version 1) after the
+// default opset, and a Floats weight holds its values.
+func TestWriteDomainNodes(t *testing.T) {
+	g := NewGraph("contrib")
+	x := g.Input("x", Float32, Fixed(3))
+	bias := g.Weight("bias", []int64{3}, Floats([]float32{1, 2.5, -3}))
+	g.DomainNodeOut(MicrosoftDomain, "FastGelu", []string{x, bias}, []string{"gelu"})
+	g.DomainNodeOut(MicrosoftDomain, "FastGelu", []string{"gelu"}, []string{"gelu2"})
+	g.NodeOut("Identity", []string{"gelu2"}, []string{"y"})
+	g.Output("y", Float32, Fixed(3))
+	var m onnxpb.ModelProto
+	if err := proto.Unmarshal(write(t, &Model{Graph: g}), &m); err != nil {
+		t.Fatal(err)
+	}
+	var opsets []string
+	for _, o := range m.OpsetImport {
+		opsets = append(opsets, fmt.Sprintf("%q:%d", o.Domain, o.Version))
+	}
+	if want := []string{`"":17`, `"com.microsoft":1`}; !slices.Equal(opsets, want) {
+		t.Errorf("opset imports %v, want %v", opsets, want)
+	}
+	for i, want := range []string{MicrosoftDomain, MicrosoftDomain, ""} {
+		if n := m.Graph.Node[i]; n.Domain != want {
+			t.Errorf("node %d (%s): domain %q, want %q", i, n.OpType, n.Domain, want)
+		}
+	}
+	want := binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(
+		binary.LittleEndian.AppendUint32(nil, math.Float32bits(1)), math.Float32bits(2.5)), math.Float32bits(-3))
+	if raw := m.Graph.Initializer[0].RawData; !bytes.Equal(raw, want) {
+		t.Errorf("Floats' weight holds %v, want %v", raw, want)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sort"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -79,6 +80,11 @@ func (m *Model) WriteTo(w io.Writer) (int64, error) {
 	}
 	tail := &onnxpb.ModelProto{
 		OpsetImport: []*onnxpb.OperatorSetIdProto{{Version: opset}},
+	}
+	for _, n := range g.nodes {
+		if n.Domain != "" && !slices.ContainsFunc(tail.OpsetImport, func(o *onnxpb.OperatorSetIdProto) bool { return o.Domain == n.Domain }) {
+			tail.OpsetImport = append(tail.OpsetImport, &onnxpb.OperatorSetIdProto{Domain: n.Domain, Version: 1})
+		}
 	}
 	keys := make([]string, 0, len(m.Metadata))
 	for k := range m.Metadata {

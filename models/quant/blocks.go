@@ -10,7 +10,7 @@ import (
 // Activations per row and block: ONNX Runtime's com.microsoft MatMulNBits.
 
 // msDomain is ONNX Runtime's operator domain.
-const msDomain = "com.microsoft"
+const msDomain = onnxgraph.MicrosoftDomain
 
 // accuracyInt8 is MatMulNBits's accuracy_level that quantises the
 // activations to int8 per block of each row and computes in int8.
