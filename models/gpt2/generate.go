@@ -24,6 +24,12 @@ const (
 	// compute (94 % of gpt2-tiny's); optimum's exports lack the input and
 	// compute logits everywhere.
 	LogitsToKeep = "logits_to_keep"
+	// SeqLensK and TotalSequenceLength are the inputs of a graph with
+	// Spec.GQA in place of the attention mask, as ONNX Runtime's
+	// GroupQueryAttention names them: int32 [batch], each row's past + fed
+	// positions − 1, and int32 [1], the longest row's past + fed positions.
+	SeqLensK            = "seqlens_k"
+	TotalSequenceLength = "total_sequence_length"
 	// UseCacheBranch is the input of optimum's merged decoder that chooses
 	// between its without-past and with-past subgraphs; bool [1].
 	UseCacheBranch = "use_cache_branch"
@@ -128,6 +134,23 @@ type Spec struct {
 	// head (PastKeyScale and the others), and the attention's two
 	// products are integer ones (kvint8.go). Only with InPlaceKV.
 	KVInt8 bool
+	// GQA makes a graph whose attention is ONNX Runtime's
+	// GroupQueryAttention (a com.microsoft operator, so the graph runs on
+	// ONNX Runtime only), its KV cache in place in the operator itself:
+	// past_key_values.{i} are buffers [batch, heads, capacity, head_dim]
+	// whose row r holds its sequence's tokens at its first positions, the
+	// graph takes seqlens_k and total_sequence_length instead of an
+	// attention mask, and present.{i}.key|value, of the past's shape, are
+	// meant to be the past's own tensors: the operator then writes the fed
+	// tokens' keys and values after each row's past and copies nothing,
+	// and attends over each row's own positions only. A run with a past
+	// and several tokens must have one row (ONNX Runtime 1.30's CPU kernel
+	// refuses more). It needs position_ids. With KVInt8 the cache is int8
+	// with static scales per layer, head and channel (KVScales), which the
+	// operator applies itself, and the products are float32 ones.
+	GQA bool
+	// KVScales are the scales of the int8 KV cache of GQA with KVInt8.
+	KVScales *KVScales
 	// kv chooses among the integer forms of KVInt8's attention; the zero
 	// value is the one measured fastest (kvint8.go). Tests only.
 	kv kvForm
@@ -141,13 +164,48 @@ func (s Spec) withDefaults() Spec {
 }
 
 func (s Spec) validate() error {
-	if s.InPlaceKV && s.NoPositionIDs {
+	switch {
+	case (s.InPlaceKV || s.GQA) && s.NoPositionIDs:
 		return fmt.Errorf("a graph with its KV cache in place needs position_ids")
-	}
-	if s.KVInt8 && !s.InPlaceKV {
+	case s.GQA && (s.InPlaceKV || s.CacheBranch):
+		return fmt.Errorf("a GroupQueryAttention graph has a layout of its own, and no use_cache_branch")
+	case s.KVInt8 && !s.InPlaceKV && !s.GQA:
 		return fmt.Errorf("an int8 KV cache needs the graph with its KV cache in place")
+	case s.GQA && s.KVInt8 && (s.KVScales == nil || s.KVScales.ID == "" || s.KVScales.Compute == nil):
+		return fmt.Errorf("a GroupQueryAttention graph with an int8 KV cache needs its scales")
 	}
 	return s.Arch.validate()
+}
+
+// KVScales are the scales of a GroupQueryAttention graph's int8 KV cache
+// (Spec.GQA with KVInt8), fixed in the graph: one for each layer, keys and
+// values, head and channel. A key or value is stored as round(x / scale),
+// saturating at ±127 (ONNX Runtime's kernel does both), so they are best
+// a channel's largest |x| over a calibration text, / 127.
+type KVScales struct {
+	// ID names the scales (how they were computed), for the file's hash.
+	ID string
+	// Compute returns the scales, Layers × 2 × Hidden of them: layer 0's
+	// keys' (head by head, channel by channel), then its values', then
+	// layer 1's. Generate calls it once; each must be positive and finite.
+	Compute func() ([]float32, error)
+}
+
+// compute returns the scales, checked against a.
+func (k *KVScales) compute(a Arch) ([]float32, error) {
+	v, err := k.Compute()
+	if err != nil {
+		return nil, fmt.Errorf("KV cache scales: %w", err)
+	}
+	if len(v) != a.Layers*2*a.Hidden {
+		return nil, fmt.Errorf("KV cache scales: %d of them, want %d", len(v), a.Layers*2*a.Hidden)
+	}
+	for i, x := range v {
+		if !(x > 0) || math.IsInf(float64(x), 0) {
+			return nil, fmt.Errorf("KV cache scales: scale %d is %v", i, x)
+		}
+	}
+	return v, nil
 }
 
 // FileName returns the name Ensure gives the model of s:
@@ -161,7 +219,12 @@ func (s Spec) FileName() string {
 	if s.InPlaceKV {
 		key += " in-place=2"
 	}
-	if s.KVInt8 {
+	switch {
+	case s.GQA && s.KVInt8:
+		key += " gqa=1 kv-int8-static=1 scales=" + s.KVScales.ID
+	case s.GQA:
+		key += " gqa=1"
+	case s.KVInt8:
 		key += " kv-int8=3 " + s.kv.String()
 	}
 	sum := sha256.Sum256([]byte(key))
@@ -188,20 +251,27 @@ func Generate(w io.Writer, s Spec) error {
 	if err := s.validate(); err != nil {
 		return fmt.Errorf("generate %s: %w", s.Arch, err)
 	}
-	if _, err := model(s).WriteTo(w); err != nil {
+	var scales []float32
+	if s.GQA && s.KVInt8 {
+		var err error
+		if scales, err = s.KVScales.compute(s.Arch); err != nil {
+			return fmt.Errorf("generate %s: %w", s.Arch, err)
+		}
+	}
+	if _, err := model(s, scales).WriteTo(w); err != nil {
 		return fmt.Errorf("generate %s: %w", s.Arch, err)
 	}
 	return nil
 }
 
 // model builds the ONNX model of a valid spec with defaults applied.
-func model(s Spec) *onnxgraph.Model {
+func model(s Spec, scales []float32) *onnxgraph.Model {
 	a := s.Arch
 	shape := fmt.Sprintf("%s/V%d/C%d", a.Shape(), a.Vocab, a.Context)
 	doc := fmt.Sprintf("%s (%s) with random weights (seed %d). Generated by infer: the weights mean nothing, "+
 		"the computation is GPT-2's, with a KV cache.", a, shape, s.Seed)
 	return &onnxgraph.Model{
-		Graph:           build(s),
+		Graph:           build(s, scales),
 		Opset:           opset,
 		IRVersion:       irVersion,
 		Producer:        "infer",
@@ -220,6 +290,10 @@ type builder struct {
 	*onnxgraph.Graph
 	s   Spec
 	kvc kvConsts // KVInt8's, once written
+	// scales are the static scales of GQA's int8 KV cache (KVScales).
+	scales []float32
+	// seqLens and total are GQA's inputs.
+	seqLens, total string
 }
 
 func (b *builder) op(op string, attrs []onnxgraph.Attr, inputs ...string) string {
@@ -253,14 +327,21 @@ func (b *builder) gelu(x string) string {
 
 // build returns the graph of a valid spec: embeddings, the blocks, the final
 // LayerNorm and the LM head tied to the token embeddings.
-func build(s Spec) *onnxgraph.Graph {
+func build(s Spec, scales []float32) *onnxgraph.Graph {
 	a := s.Arch
-	b := &builder{Graph: onnxgraph.NewGraph(a.String()), s: s}
+	b := &builder{Graph: onnxgraph.NewGraph(a.String()), s: s, scales: scales}
 	batch, seq := onnxgraph.Sym("batch_size"), onnxgraph.Sym("sequence_length")
 	past, total := onnxgraph.Sym("past_sequence_length"), onnxgraph.Sym("past_sequence_length + sequence_length")
 	heads, headDim := onnxgraph.Fixed(int64(a.Heads)), onnxgraph.Fixed(int64(a.HeadDim()))
 	ids := b.Input(InputIDs, onnxgraph.Int64, batch, seq)
-	mask := b.Input(AttentionMask, onnxgraph.Int64, batch, total)
+	var mask string
+	if s.GQA {
+		past, total = onnxgraph.Sym("capacity"), onnxgraph.Sym("capacity")
+		b.seqLens = b.Input(SeqLensK, onnxgraph.Int32, batch)
+		b.total = b.Input(TotalSequenceLength, onnxgraph.Int32, onnxgraph.Fixed(1))
+	} else {
+		mask = b.Input(AttentionMask, onnxgraph.Int64, batch, total)
+	}
 	var positions string
 	if !s.NoPositionIDs {
 		positions = b.Input(PositionIDs, onnxgraph.Int64, batch, seq)
@@ -269,7 +350,7 @@ func build(s Spec) *onnxgraph.Graph {
 	for i := range a.Layers {
 		b.Input(PastKey(i), keyType, batch, heads, past, headDim)
 		b.Input(PastValue(i), valueType, batch, heads, past, headDim)
-		if s.KVInt8 {
+		if s.KVInt8 && !s.GQA {
 			b.Input(PastKeyScale(i), onnxgraph.Float32, batch, heads, past, onnxgraph.Fixed(1))
 			b.Input(PastValueScale(i), onnxgraph.Float32, batch, heads, past, onnxgraph.Fixed(1))
 		}
@@ -293,7 +374,10 @@ func build(s Spec) *onnxgraph.Graph {
 	wpe := b.Weight("transformer.wpe.weight", []int64{int64(a.Context), h}, onnxgraph.Normal(s.Seed, "transformer.wpe.weight", initStd))
 	x := b.Add(b.op("Gather", nil, wte, ids), b.op("Gather", nil, wpe, positions))
 
-	bias := b.CausalBias(ids, mask)
+	var bias string // GroupQueryAttention masks by itself
+	if !s.GQA {
+		bias = b.CausalBias(ids, mask)
+	}
 	for i := range a.Layers {
 		x = b.block(i, x, bias)
 	}
@@ -318,8 +402,8 @@ func build(s Spec) *onnxgraph.Graph {
 			}
 			continue
 		}
-		b.Output(PresentKey(i), onnxgraph.Float32, batch, heads, total, headDim)
-		b.Output(PresentValue(i), onnxgraph.Float32, batch, heads, total, headDim)
+		b.Output(PresentKey(i), keyType, batch, heads, total, headDim)
+		b.Output(PresentValue(i), valueType, batch, heads, total, headDim)
 	}
 	return b.Graph
 }
@@ -335,7 +419,7 @@ func (b *builder) block(i int, x, bias string) string {
 
 	qkv := b.conv1D(prefix+".attn.c_attn", b.layerNorm(prefix+".ln_1", x), hidden, 3*hidden, std)
 	q, k, v := "Split_q_"+strconv.Itoa(i), "Split_k_"+strconv.Itoa(i), "Split_v_"+strconv.Itoa(i)
-	if !b.s.KVInt8 { // which quantises q, k and v before it splits them
+	if !b.s.KVInt8 || b.s.GQA { // the former quantises q, k and v before it splits them
 		b.NodeOut("Split", []string{qkv, b.Int64s(int64(hidden), int64(hidden), int64(hidden))}, []string{q, k, v},
 			onnxgraph.Int("axis", -1))
 	}
@@ -353,6 +437,8 @@ func (b *builder) block(i int, x, bias string) string {
 	}
 	var attn string // [batch, heads, sequence, head_dim]
 	switch {
+	case b.s.GQA:
+		attn = b.gqaAttention(i, q, k, v)
 	case b.s.KVInt8:
 		attn = b.int8Attention(i, qkv, bias)
 	case b.s.InPlaceKV:
@@ -391,10 +477,38 @@ func (b *builder) block(i int, x, bias string) string {
 		query := scale()
 		attn = b.MatMul(softmax(b.MatMul(query, transpose(PresentKey(i)))), PresentValue(i))
 	}
-	ctx := b.op("Transpose", []onnxgraph.Attr{onnxgraph.Ints("perm", 0, 2, 1, 3)}, attn)
-	ctx = b.op("Reshape", nil, ctx, b.Int64s(0, 0, int64(hidden)))
+	ctx := attn // GroupQueryAttention's is [batch, sequence, hidden] already
+	if !b.s.GQA {
+		ctx = b.op("Transpose", []onnxgraph.Attr{onnxgraph.Ints("perm", 0, 2, 1, 3)}, attn)
+		ctx = b.op("Reshape", nil, ctx, b.Int64s(0, 0, int64(hidden)))
+	}
 	x = b.Add(x, b.conv1D(prefix+".attn.c_proj", ctx, hidden, hidden, std))
 
 	inner := b.gelu(b.conv1D(prefix+".mlp.c_fc", b.layerNorm(prefix+".ln_2", x), hidden, 4*hidden, std))
 	return b.Add(x, b.conv1D(prefix+".mlp.c_proj", inner, 4*hidden, hidden, std))
+}
+
+// gqaAttention returns the attention of layer i of a GQA graph, [batch,
+// sequence, hidden], from the split query, key and value [batch, sequence,
+// hidden]: one GroupQueryAttention (heads = kv heads, no rotary: GPT-2's
+// positions are learned and added before the blocks), which writes the
+// layer's present, the past's own buffer. With KVInt8 the cache is int8
+// with the layer's static scales per head and channel, inputs 12 and 13
+// (7 to 11, rotary, positions, bias and sink, left out).
+func (b *builder) gqaAttention(i int, q, k, v string) string {
+	a := b.s.Arch
+	out := "gqa_" + strconv.Itoa(i)
+	ins := []string{q, k, v, PastKey(i), PastValue(i), b.seqLens, b.total}
+	attrs := []onnxgraph.Attr{onnxgraph.Int("num_heads", int64(a.Heads)), onnxgraph.Int("kv_num_heads", int64(a.Heads))}
+	if b.s.KVInt8 {
+		shape := []int64{1, int64(a.Heads), 1, int64(a.HeadDim())}
+		at := i * 2 * a.Hidden
+		kScale := b.Weight("kv_cache."+strconv.Itoa(i)+".key_scale", shape, onnxgraph.Floats(b.scales[at:at+a.Hidden]))
+		vScale := b.Weight("kv_cache."+strconv.Itoa(i)+".value_scale", shape, onnxgraph.Floats(b.scales[at+a.Hidden:at+2*a.Hidden]))
+		ins = append(ins, "", "", "", "", "", kScale, vScale)
+		attrs = append(attrs, onnxgraph.String("k_quant_type", "PER_CHANNEL"), onnxgraph.String("v_quant_type", "PER_CHANNEL"),
+			onnxgraph.Int("kv_cache_bit_width", 8))
+	}
+	b.DomainNodeOut(onnxgraph.MicrosoftDomain, "GroupQueryAttention", ins, []string{out, PresentKey(i), PresentValue(i)}, attrs...)
+	return out
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -22,7 +23,7 @@ var micro = Arch{Name: "micro", Layers: 2, Hidden: 32, Heads: 2, Vocab: 300, Con
 
 func TestParams(t *testing.T) {
 	for _, a := range append(Archs(), micro) {
-		g := build(Spec{Arch: a, Seed: 1})
+		g := build(Spec{Arch: a, Seed: 1}, nil)
 		if got, want := g.Params(), a.Params(); got != want {
 			t.Errorf("%s: the graph has %d parameters, Params() says %d", a, got, want)
 		}
@@ -66,19 +67,47 @@ func TestGenerate(t *testing.T) {
 	}
 	names := map[string]bool{}
 	specs := []Spec{s, {Arch: micro, Seed: 2}, {Arch: micro, NoPositionIDs: true}, {Arch: micro, CacheBranch: true}, {Arch: micro, AllLogits: true},
-		{Arch: micro, InPlaceKV: true}, {Arch: micro, InPlaceKV: true, KVInt8: true}}
+		{Arch: micro, InPlaceKV: true}, {Arch: micro, InPlaceKV: true, KVInt8: true}, {Arch: micro, GQA: true},
+		{Arch: micro, GQA: true, KVInt8: true, KVScales: scales("a", 0.1)}, {Arch: micro, GQA: true, KVInt8: true, KVScales: scales("b", 0.1)}}
 	for _, v := range specs {
 		names[v.FileName()] = true
 	}
 	if len(names) != len(specs) {
 		t.Errorf("FileName gives %d names to %d different specs: %v", len(names), len(specs), names)
 	}
-	if err := Generate(&c, Spec{Arch: micro, InPlaceKV: true, NoPositionIDs: true}); err == nil {
-		t.Error("Generate accepted a KV cache in place without position_ids")
+	for _, bad := range []struct {
+		what string
+		s    Spec
+	}{
+		{"a KV cache in place without position_ids", Spec{Arch: micro, InPlaceKV: true, NoPositionIDs: true}},
+		{"GQA without position_ids", Spec{Arch: micro, GQA: true, NoPositionIDs: true}},
+		{"GQA and InPlaceKV", Spec{Arch: micro, GQA: true, InPlaceKV: true}},
+		{"GQA with use_cache_branch", Spec{Arch: micro, GQA: true, CacheBranch: true}},
+		{"an int8 KV cache neither in place nor GQA", Spec{Arch: micro, KVInt8: true}},
+		{"GQA's int8 KV cache without scales", Spec{Arch: micro, GQA: true, KVInt8: true}},
+		{"too few scales", Spec{Arch: micro, GQA: true, KVInt8: true, KVScales: &KVScales{ID: "x", Compute: func() ([]float32, error) { return []float32{1}, nil }}}},
+		{"a zero scale", Spec{Arch: micro, GQA: true, KVInt8: true, KVScales: scales("z", 0)}},
+		{"a NaN scale", Spec{Arch: micro, GQA: true, KVInt8: true, KVScales: scales("n", float32(math.NaN()))}},
+		{"scales that fail", Spec{Arch: micro, GQA: true, KVInt8: true, KVScales: &KVScales{ID: "x", Compute: func() ([]float32, error) { return nil, errors.New("no") }}}},
+	} {
+		if err := Generate(&c, bad.s); err == nil {
+			t.Errorf("Generate accepted %s", bad.what)
+		}
+	}
+	c.Reset()
+	if err := Generate(&c, Spec{Arch: micro, GQA: true, KVInt8: true, KVScales: scales("a", 0.1)}); err != nil {
+		t.Error(err)
 	}
 	if err := Generate(&c, Spec{Arch: Arch{Name: "Bad Name", Layers: 1, Hidden: 2, Heads: 1, Vocab: 2, Context: 2}}); err == nil {
 		t.Error("Generate accepted the name \"Bad Name\"")
 	}
+}
+
+// scales are KVScales of micro, every one v.
+func scales(id string, v float32) *KVScales {
+	return &KVScales{ID: id, Compute: func() ([]float32, error) {
+		return slices.Repeat([]float32{v}, micro.Layers*2*micro.Hidden), nil
+	}}
 }
 
 // TestInspect reads the generated graph back: optimum's names and shapes.

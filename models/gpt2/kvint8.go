@@ -104,11 +104,15 @@ func (f kvForm) String() string {
 }
 
 // KVTypes returns the element types of the graph's past_key_values.{i}.key
-// and .value inputs (and of new.{i}.key and .value): float32 without
-// KVInt8; with it, int8 (symmetric) or uint8 (the same plus 128).
+// and .value inputs (and of new.{i}.key and .value, or present's): float32
+// without KVInt8; with it, int8 (symmetric) or uint8 (the same plus 128),
+// int8 with GQA.
 func (s Spec) KVTypes() (key, value onnxgraph.DataType) {
-	if !s.KVInt8 {
+	switch {
+	case !s.KVInt8:
 		return onnxgraph.Float32, onnxgraph.Float32
+	case s.GQA:
+		return onnxgraph.Int8, onnxgraph.Int8
 	}
 	f := s.kv.resolve()
 	return f.key, f.value
@@ -116,12 +120,15 @@ func (s Spec) KVTypes() (key, value onnxgraph.DataType) {
 
 // KVBytesPerToken is the size of the KV cache of one token in the graph
 // of s: a key and a value per layer, float32, or with KVInt8 a byte per
-// element and a float32 scale per head.
+// element and a float32 scale per head (GQA's scales are the graph's).
 func (s Spec) KVBytesPerToken() int64 {
 	if !s.KVInt8 {
 		return s.Arch.KVBytesPerToken()
 	}
 	a := s.Arch
+	if s.GQA { // static scales
+		return int64(2 * a.Layers * a.Hidden)
+	}
 	return int64(2 * a.Layers * a.Heads * (a.HeadDim() + 4))
 }
 
