@@ -34,6 +34,10 @@ const (
 	useCacheBranch = "use_cache_branch" // bool [1]; only in merged decoders
 	logitsToKeep   = "logits_to_keep"   // int64 [1]; optional: logits for the last k positions (0: all)
 	logitsOutput   = "logits"           // float32 [batch, sequence or k, vocab]
+	// A graph whose attention is ONNX Runtime's GroupQueryAttention
+	// (models/gpt2's with GQA) takes these in place of attention_mask.
+	seqLensK            = "seqlens_k"             // int32 [batch]: each row's past + fed positions − 1
+	totalSequenceLength = "total_sequence_length" // int32 [1]: the longest row's past + fed positions
 )
 
 // Defaults of a decoder.
@@ -122,6 +126,13 @@ type decoderSig struct {
 	// with InPlaceKV); the decoder writes them into the cache in place
 	// (see kvcache.go).
 	inPlace bool
+	// gqa: the graph takes seqlens_k and total_sequence_length instead of
+	// attention_mask, and its present.{i}.key|value are the past's own
+	// tensors, into which GroupQueryAttention writes the fed tokens' keys
+	// and values after each row's past (models/gpt2's graphs with GQA;
+	// the cache float32 or int8, the scales of the latter in the graph).
+	// Its rows are left-aligned as an in-place graph's.
+	gqa bool
 	// planes are the tensors of a layer's cache (dims.planes): the key and
 	// the value, float32, or int8 or uint8 with a float32 scale each a
 	// position and head (past_key_values.{i}.key_scale|value_scale; an
@@ -165,18 +176,23 @@ type DecoderShape struct {
 	Layers, Heads, HeadDim, Vocab int
 	PositionIDs                   bool // it takes position_ids
 	Merged                        bool // it takes use_cache_branch
-	// QuantizedKV says its KV cache is int8 (or uint8), a float32 scale
-	// each position and head, rather than float32.
-	QuantizedKV bool
+	// QuantizedKV says its KV cache is int8 (or uint8) rather than
+	// float32, and KVScales that it has a float32 scale each position and
+	// head besides (a GroupQueryAttention graph's are in the graph).
+	QuantizedKV, KVScales bool
 }
 
 // KVBytesPerToken is the size of one token's keys and values over all
 // layers.
 func (s DecoderShape) KVBytesPerToken() int64 {
+	perHead := 4 * s.HeadDim
 	if s.QuantizedKV {
-		return int64(2 * s.Layers * s.Heads * (s.HeadDim + 4))
+		perHead = s.HeadDim
 	}
-	return int64(2 * s.Layers * s.Heads * s.HeadDim * 4)
+	if s.KVScales {
+		perHead += 4
+	}
+	return int64(2 * s.Layers * s.Heads * perHead)
 }
 
 // DecoderShapeOf reads the shape of a decoder graph from its description,
@@ -192,7 +208,7 @@ func DecoderShapeOf(info onnxgraph.Info) (DecoderShape, error) {
 
 func (s decoderSig) shape() DecoderShape {
 	return DecoderShape{Layers: s.layers, Heads: s.heads, HeadDim: s.headDim, Vocab: s.vocab, PositionIDs: s.positions,
-		Merged: s.cacheBranch, QuantizedKV: len(s.planes) > 2}
+		Merged: s.cacheBranch, QuantizedKV: s.planes[0].elem != elemFloat32, KVScales: len(s.planes) > 2}
 }
 
 // decoderFile returns the .onnx file of path: path itself, or the preferred
@@ -381,6 +397,10 @@ func readDecoderSig(info onnxgraph.Info) (decoderSig, error) {
 			if in.Type != "int64" || len(in.Shape) != 2 {
 				return sig, fmt.Errorf("graph input %s: want int64 [batch, sequence]", in)
 			}
+		case in.Name == seqLensK || in.Name == totalSequenceLength:
+			if in.Type != "int32" || len(in.Shape) != 1 {
+				return sig, fmt.Errorf("graph input %s: want int32 [batch] or [1]", in)
+			}
 		case in.Name == useCacheBranch:
 			if in.Type != "bool" {
 				return sig, fmt.Errorf("graph input %s: want bool [1]", in)
@@ -415,7 +435,20 @@ func readDecoderSig(info onnxgraph.Info) (decoderSig, error) {
 		}
 		have[in.Name] = true
 	}
-	for _, name := range []string{inputIDs, attentionMask} {
+	sig.gqa = have[seqLensK]
+	if have[totalSequenceLength] != sig.gqa {
+		return sig, fmt.Errorf("graph takes one of %s and %s, not both; its inputs: %s", seqLensK, totalSequenceLength,
+			listTensors(info.Inputs))
+	}
+	required := []string{inputIDs, attentionMask}
+	if sig.gqa {
+		required = []string{inputIDs, totalSequenceLength, positionIDs}
+		if have[attentionMask] || have[useCacheBranch] {
+			return sig, fmt.Errorf("graph takes %s, so no %s or %s; its inputs: %s", seqLensK, attentionMask, useCacheBranch,
+				listTensors(info.Inputs))
+		}
+	}
+	for _, name := range required {
 		if !have[name] {
 			return sig, fmt.Errorf("graph has no %s input; its inputs: %s", name, listTensors(info.Inputs))
 		}
@@ -443,9 +476,13 @@ func readDecoderSig(info onnxgraph.Info) (decoderSig, error) {
 				return sig, fmt.Errorf("graph input %s: every layer's keys and values must be float32, or every one quantised", t)
 			}
 		}
-		quantised := cacheType != "float32"
+		quantised := cacheType != "float32" && !sig.gqa // a GQA graph holds its scales
 		for _, t := range []*onnxgraph.Tensor{l.keyScale, l.valueScale} {
 			switch {
+			case sig.gqa && t != nil:
+				return sig, fmt.Errorf("graph input %s: a graph that takes %s holds its cache's scales", t, seqLensK)
+			case sig.gqa && cacheType == "uint8":
+				return sig, fmt.Errorf("graph input %s: GroupQueryAttention takes a float32 or int8 cache", l.key)
 			case t == nil && quantised:
 				return sig, fmt.Errorf("layer %d's keys and values are %s, but it lacks past_key_values.%d.key_scale or .value_scale", i, cacheType, i)
 			case t == nil:
@@ -477,11 +514,17 @@ func readDecoderSig(info onnxgraph.Info) (decoderSig, error) {
 	}
 	sig.vocab = int(logits.Shape[2])
 	sig.inputs = []string{inputIDs, attentionMask}
+	if sig.gqa {
+		sig.inputs = []string{inputIDs, seqLensK, totalSequenceLength}
+	}
 	if sig.positions {
 		sig.inputs = append(sig.inputs, positionIDs)
 	}
 	sig.outputs = []string{logitsOutput}
 	_, sig.inPlace = outs["new.0.key"]
+	if sig.inPlace && sig.gqa {
+		return sig, fmt.Errorf("graph takes %s and outputs new.0.key: one of the two layouts of a cache in place, not both", seqLensK)
+	}
 	if sig.inPlace && !sig.positions {
 		return sig, fmt.Errorf("graph outputs new.0.key (its KV cache in place) but takes no %s", positionIDs)
 	}
@@ -493,8 +536,11 @@ func readDecoderSig(info onnxgraph.Info) (decoderSig, error) {
 	for i := range sig.layers {
 		for k, kind := range kinds {
 			name, want := fmt.Sprintf("present.%d.%s", i, kind), "past + sequence"
-			if sig.inPlace {
+			switch {
+			case sig.inPlace:
 				name, want = fmt.Sprintf("new.%d.%s", i, kind), "sequence"
+			case sig.gqa:
+				want = "capacity"
 			}
 			p := sig.planes[k]
 			if o, ok := outs[name]; !ok || !isCacheType(o.Type) || cacheElem[o.Type] != p.elem || len(o.Shape) != 4 {

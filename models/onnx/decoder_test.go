@@ -40,6 +40,22 @@ func standard(s *gpt2.Spec) { s.InPlaceKV = false }
 // the built-in GPT-2 models have it.
 func kvInt8(s *gpt2.Spec) { s.KVInt8 = true }
 
+// gqa makes the graph's attention ONNX Runtime's GroupQueryAttention, the
+// KV cache in place in the operator; gqaInt8 with the cache in int8, as
+// the int8 twins of the built-in GPT-2 models have it, at testScales.
+func gqa(s *gpt2.Spec)     { s.GQA, s.InPlaceKV = true, false }
+func gqaInt8(s *gpt2.Spec) { gqa(s); s.KVInt8, s.KVScales = true, testScales(s.Arch) }
+
+// testScales are scales of an int8 KV cache for tests of exactness under
+// batching, which any scales serve: 8/127 for every channel, about a
+// channel's largest |key| or |value| over a text in gpt2-tiny (their
+// standard deviation is about 2).
+func testScales(a gpt2.Arch) *gpt2.KVScales {
+	return &gpt2.KVScales{ID: "test-8/127", Compute: func() ([]float32, error) {
+		return slices.Repeat([]float32{8.0 / 127}, a.Layers*2*a.Hidden), nil
+	}}
+}
+
 func noPositionIDs(s *gpt2.Spec) { s.NoPositionIDs, s.InPlaceKV = true, false }
 func merged(s *gpt2.Spec)        { s.CacheBranch, s.InPlaceKV = true, false }
 
@@ -267,7 +283,7 @@ func TestDecoderIncremental(t *testing.T) {
 	for _, variant := range []struct {
 		name string
 		spec gpt2.Spec
-	}{{"in place", tinySpec()}, {"int8 KV", tinySpec(kvInt8)}, {"position_ids", tinySpec(standard)}, {"all logits", tinySpec(allLogits)}, {"no position_ids", tinySpec(noPositionIDs, allLogits)},
+	}{{"in place", tinySpec()}, {"int8 KV", tinySpec(kvInt8)}, {"GQA", tinySpec(gqa)}, {"GQA int8 KV", tinySpec(gqaInt8)}, {"position_ids", tinySpec(standard)}, {"all logits", tinySpec(allLogits)}, {"no position_ids", tinySpec(noPositionIDs, allLogits)},
 		{"merged", tinySpec(merged, allLogits)}} {
 		t.Run(variant.name, func(t *testing.T) {
 			_, d := openTestDecoder(t, variant.spec, DecoderConfig{})
@@ -443,7 +459,7 @@ func TestDecoderBatchComposition(t *testing.T) {
 		name      string
 		spec      gpt2.Spec
 		schedules uint64
-	}{{"in place", tinySpec(), 2}, {"int8 KV", tinySpec(kvInt8), 2}, {"position_ids", tinySpec(standard), 2}, {"all logits", tinySpec(allLogits), 1}, {"no position_ids", tinySpec(noPositionIDs), 1},
+	}{{"in place", tinySpec(), 2}, {"int8 KV", tinySpec(kvInt8), 2}, {"GQA", tinySpec(gqa), 2}, {"GQA int8 KV", tinySpec(gqaInt8), 2}, {"position_ids", tinySpec(standard), 2}, {"all logits", tinySpec(allLogits), 1}, {"no position_ids", tinySpec(noPositionIDs), 1},
 		{"no position_ids, all logits", tinySpec(noPositionIDs, allLogits), 1}} {
 		t.Run(variant.name, func(t *testing.T) {
 			_, d := openTestDecoder(t, variant.spec, DecoderConfig{})
@@ -867,6 +883,7 @@ func TestReadDecoderSig(t *testing.T) {
 		})
 	}
 	testReadQuantisedSig(t)
+	testReadGQASig(t)
 	if _, err := DecoderShapeOf(onnxgraph.Info{}); !errors.Is(err, ErrNotDecoder) {
 		t.Errorf("DecoderShapeOf(no inputs) = %v, want ErrNotDecoder", err)
 	}
@@ -927,6 +944,81 @@ func testReadQuantisedSig(t *testing.T) {
 	} {
 		t.Run("quantised/"+tc.name, func(t *testing.T) {
 			_, err := readDecoderSig(quantisedInfo(tc.edit))
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("readDecoderSig = %v, want an error containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// gqaInfo describes a two-layer GroupQueryAttention graph with an int8 KV
+// cache, as models/gpt2 writes the int8 twins'; edit changes it for a case.
+func gqaInfo(edit func(ins, outs map[string]*onnxgraph.Tensor)) onnxgraph.Info {
+	t := func(name, typ string, shape ...int64) onnxgraph.Tensor {
+		return onnxgraph.Tensor{Name: name, Type: typ, Shape: shape}
+	}
+	ins := []onnxgraph.Tensor{t("input_ids", "int64", -1, -1), t("seqlens_k", "int32", -1), t("total_sequence_length", "int32", 1),
+		t("position_ids", "int64", -1, -1)}
+	outs := []onnxgraph.Tensor{t("logits", "float32", -1, -1, 50257)}
+	for i := range 2 {
+		for _, kind := range []string{"key", "value"} {
+			ins = append(ins, t(fmt.Sprintf("past_key_values.%d.%s", i, kind), "int8", -1, 12, -1, 64))
+			outs = append(outs, t(fmt.Sprintf("present.%d.%s", i, kind), "int8", -1, 12, -1, 64))
+		}
+	}
+	ins = append(ins, t("logits_to_keep", "int64", 1))
+	return describe(ins, outs, edit)
+}
+
+// testReadGQASig is TestReadDecoderSig for a GroupQueryAttention graph.
+func testReadGQASig(t *testing.T) {
+	sig, err := readDecoderSig(gqaInfo(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sig.gqa || sig.inPlace || !slices.Equal(sig.planes, []plane{{elemInt8, 64}, {elemInt8, 64}}) ||
+		strings.Join(sig.inputs, ",") != "input_ids,seqlens_k,total_sequence_length,position_ids,"+
+			"past_key_values.0.key,past_key_values.0.value,past_key_values.1.key,past_key_values.1.value,logits_to_keep" ||
+		strings.Join(sig.outputs, ",") != "logits,present.0.key,present.0.value,present.1.key,present.1.value" {
+		t.Errorf("GQA signature = %+v", sig)
+	}
+	if got := sig.shape().KVBytesPerToken(); got != 2*2*12*64 {
+		t.Errorf("GQA KVBytesPerToken() = %d", got)
+	}
+	for _, tc := range []struct {
+		name    string
+		edit    func(ins, outs map[string]*onnxgraph.Tensor)
+		wantErr string
+	}{
+		{"no total", func(ins, _ map[string]*onnxgraph.Tensor) { delete(ins, "total_sequence_length") },
+			"graph takes one of seqlens_k and total_sequence_length, not both"},
+		{"no seqlens_k", func(ins, _ map[string]*onnxgraph.Tensor) { delete(ins, "seqlens_k") },
+			"graph takes one of seqlens_k and total_sequence_length, not both"},
+		{"int64 seqlens_k", func(ins, _ map[string]*onnxgraph.Tensor) { ins["seqlens_k"].Type = "int64" }, "want int32 [batch] or [1]"},
+		{"a mask too", func(ins, _ map[string]*onnxgraph.Tensor) {
+			*ins["logits_to_keep"] = onnxgraph.Tensor{Name: "attention_mask", Type: "int64", Shape: []int64{-1, -1}}
+		},
+			"graph takes seqlens_k, so no attention_mask or use_cache_branch"},
+		{"no position_ids", func(ins, _ map[string]*onnxgraph.Tensor) { delete(ins, "position_ids") }, "graph has no position_ids input"},
+		{"uint8", func(ins, outs map[string]*onnxgraph.Tensor) {
+			for _, m := range []map[string]*onnxgraph.Tensor{ins, outs} {
+				for _, t := range m {
+					if t.Type == "int8" {
+						t.Type = "uint8"
+					}
+				}
+			}
+		}, "GroupQueryAttention takes a float32 or int8 cache"},
+		{"scales", func(ins, _ map[string]*onnxgraph.Tensor) {
+			ins["logits_to_keep"].Name, ins["logits_to_keep"].Type = "past_key_values.0.key_scale", "float32"
+		}, "holds its cache's scales"},
+		{"new keys too", func(_, outs map[string]*onnxgraph.Tensor) { outs["present.0.key"].Name = "new.0.key" },
+			"one of the two layouts of a cache in place, not both"},
+		{"a float32 present", func(_, outs map[string]*onnxgraph.Tensor) { outs["present.1.value"].Type = "float32" },
+			"no int8 output present.1.value [batch, heads, capacity, 64]"},
+	} {
+		t.Run("gqa/"+tc.name, func(t *testing.T) {
+			_, err := readDecoderSig(gqaInfo(tc.edit))
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("readDecoderSig = %v, want an error containing %q", err, tc.wantErr)
 			}

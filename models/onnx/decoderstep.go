@@ -67,6 +67,8 @@ type Decoder struct {
 	// buffer of rows × sequence positions (dims.tensorIn).
 	mask  []int64
 	fresh []byte
+	// A GQA graph's seqlens_k.
+	seqLens []int32
 	// The logits of the decode run, and of the other runs one after the
 	// other (their sampled rows are copied to kept).
 	decodeLogits, runLogits []float32
@@ -85,7 +87,7 @@ var _ models.Decoder = (*Decoder)(nil)
 func newDecoder(f *DecoderFactory, s *session) *Decoder {
 	d := &Decoder{
 		f: f, s: s, sess: s.sess, sig: f.sig, info: f.info,
-		dims: dims{layers: f.sig.layers, heads: f.sig.heads, headDim: f.sig.headDim, left: f.sig.inPlace, planes: f.sig.planes},
+		dims: dims{layers: f.sig.layers, heads: f.sig.heads, headDim: f.sig.headDim, left: f.sig.inPlace || f.sig.gqa, planes: f.sig.planes},
 		seqs: map[models.SeqID]*seqState{},
 		// Free buffers kept for reuse: up to an eighth of the KV bound
 		// besides the largest (see bufPool.put).
@@ -285,7 +287,12 @@ func (d *Decoder) prefill(jobs []job, next []int32) error {
 		slices.SortStableFunc(round, func(a, b job) int { return cmp.Compare(len(b.tokens), len(a.tokens)) })
 		for len(round) > 0 {
 			s, n := len(round[0].tokens), 1
-			for n < len(round) && (n+1)*s <= maxTokens && 2*len(round[n].tokens) >= s &&
+			// A GQA graph's runs of several tokens have one row: ONNX
+			// Runtime's kernel refuses a past with several new tokens at
+			// batch > 1, and a prompt at batch > 1 would need its rows
+			// padded on the right, where logits_to_keep needs them to end
+			// together. A prefill's own tokens fill its compute.
+			for n < len(round) && (n+1)*s <= maxTokens && 2*len(round[n].tokens) >= s && !d.sig.gqa &&
 				(d.sig.positions || sameShape(round[0], round[n])) {
 				n++
 			}
@@ -430,10 +437,24 @@ func (d *Decoder) run(jobs []job, next []int32, decode bool) error {
 	if err != nil {
 		return err
 	}
-	rows, t, s := len(jobs), past.t, 0
+	s := 0
 	for _, j := range jobs {
 		s = max(s, len(j.tokens))
 	}
+	if d.sig.gqa {
+		// GroupQueryAttention writes each row's s positions after its past
+		// (a row fed nothing, a padding position), in the buffer itself.
+		need := s
+		for _, j := range jobs {
+			if j.st != nil {
+				need = max(need, j.st.n+s)
+			}
+		}
+		if past, err = d.withRoom(past, jobs, need, decode); err != nil {
+			return err
+		}
+	}
+	rows, t := len(jobs), past.t
 	// The present's mask; for the standard graph, the present itself.
 	var present *kvBuf
 	var presentMask []int64
@@ -441,7 +462,9 @@ func (d *Decoder) run(jobs []job, next []int32, decode bool) error {
 	if d.dims.left {
 		d.mask = grow(d.mask, rows*(t+s))
 		presentMask = d.mask
-		d.fresh = grow(d.fresh, d.dims.bytes(rows, s))
+		if !d.sig.gqa {
+			d.fresh = grow(d.fresh, d.dims.bytes(rows, s))
+		}
 	} else {
 		present, err = d.pool.get(d.dims, rows, t+s, !decode)
 		if err != nil {
@@ -495,16 +518,34 @@ func (d *Decoder) run(jobs []job, next []int32, decode bool) error {
 	defer func() { destroy(in.vs); destroy(out.vs) }()
 	tokShape := ort.NewShape(int64(rows), int64(s))
 	addTensor(&in, tokShape, d.ids)
-	addTensor(&in, ort.NewShape(int64(rows), int64(t+s)), presentMask)
+	if d.sig.gqa {
+		d.seqLens = grow(d.seqLens, rows)
+		total := s
+		for r, j := range jobs {
+			n := 0
+			if j.st != nil {
+				n = j.st.n
+			}
+			d.seqLens[r] = int32(n + s - 1)
+			total = max(total, n+s)
+		}
+		addTensor(&in, ort.NewShape(int64(rows)), d.seqLens)
+		addTensor(&in, ort.NewShape(1), []int32{int32(total)})
+	} else {
+		addTensor(&in, ort.NewShape(int64(rows), int64(t+s)), presentMask)
+	}
 	if d.sig.positions {
 		addTensor(&in, tokShape, d.pos)
 	}
 	addTensor(&out, ort.NewShape(int64(rows), int64(kept), int64(d.info.Vocab)), logits)
+	cacheAt := len(in.vs)
 	for i := range d.dims.tensors() {
 		addCacheTensor(&in, d.dims, i, rows, t, d.dims.tensor(past, i))
-		if d.dims.left {
+		switch {
+		case d.sig.gqa: // the present is the past's own tensors, below
+		case d.dims.left:
 			addCacheTensor(&out, d.dims, i, rows, s, d.dims.tensorIn(d.fresh, i, rows, s))
-		} else {
+		default:
 			addCacheTensor(&out, d.dims, i, rows, t+s, d.dims.tensor(present, i))
 		}
 	}
@@ -518,11 +559,22 @@ func (d *Decoder) run(jobs []job, next []int32, decode bool) error {
 		return fmt.Errorf("onnx: tensors: %w", err)
 	}
 	inputs, outputs := in.vs, out.vs
+	if d.sig.gqa {
+		// Destroyed once, as inputs.
+		outputs = append(slices.Clip(outputs), inputs[cacheAt:cacheAt+d.dims.tensors()]...)
+	}
 	if err := d.sess.Run(inputs, outputs); err != nil {
 		return fmt.Errorf("onnx: run %s: %w", d.f.cfg.Name, err)
 	}
 	ok = true
-	if d.dims.left {
+	switch {
+	case d.sig.gqa:
+		for r, j := range jobs {
+			if j.st != nil {
+				mark(past, r, j.st.n, len(j.tokens))
+			}
+		}
+	case d.dims.left:
 		if err := d.keepFresh(past, jobs, s, decode); err != nil {
 			return err
 		}
@@ -563,22 +615,15 @@ func (d *Decoder) first(j job, s int) int {
 // (see room), whose rows are past's and to which the jobs' states move. The
 // jobs' states still count their past tokens only.
 func (d *Decoder) keepFresh(past *kvBuf, jobs []job, s int, decode bool) error {
-	b, need := past, 0
+	need := 0
 	for _, j := range jobs {
 		if j.st != nil {
 			need = max(need, j.st.n+len(j.tokens))
 		}
 	}
-	if need > b.t || b.data == nil {
-		states := make([]*seqState, len(jobs))
-		for r, j := range jobs {
-			states[r] = j.st
-		}
-		d.pool.widened++
-		var err error
-		if b, err = d.pool.assembleAt(d.dims, states, min(room(need), d.info.Context), !decode); err != nil {
-			return err
-		}
+	b, err := d.withRoom(past, jobs, need, decode)
+	if err != nil {
+		return err
 	}
 	for r, j := range jobs {
 		if j.st != nil && len(j.tokens) > 0 {
@@ -586,6 +631,23 @@ func (d *Decoder) keepFresh(past *kvBuf, jobs []job, s int, decode bool) error {
 		}
 	}
 	return nil
+}
+
+// withRoom returns past, the left-layout buffer of a run of jobs (by row),
+// when it has need positions; otherwise a buffer assembled with room for
+// need (see room; but at least need, which a GQA graph's padding may put
+// past the context), whose rows are past's and to which the jobs' states
+// move.
+func (d *Decoder) withRoom(past *kvBuf, jobs []job, need int, decode bool) (*kvBuf, error) {
+	if need <= past.t && past.data != nil {
+		return past, nil
+	}
+	states := make([]*seqState, len(jobs))
+	for r, j := range jobs {
+		states[r] = j.st
+	}
+	d.pool.widened++
+	return d.pool.assembleAt(d.dims, states, max(need, min(room(need), d.info.Context)), !decode)
 }
 
 // addCacheTensor adds cache tensor i of a buffer of rows × t positions,

@@ -444,6 +444,11 @@ func writeNew(d dims, b *kvBuf, r, n int, fresh []byte, s, from, k int) {
 			copy(dst[((r*d.heads+h)*b.t+n)*w:][:k*w], src[((r*d.heads+h)*s+from)*w:][:k*w])
 		}
 	}
+	mark(b, r, n, k)
+}
+
+// mark marks positions n..n+k-1 of row r of b as holding the row's tokens.
+func mark(b *kvBuf, r, n, k int) {
 	mask := b.mask[r*b.t : (r+1)*b.t]
 	for i := n; i < n+k; i++ {
 		mask[i] = 1
