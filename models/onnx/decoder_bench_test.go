@@ -415,13 +415,29 @@ func benchStaggered(b *testing.B, spec gpt2.Spec) {
 // two take turns, step by step; the metrics are median step times and
 // their ratio.
 func BenchmarkKVInPlace(b *testing.B) {
-	const rows, ctxLen = 32, 256
+	benchGraphs(b, 32, 256, gpt2.Spec{}, gpt2.Spec{InPlaceKV: true}, "standard", "in-place")
+}
+
+// BenchmarkKVGQA measures the float32 graphs of the two in-place layouts
+// side by side, at the shape of the int8 twins' acceptance benchmark (16
+// sequences at a context of 256 to 288): models/gpt2's in-place graph (as
+// the float32 built-ins are served) and its GroupQueryAttention graph (as
+// the -int8 twins are, there over an int8 cache).
+func BenchmarkKVGQA(b *testing.B) {
+	benchGraphs(b, 16, 256, gpt2.Spec{InPlaceKV: true}, gpt2.Spec{GQA: true}, "in-place", "gqa")
+}
+
+// benchGraphs runs decode steps of rows sequences at a context of ctxLen
+// to ctxLen+32 on the graphs of specs a and b (their Arch set here), taking
+// turns step by step, and reports their median step times and ratio.
+func benchGraphs(b *testing.B, rows, ctxLen int, specA, specB gpt2.Spec, nameA, nameB string) {
 	for _, a := range benchArchs(b) {
-		_, std := openTestDecoder(b, gpt2.Spec{Arch: a}, DecoderConfig{KVTokens: 1 << 20})
-		_, inPlace := openTestDecoder(b, gpt2.Spec{Arch: a, InPlaceKV: true}, DecoderConfig{KVTokens: 1 << 20})
+		specA.Arch, specB.Arch = a, a
+		_, da := openTestDecoder(b, specA, DecoderConfig{KVTokens: 1 << 20})
+		_, db := openTestDecoder(b, specB, DecoderConfig{KVTokens: 1 << 20})
 		b.Run(a.String(), func(b *testing.B) {
-			ds := []*Decoder{std, inPlace}
-			seqs := [][]models.StepSeq{fill(b, std, rows, ctxLen), fill(b, inPlace, rows, ctxLen)}
+			ds := []*Decoder{da, db}
+			seqs := [][]models.StepSeq{fill(b, da, rows, ctxLen), fill(b, db, rows, ctxLen)}
 			next := make([]int32, rows)
 			var times abTimes
 			for b.Loop() {
@@ -445,7 +461,7 @@ func BenchmarkKVInPlace(b *testing.B) {
 					}
 				}
 			}
-			times.report(b, "standard", "in-place")
+			times.report(b, nameA, nameB)
 		})
 	}
 }

@@ -64,10 +64,17 @@ func merged(s *gpt2.Spec)        { s.CacheBranch, s.InPlaceKV = true, false }
 func allLogits(s *gpt2.Spec) { s.AllLogits, s.InPlaceKV = true, false }
 
 // testModels is where the tests' generated models are kept, each generated
-// once per test binary (gpt2-tiny takes seconds under the race detector).
+// once per test binary (gpt2-tiny takes seconds under the race detector),
+// or, when INFER_BENCH_MODELS names a directory, once there and kept for
+// the next process (benchmarks of gpt2-small, whose graphs take a minute to
+// generate and quantise, run in several processes A B A B).
 var testModels string
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv("INFER_BENCH_MODELS"); dir != "" {
+		testModels = dir
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "infer-onnx-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -29,6 +29,13 @@ import (
 // the order of summation only (the tests hold them within 1e-5 of the row
 // decoded alone).
 //
+// A GroupQueryAttention graph (gpt2.Spec.GQA, the int8 twins') has the
+// in-place layout, but ONNX Runtime's operator writes the fed tokens' keys
+// and values itself: the decoder binds each past tensor as the present
+// too, gives each row's length instead of a mask (the operator reads a
+// row's own positions only), and widens the buffer before the run when a
+// row lacks room, not after.
+//
 // A standard graph (exports) outputs the present, past and new tokens
 // concatenated, into a new buffer that ONNX Runtime writes, and when the
 // next run has the same rows that buffer is its past as it is: a decode

@@ -85,55 +85,78 @@ func encoderInstance(b *testing.B, path string) *Model {
 // BenchmarkQuantizedDecode runs decode steps of 16 sequences at a context
 // of 256 tokens on a GPT-2 model in float32 against: int8 as the -int8
 // twins are (weights int8 with activations per row, the LM head quantised,
-// and the KV cache int8); the same with a float32 KV cache, and with the
-// LM head kept in float32 too; int8 per block (MatMulNBits); and int4 (per
+// and the KV cache int8 in GroupQueryAttention, twinSpec); the same with
+// the earlier twins' per-token int8 cache (int8-token-kv), with a float32
+// KV cache, and with the LM head kept in float32 too; int8 per block (MatMulNBits); and int4 (per
 // block, as the -int4 twins): gpt2-tiny and the ones INFER_BENCH_ARCHS
 // names (e.g. "gpt2-small").
 func BenchmarkQuantizedDecode(b *testing.B) {
 	const batch, ctxLen = 16, 256
 	for _, a := range benchArchs(b) {
 		src := testModel(b, gpt2.Spec{Arch: a, InPlaceKV: true}) // as the registry serves them
-		kv8 := testModel(b, gpt2.Spec{Arch: a, InPlaceKV: true, KVInt8: true})
+		kv8 := testModel(b, twinSpec(b, a))
+		tokenKV8 := testModel(b, gpt2.Spec{Arch: a, InPlaceKV: true, KVInt8: true})
 		fp32 := openDecoderFile(b, src)
 		for _, q := range []struct {
 			name string
 			src  string
 			opts quant.Options
-		}{{"int8", kv8, quant.Options{}}, {"int8-float-kv", src, quant.Options{}}, {"int8-float-kv-keep-head", src, quant.Options{KeepHead: true}},
+		}{{"int8", kv8, quant.Options{}}, {"int8-token-kv", tokenKV8, quant.Options{}}, {"int8-float-kv", src, quant.Options{}}, {"int8-float-kv-keep-head", src, quant.Options{KeepHead: true}},
 			{"int8-block", src, quant.Options{Activations: quant.ActivationsBlock}}, {"int4", src, quant.Options{Bits: 4, Block: 32}}} {
 			b.Run(fmt.Sprintf("%s/%s/batch=%d/context=%d", a, q.name, batch, ctxLen), func(b *testing.B) {
-				d := openDecoderFile(b, quantized(b, q.src, q.opts))
-				seqs := map[*Decoder][]models.StepSeq{fp32: fill(b, fp32, batch, ctxLen), d: fill(b, d, batch, ctxLen)}
-				next := make([]int32, batch)
-				var times abTimes
-				for i := 0; b.Loop(); i++ {
-					m := abba(i, fp32, d)
-					if i > 0 && i%128 < 2 {
-						// The sequences start anew every 64 steps of each, so
-						// that the context stays within 256..320.
-						b.StopTimer()
-						for _, s := range seqs[m] {
-							m.Free(s.ID)
-						}
-						seqs[m] = fill(b, m, batch, ctxLen)
-						b.StartTimer()
-					}
-					t0 := time.Now()
-					if err := m.Step(context.Background(), seqs[m], next); err != nil {
-						b.Fatal(err)
-					}
-					times.add(m == d, time.Since(t0))
-					for k := range seqs[m] {
-						seqs[m][k].Past++
-					}
-				}
-				times.report(b, "fp32", q.name)
-				for m, ss := range seqs {
-					for _, s := range ss {
-						m.Free(s.ID)
-					}
-				}
+				benchDecodePair(b, fp32, openDecoderFile(b, quantized(b, q.src, q.opts)), batch, ctxLen, "fp32", q.name)
 			})
+		}
+	}
+}
+
+// BenchmarkQuantizedDecodeGQA is BenchmarkQuantizedDecode's int8 against
+// float32 in the twin's own layout: GroupQueryAttention over a float32
+// cache, which the float32 built-ins are not served with (BenchmarkKVGQA
+// measures it against theirs).
+func BenchmarkQuantizedDecodeGQA(b *testing.B) {
+	const batch, ctxLen = 16, 256
+	for _, a := range benchArchs(b) {
+		fp32 := openDecoderFile(b, testModel(b, gpt2.Spec{Arch: a, GQA: true}))
+		d := openDecoderFile(b, quantized(b, testModel(b, twinSpec(b, a)), quant.Options{}))
+		b.Run(fmt.Sprintf("%s/int8/batch=%d/context=%d", a, batch, ctxLen), func(b *testing.B) {
+			benchDecodePair(b, fp32, d, batch, ctxLen, "fp32-gqa", "int8")
+		})
+	}
+}
+
+// benchDecodePair runs decode steps of batch sequences at a context of
+// ctxLen to ctxLen+64 on two decoders, A B B A, and reports their median
+// step times and ratio as nameA and nameB.
+func benchDecodePair(b *testing.B, da, db *Decoder, batch, ctxLen int, nameA, nameB string) {
+	seqs := map[*Decoder][]models.StepSeq{da: fill(b, da, batch, ctxLen), db: fill(b, db, batch, ctxLen)}
+	next := make([]int32, batch)
+	var times abTimes
+	for i := 0; b.Loop(); i++ {
+		m := abba(i, da, db)
+		if i > 0 && i%128 < 2 {
+			// The sequences start anew every 64 steps of each, so that
+			// the context stays within 256..320.
+			b.StopTimer()
+			for _, s := range seqs[m] {
+				m.Free(s.ID)
+			}
+			seqs[m] = fill(b, m, batch, ctxLen)
+			b.StartTimer()
+		}
+		t0 := time.Now()
+		if err := m.Step(context.Background(), seqs[m], next); err != nil {
+			b.Fatal(err)
+		}
+		times.add(m == db, time.Since(t0))
+		for k := range seqs[m] {
+			seqs[m][k].Past++
+		}
+	}
+	times.report(b, nameA, nameB)
+	for m, ss := range seqs {
+		for _, s := range ss {
+			m.Free(s.ID)
 		}
 	}
 }

@@ -23,11 +23,12 @@ import (
 // TwinSuffixes are the suffixes of the twins, in the order they are
 // listed, with the kinds of model that have them, and whether the twin of
 // a decoder that has a graph with an int8 KV cache (Entry.KVInt8BytesPerToken)
-// is made from that graph: gpt2-small-int8 keeps its KV cache in int8 (about
-// a quarter of the bytes), and its decode step at 16 sequences of 256 tokens
-// ran 1.68 times as fast as gpt2-small's (the median of nine quiet runs
-// through the decoder, 1.52–1.75) against 1.40–1.45 with the float32
-// cache (docs/quantization.md). The int4 twins keep float32's.
+// is made from that graph: gpt2-small-int8 keeps its KV cache in int8 (a
+// quarter of the bytes, in GroupQueryAttention, kvInt8Spec), and its decode
+// step at 16 sequences of 256 tokens ran 1.78–1.98 times as fast as
+// gpt2-small's through the decoder, against 1.49–1.65 with the earlier
+// per-token int8 cache and about 1.4 with a float32 one
+// (docs/quantization.md). The int4 twins keep float32's.
 var TwinSuffixes = []struct {
 	Suffix string
 	Kinds  []Kind

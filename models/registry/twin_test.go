@@ -121,7 +121,7 @@ func TestTwinKVInt8(t *testing.T) {
 		want int64
 	}{
 		{"gpt2-small", small.KVBytesPerToken()},
-		{"gpt2-small-int8", 2 * 12 * 12 * (64 + 4)}, // a byte an element, a float32 scale a head
+		{"gpt2-small-int8", 2 * 12 * 12 * 64}, // a byte an element, the scales in the graph
 		{"gpt2-small-int4", small.KVBytesPerToken()},
 		{"stories260k-int8", 0}, // models/llama has no int8 KV graph: float32's
 	} {
@@ -148,7 +148,7 @@ func TestTwinKVInt8(t *testing.T) {
 	}
 	d.Close()
 	tiny, _ := gpt2.Lookup("gpt2-tiny")
-	src := filepath.Join(cache, gpt2.Spec{Arch: tiny, InPlaceKV: true, KVInt8: true}.FileName())
+	src := filepath.Join(cache, kvInt8Spec(tiny, "", Settings{}).FileName())
 	var path string
 	for _, line := range strings.Split(logs.String(), "\n") {
 		if strings.Contains(line, "name=gpt2-tiny-int8") && strings.Contains(line, "from="+src) {
@@ -161,7 +161,9 @@ func TestTwinKVInt8(t *testing.T) {
 		t.Fatalf("gpt2-tiny-int8 was not quantised from %s: %v; log:\n%s", src, err, logs.String())
 	}
 	if !strings.HasPrefix(info.Metadata[quant.MetaQuantization], "int8") || !slices.ContainsFunc(info.Inputs, func(x onnxgraph.Tensor) bool {
-		return x.Name == gpt2.PastKeyScale(0)
+		return x.Name == gpt2.SeqLensK
+	}) || !slices.ContainsFunc(info.Inputs, func(x onnxgraph.Tensor) bool {
+		return x.Name == gpt2.PastKey(0) && x.Type == "int8"
 	}) {
 		t.Errorf("gpt2-tiny-int8's graph %s: metadata %v, inputs %v", path, info.Metadata, info.Inputs)
 	}
