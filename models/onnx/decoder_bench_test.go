@@ -314,16 +314,15 @@ func BenchmarkPrefixHit(b *testing.B) {
 // part way through its sequence, prefilled untimed); the two take turns,
 // step by step. The metrics are each side's tokens per second and
 // staggered/aligned, which the served ceiling's target (≥ 0.85) bounds, for
-// the graph as served (its KV cache in place) and the standard graph.
+// the graph as served (its KV cache in place), its GroupQueryAttention form
+// (the -int8 twins', here over a float32 cache) and the standard graph.
 func BenchmarkStaggered(b *testing.B) {
 	for _, a := range benchArchs(b) {
 		for _, layout := range []struct {
-			name    string
-			inPlace bool
-		}{{"in-place", true}, {"standard", false}} {
-			b.Run(a.String()+"/"+layout.name, func(b *testing.B) {
-				benchStaggered(b, gpt2.Spec{Arch: a, InPlaceKV: layout.inPlace})
-			})
+			name string
+			spec gpt2.Spec
+		}{{"in-place", gpt2.Spec{Arch: a, InPlaceKV: true}}, {"gqa", gpt2.Spec{Arch: a, GQA: true}}, {"standard", gpt2.Spec{Arch: a}}} {
+			b.Run(a.String()+"/"+layout.name, func(b *testing.B) { benchStaggered(b, layout.spec) })
 		}
 	}
 }
