@@ -532,6 +532,7 @@ func TestDecoderLogitsToKeep(t *testing.T) {
 // once more than one row in eight would stay empty.
 func TestDecoderJoinInPlace(t *testing.T) {
 	t.Run("in place", func(t *testing.T) { testJoinInPlace(t, tinySpec()) })
+	t.Run("GQA", func(t *testing.T) { testJoinInPlace(t, tinySpec(gqa)) })
 	t.Run("standard", func(t *testing.T) { testJoinInPlace(t, tinySpec(standard)) })
 }
 
@@ -602,7 +603,12 @@ func testJoinInPlace(t *testing.T, spec gpt2.Spec) {
 // which is assembled anew with room only when a row has none left (every 16
 // steps for rows of 30 or so tokens), never larger than room makes it.
 func TestDecoderRoomInPlace(t *testing.T) {
-	_, d := openTestDecoder(t, tinySpec(), DecoderConfig{})
+	t.Run("in place", func(t *testing.T) { testRoomInPlace(t, tinySpec()) })
+	t.Run("GQA", func(t *testing.T) { testRoomInPlace(t, tinySpec(gqa)) })
+}
+
+func testRoomInPlace(t *testing.T, spec gpt2.Spec) {
+	_, d := openTestDecoder(t, spec, DecoderConfig{})
 	seqs := fill(t, d, 4, 30)
 	assembled, widened := 0, 0
 	const steps = 40
@@ -1039,6 +1045,7 @@ func testReadGQASig(t *testing.T) {
 // pool keeps stay within maxFree and its spare bytes besides the largest.
 func TestDecoderReusesPrefillBuffers(t *testing.T) {
 	t.Run("in place", func(t *testing.T) { testReusesPrefillBuffers(t, tinySpec(), 1) })
+	t.Run("GQA", func(t *testing.T) { testReusesPrefillBuffers(t, tinySpec(gqa), 1) })
 	t.Run("standard", func(t *testing.T) { testReusesPrefillBuffers(t, tinySpec(standard), 2) })
 }
 
