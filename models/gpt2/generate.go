@@ -50,15 +50,6 @@ func PresentValue(i int) string { return "present." + strconv.Itoa(i) + ".value"
 func NewKey(i int) string   { return "new." + strconv.Itoa(i) + ".key" }
 func NewValue(i int) string { return "new." + strconv.Itoa(i) + ".value" }
 
-// PastKeyScale and the others name the scales of a graph with Spec.KVInt8:
-// inputs past_key_values.{i}.key_scale|value_scale [batch, heads, past, 1]
-// and outputs new.{i}.key_scale|value_scale [batch, heads, sequence, 1],
-// float32, one for each position and head (kvint8.go).
-func PastKeyScale(i int) string   { return PastKey(i) + "_scale" }
-func PastValueScale(i int) string { return PastValue(i) + "_scale" }
-func NewKeyScale(i int) string    { return NewKey(i) + "_scale" }
-func NewValueScale(i int) string  { return NewValue(i) + "_scale" }
-
 // Metadata keys Generate stores in the model's metadata_props.
 const (
 	MetaArch      = "infer.arch"      // "gpt2-tiny"
@@ -84,7 +75,7 @@ const (
 
 	// opset is the graphs' ONNX opset: 21 for QuantizeLinear with blocks,
 	// which rounds a row to its quantisation steps in one node (models/quant's
-	// activations per row, and Spec.KVInt8's probabilities).
+	// activations per row).
 	opset, irVersion = 21, 10
 
 	initStd   = 0.02 // GPT-2's initializer_range, for the embeddings
@@ -128,12 +119,6 @@ type Spec struct {
 	// length says nothing of a row's positions). Exports keep the standard
 	// graph.
 	InPlaceKV bool
-	// KVInt8 makes the graph of InPlaceKV with its KV cache in 8 bits:
-	// past_key_values.{i}.key|value and new.{i}.key|value are int8 or
-	// uint8 (KVTypes), each with a float32 scale for each position and
-	// head (PastKeyScale and the others), and the attention's two
-	// products are integer ones (kvint8.go). Only with InPlaceKV.
-	KVInt8 bool
 	// GQA makes a graph whose attention is ONNX Runtime's
 	// GroupQueryAttention (a com.microsoft operator, so the graph runs on
 	// ONNX Runtime only), its KV cache in place in the operator itself:
@@ -149,11 +134,11 @@ type Spec struct {
 	// with static scales per layer, head and channel (KVScales), which the
 	// operator applies itself, and the products are float32 ones.
 	GQA bool
+	// KVInt8 makes GQA's KV cache int8: past_key_values.{i} and
+	// present.{i} are int8, a quarter of float32's bytes. Only with GQA.
+	KVInt8 bool
 	// KVScales are the scales of the int8 KV cache of GQA with KVInt8.
 	KVScales *KVScales
-	// kv chooses among the integer forms of KVInt8's attention; the zero
-	// value is the one measured fastest (kvint8.go). Tests only.
-	kv kvForm
 }
 
 func (s Spec) withDefaults() Spec {
@@ -169,9 +154,9 @@ func (s Spec) validate() error {
 		return fmt.Errorf("a graph with its KV cache in place needs position_ids")
 	case s.GQA && (s.InPlaceKV || s.CacheBranch):
 		return fmt.Errorf("a GroupQueryAttention graph has a layout of its own, and no use_cache_branch")
-	case s.KVInt8 && !s.InPlaceKV && !s.GQA:
-		return fmt.Errorf("an int8 KV cache needs the graph with its KV cache in place")
-	case s.GQA && s.KVInt8 && (s.KVScales == nil || s.KVScales.ID == "" || s.KVScales.Compute == nil):
+	case s.KVInt8 && !s.GQA:
+		return fmt.Errorf("an int8 KV cache needs the GroupQueryAttention graph")
+	case s.KVInt8 && (s.KVScales == nil || s.KVScales.ID == "" || s.KVScales.Compute == nil):
 		return fmt.Errorf("a GroupQueryAttention graph with an int8 KV cache needs its scales")
 	}
 	return s.Arch.validate()
@@ -220,12 +205,10 @@ func (s Spec) FileName() string {
 		key += " in-place=2"
 	}
 	switch {
-	case s.GQA && s.KVInt8:
+	case s.KVInt8 && s.KVScales != nil:
 		key += " gqa=1 kv-int8-static=1 scales=" + s.KVScales.ID
 	case s.GQA:
 		key += " gqa=1"
-	case s.KVInt8:
-		key += " kv-int8=3 " + s.kv.String()
 	}
 	sum := sha256.Sum256([]byte(key))
 	return fmt.Sprintf("%s-%s.onnx", a, hex.EncodeToString(sum[:6]))
@@ -252,7 +235,7 @@ func Generate(w io.Writer, s Spec) error {
 		return fmt.Errorf("generate %s: %w", s.Arch, err)
 	}
 	var scales []float32
-	if s.GQA && s.KVInt8 {
+	if s.KVInt8 {
 		var err error
 		if scales, err = s.KVScales.compute(s.Arch); err != nil {
 			return fmt.Errorf("generate %s: %w", s.Arch, err)
@@ -288,8 +271,7 @@ func model(s Spec, scales []float32) *onnxgraph.Model {
 // builder assembles the graph of one spec.
 type builder struct {
 	*onnxgraph.Graph
-	s   Spec
-	kvc kvConsts // KVInt8's, once written
+	s Spec
 	// scales are the static scales of GQA's int8 KV cache (KVScales).
 	scales []float32
 	// seqLens and total are GQA's inputs.
@@ -350,10 +332,6 @@ func build(s Spec, scales []float32) *onnxgraph.Graph {
 	for i := range a.Layers {
 		b.Input(PastKey(i), keyType, batch, heads, past, headDim)
 		b.Input(PastValue(i), valueType, batch, heads, past, headDim)
-		if s.KVInt8 && !s.GQA {
-			b.Input(PastKeyScale(i), onnxgraph.Float32, batch, heads, past, onnxgraph.Fixed(1))
-			b.Input(PastValueScale(i), onnxgraph.Float32, batch, heads, past, onnxgraph.Fixed(1))
-		}
 	}
 	if s.CacheBranch {
 		b.Input(UseCacheBranch, onnxgraph.Bool, onnxgraph.Fixed(1))
@@ -396,10 +374,6 @@ func build(s Spec, scales []float32) *onnxgraph.Graph {
 		if s.InPlaceKV {
 			b.Output(NewKey(i), keyType, batch, heads, seq, headDim)
 			b.Output(NewValue(i), valueType, batch, heads, seq, headDim)
-			if s.KVInt8 {
-				b.Output(NewKeyScale(i), onnxgraph.Float32, batch, heads, seq, onnxgraph.Fixed(1))
-				b.Output(NewValueScale(i), onnxgraph.Float32, batch, heads, seq, onnxgraph.Fixed(1))
-			}
 			continue
 		}
 		b.Output(PresentKey(i), keyType, batch, heads, total, headDim)
@@ -419,10 +393,8 @@ func (b *builder) block(i int, x, bias string) string {
 
 	qkv := b.conv1D(prefix+".attn.c_attn", b.layerNorm(prefix+".ln_1", x), hidden, 3*hidden, std)
 	q, k, v := "Split_q_"+strconv.Itoa(i), "Split_k_"+strconv.Itoa(i), "Split_v_"+strconv.Itoa(i)
-	if !b.s.KVInt8 || b.s.GQA { // the former quantises q, k and v before it splits them
-		b.NodeOut("Split", []string{qkv, b.Int64s(int64(hidden), int64(hidden), int64(hidden))}, []string{q, k, v},
-			onnxgraph.Int("axis", -1))
-	}
+	b.NodeOut("Split", []string{qkv, b.Int64s(int64(hidden), int64(hidden), int64(hidden))}, []string{q, k, v},
+		onnxgraph.Int("axis", -1))
 	// [batch, sequence, hidden] → [batch, heads, sequence, head_dim]
 	split := b.Int64s(0, 0, int64(a.Heads), int64(d))
 	heads := func(t string) string {
@@ -439,8 +411,6 @@ func (b *builder) block(i int, x, bias string) string {
 	switch {
 	case b.s.GQA:
 		attn = b.gqaAttention(i, q, k, v)
-	case b.s.KVInt8:
-		attn = b.int8Attention(i, qkv, bias)
 	case b.s.InPlaceKV:
 		// Scores over the past and the new tokens side by side (the bias
 		// spans both), and the weighted sum of each part's values:
@@ -486,6 +456,26 @@ func (b *builder) block(i int, x, bias string) string {
 
 	inner := b.gelu(b.conv1D(prefix+".mlp.c_fc", b.layerNorm(prefix+".ln_2", x), hidden, 4*hidden, std))
 	return b.Add(x, b.conv1D(prefix+".mlp.c_proj", inner, 4*hidden, hidden, std))
+}
+
+// KVTypes returns the element types of the graph's past_key_values.{i}.key
+// and .value inputs (and present's or new's): int8 with KVInt8, else
+// float32.
+func (s Spec) KVTypes() (key, value onnxgraph.DataType) {
+	if s.KVInt8 {
+		return onnxgraph.Int8, onnxgraph.Int8
+	}
+	return onnxgraph.Float32, onnxgraph.Float32
+}
+
+// KVBytesPerToken is the size of the KV cache of one token in the graph
+// of s: a key and a value per layer, float32, or a byte per element with
+// KVInt8 (its scales are the graph's).
+func (s Spec) KVBytesPerToken() int64 {
+	if s.KVInt8 {
+		return int64(2 * s.Arch.Layers * s.Arch.Hidden)
+	}
+	return s.Arch.KVBytesPerToken()
 }
 
 // gqaAttention returns the attention of layer i of a GQA graph, [batch,

@@ -67,7 +67,7 @@ func TestGenerate(t *testing.T) {
 	}
 	names := map[string]bool{}
 	specs := []Spec{s, {Arch: micro, Seed: 2}, {Arch: micro, NoPositionIDs: true}, {Arch: micro, CacheBranch: true}, {Arch: micro, AllLogits: true},
-		{Arch: micro, InPlaceKV: true}, {Arch: micro, InPlaceKV: true, KVInt8: true}, {Arch: micro, GQA: true},
+		{Arch: micro, InPlaceKV: true}, {Arch: micro, GQA: true},
 		{Arch: micro, GQA: true, KVInt8: true, KVScales: scales("a", 0.1)}, {Arch: micro, GQA: true, KVInt8: true, KVScales: scales("b", 0.1)}}
 	for _, v := range specs {
 		names[v.FileName()] = true
@@ -83,7 +83,8 @@ func TestGenerate(t *testing.T) {
 		{"GQA without position_ids", Spec{Arch: micro, GQA: true, NoPositionIDs: true}},
 		{"GQA and InPlaceKV", Spec{Arch: micro, GQA: true, InPlaceKV: true}},
 		{"GQA with use_cache_branch", Spec{Arch: micro, GQA: true, CacheBranch: true}},
-		{"an int8 KV cache neither in place nor GQA", Spec{Arch: micro, KVInt8: true}},
+		{"an int8 KV cache without GQA", Spec{Arch: micro, KVInt8: true}},
+		{"an int8 KV cache in place", Spec{Arch: micro, InPlaceKV: true, KVInt8: true, KVScales: scales("a", 0.1)}},
 		{"GQA's int8 KV cache without scales", Spec{Arch: micro, GQA: true, KVInt8: true}},
 		{"too few scales", Spec{Arch: micro, GQA: true, KVInt8: true, KVScales: &KVScales{ID: "x", Compute: func() ([]float32, error) { return []float32{1}, nil }}}},
 		{"a zero scale", Spec{Arch: micro, GQA: true, KVInt8: true, KVScales: scales("z", 0)}},

@@ -20,7 +20,7 @@ import (
 // graph's rows left-aligned (an in-place or GroupQueryAttention graph, as
 // the built-in GPT-2 models have).
 func CalibrateKV(ctx context.Context, f *DecoderFactory, text []int32) ([]float32, error) {
-	if f.sig.planes[0].elem != elemFloat32 || !(f.sig.inPlace || f.sig.gqa) {
+	if f.sig.kvElem != elemFloat32 || !(f.sig.inPlace || f.sig.gqa) {
 		return nil, errors.New("onnx: calibrate a KV cache: want a graph whose float32 cache is in place")
 	}
 	if len(text) == 0 {

@@ -73,7 +73,7 @@ func TestCalibrateKV(t *testing.T) {
 			t.Error("no text: no error")
 		}
 	}
-	for _, s := range []gpt2.Spec{{Arch: a}, {Arch: a, InPlaceKV: true, KVInt8: true}} {
+	for _, s := range []gpt2.Spec{{Arch: a}, {Arch: a, GQA: true, KVInt8: true, KVScales: testScales(a)}} {
 		f, _ := openTestDecoder(t, s, DecoderConfig{})
 		if _, err := CalibrateKV(context.Background(), f, text); err == nil || !strings.Contains(err.Error(), "float32 cache is in place") {
 			t.Errorf("%+v: error %v", s, err)

@@ -63,7 +63,7 @@ func DecoderEngine() models.EngineDefaults {
 	return models.EngineDefaults{MaxSeqs: DecoderMaxSeqs, MaxBatchedTokens: DecoderMaxBatchedTokens}
 }
 
-var pastRe = regexp.MustCompile(`^past_key_values\.(\d+)\.(key|value)(_scale)?$`)
+var pastRe = regexp.MustCompile(`^past_key_values\.(\d+)\.(key|value)$`)
 
 // Exports in a directory, in the order OpenDecoder prefers them: optimum's
 // merged decoder, its older with-past decoder, a single-file export.
@@ -133,11 +133,9 @@ type decoderSig struct {
 	// the cache float32 or int8, the scales of the latter in the graph).
 	// Its rows are left-aligned as an in-place graph's.
 	gqa bool
-	// planes are the tensors of a layer's cache (dims.planes): the key and
-	// the value, float32, or int8 or uint8 with a float32 scale each a
-	// position and head (past_key_values.{i}.key_scale|value_scale; an
-	// in-place graph only).
-	planes          []plane
+	// kvElem is the element type of the cache's keys and values: float32,
+	// or int8 (a GQA graph only).
+	kvElem          elemType
 	inputs, outputs []string
 }
 
@@ -176,10 +174,9 @@ type DecoderShape struct {
 	Layers, Heads, HeadDim, Vocab int
 	PositionIDs                   bool // it takes position_ids
 	Merged                        bool // it takes use_cache_branch
-	// QuantizedKV says its KV cache is int8 (or uint8) rather than
-	// float32, and KVScales that it has a float32 scale each position and
-	// head besides (a GroupQueryAttention graph's are in the graph).
-	QuantizedKV, KVScales bool
+	// QuantizedKV says its KV cache is int8 rather than float32 (its
+	// scales are the graph's).
+	QuantizedKV bool
 }
 
 // KVBytesPerToken is the size of one token's keys and values over all
@@ -188,9 +185,6 @@ func (s DecoderShape) KVBytesPerToken() int64 {
 	perHead := 4 * s.HeadDim
 	if s.QuantizedKV {
 		perHead = s.HeadDim
-	}
-	if s.KVScales {
-		perHead += 4
 	}
 	return int64(2 * s.Layers * s.Heads * perHead)
 }
@@ -208,7 +202,7 @@ func DecoderShapeOf(info onnxgraph.Info) (DecoderShape, error) {
 
 func (s decoderSig) shape() DecoderShape {
 	return DecoderShape{Layers: s.layers, Heads: s.heads, HeadDim: s.headDim, Vocab: s.vocab, PositionIDs: s.positions,
-		Merged: s.cacheBranch, QuantizedKV: s.planes[0].elem != elemFloat32, KVScales: len(s.planes) > 2}
+		Merged: s.cacheBranch, QuantizedKV: s.kvElem == elemInt8}
 }
 
 // decoderFile returns the .onnx file of path: path itself, or the preferred
@@ -372,7 +366,7 @@ func metaInt(meta map[string]string, key string) int {
 // feeds and reads. The error lists the graph's inputs or outputs.
 func readDecoderSig(info onnxgraph.Info) (decoderSig, error) {
 	var sig decoderSig
-	type kv struct{ key, value, keyScale, valueScale *onnxgraph.Tensor }
+	type kv struct{ key, value *onnxgraph.Tensor }
 	var past []kv
 	layer := func(m []string) (*kv, error) {
 		i, err := strconv.Atoi(m[1])
@@ -418,15 +412,10 @@ func readDecoderSig(info onnxgraph.Info) (decoderSig, error) {
 			if err != nil {
 				return sig, fmt.Errorf("graph input %s: %w", in.Name, err)
 			}
-			switch m[2] + m[3] {
-			case "key":
+			if m[2] == "key" {
 				l.key = in
-			case "value":
+			} else {
 				l.value = in
-			case "key_scale":
-				l.keyScale = in
-			default:
-				l.valueScale = in
 			}
 		default:
 			return sig, fmt.Errorf("unsupported graph input %s; a decoder takes %s, %s, optionally %s, %s and %s, "+
@@ -455,52 +444,28 @@ func readDecoderSig(info onnxgraph.Info) (decoderSig, error) {
 	}
 	sig.positions, sig.cacheBranch, sig.keepLast, sig.layers = have[positionIDs], have[useCacheBranch], have[logitsToKeep], len(past)
 	sig.heads, sig.headDim = -1, -1
-	cacheType := ""
 	for i, l := range past {
 		for _, t := range []*onnxgraph.Tensor{l.key, l.value} {
 			if t == nil {
 				return sig, fmt.Errorf("layer %d lacks past_key_values.%d.key or .value", i, i)
 			}
 			if !isCacheType(t.Type) || len(t.Shape) != 4 || t.Shape[1] <= 0 || t.Shape[3] <= 0 {
-				return sig, fmt.Errorf("graph input %s: want float32, int8 or uint8 [batch, heads, past, head_dim] with fixed heads and head_dim", t)
+				return sig, fmt.Errorf("graph input %s: want float32 (or int8, with %s) [batch, heads, past, head_dim] with fixed heads and head_dim", t, seqLensK)
 			}
 			if sig.heads < 0 {
-				sig.heads, sig.headDim = int(t.Shape[1]), int(t.Shape[3])
+				sig.heads, sig.headDim, sig.kvElem = int(t.Shape[1]), int(t.Shape[3]), cacheElem[t.Type]
 			} else if int(t.Shape[1]) != sig.heads || int(t.Shape[3]) != sig.headDim {
 				return sig, fmt.Errorf("graph input %s: every layer must have %d heads of %d", t, sig.heads, sig.headDim)
 			}
-			if cacheType == "" {
-				cacheType = t.Type
-			}
-			if (t.Type == "float32") != (cacheType == "float32") {
-				return sig, fmt.Errorf("graph input %s: every layer's keys and values must be float32, or every one quantised", t)
+			if cacheElem[t.Type] != sig.kvElem {
+				return sig, fmt.Errorf("graph input %s: every layer's keys and values must be %s, as past_key_values.0.key", t, sig.kvElem)
 			}
 		}
-		quantised := cacheType != "float32" && !sig.gqa // a GQA graph holds its scales
-		for _, t := range []*onnxgraph.Tensor{l.keyScale, l.valueScale} {
-			switch {
-			case sig.gqa && t != nil:
-				return sig, fmt.Errorf("graph input %s: a graph that takes %s holds its cache's scales", t, seqLensK)
-			case sig.gqa && cacheType == "uint8":
-				return sig, fmt.Errorf("graph input %s: GroupQueryAttention takes a float32 or int8 cache", l.key)
-			case t == nil && quantised:
-				return sig, fmt.Errorf("layer %d's keys and values are %s, but it lacks past_key_values.%d.key_scale or .value_scale", i, cacheType, i)
-			case t == nil:
-			case !quantised:
-				return sig, fmt.Errorf("graph input %s: scales of float32 keys and values", t)
-			case t.Type != "float32" || len(t.Shape) != 4 || int(t.Shape[1]) != sig.heads || t.Shape[3] != 1:
-				return sig, fmt.Errorf("graph input %s: want float32 [batch, %d, past, 1]", t, sig.heads)
-			}
-		}
-		if i == 0 {
-			sig.planes = []plane{{cacheElem[l.key.Type], sig.headDim}, {cacheElem[l.value.Type], sig.headDim}}
-			if quantised {
-				sig.planes = append(sig.planes, plane{elemFloat32, 1}, plane{elemFloat32, 1})
-			}
-		} else if cacheElem[l.key.Type] != sig.planes[0].elem || cacheElem[l.value.Type] != sig.planes[1].elem {
-			return sig, fmt.Errorf("layer %d's keys and values are %s and %s, layer 0's %s and %s", i, l.key.Type, l.value.Type,
-				past[0].key.Type, past[0].value.Type)
-		}
+	}
+	if sig.kvElem == elemInt8 && !sig.gqa {
+		// Its scales would be inputs of their own; only GroupQueryAttention
+		// holds them in the graph.
+		return sig, fmt.Errorf("graph input %s: an int8 KV cache is served in graphs that take %s (GroupQueryAttention) only", past[0].key, seqLensK)
 	}
 
 	outs := map[string]onnxgraph.Tensor{}
@@ -528,13 +493,8 @@ func readDecoderSig(info onnxgraph.Info) (decoderSig, error) {
 	if sig.inPlace && !sig.positions {
 		return sig, fmt.Errorf("graph outputs new.0.key (its KV cache in place) but takes no %s", positionIDs)
 	}
-	if len(sig.planes) > 2 && !sig.inPlace {
-		return sig, fmt.Errorf("graph takes a quantised KV cache (%s) but outputs no new.0.key: a quantised cache is "+
-			"written in place only", past[0].key.Type)
-	}
-	kinds := []string{"key", "value", "key_scale", "value_scale"}[:len(sig.planes)]
 	for i := range sig.layers {
-		for k, kind := range kinds {
+		for _, kind := range []string{"key", "value"} {
 			name, want := fmt.Sprintf("present.%d.%s", i, kind), "past + sequence"
 			switch {
 			case sig.inPlace:
@@ -542,10 +502,9 @@ func readDecoderSig(info onnxgraph.Info) (decoderSig, error) {
 			case sig.gqa:
 				want = "capacity"
 			}
-			p := sig.planes[k]
-			if o, ok := outs[name]; !ok || !isCacheType(o.Type) || cacheElem[o.Type] != p.elem || len(o.Shape) != 4 {
+			if o, ok := outs[name]; !ok || !isCacheType(o.Type) || cacheElem[o.Type] != sig.kvElem || len(o.Shape) != 4 {
 				return sig, fmt.Errorf("no %s output %s [batch, heads, %s, %d]; its outputs: %s",
-					p.elem, name, want, p.width, listTensors(info.Outputs))
+					sig.kvElem, name, want, sig.headDim, listTensors(info.Outputs))
 			}
 			sig.inputs = append(sig.inputs, fmt.Sprintf("past_key_values.%d.%s", i, kind))
 			sig.outputs = append(sig.outputs, name)
@@ -564,7 +523,7 @@ func listTensors(ts []onnxgraph.Tensor) string { return join(ts, ", ") }
 
 // cacheElem maps the element types of KV cache tensors a decoder takes to
 // their elemType.
-var cacheElem = map[string]elemType{"float32": elemFloat32, "int8": elemInt8, "uint8": elemUint8}
+var cacheElem = map[string]elemType{"float32": elemFloat32, "int8": elemInt8}
 
 // isCacheType reports whether a decoder takes KV cache tensors of type t.
 func isCacheType(t string) bool {

@@ -36,10 +36,6 @@ func tinySpec(variant ...func(*gpt2.Spec)) gpt2.Spec {
 // present out, as in exports.
 func standard(s *gpt2.Spec) { s.InPlaceKV = false }
 
-// kvInt8 makes the in-place graph's KV cache int8, as the int8 twins of
-// the built-in GPT-2 models have it.
-func kvInt8(s *gpt2.Spec) { s.KVInt8 = true }
-
 // gqa makes the graph's attention ONNX Runtime's GroupQueryAttention, the
 // KV cache in place in the operator; gqaInt8 with the cache in int8, as
 // the int8 twins of the built-in GPT-2 models have it, at testScales.
@@ -290,7 +286,7 @@ func TestDecoderIncremental(t *testing.T) {
 	for _, variant := range []struct {
 		name string
 		spec gpt2.Spec
-	}{{"in place", tinySpec()}, {"int8 KV", tinySpec(kvInt8)}, {"GQA", tinySpec(gqa)}, {"GQA int8 KV", tinySpec(gqaInt8)}, {"position_ids", tinySpec(standard)}, {"all logits", tinySpec(allLogits)}, {"no position_ids", tinySpec(noPositionIDs, allLogits)},
+	}{{"in place", tinySpec()}, {"GQA", tinySpec(gqa)}, {"GQA int8 KV", tinySpec(gqaInt8)}, {"position_ids", tinySpec(standard)}, {"all logits", tinySpec(allLogits)}, {"no position_ids", tinySpec(noPositionIDs, allLogits)},
 		{"merged", tinySpec(merged, allLogits)}} {
 		t.Run(variant.name, func(t *testing.T) {
 			_, d := openTestDecoder(t, variant.spec, DecoderConfig{})
@@ -466,7 +462,7 @@ func TestDecoderBatchComposition(t *testing.T) {
 		name      string
 		spec      gpt2.Spec
 		schedules uint64
-	}{{"in place", tinySpec(), 2}, {"int8 KV", tinySpec(kvInt8), 2}, {"GQA", tinySpec(gqa), 2}, {"GQA int8 KV", tinySpec(gqaInt8), 2}, {"position_ids", tinySpec(standard), 2}, {"all logits", tinySpec(allLogits), 1}, {"no position_ids", tinySpec(noPositionIDs), 1},
+	}{{"in place", tinySpec(), 2}, {"GQA", tinySpec(gqa), 2}, {"GQA int8 KV", tinySpec(gqaInt8), 2}, {"position_ids", tinySpec(standard), 2}, {"all logits", tinySpec(allLogits), 1}, {"no position_ids", tinySpec(noPositionIDs), 1},
 		{"no position_ids, all logits", tinySpec(noPositionIDs, allLogits), 1}} {
 		t.Run(variant.name, func(t *testing.T) {
 			_, d := openTestDecoder(t, variant.spec, DecoderConfig{})
@@ -793,29 +789,6 @@ func exportInfo(edit func(ins, outs map[string]*onnxgraph.Tensor)) onnxgraph.Inf
 	return describe(ins, outs, edit)
 }
 
-// quantisedInfo describes a two-layer in-place graph with a quantised KV
-// cache, as models/gpt2 writes the int8 twins': int8 keys, uint8 values, a
-// float32 scale each; edit changes it for a case.
-func quantisedInfo(edit func(ins, outs map[string]*onnxgraph.Tensor)) onnxgraph.Info {
-	t := func(name, typ string, shape ...int64) onnxgraph.Tensor {
-		return onnxgraph.Tensor{Name: name, Type: typ, Shape: shape}
-	}
-	ins := []onnxgraph.Tensor{t("input_ids", "int64", -1, -1), t("attention_mask", "int64", -1, -1), t("position_ids", "int64", -1, -1)}
-	outs := []onnxgraph.Tensor{t("logits", "float32", -1, -1, 50257)}
-	for i := range 2 {
-		for _, kind := range []struct{ name, typ string }{{"key", "int8"}, {"value", "uint8"}, {"key_scale", "float32"}, {"value_scale", "float32"}} {
-			width := int64(64)
-			if kind.typ == "float32" {
-				width = 1
-			}
-			ins = append(ins, t(fmt.Sprintf("past_key_values.%d.%s", i, kind.name), kind.typ, -1, 12, -1, width))
-			outs = append(outs, t(fmt.Sprintf("new.%d.%s", i, kind.name), kind.typ, -1, 12, -1, width))
-		}
-	}
-	ins = append(ins, t("logits_to_keep", "int64", 1))
-	return describe(ins, outs, edit)
-}
-
 // describe is the Info of a graph with inputs ins and outputs outs, after
 // edit.
 func describe(ins, outs []onnxgraph.Tensor, edit func(ins, outs map[string]*onnxgraph.Tensor)) onnxgraph.Info {
@@ -895,72 +868,9 @@ func TestReadDecoderSig(t *testing.T) {
 			}
 		})
 	}
-	testReadQuantisedSig(t)
 	testReadGQASig(t)
 	if _, err := DecoderShapeOf(onnxgraph.Info{}); !errors.Is(err, ErrNotDecoder) {
 		t.Errorf("DecoderShapeOf(no inputs) = %v, want ErrNotDecoder", err)
-	}
-}
-
-// testReadQuantisedSig is TestReadDecoderSig for a quantised KV cache.
-func testReadQuantisedSig(t *testing.T) {
-	sig, err := readDecoderSig(quantisedInfo(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []plane{{elemInt8, 64}, {elemUint8, 64}, {elemFloat32, 1}, {elemFloat32, 1}}
-	if !sig.inPlace || !slices.Equal(sig.planes, want) ||
-		strings.Join(sig.inputs, ",") != "input_ids,attention_mask,position_ids,"+
-			"past_key_values.0.key,past_key_values.0.value,past_key_values.0.key_scale,past_key_values.0.value_scale,"+
-			"past_key_values.1.key,past_key_values.1.value,past_key_values.1.key_scale,past_key_values.1.value_scale,logits_to_keep" ||
-		strings.Join(sig.outputs, ",") != "logits,new.0.key,new.0.value,new.0.key_scale,new.0.value_scale,"+
-			"new.1.key,new.1.value,new.1.key_scale,new.1.value_scale" {
-		t.Errorf("quantised signature = %+v", sig)
-	}
-	if got := sig.shape().KVBytesPerToken(); got != 2*2*12*(64+4) {
-		t.Errorf("quantised KVBytesPerToken() = %d", got)
-	}
-	for _, tc := range []struct {
-		name    string
-		edit    func(ins, outs map[string]*onnxgraph.Tensor)
-		wantErr string
-	}{
-		{"a scale missing", func(ins, _ map[string]*onnxgraph.Tensor) { delete(ins, "past_key_values.1.value_scale") },
-			"layer 1's keys and values are int8, but it lacks past_key_values.1.key_scale or .value_scale"},
-		{"a float16 scale", func(ins, _ map[string]*onnxgraph.Tensor) { ins["past_key_values.0.key_scale"].Type = "float16" },
-			"want float32 [batch, 12, past, 1]"},
-		{"a scale per channel", func(ins, _ map[string]*onnxgraph.Tensor) { ins["past_key_values.0.key_scale"].Shape[3] = 64 },
-			"want float32 [batch, 12, past, 1]"},
-		{"a float32 layer", func(ins, _ map[string]*onnxgraph.Tensor) {
-			ins["past_key_values.1.key"].Type, ins["past_key_values.1.value"].Type = "float32", "float32"
-		}, "every layer's keys and values must be float32, or every one quantised"},
-		{"layers of other types", func(ins, _ map[string]*onnxgraph.Tensor) { ins["past_key_values.1.key"].Type = "uint8" },
-			"layer 1's keys and values are uint8 and uint8, layer 0's int8 and uint8"},
-		{"scales of a float32 cache", func(ins, _ map[string]*onnxgraph.Tensor) {
-			for _, n := range []string{"key", "value"} {
-				for i := range 2 {
-					ins[fmt.Sprintf("past_key_values.%d.%s", i, n)].Type = "float32"
-				}
-			}
-		}, "scales of float32 keys and values"},
-		{"not in place", func(_, outs map[string]*onnxgraph.Tensor) {
-			for n, o := range outs {
-				if strings.HasPrefix(n, "new.") {
-					o.Name = "present." + strings.TrimPrefix(n, "new.")
-				}
-			}
-		}, "a quantised cache is written in place only"},
-		{"a new scale missing", func(_, outs map[string]*onnxgraph.Tensor) { delete(outs, "new.1.key_scale") },
-			"no float32 output new.1.key_scale [batch, heads, sequence, 1]"},
-		{"new keys of another type", func(_, outs map[string]*onnxgraph.Tensor) { outs["new.0.key"].Type = "uint8" },
-			"no int8 output new.0.key [batch, heads, sequence, 64]"},
-	} {
-		t.Run("quantised/"+tc.name, func(t *testing.T) {
-			_, err := readDecoderSig(quantisedInfo(tc.edit))
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("readDecoderSig = %v, want an error containing %q", err, tc.wantErr)
-			}
-		})
 	}
 }
 
@@ -989,7 +899,7 @@ func testReadGQASig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !sig.gqa || sig.inPlace || !slices.Equal(sig.planes, []plane{{elemInt8, 64}, {elemInt8, 64}}) ||
+	if !sig.gqa || sig.inPlace || sig.kvElem != elemInt8 ||
 		strings.Join(sig.inputs, ",") != "input_ids,seqlens_k,total_sequence_length,position_ids,"+
 			"past_key_values.0.key,past_key_values.0.value,past_key_values.1.key,past_key_values.1.value,logits_to_keep" ||
 		strings.Join(sig.outputs, ",") != "logits,present.0.key,present.0.value,present.1.key,present.1.value" {
@@ -1021,10 +931,16 @@ func testReadGQASig(t *testing.T) {
 					}
 				}
 			}
-		}, "GroupQueryAttention takes a float32 or int8 cache"},
+		}, "want float32 (or int8, with seqlens_k)"},
+		{"int8 without GQA", func(ins, _ map[string]*onnxgraph.Tensor) {
+			*ins["seqlens_k"] = onnxgraph.Tensor{Name: "attention_mask", Type: "int64", Shape: []int64{-1, -1}}
+			delete(ins, "total_sequence_length")
+		}, "an int8 KV cache is served in graphs that take seqlens_k (GroupQueryAttention) only"},
+		{"a float32 layer", func(ins, _ map[string]*onnxgraph.Tensor) { ins["past_key_values.1.value"].Type = "float32" },
+			"past_key_values.1.value float32 [?, 12, ?, 64]: every layer's keys and values must be int8"},
 		{"scales", func(ins, _ map[string]*onnxgraph.Tensor) {
 			ins["logits_to_keep"].Name, ins["logits_to_keep"].Type = "past_key_values.0.key_scale", "float32"
-		}, "holds its cache's scales"},
+		}, "unsupported graph input past_key_values.0.key_scale"},
 		{"new keys too", func(_, outs map[string]*onnxgraph.Tensor) { outs["present.0.key"].Name = "new.0.key" },
 			"one of the two layouts of a cache in place, not both"},
 		{"a float32 present", func(_, outs map[string]*onnxgraph.Tensor) { outs["present.1.value"].Type = "float32" },

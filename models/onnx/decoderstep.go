@@ -63,7 +63,7 @@ type Decoder struct {
 	// Reused from step to step.
 	ids, pos []int64
 	// An in-place graph's run: its mask (past and fed positions) and its
-	// outputs new.{i}.key|value (and their scales), the cache tensors of a
+	// outputs new.{i}.key|value, the cache tensors of a
 	// buffer of rows × sequence positions (dims.tensorIn).
 	mask  []int64
 	fresh []byte
@@ -87,7 +87,7 @@ var _ models.Decoder = (*Decoder)(nil)
 func newDecoder(f *DecoderFactory, s *session) *Decoder {
 	d := &Decoder{
 		f: f, s: s, sess: s.sess, sig: f.sig, info: f.info,
-		dims: dims{layers: f.sig.layers, heads: f.sig.heads, headDim: f.sig.headDim, left: f.sig.inPlace || f.sig.gqa, planes: f.sig.planes},
+		dims: dims{layers: f.sig.layers, heads: f.sig.heads, headDim: f.sig.headDim, left: f.sig.inPlace || f.sig.gqa, elem: f.sig.kvElem},
 		seqs: map[models.SeqID]*seqState{},
 		// Free buffers kept for reuse: up to an eighth of the KV bound
 		// besides the largest (see bufPool.put).
@@ -540,13 +540,13 @@ func (d *Decoder) run(jobs []job, next []int32, decode bool) error {
 	addTensor(&out, ort.NewShape(int64(rows), int64(kept), int64(d.info.Vocab)), logits)
 	cacheAt := len(in.vs)
 	for i := range d.dims.tensors() {
-		addCacheTensor(&in, d.dims, i, rows, t, d.dims.tensor(past, i))
+		addCacheTensor(&in, d.dims, rows, t, d.dims.tensor(past, i))
 		switch {
 		case d.sig.gqa: // the present is the past's own tensors, below
 		case d.dims.left:
-			addCacheTensor(&out, d.dims, i, rows, s, d.dims.tensorIn(d.fresh, i, rows, s))
+			addCacheTensor(&out, d.dims, rows, s, d.dims.tensorIn(d.fresh, i, rows, s))
 		default:
-			addCacheTensor(&out, d.dims, i, rows, t+s, d.dims.tensor(present, i))
+			addCacheTensor(&out, d.dims, rows, t+s, d.dims.tensor(present, i))
 		}
 	}
 	if d.sig.cacheBranch {
@@ -650,17 +650,13 @@ func (d *Decoder) withRoom(past *kvBuf, jobs []job, need int, decode bool) (*kvB
 	return d.pool.assembleAt(d.dims, states, max(need, min(room(need), d.info.Context)), !decode)
 }
 
-// addCacheTensor adds cache tensor i of a buffer of rows × t positions,
+// addCacheTensor adds a cache tensor of a buffer of rows × t positions,
 // data, as the tensor of its element type.
-func addCacheTensor(v *values, d dims, i, rows, t int, data []byte) {
-	p := d.plane(i)
-	shape := ort.NewShape(int64(rows), int64(d.heads), int64(t), int64(p.width))
-	switch p.elem {
-	case elemInt8:
+func addCacheTensor(v *values, d dims, rows, t int, data []byte) {
+	shape := ort.NewShape(int64(rows), int64(d.heads), int64(t), int64(d.headDim))
+	if d.elem == elemInt8 {
 		addTensor(v, shape, view[int8](data))
-	case elemUint8:
-		addTensor(v, shape, data)
-	default:
+	} else {
 		addTensor(v, shape, view[float32](data))
 	}
 }

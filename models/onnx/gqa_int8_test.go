@@ -7,9 +7,10 @@ package onnx
 // stored as int8 (kv_cache_bit_width 8) with static scales, one per head
 // and channel (k_quant_type and v_quant_type PER_CHANNEL, k_scale and
 // v_scale [1, heads, 1, head_dim]), and quantises the new tokens' keys and
-// values into the cache itself. The -int8 twins' graphs
-// (models/gpt2/kvint8.go) write their attention as integer products
-// instead, with a scale per token and head, in about 45 nodes a layer.
+// values into the cache itself. The -int8 twins' graphs then wrote their
+// attention as integer products instead, with a scale per token and head,
+// in about 45 nodes a layer; they have since taken this form (gpt2.Spec.GQA
+// with KVInt8, calibrated scales), and the per-token form was removed.
 //
 //	go test -tags gqa -run GQAInt8 ./models/onnx
 //	go test -tags gqa -run '^$' -bench GQAInt8 -benchtime 600x -count 3 ./models/onnx
@@ -34,13 +35,12 @@ package onnx
 //     19.12 ms (2.18×, 2.03×) against the twin's 21.19 and 22.03 ms
 //     (1.82×, 1.76×) and float32's 38.62 and 38.75 ms. (With -count 3 in
 //     one process the twin's later runs took 36 ms; not chased.)
-//   - Using it would need static scales (calibrated, where the twins'
-//     are per token) and the decoder to pass seqlens_k and share the
-//     present with the past (gqa_test.go's limits).
+//   - Using it needed static scales (calibrated, where the twins' were
+//     per token) and the decoder to pass seqlens_k and share the present
+//     with the past (gqa_test.go's limits): both are now in models/onnx.
 
 import (
 	"math"
-	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -195,10 +195,11 @@ func BenchmarkGQAInt8(b *testing.B) {
 // 256 positions (gpt2-tiny's, and INFER_BENCH_ARCHS'): the served in-place
 // float32 graph, gqaGPT2's in float32, gqaGPT2's at opset 21 with its KV
 // cache int8 and its weights quantised as the -int8 twins' are
-// (quant.Options{}: per row, the LM head in int8), and the -int8 twin's
-// graph itself, taking turns. Metrics are median milliseconds and the
-// speed-ups over the in-place graph, the acceptance benchmark's float32
-// side.
+// (quant.Options{}: per row, the LM head in int8), taking turns. (The
+// -int8 twins' earlier per-token int8 cache took turns too until the twins
+// took the GQA form, 3 December 2026, and the per-token form was removed.)
+// Metrics are median milliseconds and the speed-ups over the in-place
+// graph, the acceptance benchmark's float32 side.
 func BenchmarkGQAInt8ModelStep(b *testing.B) {
 	for _, a := range benchArchs(b) {
 		b.Run(a.String(), func(b *testing.B) {
@@ -232,93 +233,12 @@ func BenchmarkGQAInt8ModelStep(b *testing.B) {
 					b.Fatalf("int8 GQA's logits hold %v", x)
 				}
 			}
-			twin := twinStep(b, a, len(lens), 256)
-			med := medianRounds(b, []func(){func() { ip(m.inPlace) }, func() { gf(m.gqa) }, func() { g8(s8) }, twin})
+			med := medianRounds(b, []func(){func() { ip(m.inPlace) }, func() { gf(m.gqa) }, func() { g8(s8) }})
 			b.ReportMetric(med[0]/1e3, "inplace-ms")
 			b.ReportMetric(med[1]/1e3, "gqa-ms")
 			b.ReportMetric(med[2]/1e3, "gqa-int8-ms")
-			b.ReportMetric(med[3]/1e3, "twin-ms")
 			b.ReportMetric(med[0]/med[1], "inplace/gqa")
 			b.ReportMetric(med[0]/med[2], "inplace/gqa-int8")
-			b.ReportMetric(med[0]/med[3], "inplace/twin")
 		})
-	}
-}
-
-// twinStep prepares a decode step of the -int8 twin's graph (the KV cache
-// uint8 with a scale per token and head) over a past of past positions of
-// random bytes and scales, for rows rows of one new token.
-func twinStep(b *testing.B, a gpt2.Arch, rows, past int) func() {
-	path := quantized(b, testModel(b, gpt2.Spec{Arch: a, InPlaceKV: true, KVInt8: true}), quant.Options{})
-	info, err := onnxgraph.Inspect(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	r := rand.New(rand.NewPCG(4, 6))
-	var names []string
-	var in []ort.Value
-	for _, x := range info.Inputs {
-		var v ort.Value
-		switch {
-		case x.Name == gpt2.InputIDs:
-			ids := make([]int64, rows)
-			for i := range ids {
-				ids[i] = int64(r.IntN(a.Vocab))
-			}
-			v = tensor(b, ids, rows, 1)
-		case x.Name == gpt2.AttentionMask:
-			mask := make([]int64, rows*(past+1))
-			for i := range mask {
-				mask[i] = 1
-			}
-			v = tensor(b, mask, rows, past+1)
-		case x.Name == gpt2.PositionIDs:
-			pos := make([]int64, rows)
-			for i := range pos {
-				pos[i] = int64(past)
-			}
-			v = tensor(b, pos, rows, 1)
-		case x.Name == gpt2.LogitsToKeep:
-			v = tensor(b, []int64{1}, 1)
-		case x.Type == "uint8":
-			bytes := make([]uint8, rows*a.Heads*past*a.HeadDim())
-			for i := range bytes {
-				bytes[i] = uint8(r.Uint32())
-			}
-			v = tensor(b, bytes, rows, a.Heads, past, a.HeadDim())
-		case x.Type == "float32":
-			scales := make([]float32, rows*a.Heads*past)
-			for i := range scales {
-				scales[i] = r.Float32() * 0.1
-			}
-			v = tensor(b, scales, rows, a.Heads, past, 1)
-		default:
-			b.Fatalf("twin input %s %s", x.Name, x.Type)
-		}
-		names = append(names, x.Name)
-		in = append(in, v)
-	}
-	var outNames []string
-	for _, x := range info.Outputs {
-		outNames = append(outNames, x.Name)
-	}
-	s, err := newSession(path, names, outNames, models.Device{Kind: "cpu"}, 2, false)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		s.Destroy()
-		for _, v := range in {
-			v.Destroy()
-		}
-	})
-	return func() {
-		out := make([]ort.Value, len(outNames))
-		if err := s.Run(in, out); err != nil {
-			b.Fatal(err)
-		}
-		for _, v := range out {
-			v.Destroy()
-		}
 	}
 }

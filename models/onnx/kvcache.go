@@ -10,11 +10,10 @@ import (
 // The KV cache of a Decoder lives in shared buffers, each the past of one
 // run: for every layer a key and a value tensor [rows, heads, positions,
 // head_dim], and an attention mask [rows, positions] saying which positions
-// hold tokens of the row's sequence. A quantised cache (the int8 twins of
-// the built-in GPT-2 models) has int8 or uint8 keys and values and, after
-// them, a float32 scale tensor for each, [rows, heads, positions, 1]; the
-// decoder copies a position's bytes of every tensor alike, whatever they
-// hold (see dims.planes). Two layouts, by the graph:
+// hold tokens of the row's sequence. The keys and values are float32, or
+// int8 (the int8 twins of the built-in GPT-2 models, whose scales are in
+// the graph); the decoder copies a position's bytes alike, whatever they
+// hold. Two layouts, by the graph:
 //
 // An in-place graph (models/gpt2's built-in graphs, gpt2.Spec.InPlaceKV)
 // outputs only the fed tokens' keys and values, and the decoder writes them
@@ -82,22 +81,14 @@ type seqState struct {
 }
 
 // dims are the sizes of the cache tensors, and their layout: left says
-// rows hold their tokens at their first positions (an in-place graph's
-// cache, see inPlace), rather than at their last.
+// rows hold their tokens at their first positions (an in-place or
+// GroupQueryAttention graph's cache), rather than at their last.
 type dims struct {
 	layers, heads, headDim int
 	left                   bool
-	// planes are the tensors of one layer's cache, in the graph's input
-	// order, each [rows, heads, positions, width]: the key and the value,
-	// and for a quantised cache (a graph whose past is int8 or uint8) their
-	// scales, one float32 a position and head after them.
-	planes []plane
-}
-
-// plane is one tensor of a layer's cache.
-type plane struct {
-	elem  elemType
-	width int // elements a position and head: headDim, or 1 for a scale
+	// elem is the element type of every cache tensor: float32, or int8
+	// (a GroupQueryAttention graph's, whose scales are in the graph).
+	elem elemType
 }
 
 // elemType is the element type of a cache tensor.
@@ -106,10 +97,9 @@ type elemType uint8
 const (
 	elemFloat32 elemType = iota
 	elemInt8
-	elemUint8
 )
 
-func (e elemType) String() string { return [...]string{"float32", "int8", "uint8"}[e] }
+func (e elemType) String() string { return [...]string{"float32", "int8"}[e] }
 
 // size returns the bytes of an element.
 func (e elemType) size() int {
@@ -119,82 +109,28 @@ func (e elemType) size() int {
 	return 1
 }
 
-// quantised reports whether the cache is quantised: keys and values of a
-// byte with their scales.
-func (d dims) quantised() bool { return len(d.planes) > 2 }
+// tensors returns the cache tensors of a run: each layer's key and value,
+// [rows, heads, positions, head_dim], in the graph's input order.
+func (d dims) tensors() int { return 2 * d.layers }
 
-// clearScales zeroes the scales of row r of b from position from on: a
-// quantised cache's positions that hold no token get scale 0, so that
-// whatever bytes a reused buffer left there (a float32 scale's bytes may
-// read as NaN or Inf) weigh exactly nothing where the mask leaves them
-// out. A float32 cache's stale positions hold float32 keys and values,
-// finite, and need nothing.
-func (d dims) clearScales(b *kvBuf, r, from int) {
-	if !d.quantised() {
-		return
-	}
-	for ti := range d.tensors() {
-		if ti%len(d.planes) < 2 {
-			continue
-		}
-		data, w := d.tensor(b, ti), d.posBytes(ti)
-		for h := range d.heads {
-			clear(data[((r*d.heads+h)*b.t+from)*w : (r*d.heads+h+1)*b.t*w])
-		}
-	}
-}
+// posBytes returns the bytes of one position of one head of a tensor.
+func (d dims) posBytes() int { return d.headDim * d.elem.size() }
 
-// tensors returns the cache tensors of a run: every layer's planes.
-func (d dims) tensors() int { return d.layers * len(d.planes) }
-
-// plane returns the plane of tensor i.
-func (d dims) plane(i int) plane { return d.planes[i%len(d.planes)] }
-
-// posBytes returns the bytes of one position of one head of tensor i.
-func (d dims) posBytes(i int) int {
-	p := d.plane(i)
-	return p.width * p.elem.size()
-}
-
-// tensorAlign aligns each tensor of a buffer, so that a float32 one starts
-// at a multiple of 4 bytes whatever the byte planes before it hold.
-const tensorAlign = 64
-
-// tensorBytes returns the bytes tensor i takes in a buffer of rows × t
-// positions, aligned.
-func (d dims) tensorBytes(i, rows, t int) int {
-	n := rows * d.heads * t * d.posBytes(i)
-	return (n + tensorAlign - 1) / tensorAlign * tensorAlign
-}
+// tensorBytes returns the bytes a tensor takes in a buffer of rows × t
+// positions.
+func (d dims) tensorBytes(rows, t int) int { return rows * d.heads * t * d.posBytes() }
 
 // bytes returns the size of a buffer of rows × t positions.
-func (d dims) bytes(rows, t int) int {
-	n := 0
-	for i := range d.tensors() {
-		n += d.tensorBytes(i, rows, t)
-	}
-	return n
-}
+func (d dims) bytes(rows, t int) int { return d.tensors() * d.tensorBytes(rows, t) }
 
-// tensorIn returns the bytes of tensor i (layer i / planes, plane i %
-// planes) of data, a buffer of rows × t positions.
+// tensorIn returns the bytes of tensor i (layer i/2's key or value) of
+// data, a buffer of rows × t positions.
 func (d dims) tensorIn(data []byte, i, rows, t int) []byte {
 	if len(data) == 0 {
 		return nil
 	}
-	p := len(d.planes)
-	at := 0
-	if i >= p {
-		for j := range p {
-			at += d.tensorBytes(j, rows, t)
-		}
-		at *= i / p
-	}
-	for j := range i % p {
-		at += d.tensorBytes(j, rows, t)
-	}
-	n := rows * d.heads * t * d.posBytes(i)
-	return data[at : at+n]
+	n := d.tensorBytes(rows, t)
+	return data[i*n : (i+1)*n]
 }
 
 // tensor returns the bytes of tensor i of b.
@@ -341,7 +277,6 @@ func (p *bufPool) assembleAt(d dims, states []*seqState, t int, prefill bool) (*
 	for r, st := range states {
 		if st == nil {
 			clear(b.mask[r*t : (r+1)*t])
-			d.clearScales(b, r, 0)
 			continue
 		}
 		segs = copyRow(d, b, r, st, segs)
@@ -384,7 +319,7 @@ func (p *bufPool) moveTo(st *seqState, b *kvBuf, r int) {
 // copyRow writes st's cache into row r of b: its n tokens at positions
 // t-n..t-1 of the row, zeros and a masked position before them (in a left
 // layout, at positions 0..n-1 and masked after them, the positions after
-// left as they were but for a quantised cache's scales, see clearScales).
+// left as they were).
 // segs is scratch space, returned for reuse.
 func copyRow(d dims, b *kvBuf, r int, st *seqState, segs []segment) []segment {
 	t := b.t
@@ -414,11 +349,8 @@ func copyRow(d dims, b *kvBuf, r int, st *seqState, segs []segment) []segment {
 			i = j
 		}
 	}
-	if d.left {
-		d.clearScales(b, r, st.n)
-	}
 	for ti := range d.tensors() {
-		dst, w := d.tensor(b, ti), d.posBytes(ti)
+		dst, w := d.tensor(b, ti), d.posBytes()
 		var src []byte
 		if st.kv != nil {
 			src = d.tensor(st.kv, ti)
@@ -445,7 +377,7 @@ func copyRow(d dims, b *kvBuf, r int, st *seqState, segs []segment) []segment {
 // in the mask. b must have room: n+k ≤ b.t.
 func writeNew(d dims, b *kvBuf, r, n int, fresh []byte, s, from, k int) {
 	for ti := range d.tensors() {
-		dst, w := d.tensor(b, ti), d.posBytes(ti)
+		dst, w := d.tensor(b, ti), d.posBytes()
 		src := d.tensorIn(fresh, ti, b.rows, s)
 		for h := range d.heads {
 			copy(dst[((r*d.heads+h)*b.t+n)*w:][:k*w], src[((r*d.heads+h)*s+from)*w:][:k*w])

@@ -209,7 +209,7 @@ func (b *blockStore) wrote(st *seqState, from int) {
 		}
 	}
 	for ti := range d.tensors() {
-		src, w := d.tensor(kv, ti), d.posBytes(ti)
+		src, w := d.tensor(kv, ti), d.posBytes()
 		for h := range d.heads {
 			row := src[(st.row*d.heads+h)*kv.t*w:][:kv.t*w]
 			for i := first; i < end; i++ {
@@ -224,10 +224,10 @@ func (b *blockStore) wrote(st *seqState, from int) {
 	b.copied += end - first
 }
 
-// block returns the stored keys, values or scales (tensor ti) of head h of
+// block returns the stored keys or values (tensor ti) of head h of
 // block id.
 func (b *blockStore) block(ti, h int, id int32) []byte {
-	w := b.d.posBytes(ti)
+	w := b.d.posBytes()
 	return b.d.tensorIn(b.data, ti, 1, b.slots)[(h*b.slots+int(id)*b.size)*w:][:b.size*w]
 }
 
@@ -243,7 +243,7 @@ func (b *blockStore) fill(st *seqState, n int, kv *kvBuf, r int) {
 		}
 	}
 	for ti := range d.tensors() {
-		dst, w := d.tensor(kv, ti), d.posBytes(ti)
+		dst, w := d.tensor(kv, ti), d.posBytes()
 		for h := range d.heads {
 			row := dst[(r*d.heads+h)*kv.t*w:][:kv.t*w]
 			for i, id := range st.table[:n] {

@@ -66,7 +66,7 @@ func TestDecoderPrefixHit(t *testing.T) {
 	for _, variant := range []struct {
 		name string
 		spec gpt2.Spec
-	}{{"in place", tinySpec()}, {"int8 KV", tinySpec(kvInt8)}, {"GQA", tinySpec(gqa)}, {"GQA int8 KV", tinySpec(gqaInt8)}, {"position_ids", tinySpec(standard)}, {"all logits", tinySpec(allLogits)}, {"no position_ids", tinySpec(noPositionIDs, allLogits)},
+	}{{"in place", tinySpec()}, {"GQA", tinySpec(gqa)}, {"GQA int8 KV", tinySpec(gqaInt8)}, {"position_ids", tinySpec(standard)}, {"all logits", tinySpec(allLogits)}, {"no position_ids", tinySpec(noPositionIDs, allLogits)},
 		{"merged", tinySpec(merged, allLogits)}} {
 		t.Run(variant.name, func(t *testing.T) {
 			_, d := openTestDecoder(t, variant.spec, DecoderConfig{})

@@ -85,9 +85,8 @@ func encoderInstance(b *testing.B, path string) *Model {
 // BenchmarkQuantizedDecode runs decode steps of 16 sequences at a context
 // of 256 tokens on a GPT-2 model in float32 against: int8 as the -int8
 // twins are (weights int8 with activations per row, the LM head quantised,
-// and the KV cache int8 in GroupQueryAttention, twinSpec); the same with
-// the earlier twins' per-token int8 cache (int8-token-kv), with a float32
-// KV cache, and with the LM head kept in float32 too; int8 per block (MatMulNBits); and int4 (per
+// and the KV cache int8 in GroupQueryAttention, twinSpec); the same with a
+// float32 KV cache, and with the LM head kept in float32 too; int8 per block (MatMulNBits); and int4 (per
 // block, as the -int4 twins): gpt2-tiny and the ones INFER_BENCH_ARCHS
 // names (e.g. "gpt2-small").
 func BenchmarkQuantizedDecode(b *testing.B) {
@@ -95,13 +94,12 @@ func BenchmarkQuantizedDecode(b *testing.B) {
 	for _, a := range benchArchs(b) {
 		src := testModel(b, gpt2.Spec{Arch: a, InPlaceKV: true}) // as the registry serves them
 		kv8 := testModel(b, twinSpec(b, a))
-		tokenKV8 := testModel(b, gpt2.Spec{Arch: a, InPlaceKV: true, KVInt8: true})
 		fp32 := openDecoderFile(b, src)
 		for _, q := range []struct {
 			name string
 			src  string
 			opts quant.Options
-		}{{"int8", kv8, quant.Options{}}, {"int8-token-kv", tokenKV8, quant.Options{}}, {"int8-float-kv", src, quant.Options{}}, {"int8-float-kv-keep-head", src, quant.Options{KeepHead: true}},
+		}{{"int8", kv8, quant.Options{}}, {"int8-float-kv", src, quant.Options{}}, {"int8-float-kv-keep-head", src, quant.Options{KeepHead: true}},
 			{"int8-block", src, quant.Options{Activations: quant.ActivationsBlock}}, {"int4", src, quant.Options{Bits: 4, Block: 32}}} {
 			b.Run(fmt.Sprintf("%s/%s/batch=%d/context=%d", a, q.name, batch, ctxLen), func(b *testing.B) {
 				benchDecodePair(b, fp32, openDecoderFile(b, quantized(b, q.src, q.opts)), batch, ctxLen, "fp32", q.name)

@@ -206,7 +206,7 @@ func TestQuantizedDecoderBatchComposition(t *testing.T) {
 		name string
 		spec gpt2.Spec
 		opts quant.Options
-	}{{"int8", twinSpec(t, tinySpec().Arch), quant.Options{}}, {"int8-token-kv", tinySpec(kvInt8), quant.Options{}}, {"int8-float-kv", tinySpec(), quant.Options{}},
+	}{{"int8", twinSpec(t, tinySpec().Arch), quant.Options{}}, {"int8-float-kv", tinySpec(), quant.Options{}},
 		{"int8-block", tinySpec(), quant.Options{Activations: quant.ActivationsBlock}}, {"int4", tinySpec(), quant.Options{Bits: 4, Block: 32}}} {
 		t.Run(c.name, func(t *testing.T) {
 			d := openDecoderFile(t, quantized(t, testModel(t, c.spec), c.opts))
@@ -256,8 +256,7 @@ func TestQuantizedDecoderAgreement(t *testing.T) {
 		src      string
 		opts     quant.Options
 		minAgree float64
-	}{{"int8", testModel(t, twinSpec(t, tinySpec().Arch)), quant.Options{}, 0.85}, {"int8-token-kv", testModel(t, tinySpec(kvInt8)), quant.Options{}, 0.85},
-		{"int8-float-kv", src, quant.Options{}, 0.85},
+	}{{"int8", testModel(t, twinSpec(t, tinySpec().Arch)), quant.Options{}, 0.85}, {"int8-float-kv", src, quant.Options{}, 0.85},
 		{"int8-block", src, quant.Options{Activations: quant.ActivationsBlock}, 0.85}, {"int4", src, quant.Options{Bits: 4, Block: 32}, 0.25}} {
 		b := openDecoderFile(t, quantized(t, c.src, c.opts))
 		rep, err := compare.Decode(context.Background(), a, b, prompts, compare.DecodeConfig{Tokens: 32, EOS: -1})

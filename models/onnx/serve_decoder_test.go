@@ -207,12 +207,11 @@ func TestServedGreedyAndSeededTextInCompany(t *testing.T) {
 // are served the text a server without a prefix cache gives them, whether
 // the beginning is computed (the first) or found cached (the others), alone
 // and while 8 other streams, half of them with the same beginning, join and
-// leave their batches; with a float32 KV cache, the -int8 twins' int8 one
-// (GroupQueryAttention's) and the per-token int8 one.
+// leave their batches; with a float32 KV cache and the -int8 twins' int8
+// one (GroupQueryAttention's).
 func TestServedPrefixHits(t *testing.T) {
 	t.Run("float32 KV", func(t *testing.T) { testServedPrefixHits(t, tinySpec()) })
-	t.Run("GQA int8 KV", func(t *testing.T) { testServedPrefixHits(t, twinSpec(t, tinySpec().Arch)) })
-	t.Run("int8 KV", func(t *testing.T) { testServedPrefixHits(t, tinySpec(kvInt8)) })
+	t.Run("int8 KV", func(t *testing.T) { testServedPrefixHits(t, twinSpec(t, tinySpec().Arch)) })
 }
 
 func testServedPrefixHits(t *testing.T, spec gpt2.Spec) {

@@ -244,9 +244,8 @@ var quantizedOps = map[string]bool{
 // quantizedWeights returns a node of a quantised operator that reads an
 // initializer: quantised weights (an int8 or int4 matrix, its scales or
 // zero points). Quantised operators on activations alone are not: a graph
-// with an int8 KV cache (models/gpt2's Spec.KVInt8) computes its attention
-// with MatMulInteger on its inputs and computed values, and its float32
-// weights are still to quantise.
+// may compute an int8 attention with MatMulInteger on its inputs and
+// computed values, and its float32 weights are still to quantise.
 func quantizedWeights(f *onnxgraph.File, scopes []*onnxgraph.Scope) (onnxgraph.Node, bool) {
 	for _, s := range scopes {
 		for _, n := range s.Nodes() {

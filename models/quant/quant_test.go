@@ -437,12 +437,16 @@ func TestCheck(t *testing.T) {
 	}
 }
 
-// A graph with an int8 KV cache (MatMulInteger on activations alone) has
-// its weights quantised as any decoder's, and the result is refused as
-// quantised.
+// A graph whose attention is ONNX Runtime's GroupQueryAttention over an
+// int8 KV cache (the -int8 twins' before quantisation) has its weights
+// quantised as any decoder's, its com.microsoft nodes and their scales
+// kept, and the result is refused as quantised.
 func TestRewriteKVInt8(t *testing.T) {
 	in := generate(t, "gpt2-kv-int8.onnx", func(w io.Writer) error {
-		return gpt2.Generate(w, gpt2.Spec{Arch: testGPT2, InPlaceKV: true, KVInt8: true})
+		return gpt2.Generate(w, gpt2.Spec{Arch: testGPT2, GQA: true, KVInt8: true, KVScales: &gpt2.KVScales{ID: "test",
+			Compute: func() ([]float32, error) {
+				return slices.Repeat([]float32{0.05}, testGPT2.Layers*2*testGPT2.Hidden), nil
+			}}})
 	})
 	before := ops(t, in)
 	out := filepath.Join(t.TempDir(), "int8.onnx")
@@ -453,7 +457,7 @@ func TestRewriteKVInt8(t *testing.T) {
 	want := 4*testGPT2.Layers + 1
 	got := ops(t, out)
 	if len(rep.Quantized) != want || rep.Products != want || got["MatMulIntegerToFloat"] != want ||
-		got["MatMulInteger"] != before["MatMulInteger"] || before["MatMulInteger"] != 4*testGPT2.Layers || got["MatMul"] != 0 {
+		got["GroupQueryAttention"] != testGPT2.Layers || before["GroupQueryAttention"] != testGPT2.Layers || got["MatMul"] != 0 {
 		t.Errorf("quantised %d of %d products, want %d: %v (before: %v)", len(rep.Quantized), rep.Products, want, got, before)
 	}
 	if rep.Form != "int8, weights per channel, activations per row at run time" {

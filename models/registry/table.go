@@ -150,13 +150,13 @@ func gpt2Entry(a gpt2.Arch) Entry {
 }
 
 // kvInt8Spec returns the graph of a's -int8 twin before its weights are
-// quantised: GroupQueryAttention over an int8 KV cache (a decode step of 16
-// rows after 256 positions of gpt2-small took 0.84–0.87 of the time of the
-// per-token int8 cache of models/gpt2's KVInt8 with InPlaceKV, the graphs
-// alone; docs/quantization.md), with static scales per layer, head and
-// channel: each channel's largest |key| or |value| in a's float32 graph
-// (floatPath, in place) over gpt2.CalibrationText, / 127, measured when
-// the twin's graph is first made.
+// quantised: GroupQueryAttention over an int8 KV cache with static scales
+// per layer, head and channel, each channel's largest |key| or |value| in
+// a's float32 graph (floatPath, in place) over gpt2.CalibrationText, / 127,
+// measured when the twin's graph is first made. Its decode step took
+// 0.84–0.87 of the time of the twins' earlier form, an int8 cache with a
+// scale per token and head and integer products (gpt2-small, 16 rows after
+// 256 positions, the graphs alone; docs/quantization.md).
 func kvInt8Spec(a gpt2.Arch, floatPath string, s Settings) gpt2.Spec {
 	calibrate := func() ([]float32, error) {
 		rt := s.runtime()
