@@ -418,16 +418,16 @@ func readDecoderSig(info onnxgraph.Info) (decoderSig, error) {
 				l.value = in
 			}
 		default:
-			return sig, fmt.Errorf("unsupported graph input %s; a decoder takes %s, %s, optionally %s, %s and %s, "+
-				"and past_key_values.{i}.key|value; its inputs: %s", in, inputIDs, attentionMask, positionIDs,
-				useCacheBranch, logitsToKeep, listTensors(info.Inputs))
+			return sig, fmt.Errorf("unsupported graph input %s; a decoder takes %s, %s (or %s and %s), optionally %s, %s "+
+				"and %s, and past_key_values.{i}.key|value; its inputs: %s", in, inputIDs, attentionMask, seqLensK,
+				totalSequenceLength, positionIDs, useCacheBranch, logitsToKeep, listTensors(info.Inputs))
 		}
 		have[in.Name] = true
 	}
 	sig.gqa = have[seqLensK]
 	if have[totalSequenceLength] != sig.gqa {
-		return sig, fmt.Errorf("graph takes one of %s and %s, not both; its inputs: %s", seqLensK, totalSequenceLength,
-			listTensors(info.Inputs))
+		return sig, fmt.Errorf("graph takes one of %s and %s: GroupQueryAttention takes both; its inputs: %s", seqLensK,
+			totalSequenceLength, listTensors(info.Inputs))
 	}
 	required := []string{inputIDs, attentionMask}
 	if sig.gqa {

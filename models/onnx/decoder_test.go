@@ -914,9 +914,9 @@ func testReadGQASig(t *testing.T) {
 		wantErr string
 	}{
 		{"no total", func(ins, _ map[string]*onnxgraph.Tensor) { delete(ins, "total_sequence_length") },
-			"graph takes one of seqlens_k and total_sequence_length, not both"},
+			"graph takes one of seqlens_k and total_sequence_length: GroupQueryAttention takes both"},
 		{"no seqlens_k", func(ins, _ map[string]*onnxgraph.Tensor) { delete(ins, "seqlens_k") },
-			"graph takes one of seqlens_k and total_sequence_length, not both"},
+			"graph takes one of seqlens_k and total_sequence_length: GroupQueryAttention takes both"},
 		{"int64 seqlens_k", func(ins, _ map[string]*onnxgraph.Tensor) { ins["seqlens_k"].Type = "int64" }, "want int32 [batch] or [1]"},
 		{"a mask too", func(ins, _ map[string]*onnxgraph.Tensor) {
 			*ins["logits_to_keep"] = onnxgraph.Tensor{Name: "attention_mask", Type: "int64", Shape: []int64{-1, -1}}
