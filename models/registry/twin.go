@@ -26,7 +26,7 @@ import (
 // is made from that graph: gpt2-small-int8 keeps its KV cache in int8 (a
 // quarter of the bytes, in GroupQueryAttention, kvInt8Spec), and its decode
 // step at 16 sequences of 256 tokens ran 1.78–2.05 times as fast as
-// gpt2-small's through the decoder (median 1.93 of twelve quiet runs),
+// gpt2-small's through the decoder (median 1.94 of twelve quiet runs),
 // against 1.49–1.65 with the twins' earlier int8 cache (a scale per token)
 // and about 1.4 with a float32 one (docs/quantization.md). The int4 twins
 // keep float32's.
