@@ -21,6 +21,7 @@ func (v *view) isLLM() bool {
 // llmSeries is an LLM configuration without its load: one line on the
 // charts drawn against the request rate.
 type llmSeries struct {
+	Model        string // the server's, when the sweep sets it
 	Endpoint     string
 	MaxSeqs, MBT int
 	Latency      record.Duration
@@ -30,7 +31,7 @@ type llmSeries struct {
 }
 
 func llmSeriesOf(p record.Point) llmSeries {
-	return llmSeries{Endpoint: p.Endpoint, MaxSeqs: p.MaxSeqs, MBT: p.MaxBatchedTokens, Latency: p.Latency, Policy: p.Policy,
+	return llmSeries{Model: p.Model, Endpoint: p.Endpoint, MaxSeqs: p.MaxSeqs, MBT: p.MaxBatchedTokens, Latency: p.Latency, Policy: p.Policy,
 		Cache: cacheOf(p), Route: p.RoutePolicy}
 }
 
@@ -78,6 +79,12 @@ func (v *view) llmLabel(s llmSeries) string {
 			}
 		}
 		return len(vals) > 1
+	}
+	if models := map[string]bool{}; slices.ContainsFunc(order, func(o llmSeries) bool {
+		models[o.Model] = true
+		return len(models) > 1
+	}) {
+		name = s.Model + " " + name
 	}
 	if s.Endpoint == "naive" {
 		return name

@@ -3,6 +3,7 @@ package report
 import (
 	"context"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -56,5 +57,51 @@ func TestSummaryModels(t *testing.T) {
 	}
 	if b, _ = os.ReadFile(res.Summary); strings.Contains(string(b), "Models side by side") {
 		t.Errorf("one model: summary.md has a models section:\n%s", b)
+	}
+}
+
+// TestSeriesByModel: points of different models (sweep.model) are series
+// of their own on the charts, named by their model, never one line
+// through both; a run of one model names none.
+func TestSeriesByModel(t *testing.T) {
+	rec := func(i int, model string, c int) record.Record {
+		r := llmRecord(i, true, float64(100*c), 10)
+		r.Point.Model, r.Point.Load.Concurrency, r.Point.PrefixCache = model, c, nil
+		return r
+	}
+	run := &record.Run{Records: []record.Record{rec(0, "gpt2-tiny", 4), rec(1, "gpt2-tiny", 8), rec(2, "gpt2-tiny-int8", 4), rec(3, "gpt2-tiny-int8", 8)}}
+	v := newView(run)
+	order, groups := v.llmGroups()
+	var labels []string
+	for _, s := range order {
+		labels = append(labels, v.llmLabel(s))
+		if len(groups[s]) != 2 || groups[s][0].Point.Model != s.Model || groups[s][1].Point.Model != s.Model {
+			t.Errorf("series %+v holds %d points, or another model's", s, len(groups[s]))
+		}
+	}
+	if want := []string{"gpt2-tiny continuous", "gpt2-tiny-int8 continuous"}; !slices.Equal(labels, want) {
+		t.Errorf("LLM series %q, want %q", labels, want)
+	}
+	if c := v.llmColor(order[0]); c == v.llmColor(order[1]) {
+		t.Errorf("both models' series have the colour %v", c)
+	}
+
+	// Encoders: the same through /batched.
+	for i := range run.Records {
+		run.Records[i].LLM, run.Records[i].Point.Endpoint, run.Records[i].Point.Workers = nil, "batched", 1
+	}
+	v = newView(run)
+	if len(v.vars) != 2 || v.seriesLabel(seriesOf(run.Records[0].Point)) != "w=1 gpt2-tiny" ||
+		v.seriesLabel(seriesOf(run.Records[2].Point)) != "w=1 gpt2-tiny-int8" {
+		t.Errorf("encoder variants %+v, labels %q and %q", v.vars, v.seriesLabel(seriesOf(run.Records[0].Point)),
+			v.seriesLabel(seriesOf(run.Records[2].Point)))
+	}
+	if keyOf(run.Records[0].Point) == keyOf(run.Records[2].Point) {
+		t.Error("two models' points at one load share a key")
+	}
+
+	run.Records = run.Records[:2]
+	if v = newView(run); v.vary.model || v.seriesLabel(seriesOf(run.Records[0].Point)) != "w=1" {
+		t.Errorf("one model: label %q", v.seriesLabel(seriesOf(run.Records[0].Point)))
 	}
 }

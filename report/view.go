@@ -12,6 +12,7 @@ import (
 
 // config is what the server was at a sweep point, without the load.
 type config struct {
+	Model    string // the server's, when the sweep sets it
 	Endpoint string
 	Batch    int
 	Workers  int
@@ -26,7 +27,7 @@ type config struct {
 }
 
 func configOf(p record.Point) config {
-	return config{Endpoint: p.Endpoint, Batch: p.Batch, Workers: p.Workers, Latency: p.Latency, Policy: p.Policy,
+	return config{Model: p.Model, Endpoint: p.Endpoint, Batch: p.Batch, Workers: p.Workers, Latency: p.Latency, Policy: p.Policy,
 		Buckets: bucketsText(p.Buckets), Items: p.Items, MaxSeqs: p.MaxSeqs, MaxBatchedTokens: p.MaxBatchedTokens,
 		Cache: cacheOf(p)}
 }
@@ -44,6 +45,7 @@ func bucketsText(bs []int) string {
 // series is a configuration without its batch size: one line on the charts
 // drawn against batch size.
 type series struct {
+	Model    string
 	Endpoint string
 	Workers  int
 	Latency  record.Duration
@@ -54,11 +56,12 @@ type series struct {
 
 func seriesOf(p record.Point) series {
 	c := configOf(p)
-	return series{Endpoint: c.Endpoint, Workers: c.Workers, Latency: c.Latency, Policy: c.Policy, Buckets: c.Buckets, Items: c.Items}
+	return series{Model: c.Model, Endpoint: c.Endpoint, Workers: c.Workers, Latency: c.Latency, Policy: c.Policy, Buckets: c.Buckets, Items: c.Items}
 }
 
 // variant is a series without its worker count: what sets a marker's shape.
 type variant struct {
+	Model    string
 	Endpoint string
 	Latency  record.Duration
 	Policy   string
@@ -67,7 +70,7 @@ type variant struct {
 }
 
 func (s series) variant() variant {
-	return variant{Endpoint: s.Endpoint, Latency: s.Latency, Policy: s.Policy, Buckets: s.Buckets, Items: s.Items}
+	return variant{Model: s.Model, Endpoint: s.Endpoint, Latency: s.Latency, Policy: s.Policy, Buckets: s.Buckets, Items: s.Items}
 }
 
 // key matches a point across runs: its configuration and its load.
@@ -166,7 +169,7 @@ type view struct {
 	workers []int            // distinct worker counts of the served points, ordered
 	vars    []variant        // distinct variants of the served points, ordered
 	vary    struct {
-		endpoint, latency, policy, buckets, items bool
+		model, endpoint, latency, policy, buckets, items bool
 	}
 }
 
@@ -176,7 +179,7 @@ func newView(run *record.Run) *view {
 		v.recs = append(v.recs, &run.Records[i])
 	}
 	slices.SortStableFunc(v.recs, func(a, b *record.Record) int { return cmp.Compare(a.Index, b.Index) })
-	var eps, lats, pols, bks, items []string
+	var mods, eps, lats, pols, bks, items []string
 	for _, r := range v.recs {
 		if !slices.ContainsFunc(v.loads, func(l record.Load) bool { return l == r.Point.Load }) {
 			v.loads = append(v.loads, r.Point.Load)
@@ -193,16 +196,16 @@ func newView(run *record.Run) *view {
 		if !slices.Contains(v.vars, s.variant()) {
 			v.vars = append(v.vars, s.variant())
 		}
-		eps, lats = appendNew(eps, s.Endpoint), appendNew(lats, s.Latency.D().String())
+		mods, eps, lats = appendNew(mods, s.Model), appendNew(eps, s.Endpoint), appendNew(lats, s.Latency.D().String())
 		pols, bks, items = appendNew(pols, s.Policy), appendNew(bks, s.Buckets), appendNew(items, fmt.Sprint(s.Items))
 	}
 	slices.SortFunc(v.loads, compareLoad)
 	slices.Sort(v.workers)
 	slices.SortFunc(v.vars, func(a, b variant) int {
-		return cmp.Or(cmp.Compare(a.Endpoint, b.Endpoint), cmp.Compare(a.Latency, b.Latency),
+		return cmp.Or(cmp.Compare(slices.Index(mods, a.Model), slices.Index(mods, b.Model)), cmp.Compare(a.Endpoint, b.Endpoint), cmp.Compare(a.Latency, b.Latency),
 			cmp.Compare(a.Policy, b.Policy), cmp.Compare(a.Buckets, b.Buckets), cmp.Compare(a.Items, b.Items))
 	})
-	v.vary.endpoint, v.vary.latency = len(eps) > 1, len(lats) > 1
+	v.vary.model, v.vary.endpoint, v.vary.latency = len(mods) > 1, len(eps) > 1, len(lats) > 1
 	v.vary.policy, v.vary.buckets, v.vary.items = len(pols) > 1, len(bks) > 1, len(items) > 1
 	return v
 }
@@ -231,6 +234,9 @@ func (v *view) variantLabel(vr variant) string { return strings.Join(v.variantPa
 // ("policy" or "buckets").
 func (v *view) variantParts(vr variant, skip string) []string {
 	var parts []string
+	if v.vary.model {
+		parts = append(parts, vr.Model)
+	}
 	if v.vary.endpoint {
 		parts = append(parts, vr.Endpoint)
 	}
