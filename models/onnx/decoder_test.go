@@ -774,19 +774,28 @@ func TestDecoderLongPrefill(t *testing.T) {
 // exportInfo describes a two-layer decoder graph as optimum exports it;
 // edit changes it for a case.
 func exportInfo(edit func(ins, outs map[string]*onnxgraph.Tensor)) onnxgraph.Info {
-	t := func(name, typ string, shape ...int64) onnxgraph.Tensor {
-		return onnxgraph.Tensor{Name: name, Type: typ, Shape: shape}
-	}
-	ins := []onnxgraph.Tensor{t("input_ids", "int64", -1, -1), t("attention_mask", "int64", -1, -1), t("position_ids", "int64", -1, -1)}
-	outs := []onnxgraph.Tensor{t("logits", "float32", -1, -1, 50257)}
+	return decoderInfo([]onnxgraph.Tensor{tensorOf("input_ids", "int64", -1, -1), tensorOf("attention_mask", "int64", -1, -1),
+		tensorOf("position_ids", "int64", -1, -1)}, "float32", tensorOf("use_cache_branch", "bool", 1), edit)
+}
+
+// tensorOf describes a graph input or output.
+func tensorOf(name, typ string, shape ...int64) onnxgraph.Tensor {
+	return onnxgraph.Tensor{Name: name, Type: typ, Shape: shape}
+}
+
+// decoderInfo describes a two-layer decoder graph of 12 heads of 64: inputs
+// first, the past of cacheType, then last; outputs logits and the present;
+// edit changes it for a case.
+func decoderInfo(first []onnxgraph.Tensor, cacheType string, last onnxgraph.Tensor, edit func(ins, outs map[string]*onnxgraph.Tensor)) onnxgraph.Info {
+	ins := first
+	outs := []onnxgraph.Tensor{tensorOf("logits", "float32", -1, -1, 50257)}
 	for i := range 2 {
 		for _, kind := range []string{"key", "value"} {
-			ins = append(ins, t(fmt.Sprintf("past_key_values.%d.%s", i, kind), "float32", -1, 12, -1, 64))
-			outs = append(outs, t(fmt.Sprintf("present.%d.%s", i, kind), "float32", -1, 12, -1, 64))
+			ins = append(ins, tensorOf(fmt.Sprintf("past_key_values.%d.%s", i, kind), cacheType, -1, 12, -1, 64))
+			outs = append(outs, tensorOf(fmt.Sprintf("present.%d.%s", i, kind), cacheType, -1, 12, -1, 64))
 		}
 	}
-	ins = append(ins, t("use_cache_branch", "bool", 1))
-	return describe(ins, outs, edit)
+	return describe(append(ins, last), outs, edit)
 }
 
 // describe is the Info of a graph with inputs ins and outputs outs, after
@@ -877,20 +886,9 @@ func TestReadDecoderSig(t *testing.T) {
 // gqaInfo describes a two-layer GroupQueryAttention graph with an int8 KV
 // cache, as models/gpt2 writes the int8 twins'; edit changes it for a case.
 func gqaInfo(edit func(ins, outs map[string]*onnxgraph.Tensor)) onnxgraph.Info {
-	t := func(name, typ string, shape ...int64) onnxgraph.Tensor {
-		return onnxgraph.Tensor{Name: name, Type: typ, Shape: shape}
-	}
-	ins := []onnxgraph.Tensor{t("input_ids", "int64", -1, -1), t("seqlens_k", "int32", -1), t("total_sequence_length", "int32", 1),
-		t("position_ids", "int64", -1, -1)}
-	outs := []onnxgraph.Tensor{t("logits", "float32", -1, -1, 50257)}
-	for i := range 2 {
-		for _, kind := range []string{"key", "value"} {
-			ins = append(ins, t(fmt.Sprintf("past_key_values.%d.%s", i, kind), "int8", -1, 12, -1, 64))
-			outs = append(outs, t(fmt.Sprintf("present.%d.%s", i, kind), "int8", -1, 12, -1, 64))
-		}
-	}
-	ins = append(ins, t("logits_to_keep", "int64", 1))
-	return describe(ins, outs, edit)
+	return decoderInfo([]onnxgraph.Tensor{tensorOf("input_ids", "int64", -1, -1), tensorOf("seqlens_k", "int32", -1),
+		tensorOf("total_sequence_length", "int32", 1), tensorOf("position_ids", "int64", -1, -1)}, "int8",
+		tensorOf("logits_to_keep", "int64", 1), edit)
 }
 
 // testReadGQASig is TestReadDecoderSig for a GroupQueryAttention graph.
