@@ -199,38 +199,7 @@ func BenchmarkLogitsToKeep(b *testing.B) {
 	for _, a := range benchArchs(b) {
 		_, last := openTestDecoder(b, gpt2.Spec{Arch: a}, DecoderConfig{KVTokens: 1 << 20})
 		_, all := openTestDecoder(b, gpt2.Spec{Arch: a, AllLogits: true}, DecoderConfig{KVTokens: 1 << 20})
-		b.Run(a.String()+"/decode", func(b *testing.B) {
-			seqs := map[*Decoder][]models.StepSeq{last: fill(b, last, 32, 256), all: fill(b, all, 32, 256)}
-			next := make([]int32, 32)
-			var times abTimes
-			for i := 0; b.Loop(); i++ {
-				d := abba(i, last, all)
-				if i > 0 && i%128 < 2 {
-					// Every 64 steps of each, the sequences start anew,
-					// so that the context stays within 256..320.
-					b.StopTimer()
-					for _, s := range seqs[d] {
-						d.Free(s.ID)
-					}
-					seqs[d] = fill(b, d, 32, 256)
-					b.StartTimer()
-				}
-				t0 := time.Now()
-				if err := d.Step(context.Background(), seqs[d], next); err != nil {
-					b.Fatal(err)
-				}
-				times.add(d == all, time.Since(t0))
-				for k := range seqs[d] {
-					seqs[d][k].Past++
-				}
-			}
-			times.report(b, "last", "all")
-			for d, ss := range seqs {
-				for _, s := range ss {
-					d.Free(s.ID)
-				}
-			}
-		})
+		b.Run(a.String()+"/decode", func(b *testing.B) { benchDecodePair(b, last, all, 32, 256, "last", "all") })
 		b.Run(a.String()+"/prefill", func(b *testing.B) {
 			p := prompt(9, 128)
 			next := make([]int32, 1)
