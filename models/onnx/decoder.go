@@ -502,9 +502,17 @@ func readDecoderSig(info onnxgraph.Info) (decoderSig, error) {
 			case sig.gqa:
 				want = "capacity"
 			}
-			if o, ok := outs[name]; !ok || !isCacheType(o.Type) || cacheElem[o.Type] != sig.kvElem || len(o.Shape) != 4 {
+			o, ok := outs[name]
+			if !ok || !isCacheType(o.Type) || cacheElem[o.Type] != sig.kvElem || len(o.Shape) != 4 {
 				return sig, fmt.Errorf("no %s output %s [batch, heads, %s, %d]; its outputs: %s",
 					sig.kvElem, name, want, sig.headDim, listTensors(info.Outputs))
+			}
+			// A GQA graph's present is the past's own tensor, bound as
+			// both: of the past's shape, its capacity whatever the decoder
+			// makes it.
+			if in := past[i].key; sig.gqa && (in.Shape[2] > 0 || o.Shape[2] > 0 || o.Shape[1] != in.Shape[1] || o.Shape[3] != in.Shape[3]) {
+				return sig, fmt.Errorf("graph output %s: want %s [batch, %d, capacity, %d] with a dynamic capacity, as %s, which the "+
+					"decoder binds as the output too", o, sig.kvElem, sig.heads, sig.headDim, in)
 			}
 			sig.inputs = append(sig.inputs, fmt.Sprintf("past_key_values.%d.%s", i, kind))
 			sig.outputs = append(sig.outputs, name)

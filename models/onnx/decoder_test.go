@@ -941,6 +941,10 @@ func testReadGQASig(t *testing.T) {
 		}, "unsupported graph input past_key_values.0.key_scale"},
 		{"new keys too", func(_, outs map[string]*onnxgraph.Tensor) { outs["present.0.key"].Name = "new.0.key" },
 			"one of the two layouts of a cache in place, not both"},
+		{"a fixed capacity", func(ins, _ map[string]*onnxgraph.Tensor) { ins["past_key_values.0.key"].Shape[2] = 2048 },
+			"graph output present.0.key int8 [?, 12, ?, 64]: want int8 [batch, 12, capacity, 64] with a dynamic capacity"},
+		{"a present of other heads", func(_, outs map[string]*onnxgraph.Tensor) { outs["present.1.key"].Shape[1] = 6 },
+			"graph output present.1.key int8 [?, 6, ?, 64]: want int8 [batch, 12, capacity, 64]"},
 		{"a float32 present", func(_, outs map[string]*onnxgraph.Tensor) { outs["present.1.value"].Type = "float32" },
 			"no int8 output present.1.value [batch, heads, capacity, 64]"},
 	} {

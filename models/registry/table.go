@@ -136,9 +136,13 @@ func gpt2Entry(a gpt2.Arch) Entry {
 			gen := func(sp gpt2.Spec) (string, error) {
 				return ensure(s, a.String(), "", func(dir string) (string, error) { return gpt2.Ensure(dir, sp) })
 			}
-			path, err := gen(spec(0))
-			if err == nil && s.kvInt8 {
-				path, err = gen(kvInt8Spec(a, path, s))
+			float32Graph := func() (string, error) { return gen(spec(0)) }
+			var path string
+			var err error
+			if s.kvInt8 {
+				path, err = gen(kvInt8Spec(a, float32Graph, s))
+			} else {
+				path, err = float32Graph()
 			}
 			if err != nil {
 				return nil, err
@@ -152,13 +156,18 @@ func gpt2Entry(a gpt2.Arch) Entry {
 // kvInt8Spec returns the graph of a's -int8 twin before its weights are
 // quantised: GroupQueryAttention over an int8 KV cache with static scales
 // per layer, head and channel, each channel's largest |key| or |value| in
-// a's float32 graph (floatPath, in place) over gpt2.CalibrationText, / 127,
-// measured when the twin's graph is first made. Its decode step took
-// 0.84–0.87 of the time of the twins' earlier form, an int8 cache with a
-// scale per token and head and integer products (gpt2-small, 16 rows after
-// 256 positions, the graphs alone; docs/quantization.md).
-func kvInt8Spec(a gpt2.Arch, floatPath string, s Settings) gpt2.Spec {
+// a's float32 graph (in place, made by float32Graph if need be) over
+// gpt2.CalibrationText, / 127, measured when the twin's graph is first
+// made: once that is cached, the float32 graph is not needed. Its decode
+// step took 0.84–0.87 of the time of the twins' earlier form, an int8
+// cache with a scale per token and head and integer products (gpt2-small,
+// 16 rows after 256 positions, the graphs alone; docs/quantization.md).
+func kvInt8Spec(a gpt2.Arch, float32Graph func() (string, error), s Settings) gpt2.Spec {
 	calibrate := func() ([]float32, error) {
+		floatPath, err := float32Graph()
+		if err != nil {
+			return nil, err
+		}
 		rt := s.runtime()
 		rt.Rewrite = nil // the float32 graph itself
 		f, err := onnx.OpenDecoder(onnx.DecoderConfig{Path: floatPath, Name: a.String(), Runtime: rt})

@@ -148,7 +148,7 @@ func TestTwinKVInt8(t *testing.T) {
 	}
 	d.Close()
 	tiny, _ := gpt2.Lookup("gpt2-tiny")
-	src := filepath.Join(cache, kvInt8Spec(tiny, "", Settings{}).FileName())
+	src := filepath.Join(cache, kvInt8Spec(tiny, nil, Settings{}).FileName())
 	var path string
 	for _, line := range strings.Split(logs.String(), "\n") {
 		if strings.Contains(line, "name=gpt2-tiny-int8") && strings.Contains(line, "from="+src) {
@@ -166,5 +166,19 @@ func TestTwinKVInt8(t *testing.T) {
 		return x.Name == gpt2.PastKey(0) && x.Type == "int8"
 	}) {
 		t.Errorf("gpt2-tiny-int8's graph %s: metadata %v, inputs %v", path, info.Metadata, info.Inputs)
+	}
+
+	// Once the twin is made, the float32 graph it was calibrated on is not
+	// needed: a cache without it opens the twin and leaves it out.
+	float32Graph := filepath.Join(cache, gpt2.Spec{Arch: tiny, InPlaceKV: true}.FileName())
+	if err := os.Remove(float32Graph); err != nil {
+		t.Fatalf("the float32 graph %s was not made: %v", float32Graph, err)
+	}
+	if d, err = m.Decoder(Settings{CacheDir: cache}); err != nil {
+		t.Fatalf("open gpt2-tiny-int8 again: %v", err)
+	}
+	d.Close()
+	if _, err := os.Stat(float32Graph); err == nil {
+		t.Error("opening the made twin again made the float32 graph again")
 	}
 }
