@@ -161,8 +161,9 @@ func (c *Comparison) counts() string {
 }
 
 // Compare matches the points of run with those of baseline by
-// configuration (the model a sweep.model run set, endpoint, batch, workers,
-// max-latency, policy, items per request) and load level, and judges each change against the noise band.
+// configuration (the model a sweep.model run set, endpoint, batch,
+// workers, max-latency, policy, items per request) and load level, and
+// judges each change against the noise band.
 // Points are matched in sweep order when a configuration appears more than
 // once. noise's zero fields take the defaults.
 func Compare(run, baseline *record.Run, noise Noise) *Comparison {

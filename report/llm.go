@@ -80,10 +80,7 @@ func (v *view) llmLabel(s llmSeries) string {
 		}
 		return len(vals) > 1
 	}
-	if models := map[string]bool{}; slices.ContainsFunc(order, func(o llmSeries) bool {
-		models[o.Model] = true
-		return len(models) > 1
-	}) {
+	if v.vary.model {
 		name = s.Model + " " + name
 	}
 	if s.Endpoint == "naive" {

@@ -184,6 +184,7 @@ func newView(run *record.Run) *view {
 		if !slices.ContainsFunc(v.loads, func(l record.Load) bool { return l == r.Point.Load }) {
 			v.loads = append(v.loads, r.Point.Load)
 		}
+		mods = appendNew(mods, r.Point.Model) // naive points too: every series names its model
 		if isNaive(r) {
 			v.naive = append(v.naive, r)
 			continue
@@ -196,7 +197,7 @@ func newView(run *record.Run) *view {
 		if !slices.Contains(v.vars, s.variant()) {
 			v.vars = append(v.vars, s.variant())
 		}
-		mods, eps, lats = appendNew(mods, s.Model), appendNew(eps, s.Endpoint), appendNew(lats, s.Latency.D().String())
+		eps, lats = appendNew(eps, s.Endpoint), appendNew(lats, s.Latency.D().String())
 		pols, bks, items = appendNew(pols, s.Policy), appendNew(bks, s.Buckets), appendNew(items, fmt.Sprint(s.Items))
 	}
 	slices.SortFunc(v.loads, compareLoad)

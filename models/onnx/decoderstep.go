@@ -441,16 +441,17 @@ func (d *Decoder) run(jobs []job, next []int32, decode bool) error {
 	for _, j := range jobs {
 		s = max(s, len(j.tokens))
 	}
+	// A GQA graph's total_sequence_length: GroupQueryAttention writes each
+	// row's s positions after its past (a row fed nothing, a padding
+	// position), in the buffer itself, which must hold them.
+	total := s
 	if d.sig.gqa {
-		// GroupQueryAttention writes each row's s positions after its past
-		// (a row fed nothing, a padding position), in the buffer itself.
-		need := s
 		for _, j := range jobs {
 			if j.st != nil {
-				need = max(need, j.st.n+s)
+				total = max(total, j.st.n+s)
 			}
 		}
-		if past, err = d.withRoom(past, jobs, need, decode); err != nil {
+		if past, err = d.withRoom(past, jobs, total, decode); err != nil {
 			return err
 		}
 	}
@@ -520,14 +521,12 @@ func (d *Decoder) run(jobs []job, next []int32, decode bool) error {
 	addTensor(&in, tokShape, d.ids)
 	if d.sig.gqa {
 		d.seqLens = grow(d.seqLens, rows)
-		total := s
 		for r, j := range jobs {
 			n := 0
 			if j.st != nil {
 				n = j.st.n
 			}
 			d.seqLens[r] = int32(n + s - 1)
-			total = max(total, n+s)
 		}
 		addTensor(&in, ort.NewShape(int64(rows)), d.seqLens)
 		addTensor(&in, ort.NewShape(1), []int32{int32(total)})
