@@ -160,10 +160,10 @@ type Batcher[In, Out any] struct {
 	running running // predicted ends of the batches being computed
 	onBatch func(Info)
 
-	in    chan item[In, Out]  // admitted items; capacity QueueCap
-	ready chan *slab[In, Out] // unbuffered: a receive means a worker is free
-	idle  chan struct{}       // capacity 1: a worker finished a batch
-	calls sync.Pool           // *call[Out]
+	in    chan arrival[In, Out] // admitted calls; capacity QueueCap
+	ready chan *slab[In, Out]   // unbuffered: a receive means a worker is free
+	idle  chan struct{}         // capacity 1: a worker finished a batch
+	calls sync.Pool             // *call[Out]
 
 	back chan *slab[In, Out] // slabs returned by workers for reuse
 
@@ -189,6 +189,14 @@ type item[In, Out any] struct {
 	size int
 }
 
+// arrival is one admitted call's items, sent to the dispatcher as one
+// value so that a call's items are judged together: a call of one item
+// in one, of several in many (allocated: one item is the common case).
+type arrival[In, Out any] struct {
+	one  item[In, Out]
+	many []item[In, Out]
+}
+
 // slab is one batch: forming, ready, or handed to a worker.
 type slab[In, Out any] struct {
 	items []item[In, Out]
@@ -208,7 +216,7 @@ func New[In, Out any](cfg Config, workers ...Func[In, Out]) *Batcher[In, Out] {
 	b := &Batcher[In, Out]{
 		est:     newEstimator(),
 		onBatch: cfg.OnBatch,
-		in:      make(chan item[In, Out], cfg.QueueCap),
+		in:      make(chan arrival[In, Out], cfg.QueueCap),
 		ready:   make(chan *slab[In, Out]),
 		idle:    make(chan struct{}, 1),
 		back:    make(chan *slab[In, Out], 64),
@@ -375,14 +383,24 @@ func (b *Batcher[In, Out]) admit(c *call[Out], ins []In) error {
 	}
 	c.pending.Store(int32(n))
 	sizeOf := b.size.Load()
-	// The counter bounds the channel's contents, so these sends never block.
-	for i := range ins {
+	it := func(i int) item[In, Out] {
 		size := 1
 		if sizeOf != nil {
 			size = (*sizeOf)(ins[i])
 		}
-		b.in <- item[In, Out]{c: c, in: ins[i], idx: i, size: size}
+		return item[In, Out]{c: c, in: ins[i], idx: i, size: size}
 	}
+	// The counter bounds the channel's contents (each arrival holds at
+	// least one item), so this send never blocks.
+	if len(ins) == 1 {
+		b.in <- arrival[In, Out]{one: it(0)}
+		return nil
+	}
+	many := make([]item[In, Out], len(ins))
+	for i := range ins {
+		many[i] = it(i)
+	}
+	b.in <- arrival[In, Out]{many: many}
 	return nil
 }
 

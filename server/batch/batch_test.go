@@ -315,6 +315,29 @@ func TestMultiItemRequestSpansBatches(t *testing.T) {
 	})
 }
 
+// TestCallAdmittedWhole: a call's items reach the dispatcher together, so
+// that an idle worker under the immediate policy takes all of them and not
+// the first alone. (Sent one by one, a dispatcher woken by the first item
+// could hand it to the worker before the rest had come.)
+func TestCallAdmittedWhole(t *testing.T) {
+	var r recorder
+	b := New(Config{MaxBatch: 64, Policy: Immediate}, r.fn)
+	stop := start(t, b)
+	defer stop()
+	ins := []int{1, 2, 3, 4, 5, 6, 7, 8}
+	for range 300 {
+		if _, _, err := b.Do(context.Background(), ins); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batches, _ := r.snapshot()
+	for _, got := range batches {
+		if len(got) != len(ins) {
+			t.Fatalf("batch %v, one of %d for 300 calls: want each call's %d items in one batch", got, len(batches), len(ins))
+		}
+	}
+}
+
 func TestErrors(t *testing.T) {
 	boom := errors.New("boom")
 	for _, tc := range []struct {

@@ -17,7 +17,7 @@ func (b *Batcher[In, Out]) dispatch() {
 	timer.Stop()
 	var timerAt time.Time
 
-	add := func(it item[In, Out]) {
+	addItem := func(it item[In, Out]) {
 		b.est.arrive(it.c.enq)
 		cfg := b.cfg.Load()
 		key := bucketOf(cfg.Buckets, it.size)
@@ -40,6 +40,15 @@ func (b *Batcher[In, Out]) dispatch() {
 		s.add(it)
 		open = append(open, s)
 	}
+	add := func(a arrival[In, Out]) {
+		if a.many == nil {
+			addItem(a.one)
+			return
+		}
+		for _, it := range a.many {
+			addItem(it)
+		}
+	}
 
 	for {
 		// Take what is already queued without blocking, so that a burst is
@@ -47,12 +56,12 @@ func (b *Batcher[In, Out]) dispatch() {
 	drain:
 		for in != nil {
 			select {
-			case it, ok := <-in:
+			case a, ok := <-in:
 				if !ok {
 					in = nil
 					break drain
 				}
-				add(it)
+				add(a)
 			default:
 				break drain
 			}
@@ -85,12 +94,12 @@ func (b *Batcher[In, Out]) dispatch() {
 			b.queued.Add(-n)
 			b.busy.Add(1) // here, not in the worker, so that the next pick sees it
 			open = append(open[:pick], open[pick+1:]...)
-		case it, ok := <-in:
+		case a, ok := <-in:
 			if !ok {
 				in = nil
 				continue
 			}
-			add(it)
+			add(a)
 		case <-timeout:
 			timerAt = time.Time{}
 		case <-b.idle:
