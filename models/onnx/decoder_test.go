@@ -596,8 +596,11 @@ func testJoinInPlace(t *testing.T, spec gpt2.Spec) {
 }
 
 // TestDecoderRoomInPlace: an in-place graph's batch decodes in its buffer,
-// which is assembled anew with room only when a row has none left (every 16
-// steps for rows of 30 or so tokens), never larger than room makes it.
+// which is widened with room only when a row has none left (every 16 steps
+// for rows of 30 or so tokens), never larger than room makes it, and in its
+// own memory while that has the capacity: nothing is allocated. (That the
+// widened buffer decodes exactly, the recompute tests check: their rows
+// grow through widenings.)
 func TestDecoderRoomInPlace(t *testing.T) {
 	t.Run("in place", func(t *testing.T) { testRoomInPlace(t, tinySpec()) })
 	t.Run("GQA", func(t *testing.T) { testRoomInPlace(t, tinySpec(gqa)) })
@@ -606,11 +609,11 @@ func TestDecoderRoomInPlace(t *testing.T) {
 func testRoomInPlace(t *testing.T, spec gpt2.Spec) {
 	_, d := openTestDecoder(t, spec, DecoderConfig{})
 	seqs := fill(t, d, 4, 30)
-	assembled, widened := 0, 0
+	assembled, widened, allocated := 0, 0, 0
 	const steps = 40
 	for k := range steps + 1 {
 		if k == 1 { // after the batch's buffer was assembled from the 4 prefills
-			assembled, widened = d.pool.assembled, d.pool.widened
+			assembled, widened, allocated = d.pool.assembled, d.pool.widened, d.pool.allocated
 		}
 		next, _ := step(t, d, seqs...)
 		for i := range seqs {
@@ -626,6 +629,9 @@ func testRoomInPlace(t *testing.T, spec gpt2.Spec) {
 	}
 	if n := d.pool.widened - widened; n < 1 || n > steps/16+1 {
 		t.Errorf("%d steps widened the batch's buffer %d times, want 1..%d", steps, n, steps/16+1)
+	}
+	if n := d.pool.allocated - allocated; n != 0 {
+		t.Errorf("%d steps allocated %d bytes, want the buffer widened in its own memory", steps, n)
 	}
 }
 

@@ -633,9 +633,10 @@ func (d *Decoder) keepFresh(past *kvBuf, jobs []job, s int, decode bool) error {
 }
 
 // withRoom returns past, the left-layout buffer of a run of jobs (by row),
-// when it has need positions; otherwise a buffer assembled with room for
-// need (see room; but at least need, which a GQA graph's padding may put
-// past the context), whose rows are past's and to which the jobs' states
+// when it has need positions; otherwise past widened in place when its
+// memory has room for need (see room; but at least need, which a GQA
+// graph's padding may put past the context), or else a buffer assembled
+// with that room, whose rows are past's and to which the jobs' states
 // move.
 func (d *Decoder) withRoom(past *kvBuf, jobs []job, need int, decode bool) (*kvBuf, error) {
 	if need <= past.t && past.data != nil {
@@ -646,7 +647,11 @@ func (d *Decoder) withRoom(past *kvBuf, jobs []job, need int, decode bool) (*kvB
 		states[r] = j.st
 	}
 	d.pool.widened++
-	return d.pool.assembleAt(d.dims, states, max(need, min(room(need), d.info.Context)), !decode)
+	t := max(need, min(room(need), d.info.Context))
+	if widenInPlace(d.dims, past, states, t) {
+		return past, nil
+	}
+	return d.pool.assembleAt(d.dims, states, t, !decode)
 }
 
 // addCacheTensor adds a cache tensor of a buffer of rows × t positions,

@@ -299,6 +299,42 @@ func (p *bufPool) assembleAt(d dims, states []*seqState, t int, prefill bool) (*
 // (2-core dev VM, load average 8, 2 December 2026).
 func room(n int) int { return n + max(16, n/16) }
 
+// widenInPlace makes b, a left-layout buffer whose rows are states' (nil
+// rows empty), a buffer of t positions in its own memory, when it has
+// the capacity: each head's row of positions moves to its wider place,
+// the last first, so that no move overwrites one still to come, and the
+// new positions are masked. It reports whether it could. Assembling a
+// new buffer instead would fault in the pages of a fresh one and copy
+// every row: for 16 rows of gpt2-small at 256 tokens (300 MB), 1.1 to
+// 1.6 s on the 2-core dev VM, where a step takes 37 ms.
+func widenInPlace(d dims, b *kvBuf, states []*seqState, t int) bool {
+	if !d.left || b.data == nil || t <= b.t || cap(b.data) < d.bytes(b.rows, t) || len(states) != b.rows {
+		return false
+	}
+	for r, st := range states {
+		if b.seqs[r] != st {
+			return false
+		}
+	}
+	old, w := b.t, d.posBytes()
+	data := b.data[:d.bytes(b.rows, t)]
+	// Rows of positions in the order of the data: tensor, row, head.
+	for k := d.tensors()*b.rows*d.heads - 1; k >= 0; k-- {
+		copy(data[k*t*w:][:old*w], data[k*old*w:][:old*w])
+	}
+	mask := b.mask
+	if cap(mask) < b.rows*t {
+		mask = make([]int64, b.rows*t, b.rows*t+b.rows*t/4)
+	}
+	mask = mask[:b.rows*t]
+	for r := b.rows - 1; r >= 0; r-- {
+		copy(mask[r*t:][:old], b.mask[r*old:][:old])
+		clear(mask[r*t+old : (r+1)*t])
+	}
+	b.data, b.mask, b.t = data, mask, t
+	return true
+}
+
 // joinInPlace moves st into row r of b, a row no sequence holds, its
 // tokens at the right end of the row: the cost of one sequence's cache,
 // where assembling the batch anew costs every row's. st.n must be at most
