@@ -50,6 +50,17 @@ func TestSummaryModels(t *testing.T) {
 		t.Errorf("summary.md lacks\n%s\ngot:\n%s", want, b)
 	}
 
+	// A model whose only point was cut short has no throughput to show,
+	// not "0.00 items/s".
+	run.Records = append(run.Records[:2], point("bert-base-int8", 4, 30, 1500, 400, true))
+	if res, err = Write(context.Background(), run, nil, "", small); err != nil {
+		t.Fatal(err)
+	}
+	b, _ = os.ReadFile(res.Summary)
+	if want := "- bert-base-int8: no complete point (the run stopped before one ended), RSS 400 MiB (0.48×)\n"; !strings.Contains(string(b), want) {
+		t.Errorf("a model with a partial point only: summary.md lacks\n%s\ngot:\n%s", want, b)
+	}
+
 	// One model: nothing to set side by side.
 	run.Records = run.Records[:2]
 	if res, err = Write(context.Background(), run, nil, "", small); err != nil {

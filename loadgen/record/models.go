@@ -24,6 +24,9 @@ type ModelRow struct {
 	// (infer models compare), when it was measured: "fill-mask top-1
 	// agreement 0.97, top-5 overlap 0.93 over 275 masks".
 	Accuracy string `json:"accuracy,omitempty"`
+	// Complete counts its points measured to the end; with none (a run
+	// stopped in its first point) it has no throughput to show.
+	Complete int `json:"complete_points"`
 }
 
 // Models returns the rows of the models of records, in the order of their
@@ -45,7 +48,11 @@ func Models(records []Record, accuracy map[string]string) []ModelRow {
 		}
 		row := &rows[k]
 		row.RSSBytes = max(row.RSSBytes, r.Server.RSSBytes)
-		if r.Partial || r.ItemsPerSec <= row.ItemsPerSec {
+		if r.Partial {
+			continue
+		}
+		row.Complete++
+		if r.ItemsPerSec <= row.ItemsPerSec && row.Point != "" {
 			continue
 		}
 		row.Point, row.ItemsPerSec, row.P99 = strings.TrimPrefix(r.Point.Name, m+" "), r.ItemsPerSec, r.Latency.P99
@@ -69,6 +76,9 @@ func (r ModelRow) Line(first ModelRow) string {
 	}
 	line := fmt.Sprintf("%s: %s items/s%s, p99 %s%s", r.Model, Short(r.ItemsPerSec), ratio(r.ItemsPerSec, first.ItemsPerSec),
 		p99, ratio(r.P99.D().Seconds(), first.P99.D().Seconds()))
+	if r.Complete == 0 {
+		line = r.Model + ": no complete point (the run stopped before one ended)"
+	}
 	if r.RSSBytes > 0 {
 		line += fmt.Sprintf(", RSS %d MiB%s", r.RSSBytes>>20, ratio(float64(r.RSSBytes), float64(first.RSSBytes)))
 	}
