@@ -52,6 +52,9 @@ func (o *genOptions) engine(d models.EngineDefaults, maxLatency time.Duration, q
 	if err := openai.CheckStreamInterval(o.StreamInterval); err != nil {
 		return generate.Config{}, usageErrorf("--stream-interval %v", err)
 	}
+	if o.BlockSize < 1 { // the engine would take 0 for its default
+		return generate.Config{}, usageErrorf("--block-size %d: want 1 to %d tokens", o.BlockSize, generate.MaxBlockSize)
+	}
 	cfg := generate.Config{
 		Policy:           policy,
 		MaxSeqs:          o.MaxSeqs,

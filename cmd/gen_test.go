@@ -81,6 +81,7 @@ func TestServeDecoderFlags(t *testing.T) {
 			}
 		}},
 		{args: []string{"--model", "sim-lm", "--block-size", "5000"}, wantErr: "--block-size 5000: want 1 to 1024 tokens"},
+		{args: []string{"--model", "sim-lm", "--block-size", "0"}, wantErr: "--block-size 0: want 1 to 1024 tokens"}, // not the default silently
 		{args: []string{"--model", "sim-lm", "--max-seqs", "-1"}, wantErr: "--max-seqs -1"},
 		{args: []string{"--model", "sim-lm", "--max-batched-tokens", "-1"}, wantErr: "--max-batched-tokens -1"},
 		{args: []string{"--model", "sim-lm", "--max-seqs", "100000"}, wantErr: "--max-seqs 100000"},
