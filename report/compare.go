@@ -161,21 +161,22 @@ func (c *Comparison) counts() string {
 }
 
 // Compare matches the points of run with those of baseline by
-// configuration (the model a sweep.model run set, endpoint, batch,
-// workers, max-latency, policy, items per request) and load level, and
-// judges each change against the noise band.
+// configuration (the model: a sweep.model run's, or the server.model of a
+// run of one; endpoint, batch, workers, max-latency, policy, items per
+// request) and load level, and judges each change against the noise band.
 // Points are matched in sweep order when a configuration appears more than
 // once. noise's zero fields take the defaults.
 func Compare(run, baseline *record.Run, noise Noise) *Comparison {
 	noise = noise.withDefaults()
 	c := &Comparison{Baseline: baseline.Dir, Default: noise}
 	cur, base := newView(run), newView(baseline)
+	curKey, baseKey := modelKeys(run, baseline), modelKeys(baseline, run)
 	pending := map[key][]*record.Record{}
 	for _, r := range base.recs {
-		pending[keyOf(r.Point)] = append(pending[keyOf(r.Point)], r)
+		pending[baseKey(r)] = append(pending[baseKey(r)], r)
 	}
 	for _, r := range cur.recs {
-		k := keyOf(r.Point)
+		k := curKey(r)
 		if len(pending[k]) == 0 {
 			c.OnlyRun = append(c.OnlyRun, r)
 			continue
@@ -185,9 +186,9 @@ func Compare(run, baseline *record.Run, noise Noise) *Comparison {
 		c.Changes = append(c.Changes, judge(b, r, noise))
 	}
 	for _, r := range base.recs {
-		if rest := pending[keyOf(r.Point)]; len(rest) > 0 && rest[0] == r {
+		if rest := pending[baseKey(r)]; len(rest) > 0 && rest[0] == r {
 			c.OnlyBaseline = append(c.OnlyBaseline, r)
-			pending[keyOf(r.Point)] = rest[1:]
+			pending[baseKey(r)] = rest[1:]
 		}
 	}
 	c.Verdict = Pass
@@ -198,6 +199,28 @@ func Compare(run, baseline *record.Run, noise Noise) *Comparison {
 		c.Verdict = max(c.Verdict, ch.Verdict)
 	}
 	return c
+}
+
+// modelKeys returns the key of run's points for Compare with other:
+// keyOf's, and when other swept models (sweep.model: its points name
+// theirs) but run did not, with the model of the server infer started for
+// run (server.model, in its manifest), so that the points of a run of
+// one model match that model's in a sweep of several.
+func modelKeys(run, other *record.Run) func(*record.Record) key {
+	swept := func(r *record.Run) bool {
+		return slices.ContainsFunc(r.Records, func(r record.Record) bool { return r.Point.Model != "" })
+	}
+	m := ""
+	if swept(other) && !swept(run) {
+		m = run.Manifest.Model
+	}
+	return func(r *record.Record) key {
+		k := keyOf(r.Point)
+		if k.Model == "" {
+			k.Model = m
+		}
+		return k
+	}
 }
 
 // judge compares one point with its baseline.

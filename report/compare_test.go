@@ -239,6 +239,33 @@ func TestCompareMatching(t *testing.T) {
 	}
 }
 
+// TestCompareModels: a sweep.model run's points match a baseline's by
+// model, and a run of one model (server.model, its points naming none)
+// matches the points of that model only, either way round.
+func TestCompareModels(t *testing.T) {
+	of := func(model string) record.Record {
+		return point(func(r *record.Record) { r.Point.Model, r.Point.Load.Rate = model, 10 })
+	}
+	swept := &record.Run{Dir: "swept", Records: []record.Record{of("bert-base"), of("bert-base-int8")}}
+	swept.Manifest.Model = "bert-base,bert-base-int8"
+	for _, tc := range []struct {
+		server    string
+		matchedTo string
+	}{{"bert-base", "bert-base"}, {"bert-base-int8", "bert-base-int8"}, {"bert-mini", ""}} {
+		one := &record.Run{Dir: "one", Records: []record.Record{of("")}}
+		one.Manifest.Model = tc.server
+		for _, c := range []*Comparison{Compare(swept, one, Noise{}), Compare(one, swept, Noise{})} {
+			var got string
+			for _, ch := range c.Changes {
+				got += ch.Base.Point.Model + ch.Cur.Point.Model
+			}
+			if got != tc.matchedTo || len(c.OnlyRun)+len(c.OnlyBaseline) != 3-2*len(c.Changes) {
+				t.Errorf("server.model %s against the sweep: matched %q, %d and %d unmatched; want %q", tc.server, got, len(c.OnlyRun), len(c.OnlyBaseline), tc.matchedTo)
+			}
+		}
+	}
+}
+
 func TestCompareLine(t *testing.T) {
 	c := &Comparison{Verdict: Regression, Changes: []Change{{Verdict: Regression}, {Verdict: Pass}, {Verdict: Pass}},
 		OnlyBaseline: []*record.Record{{}}}
