@@ -203,9 +203,10 @@ func Compare(run, baseline *record.Run, noise Noise) *Comparison {
 
 // modelKeys returns the key of run's points for Compare with other:
 // keyOf's, and when other swept models (sweep.model: its points name
-// theirs) but run did not, with the model of the server infer started for
-// run (server.model, in its manifest), so that the points of a run of
-// one model match that model's in a sweep of several.
+// theirs) but run did not, with run's model from its manifest (the
+// server.model infer started, or the model a target reported), so that
+// the points of a run of one model match that model's in a sweep of
+// several.
 func modelKeys(run, other *record.Run) func(*record.Record) key {
 	swept := func(r *record.Run) bool {
 		return slices.ContainsFunc(r.Records, func(r record.Record) bool { return r.Point.Model != "" })

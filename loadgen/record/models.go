@@ -52,7 +52,7 @@ func Models(records []Record, accuracy map[string]string) []ModelRow {
 			continue
 		}
 		row.Complete++
-		if r.ItemsPerSec <= row.ItemsPerSec && row.Point != "" {
+		if r.ItemsPerSec <= row.ItemsPerSec && row.Complete > 1 {
 			continue
 		}
 		row.Point, row.ItemsPerSec, row.P99 = strings.TrimPrefix(r.Point.Name, m+" "), r.ItemsPerSec, r.Latency.P99

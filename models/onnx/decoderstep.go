@@ -610,9 +610,8 @@ func (d *Decoder) first(j job, s int) int {
 
 // keepFresh writes the keys and values an in-place graph's run computed
 // (d.fresh) into the cache after each row's past: into past itself when
-// every row has room; otherwise into a buffer assembled with room for them
-// (see room), whose rows are past's and to which the jobs' states move. The
-// jobs' states still count their past tokens only.
+// every row has room; otherwise into past widened with room for them (see
+// withRoom). The jobs' states still count their past tokens only.
 func (d *Decoder) keepFresh(past *kvBuf, jobs []job, s int, decode bool) error {
 	need := 0
 	for _, j := range jobs {

@@ -21,8 +21,9 @@ import (
 // r's tokens at positions 0..n-1 and the positions after them masked room
 // to grow. A decode step reads each row's keys and values once (in
 // attention) and copies a token's worth per row; a buffer whose longest row
-// has no room left is assembled anew, wider by room (1/16, at least 16
-// positions), so that decoding widens it at most every 16 steps. Masked
+// has no room left is widened by room (1/16, at least 16 positions), in its
+// own memory while that has the capacity and otherwise assembled anew, so
+// that decoding widens it at most every 16 steps. Masked
 // positions get exactly zero weight and a row's tokens keep their places
 // whatever the buffer's size, so a row's logits differ between buffers by
 // the order of summation only (the tests hold them within 1e-5 of the row
@@ -144,7 +145,7 @@ type bufPool struct {
 	spare     int             // bytes of free buffers kept besides the largest (see put)
 	all       map[*kvBuf]bool // every buffer allocated and not yet freed
 	assembled int             // buffers assembled (see assemble), for tests
-	widened   int             // left-layout buffers assembled to make room (see Decoder.keepFresh), for tests
+	widened   int             // left-layout buffers widened, in place or assembled anew (see Decoder.withRoom), for tests
 	allocated int             // bytes allocated, for tests
 }
 

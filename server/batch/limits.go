@@ -18,7 +18,8 @@ const (
 	// company would outlast the requests' own deadlines.
 	MaxLatencyLimit = time.Minute
 	// QueueCapLimit bounds Config.QueueCap, in items: the admission channel
-	// is allocated at this capacity (~64 bytes an item).
+	// is allocated at this capacity (an arrival a slot: an item and a slice
+	// header, about 90 bytes).
 	QueueCapLimit = 1 << 20
 	// WorkersLimit bounds the number of workers, each a model instance of
 	// its own.
