@@ -6,7 +6,9 @@ package scenario
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -55,7 +57,10 @@ func yamlError(file string, root ast.Node, err error) error {
 		var te *yaml.TypeError
 		switch {
 		case errors.As(err, &uf):
-			if s := suggestKey(tok.Value); s != "" {
+			if places := keyPlaces()[tok.Value]; len(places) > 0 {
+				// A key of the schema, in the wrong section.
+				msg += " here: it is a key of " + listPlaces(places)
+			} else if s := suggestKey(tok.Value); s != "" {
 				msg += fmt.Sprintf(" (did you mean %q?)", s)
 			}
 		case errors.As(err, &te) && te.DstType != nil:
@@ -132,25 +137,57 @@ func suggestKey(key string) string { return suggest.Closest(key, knownKeys()) }
 // knownKeys returns every key of the file's schema, from the YAML tags of
 // fileScenario and of the structs it holds, so that a key added there is
 // suggested too.
-func knownKeys() []string { return yamlKeys(reflect.TypeFor[fileScenario](), nil) }
+func knownKeys() []string { return slices.Sorted(maps.Keys(keyPlaces())) }
 
-// yamlKeys appends the YAML keys of struct type t and of the structs its
-// fields hold (through pointers, slices and lists).
-func yamlKeys(t reflect.Type, keys []string) []string {
+// listPlaces says places in a sentence: "sweep", "server and sweep",
+// "target, server and sweep", "a, b and 3 more sections".
+func listPlaces(places []string) string {
+	if n := len(places); n > 3 {
+		return fmt.Sprintf("%s, %s and %d more sections", places[0], places[1], n-2)
+	}
+	if n := len(places); n > 1 {
+		return strings.Join(places[:n-1], ", ") + " and " + places[n-1]
+	}
+	return places[0]
+}
+
+// keyPlaces returns where each key of the file's schema may be written: the
+// paths of the sections that take it ("sweep", "payload.output_tokens",
+// "the top level").
+func keyPlaces() map[string][]string {
+	places := map[string][]string{}
+	yamlKeys(reflect.TypeFor[fileScenario](), "", places)
+	return places
+}
+
+// yamlKeys adds the YAML keys of struct type t, at path, and of the
+// structs its fields hold (through pointers, slices and lists) to places.
+func yamlKeys(t reflect.Type, path string, places map[string][]string) {
 	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
 		t = t.Elem()
 	}
 	if t.Kind() != reflect.Struct {
-		return keys
+		return
 	}
 	for i := range t.NumField() {
 		f := t.Field(i)
-		if k, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); k != "" {
-			keys = append(keys, k)
+		k, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if k == "-" {
+			continue
 		}
-		keys = yamlKeys(f.Type, keys)
+		if k == "" {
+			yamlKeys(f.Type, path, places) // inlined
+			continue
+		}
+		where := path
+		if where == "" {
+			where = "the top level"
+		}
+		if !slices.Contains(places[k], where) {
+			places[k] = append(places[k], where)
+		}
+		yamlKeys(f.Type, strings.TrimPrefix(path+"."+k, "."), places)
 	}
-	return keys
 }
 
 // find returns the token of the key or element at path, or nil.

@@ -137,6 +137,9 @@ func TestParseErrors(t *testing.T) {
 		{"typo", "server:\n  model: sim\nload:\n  concurrency: 8\n  duraton: 3s\n", 5, `unknown field "duraton" (did you mean "duration"?)`},
 		{"nested typo", "server:\n  model: sim\npayload:\n  inject: {text: x, evrey: 5}\nload:\n  concurrency: 8\n", 4, `unknown field "evrey" (did you mean "every"?)`},
 		{"unknown section", "server:\n  model: sim\nloads:\n  concurrency: 8\n", 3, `unknown field "loads" (did you mean "load"?)`},
+		// A key of another section: where it belongs, not itself as a typo.
+		{"misplaced key", "server:\n  model: sim\n  max_seqs: 8\nload:\n  concurrency: 8\n", 3, `unknown field "max_seqs" here: it is a key of sweep`},
+		{"misplaced key of several", "server:\n  model: sim\nload:\n  concurrency: 8\n  model: x\n", 5, `unknown field "model" here: it is a key of target, server and sweep`},
 		{"bad duration", "server:\n  model: sim\nload:\n  concurrency: 8\n  duration: 3 seconds\n", 5, `load.duration "3 seconds": want a duration like 10s`},
 		{"bare number duration", "server:\n  model: sim\nload:\n  concurrency: 8\n  warmup: 3\n", 5, `load.warmup "3": want a duration`},
 		{"zero duration", "server:\n  model: sim\nload:\n  concurrency: 8\n  duration: 0s\n", 5, "load.duration 0s: must be positive"},
