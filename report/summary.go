@@ -620,7 +620,7 @@ func (v *view) writeOffline(b *strings.Builder) {
 func (v *view) writeComparison(b *strings.Builder, c *Comparison) {
 	b.WriteString("## Comparison with the baseline\n\n")
 	fmt.Fprintf(b, "Baseline `%s`. Verdict: **%s** (%s).\n\n", c.Baseline, strings.ToUpper(c.Verdict.String()), c.counts())
-	fmt.Fprintf(b, "A point regresses when its throughput falls, its p99 rises or its error rate rises beyond the noise band, on measurements that are not flagged; beyond the band on a flagged measurement it warns. The band is the repeats' spread where both runs have repeats (at least half the default; the p99s compared are then the medians of the repeats' p99s), else ±%s %% throughput and ±%s %% p99, and an encoder point's p99 must be worse beyond it even from the low end of its sampling interval to the high end of the baseline's (99 %% intervals from the latency histograms; for LLM points tokens/s, TTFT p99 and TPOT p99 are compared); the error rate may rise by %s percentage point(s). Points are matched by endpoint, batch, workers, max-latency, policy, buckets, items per request and load level.\n\n",
+	fmt.Fprintf(b, "A point regresses when its throughput falls, its p99 rises or its error rate rises beyond the noise band, on measurements that are not flagged; beyond the band on a flagged measurement it warns. The band is the repeats' spread where both runs have repeats (at least half the default; the p99s compared are then the medians of the repeats' p99s), else ±%s %% throughput and ±%s %% p99, and an encoder point's p99 must be worse beyond it even from the low end of its sampling interval to the high end of the baseline's (99 %% intervals from the latency histograms; for LLM points tokens/s, TTFT p99 and TPOT p99 are compared); the error rate may rise by %s percentage point(s). Points are matched by model, endpoint, batch, workers, max-latency, policy, buckets, items per request and load level.\n\n",
 		num(c.Default.Throughput*100), num(c.Default.P99*100), num(c.Default.ErrorRate*100))
 	if len(c.Changes) > 0 {
 		changes := slices.Clone(c.Changes)
@@ -628,7 +628,7 @@ func (v *view) writeComparison(b *strings.Builder, c *Comparison) {
 		thrName, p99Name := "req/s", "p99"
 		if v.isLLM() {
 			thrName, p99Name = "tokens/s", "TTFT p99"
-			b.WriteString("For LLM points throughput is output tokens/s and p99 is TTFT's; TPOT's p99 is judged in the default p99 band, since the repeats carry no TPOT; they are matched by endpoint, max-seqs, max-batched-tokens, max-latency and load level.\n\n")
+			b.WriteString("For LLM points throughput is output tokens/s and p99 is TTFT's; TPOT's p99 is judged in the default p99 band, since the repeats carry no TPOT; they are matched by model, endpoint, max-seqs, max-batched-tokens, max-latency and load level.\n\n")
 		}
 		// With repeats on both sides the verdict compares the medians of
 		// the repeats' p99s, which differ from the points' own p99s of
