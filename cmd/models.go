@@ -3,9 +3,12 @@ package cmd
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -276,6 +279,13 @@ func newCmdModelsInfo(runF func(context.Context, *modelsInfoOptions) error) *cob
 }
 
 func runModelsInfo(_ context.Context, opts *modelsInfoOptions) error {
+	if _, err := os.Stat(opts.Path); errors.Is(err, fs.ErrNotExist) {
+		if m, err := registry.Lookup(opts.Path); err == nil && m.Path == "" {
+			return usageErrorf("%s is a built-in model, not a file: models info reads an .onnx file; a built-in's is made in the model cache "+
+				"on first use (infer models list names the cache's folder)", opts.Path)
+		}
+		return usageErrorf("%s: no such file", opts.Path)
+	}
 	info, err := onnxgraph.Inspect(opts.Path)
 	if err != nil {
 		return err

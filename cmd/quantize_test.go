@@ -101,6 +101,15 @@ func TestQuantizeCommand(t *testing.T) {
 	if err != nil || info.IntegerParams < srcInfo.Params/2 || info.Params > srcInfo.Params/2 {
 		t.Errorf("parameters: float32 %d → %d, int8 %d (%v)", srcInfo.Params, info.Params, info.IntegerParams, err)
 	}
+	// A built-in's name is not a file: a usage error that says so.
+	for arg, want := range map[string]string{
+		"gpt2-small-int8":  "gpt2-small-int8 is a built-in model, not a file: models info reads an .onnx file",
+		dir + "/none.onnx": dir + "/none.onnx: no such file",
+	} {
+		if code, text := infer(t, "models", "info", arg); code != exitUsage || !strings.Contains(text, want) {
+			t.Errorf("models info %s: exit %d, want %d and %q in:\n%s", arg, code, exitUsage, want, text)
+		}
+	}
 	code, text = infer(t, "models", "info", out)
 	if want := fmt.Sprintf("parameters: %d (%s) in integers of 8 bits or fewer, as stored; %d (%s) in floating point",
 		info.IntegerParams, millions(info.IntegerParams), info.Params, millions(info.Params)); code != exitOK || !strings.Contains(text, want) {
