@@ -328,10 +328,10 @@ func build(s Spec, scales []float32) *onnxgraph.Graph {
 	if !s.NoPositionIDs {
 		positions = b.Input(PositionIDs, onnxgraph.Int64, batch, seq)
 	}
-	keyType, valueType := s.KVTypes()
+	kvType := s.kvType()
 	for i := range a.Layers {
-		b.Input(PastKey(i), keyType, batch, heads, past, headDim)
-		b.Input(PastValue(i), valueType, batch, heads, past, headDim)
+		b.Input(PastKey(i), kvType, batch, heads, past, headDim)
+		b.Input(PastValue(i), kvType, batch, heads, past, headDim)
 	}
 	if s.CacheBranch {
 		b.Input(UseCacheBranch, onnxgraph.Bool, onnxgraph.Fixed(1))
@@ -372,12 +372,12 @@ func build(s Spec, scales []float32) *onnxgraph.Graph {
 	b.Output(Logits, onnxgraph.Float32, batch, kept, onnxgraph.Fixed(int64(a.Vocab)))
 	for i := range a.Layers {
 		if s.InPlaceKV {
-			b.Output(NewKey(i), keyType, batch, heads, seq, headDim)
-			b.Output(NewValue(i), valueType, batch, heads, seq, headDim)
+			b.Output(NewKey(i), kvType, batch, heads, seq, headDim)
+			b.Output(NewValue(i), kvType, batch, heads, seq, headDim)
 			continue
 		}
-		b.Output(PresentKey(i), keyType, batch, heads, total, headDim)
-		b.Output(PresentValue(i), valueType, batch, heads, total, headDim)
+		b.Output(PresentKey(i), kvType, batch, heads, total, headDim)
+		b.Output(PresentValue(i), kvType, batch, heads, total, headDim)
 	}
 	return b.Graph
 }
@@ -458,14 +458,14 @@ func (b *builder) block(i int, x, bias string) string {
 	return b.Add(x, b.conv1D(prefix+".mlp.c_proj", inner, 4*hidden, hidden, std))
 }
 
-// KVTypes returns the element types of the graph's past_key_values.{i}.key
+// kvType returns the element type of the graph's past_key_values.{i}.key
 // and .value inputs (and present's or new's): int8 with KVInt8, else
 // float32.
-func (s Spec) KVTypes() (key, value onnxgraph.DataType) {
+func (s Spec) kvType() onnxgraph.DataType {
 	if s.KVInt8 {
-		return onnxgraph.Int8, onnxgraph.Int8
+		return onnxgraph.Int8
 	}
-	return onnxgraph.Float32, onnxgraph.Float32
+	return onnxgraph.Float32
 }
 
 // KVBytesPerToken is the size of the KV cache of one token in the graph
